@@ -1,0 +1,514 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ModelProvider is the wire protocol an LLM endpoint speaks.
+// +kubebuilder:validation:Enum=openai;anthropic
+type ModelProvider string
+
+const (
+	// ProviderOpenAI is any OpenAI-compatible chat-completions endpoint (OpenAI,
+	// Azure OpenAI, vLLM, Ollama, LiteLLM, ...).
+	ProviderOpenAI ModelProvider = "openai"
+	// ProviderAnthropic is the Anthropic Messages API.
+	ProviderAnthropic ModelProvider = "anthropic"
+)
+
+// ModelRef names one LLM: which protocol, which model, where, with which key.
+type ModelRef struct {
+	// provider is the wire protocol of the endpoint: "openai" for any
+	// OpenAI-compatible chat-completions API, "anthropic" for the Anthropic
+	// Messages API.
+	// +required
+	Provider ModelProvider `json:"provider"`
+
+	// model is the model name the endpoint expects, e.g. "gpt-5.2" or
+	// "claude-sonnet-4-5".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Model string `json:"model"`
+
+	// baseURL overrides the provider's default endpoint, e.g.
+	// "http://vllm.models.svc:8000/v1" for a self-hosted model.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/\\\\s]+')",message="baseURL must be an http:// or https:// URL"
+	BaseURL string `json:"baseURL,omitempty"`
+
+	// apiKeySecretRef selects the key of a Secret in the Agent's namespace that
+	// holds the API key. The key is injected into session pods as an environment
+	// variable; it never enters the model's context or the logs. Omit it for
+	// endpoints that need no key.
+	// +optional
+	APIKeySecretRef *corev1.SecretKeySelector `json:"apiKeySecretRef,omitempty"`
+}
+
+// ModelSpec is the Agent's primary model plus what to use when it is unusable.
+type ModelSpec struct {
+	ModelRef `json:",inline"`
+
+	// fallbacks are tried in order when the primary model is unusable (its Secret
+	// is missing) or, at run time, when it keeps failing.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Fallbacks []ModelRef `json:"fallbacks,omitempty"`
+
+	// contextWindow is the model's context size in tokens. Context compression
+	// starts at 70% of it and hard-truncates above 90%.
+	// +optional
+	// +kubebuilder:default=128000
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=10000000
+	ContextWindow *int32 `json:"contextWindow,omitempty"`
+}
+
+// ToolProfile is a base tool allowlist applied before allow/deny.
+// +kubebuilder:validation:Enum=minimal;coding;messaging;full
+type ToolProfile string
+
+// ToolPolicy narrows the tools of one provider or provider/model.
+type ToolPolicy struct {
+	// profile sets a base allowlist: "minimal" (session_status only), "coding"
+	// (group:fs, group:runtime, group:sessions, group:memory), "messaging"
+	// (group:messaging, chat_manager, session_status) or "full" (no restriction).
+	// +optional
+	Profile ToolProfile `json:"profile,omitempty"`
+
+	// allow lists tool names, `group:<name>` entries or `*` wildcard patterns.
+	// Matching is case-insensitive.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	Allow []string `json:"allow,omitempty"`
+
+	// deny lists tools that are never available. Deny always wins over allow.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	Deny []string `json:"deny,omitempty"`
+}
+
+// ToolsSpec decides which tools the model is offered.
+//
+// The effective set is computed in this order: profile (or every tool when
+// unset/"full"); allow (with a profile it adds tools, without one it is the
+// allowlist; an allow list naming only unknown tools is ignored with a warning);
+// byProvider (the entry for "provider/model", else "provider", which can only
+// narrow); deny last, which always wins. Groups: group:runtime (exec, bash,
+// process, pty), group:fs (file_read, file_write, file_edit, file_search,
+// content_search, apply_patch), group:sessions, group:memory, group:web,
+// group:ui (browser, browser_profiles), group:automation (cron_*, bot_task,
+// bot_agenda), group:messaging (send_message), group:skills, group:system,
+// group:picobot (every built-in tool). status.effectiveTools shows the result.
+type ToolsSpec struct {
+	ToolPolicy `json:",inline"`
+
+	// byProvider narrows tools for one provider ("openai") or one model
+	// ("openai/gpt-5.2"); the provider/model key wins over the provider key.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	ByProvider map[string]ToolPolicy `json:"byProvider,omitempty"`
+}
+
+// SkillSource is one skill: a SKILL.md given inline or read from a ConfigMap.
+// +kubebuilder:validation:XValidation:rule="has(self.content) != has(self.configMapRef)",message="a skill needs exactly one of content or configMapRef"
+type SkillSource struct {
+	// name identifies the skill; it overrides a namespace-shared or built-in skill
+	// of the same name.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// content is the SKILL.md text (frontmatter with name and description, then
+	// the instructions).
+	// +optional
+	// +kubebuilder:validation:MaxLength=262144
+	Content string `json:"content,omitempty"`
+
+	// configMapRef selects a ConfigMap key in the Agent's namespace holding the
+	// SKILL.md text. Changes reach running sessions without a restart.
+	// +optional
+	ConfigMapRef *corev1.ConfigMapKeySelector `json:"configMapRef,omitempty"`
+}
+
+// MCPTransport is how PicoBot talks to an MCP server.
+// +kubebuilder:validation:Enum=stdio;sse;streamable-http
+type MCPTransport string
+
+// MCPToolSetting tunes how the loop runs one tool of an MCP server.
+type MCPToolSetting struct {
+	// name is the tool's name as the MCP server lists it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+
+	// readOnly marks a tool without side effects; a batch of read-only,
+	// non-exclusive calls runs concurrently.
+	// +optional
+	ReadOnly *bool `json:"readOnly,omitempty"`
+
+	// exclusive forces the tool to run alone, never beside another call.
+	// +optional
+	Exclusive *bool `json:"exclusive,omitempty"`
+}
+
+// MCPServer connects the agent to a Model Context Protocol server whose tools
+// are offered to the model.
+// +kubebuilder:validation:XValidation:rule="self.transport == 'stdio' ? (has(self.command) && !has(self.url)) : (has(self.url) && !has(self.command))",message="stdio servers need command (and no url); sse and streamable-http servers need url (and no command)"
+type MCPServer struct {
+	// name identifies the server in /mcp output and prefixes its tools.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// transport is "stdio" (a subprocess in the session pod), "sse" or
+	// "streamable-http" (a remote URL).
+	// +required
+	Transport MCPTransport `json:"transport"`
+
+	// command starts a stdio server, e.g. "npx".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Command string `json:"command,omitempty"`
+
+	// args are passed to command.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Args []string `json:"args,omitempty"`
+
+	// env sets environment variables of a stdio server; use valueFrom.secretKeyRef
+	// for tokens.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// url of an sse or streamable-http server.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://')",message="url must be an http:// or https:// URL"
+	URL string `json:"url,omitempty"`
+
+	// headersSecretRef names a Secret whose keys are sent as HTTP headers to a
+	// remote server (e.g. Authorization).
+	// +optional
+	HeadersSecretRef *corev1.LocalObjectReference `json:"headersSecretRef,omitempty"`
+
+	// tools tunes individual tools of this server.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	Tools []MCPToolSetting `json:"tools,omitempty"`
+
+	// timeout bounds one tool call of this server.
+	// +optional
+	// +kubebuilder:default="60s"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// Delegate names another Agent this one may hand tasks to with the delegate tool.
+type Delegate struct {
+	// name is how the model refers to the sub-agent.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// agentRef names the Agent (same namespace) that does the work.
+	// +required
+	AgentRef corev1.LocalObjectReference `json:"agentRef"`
+
+	// description tells the model when to use this sub-agent.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Description string `json:"description,omitempty"`
+}
+
+// SensitiveCategory is a kind of personal information memory may keep only when
+// allowed.
+// +kubebuilder:validation:Enum=health;finance;legal;family
+type SensitiveCategory string
+
+// MemorySpec configures long-term memory.
+type MemorySpec struct {
+	// enabled turns long-term memory (knowledge + timeline) on.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// timelineRetentionDays is how long compression summaries are kept.
+	// +optional
+	// +kubebuilder:default=90
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3650
+	TimelineRetentionDays *int32 `json:"timelineRetentionDays,omitempty"`
+
+	// idleConsolidationMinutes summarises an idle session into timeline memory
+	// after this many minutes; 0 turns it off.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10080
+	IdleConsolidationMinutes *int32 `json:"idleConsolidationMinutes,omitempty"`
+
+	// allowSensitive lists sensitive categories memory may keep. Identity numbers,
+	// bank cards, passwords and tokens are always refused.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=4
+	AllowSensitive []SensitiveCategory `json:"allowSensitive,omitempty"`
+}
+
+// BrowserSpec configures the browser tool.
+// +kubebuilder:validation:XValidation:rule="!(has(self.allowedDomains) && size(self.allowedDomains) > 0 && has(self.profileRef))",message="a browser restricted to allowedDomains cannot use a persistent profile (profileRef)"
+type BrowserSpec struct {
+	// enabled registers the browser and browser_profiles tools.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// profileRef names a BrowserProfile (same namespace) to use by default.
+	// +optional
+	ProfileRef *corev1.LocalObjectReference `json:"profileRef,omitempty"`
+
+	// allowedDomains restricts navigation, sub-resources, WebSocket, EventSource
+	// and WebRTC to these domains ("example.com", "*.example.com"). With it set,
+	// persistent browser identities cannot be created or used.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	AllowedDomains []string `json:"allowedDomains,omitempty"`
+}
+
+// ChannelType is a chat channel an agent can be reached through.
+// +kubebuilder:validation:Enum=web;terminal;telegram;feishu;slack;webhook
+type ChannelType string
+
+// Channel connects the agent to a chat platform.
+// +kubebuilder:validation:XValidation:rule="self.type in ['web', 'terminal'] || has(self.secretRef)",message="telegram, feishu, slack and webhook channels need secretRef with their credentials"
+type Channel struct {
+	// type of the channel.
+	// +required
+	Type ChannelType `json:"type"`
+
+	// name distinguishes two channels of one type (e.g. two Telegram bots);
+	// defaults to the type.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	Name string `json:"name,omitempty"`
+
+	// secretRef names a Secret (same namespace) with the channel's credentials:
+	// telegram: token, webhookSecret; feishu: appID, appSecret, verificationToken,
+	// encryptKey; slack: botToken, signingSecret; webhook: signingSecret.
+	// +optional
+	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// RuntimeSpec shapes the session pods that run this agent.
+type RuntimeSpec struct {
+	// image of the session runtime; defaults to the operator's runtime image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Image string `json:"image,omitempty"`
+
+	// resources of each session pod.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// idleTimeout after which a session pod with no messages exits (scale to zero).
+	// +optional
+	// +kubebuilder:default="10m"
+	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+
+	// warmPool is how many idle runtime pods are kept ready to claim new sessions.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	WarmPool *int32 `json:"warmPool,omitempty"`
+
+	// runtimeClassName runs session pods under a sandboxing RuntimeClass (gVisor,
+	// Kata).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
+
+	// maxSessions caps concurrently active sessions of this agent; further wakes
+	// are answered with an error.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	MaxSessions *int32 `json:"maxSessions,omitempty"`
+}
+
+// AgentSpec is what an agent is: its model, instructions, tools and where it runs.
+type AgentSpec struct {
+	// model is the LLM the agent calls. When omitted, the namespace default from
+	// the ConfigMap "picobot-defaults" is used (status.effectiveModel.source tells
+	// which).
+	// +optional
+	Model *ModelSpec `json:"model,omitempty"`
+
+	// instructions are the agent's system prompt, before skills and memory.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	Instructions string `json:"instructions,omitempty"`
+
+	// tools selects which tools the model is offered.
+	// +optional
+	Tools *ToolsSpec `json:"tools,omitempty"`
+
+	// skills are the agent's own skills; they override namespace-shared and
+	// built-in skills of the same name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Skills []SkillSource `json:"skills,omitempty"`
+
+	// mcpServers whose tools the agent may use.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	MCPServers []MCPServer `json:"mcpServers,omitempty"`
+
+	// delegates are the sub-agents this agent may call with the delegate tool.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Delegates []Delegate `json:"delegates,omitempty"`
+
+	// memory configures long-term memory.
+	// +optional
+	Memory *MemorySpec `json:"memory,omitempty"`
+
+	// browser configures the browser tool.
+	// +optional
+	Browser *BrowserSpec `json:"browser,omitempty"`
+
+	// channels the agent can be reached through besides the gateway API.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Channels []Channel `json:"channels,omitempty"`
+
+	// runtime shapes the session pods.
+	// +optional
+	Runtime *RuntimeSpec `json:"runtime,omitempty"`
+}
+
+// ModelSource says where the effective model came from.
+// +kubebuilder:validation:Enum=Spec;Fallback;NamespaceDefault
+type ModelSource string
+
+const (
+	// ModelSourceSpec: spec.model.
+	ModelSourceSpec ModelSource = "Spec"
+	// ModelSourceFallback: one of spec.model.fallbacks.
+	ModelSourceFallback ModelSource = "Fallback"
+	// ModelSourceNamespaceDefault: the namespace's picobot-defaults ConfigMap.
+	ModelSourceNamespaceDefault ModelSource = "NamespaceDefault"
+)
+
+// EffectiveModel is the model sessions will use, and why.
+type EffectiveModel struct {
+	// provider of the effective model.
+	// +required
+	Provider ModelProvider `json:"provider"`
+	// model name of the effective model.
+	// +required
+	Model string `json:"model"`
+	// baseURL of the effective model, when not the provider default.
+	// +optional
+	BaseURL string `json:"baseURL,omitempty"`
+	// source says where the choice came from: Spec, Fallback or NamespaceDefault.
+	// +required
+	Source ModelSource `json:"source"`
+	// fallbackIndex is the index in spec.model.fallbacks when source is Fallback.
+	// +optional
+	FallbackIndex *int32 `json:"fallbackIndex,omitempty"`
+	// contextWindow in tokens.
+	// +optional
+	ContextWindow int32 `json:"contextWindow,omitempty"`
+}
+
+// AgentStatus is what the operator observed about the agent.
+type AgentStatus struct {
+	// conditions: Ready (summary), ModelResolved, ToolsResolved, ReferencesResolved.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// effectiveModel is the model sessions use and where the choice came from.
+	// +optional
+	EffectiveModel *EffectiveModel `json:"effectiveModel,omitempty"`
+
+	// effectiveTools is the sorted set of built-in tools the model is offered
+	// after the tool policy (MCP tools are filtered the same way at run time).
+	// +optional
+	// +listType=atomic
+	EffectiveTools []string `json:"effectiveTools,omitempty"`
+
+	// activeSessions is the number of sessions with a runtime.
+	// +optional
+	ActiveSessions int32 `json:"activeSessions,omitempty"`
+
+	// warmPods is the number of idle runtime pods ready to claim a session.
+	// +optional
+	WarmPods int32 `json:"warmPods,omitempty"`
+}
+
+// Agent is an AI assistant: an LLM with instructions, tools, skills and memory,
+// reachable through chat channels. Each active session runs in its own pod.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ag;agt,categories=picobot
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.status.effectiveModel.model`
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.effectiveModel.source`,priority=1
+// +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.activeSessions`
+// +kubebuilder:printcolumn:name="Warm",type=integer,JSONPath=`.status.warmPods`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Agent struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec describes the agent.
+	// +required
+	Spec AgentSpec `json:"spec"`
+
+	// status is written by the operator.
+	// +optional
+	Status AgentStatus `json:"status,omitempty"`
+}
+
+// AgentList is a list of Agents.
+// +kubebuilder:object:root=true
+type AgentList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Agent `json:"items"`
+}

@@ -1,0 +1,82 @@
+package v1alpha1
+
+// Condition types shared by the PicoBot kinds. Every kind has Ready, the summary
+// that printer columns and `kubectl wait --for=condition=Ready` use.
+const (
+	// ConditionReady summarises all other conditions of the object.
+	ConditionReady = "Ready"
+	// ConditionModelResolved says whether the Agent has a usable model (provider
+	// known, API key Secret present with its key).
+	ConditionModelResolved = "ModelResolved"
+	// ConditionToolsResolved says whether the Agent's tool policy resolved to an
+	// effective tool set. A True status may still carry warnings (reason
+	// ReasonResolvedWithWarnings).
+	ConditionToolsResolved = "ToolsResolved"
+	// ConditionReferencesResolved says whether every object the spec names
+	// (delegate Agents, BrowserProfile, skill ConfigMaps, channel Secrets, the
+	// CronJob's Agent) exists.
+	ConditionReferencesResolved = "ReferencesResolved"
+	// ConditionScheduleValid says whether a CronJob's schedule parses and will fire.
+	ConditionScheduleValid = "ScheduleValid"
+)
+
+// Condition reasons. They are CamelCase, stable, and documented because users and
+// alerting rules match on them.
+const (
+	// ReasonReady: all conditions hold.
+	ReasonReady = "Ready"
+	// ReasonNotReady: at least one condition does not hold; the message names it.
+	ReasonNotReady = "NotReady"
+
+	// ReasonResolvedFromSpec: spec.model is usable and is the effective model.
+	ReasonResolvedFromSpec = "ResolvedFromSpec"
+	// ReasonResolvedFromFallback: spec.model is unusable; a fallback model is used.
+	ReasonResolvedFromFallback = "ResolvedFromFallback"
+	// ReasonResolvedFromNamespaceDefault: no spec.model; the namespace default
+	// (ConfigMap picobot-defaults) is used.
+	ReasonResolvedFromNamespaceDefault = "ResolvedFromNamespaceDefault"
+	// ReasonNoModelConfigured: neither spec.model nor a namespace default exists.
+	ReasonNoModelConfigured = "NoModelConfigured"
+	// ReasonSecretNotFound: the API key Secret of every candidate model is missing.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretKeyNotFound: the Secret exists but lacks the referenced key.
+	ReasonSecretKeyNotFound = "SecretKeyNotFound"
+	// ReasonInvalidNamespaceDefault: the picobot-defaults ConfigMap is malformed.
+	ReasonInvalidNamespaceDefault = "InvalidNamespaceDefault"
+
+	// ReasonResolved: the tool policy or references resolved without findings.
+	ReasonResolved = "Resolved"
+	// ReasonResolvedWithWarnings: the tool policy resolved, but something was
+	// ignored (for example an allow list naming only unknown tools).
+	ReasonResolvedWithWarnings = "ResolvedWithWarnings"
+	// ReasonInvalidToolPolicy: the tool policy cannot be resolved.
+	ReasonInvalidToolPolicy = "InvalidToolPolicy"
+	// ReasonReferenceNotFound: an object named in the spec does not exist.
+	ReasonReferenceNotFound = "ReferenceNotFound"
+	// ReasonInvalidReference: a reference is not allowed (e.g. an Agent delegating
+	// to itself).
+	ReasonInvalidReference = "InvalidReference"
+
+	// ReasonScheduled: the schedule is valid and the next run time is known.
+	ReasonScheduled = "Scheduled"
+	// ReasonSuspended: spec.suspend is true; nothing will fire.
+	ReasonSuspended = "Suspended"
+	// ReasonAtInPast: a one-shot `at` schedule lies in the past and has not run.
+	ReasonAtInPast = "AtInPast"
+	// ReasonCompleted: a one-shot `at` schedule has run.
+	ReasonCompleted = "Completed"
+	// ReasonInvalidSchedule: the cron expression or time zone does not parse.
+	ReasonInvalidSchedule = "InvalidSchedule"
+)
+
+// Labels and well-known names.
+const (
+	// LabelAgentMade marks objects that an agent created through its tools (cron_add,
+	// browser_profiles create), so GitOps tools can ignore them.
+	LabelAgentMade = "agents.picobot.io/agent-made"
+	// LabelAgent names the Agent an object belongs to.
+	LabelAgent = "agents.picobot.io/agent"
+	// NamespaceDefaultsConfigMap is the ConfigMap holding a namespace's default model
+	// (keys: provider, model, baseURL, apiKeySecret, apiKeySecretKey, contextWindow).
+	NamespaceDefaultsConfigMap = "picobot-defaults"
+)

@@ -1,0 +1,405 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/test/controlplane"
+)
+
+var (
+	k8s        client.Client
+	skipReason string
+)
+
+func TestMain(m *testing.M) {
+	env, err := controlplane.Start()
+	if err != nil {
+		reason, fatal := controlplane.Unavailable(err)
+		if fatal {
+			fmt.Fprintln(os.Stderr, reason)
+			os.Exit(1)
+		}
+		skipReason = reason
+		os.Exit(m.Run())
+	}
+	scheme := runtime.NewScheme()
+	if err := picobotv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	k8s, err = client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = env.Stop()
+		panic(err)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "failed to stop control plane:", err)
+	}
+	os.Exit(code)
+}
+
+func needAPIServer(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+var seq int
+
+func name(prefix string) string {
+	seq++
+	return fmt.Sprintf("%s-%d", prefix, seq)
+}
+
+func validAgent() *picobotv1alpha1.Agent {
+	return &picobotv1alpha1.Agent{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name("agent")},
+		Spec: picobotv1alpha1.AgentSpec{
+			Model: &picobotv1alpha1.ModelSpec{ModelRef: picobotv1alpha1.ModelRef{
+				Provider: picobotv1alpha1.ProviderOpenAI, Model: "gpt-5.2",
+				APIKeySecretRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "k"}, Key: "apiKey"},
+			}},
+		},
+	}
+}
+
+func validCronJob() *picobotv1alpha1.CronJob {
+	return &picobotv1alpha1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name("cron")},
+		Spec: picobotv1alpha1.CronJobSpec{
+			Schedule: picobotv1alpha1.Schedule{Cron: "0 0 9 * * *", TZ: "Asia/Shanghai"},
+			Prompt:   "Summarise yesterday's alerts",
+		},
+	}
+}
+
+func validProfile() *picobotv1alpha1.BrowserProfile {
+	return &picobotv1alpha1.BrowserProfile{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name("bp")},
+		Spec:       picobotv1alpha1.BrowserProfileSpec{Label: "Work account"},
+	}
+}
+
+// TestCreateValidation checks every CEL rule, enum and pattern against the real
+// API server, including the message a user sees.
+func TestCreateValidation(t *testing.T) {
+	needAPIServer(t)
+	cases := []struct {
+		name   string
+		obj    func() client.Object
+		reject string // substring of the rejection; "" = accepted
+	}{
+		{"valid agent", func() client.Object { return validAgent() }, ""},
+		{"valid agent without model (namespace default)", func() client.Object {
+			a := validAgent()
+			a.Spec.Model = nil
+			return a
+		}, ""},
+		{"unknown provider", func() client.Object {
+			a := validAgent()
+			a.Spec.Model.Provider = "gemini"
+			return a
+		}, `spec.model.provider: Unsupported value: "gemini": supported values: "openai", "anthropic"`},
+		{"empty model name", func() client.Object {
+			a := validAgent()
+			a.Spec.Model.Model = ""
+			return a
+		}, "spec.model.model: Invalid value: \"\": spec.model.model in body should be at least 1 chars long"},
+		{"baseURL not http", func() client.Object {
+			a := validAgent()
+			a.Spec.Model.BaseURL = "ftp://models.local"
+			return a
+		}, "spec.model.baseURL: Invalid value: \"ftp://models.local\": baseURL must be an http:// or https:// URL"},
+		{"baseURL ok", func() client.Object {
+			a := validAgent()
+			a.Spec.Model.BaseURL = "http://vllm.models.svc:8000/v1"
+			return a
+		}, ""},
+		{"fallback baseURL not http", func() client.Object {
+			a := validAgent()
+			a.Spec.Model.Fallbacks = []picobotv1alpha1.ModelRef{{Provider: "anthropic", Model: "claude", BaseURL: "localhost:80"}}
+			return a
+		}, "spec.model.fallbacks[0].baseURL: Invalid value: \"localhost:80\": baseURL must be an http:// or https:// URL"},
+		{"too many fallbacks", func() client.Object {
+			a := validAgent()
+			for range 9 {
+				a.Spec.Model.Fallbacks = append(a.Spec.Model.Fallbacks, picobotv1alpha1.ModelRef{Provider: "openai", Model: "m"})
+			}
+			return a
+		}, "spec.model.fallbacks: Too many: 9: must have at most 8 items"},
+		{"context window too small", func() client.Object {
+			a := validAgent()
+			a.Spec.Model.ContextWindow = ptr(int32(10))
+			return a
+		}, "spec.model.contextWindow: Invalid value: 10: spec.model.contextWindow in body should be greater than or equal to 1024"},
+		{"unknown tool profile", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Profile: "admin"}}
+			return a
+		}, `spec.tools.profile: Unsupported value: "admin": supported values: "minimal", "coding", "messaging", "full"`},
+		{"empty allow entry", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Allow: []string{""}}}
+			return a
+		}, "spec.tools.allow[0]: Invalid value: \"\": spec.tools.allow[0] in body should be at least 1 chars long"},
+		{"skill with content and configMapRef", func() client.Object {
+			a := validAgent()
+			a.Spec.Skills = []picobotv1alpha1.SkillSource{{Name: "x", Content: "---\nname: x\n---", ConfigMapRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}, Key: "SKILL.md"}}}
+			return a
+		}, "spec.skills[0]: Invalid value: a skill needs exactly one of content or configMapRef"},
+		{"skill with neither", func() client.Object {
+			a := validAgent()
+			a.Spec.Skills = []picobotv1alpha1.SkillSource{{Name: "x"}}
+			return a
+		}, "a skill needs exactly one of content or configMapRef"},
+		{"skill name not a DNS label", func() client.Object {
+			a := validAgent()
+			a.Spec.Skills = []picobotv1alpha1.SkillSource{{Name: "Bad Name", Content: "x"}}
+			return a
+		}, "spec.skills[0].name: Invalid value: \"Bad Name\": spec.skills[0].name in body should match"},
+		{"stdio MCP server without command", func() client.Object {
+			a := validAgent()
+			a.Spec.MCPServers = []picobotv1alpha1.MCPServer{{Name: "fs", Transport: "stdio"}}
+			return a
+		}, "spec.mcpServers[0]: Invalid value: stdio servers need command (and no url); sse and streamable-http servers need url (and no command)"},
+		{"http MCP server with command", func() client.Object {
+			a := validAgent()
+			a.Spec.MCPServers = []picobotv1alpha1.MCPServer{{Name: "gh", Transport: "streamable-http", URL: "https://mcp.example.com", Command: "npx"}}
+			return a
+		}, "stdio servers need command (and no url)"},
+		{"MCP url not http", func() client.Object {
+			a := validAgent()
+			a.Spec.MCPServers = []picobotv1alpha1.MCPServer{{Name: "gh", Transport: "sse", URL: "ws://x"}}
+			return a
+		}, "spec.mcpServers[0].url: Invalid value: \"ws://x\": url must be an http:// or https:// URL"},
+		{"MCP unknown transport", func() client.Object {
+			a := validAgent()
+			a.Spec.MCPServers = []picobotv1alpha1.MCPServer{{Name: "gh", Transport: "grpc", URL: "https://x"}}
+			return a
+		}, `spec.mcpServers[0].transport: Unsupported value: "grpc": supported values: "stdio", "sse", "streamable-http"`},
+		{"valid MCP servers", func() client.Object {
+			a := validAgent()
+			a.Spec.MCPServers = []picobotv1alpha1.MCPServer{
+				{Name: "fs", Transport: "stdio", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem", "/workspace"},
+					Tools: []picobotv1alpha1.MCPToolSetting{{Name: "read_file", ReadOnly: ptr(true)}}},
+				{Name: "gh", Transport: "streamable-http", URL: "https://mcp.example.com/mcp"},
+			}
+			return a
+		}, ""},
+		{"browser allowedDomains with a persistent profile", func() client.Object {
+			a := validAgent()
+			a.Spec.Browser = &picobotv1alpha1.BrowserSpec{AllowedDomains: []string{"example.com"}, ProfileRef: &corev1.LocalObjectReference{Name: "work"}}
+			return a
+		}, "spec.browser: Invalid value: a browser restricted to allowedDomains cannot use a persistent profile (profileRef)"},
+		{"browser domain pattern", func() client.Object {
+			a := validAgent()
+			a.Spec.Browser = &picobotv1alpha1.BrowserSpec{AllowedDomains: []string{"https://example.com"}}
+			return a
+		}, "spec.browser.allowedDomains[0]: Invalid value: \"https://example.com\": spec.browser.allowedDomains[0] in body should match"},
+		{"telegram channel without secret", func() client.Object {
+			a := validAgent()
+			a.Spec.Channels = []picobotv1alpha1.Channel{{Type: "telegram"}}
+			return a
+		}, "spec.channels[0]: Invalid value: telegram, feishu, slack and webhook channels need secretRef with their credentials"},
+		{"web channel without secret", func() client.Object {
+			a := validAgent()
+			a.Spec.Channels = []picobotv1alpha1.Channel{{Type: "web"}}
+			return a
+		}, ""},
+		{"warm pool over limit", func() client.Object {
+			a := validAgent()
+			a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{WarmPool: ptr(int32(101))}
+			return a
+		}, "spec.runtime.warmPool: Invalid value: 101: spec.runtime.warmPool in body should be less than or equal to 100"},
+		{"sensitive category unknown", func() client.Object {
+			a := validAgent()
+			a.Spec.Memory = &picobotv1alpha1.MemorySpec{AllowSensitive: []picobotv1alpha1.SensitiveCategory{"politics"}}
+			return a
+		}, `spec.memory.allowSensitive[0]: Unsupported value: "politics": supported values: "health", "finance", "legal", "family"`},
+
+		{"valid cron job", func() client.Object { return validCronJob() }, ""},
+		{"valid every job", func() client.Object {
+			c := validCronJob()
+			c.Spec.Schedule = picobotv1alpha1.Schedule{Every: ptr(int64(3600000))}
+			return c
+		}, ""},
+		{"schedule with none", func() client.Object {
+			c := validCronJob()
+			c.Spec.Schedule = picobotv1alpha1.Schedule{}
+			return c
+		}, "spec.schedule: Invalid value: schedule needs exactly one of at, every or cron"},
+		{"schedule with two", func() client.Object {
+			c := validCronJob()
+			c.Spec.Schedule = picobotv1alpha1.Schedule{Cron: "0 0 9 * * *", At: ptr(int64(1))}
+			return c
+		}, "schedule needs exactly one of at, every or cron"},
+		{"tz without cron", func() client.Object {
+			c := validCronJob()
+			c.Spec.Schedule = picobotv1alpha1.Schedule{Every: ptr(int64(60000)), TZ: "UTC"}
+			return c
+		}, "spec.schedule: Invalid value: tz applies only to a cron schedule"},
+		{"cron with 5 fields", func() client.Object {
+			c := validCronJob()
+			c.Spec.Schedule.Cron = "0 9 * * *"
+			return c
+		}, `spec.schedule.cron: Invalid value: "0 9 * * *": cron must have exactly 6 fields: second minute hour day-of-month month day-of-week (e.g. "0 0 9 * * *")`},
+		{"cron with 7 fields", func() client.Object {
+			c := validCronJob()
+			c.Spec.Schedule.Cron = "0 0 9 * * * 2026"
+			return c
+		}, "cron must have exactly 6 fields"},
+		{"every below one minute", func() client.Object {
+			c := validCronJob()
+			c.Spec.Schedule = picobotv1alpha1.Schedule{Every: ptr(int64(1000))}
+			return c
+		}, "spec.schedule.every: Invalid value: 1000: every must be at least 60000 ms (one minute)"},
+		{"tz with spaces", func() client.Object {
+			c := validCronJob()
+			c.Spec.Schedule.TZ = "Asia Shanghai"
+			return c
+		}, "spec.schedule.tz: Invalid value: \"Asia Shanghai\": spec.schedule.tz in body should match"},
+		{"empty prompt", func() client.Object {
+			c := validCronJob()
+			c.Spec.Prompt = ""
+			return c
+		}, "spec.prompt: Invalid value: \"\": spec.prompt in body should be at least 1 chars long"},
+		{"unknown delivery policy", func() client.Object {
+			c := validCronJob()
+			c.Spec.DeliveryPolicy = "sometimes"
+			return c
+		}, `spec.deliveryPolicy: Unsupported value: "sometimes": supported values: "always", "on_alert", "never"`},
+		{"catchUpWindow without catch_up", func() client.Object {
+			c := validCronJob()
+			c.Spec.CatchUpWindow = &metav1.Duration{Duration: time.Hour}
+			return c
+		}, "spec: Invalid value: catchUpWindow applies only with missedRunPolicy catch_up"},
+		{"catchUpWindow with catch_up", func() client.Object {
+			c := validCronJob()
+			c.Spec.MissedRunPolicy = picobotv1alpha1.MissedCatchUp
+			c.Spec.CatchUpWindow = &metav1.Duration{Duration: time.Hour}
+			return c
+		}, ""},
+
+		{"valid browser profile", func() client.Object { return validProfile() }, ""},
+		{"profile without label", func() client.Object {
+			p := validProfile()
+			p.Spec.Label = ""
+			return p
+		}, ""},
+		{"label of 80 characters", func() client.Object {
+			p := validProfile()
+			p.Spec.Label = strings.Repeat("界", 80)
+			return p
+		}, ""},
+		{"label of 81 characters", func() client.Object {
+			p := validProfile()
+			p.Spec.Label = strings.Repeat("a", 81)
+			return p
+		}, "spec.label: Too long: may not be more than 80"},
+		{"blank label", func() client.Object {
+			p := validProfile()
+			p.Spec.Label = "   "
+			return p
+		}, "spec.label: Invalid value: \"   \": label must be 1-80 characters and not blank"},
+		{"pvc size on s3 storage", func() client.Object {
+			p := validProfile()
+			q := resource.MustParse("1Gi")
+			p.Spec.Persistence = &picobotv1alpha1.Persistence{Storage: "s3", Size: &q}
+			return p
+		}, "spec.persistence: Invalid value: size and storageClassName apply only to storage pvc"},
+		{"unknown storage", func() client.Object {
+			p := validProfile()
+			p.Spec.Persistence = &picobotv1alpha1.Persistence{Storage: "nfs"}
+			return p
+		}, `spec.persistence.storage: Unsupported value: "nfs": supported values: "s3", "pvc"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			err := k8s.Create(context.Background(), tc.obj())
+			if tc.reject == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring(tc.reject))
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	needAPIServer(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+
+	a := validAgent()
+	a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{}
+	a.Spec.Memory = &picobotv1alpha1.MemorySpec{}
+	g.Expect(k8s.Create(ctx, a)).To(Succeed())
+	g.Expect(*a.Spec.Model.ContextWindow).To(Equal(int32(128000)))
+	g.Expect(a.Spec.Runtime.IdleTimeout.Duration).To(Equal(10 * time.Minute))
+	g.Expect(*a.Spec.Runtime.WarmPool).To(Equal(int32(0)))
+	g.Expect(*a.Spec.Memory.TimelineRetentionDays).To(Equal(int32(90)))
+	g.Expect(*a.Spec.Memory.Enabled).To(BeTrue())
+
+	c := validCronJob()
+	g.Expect(k8s.Create(ctx, c)).To(Succeed())
+	g.Expect(c.Spec.DeliveryPolicy).To(Equal(picobotv1alpha1.DeliveryAlways))
+	g.Expect(c.Spec.MissedRunPolicy).To(Equal(picobotv1alpha1.MissedRunOnce))
+
+	p := validProfile()
+	p.Spec.Persistence = &picobotv1alpha1.Persistence{}
+	g.Expect(k8s.Create(ctx, p)).To(Succeed())
+	g.Expect(p.Spec.IdleTimeout.Duration).To(Equal(time.Hour))
+	g.Expect(p.Spec.Persistence.Storage).To(Equal(picobotv1alpha1.StorageS3))
+}
+
+// TestPersistenceImmutable checks the transition rules of BrowserProfile.
+func TestPersistenceImmutable(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	cases := []struct {
+		name   string
+		create *picobotv1alpha1.Persistence
+		update *picobotv1alpha1.Persistence
+		reject string
+	}{
+		{"change storage", &picobotv1alpha1.Persistence{Storage: "s3"}, &picobotv1alpha1.Persistence{Storage: "pvc"},
+			"spec.persistence: Invalid value: persistence is immutable; create a new BrowserProfile instead"},
+		{"add after creation", nil, &picobotv1alpha1.Persistence{Storage: "pvc"}, "persistence is immutable"},
+		{"remove after creation", &picobotv1alpha1.Persistence{Storage: "pvc"}, nil, "persistence is immutable"},
+		{"unchanged", &picobotv1alpha1.Persistence{Storage: "pvc"}, &picobotv1alpha1.Persistence{Storage: "pvc"}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p := validProfile()
+			p.Spec.Persistence = tc.create
+			g.Expect(k8s.Create(ctx, p)).To(Succeed())
+			p.Spec.Persistence = tc.update
+			p.Spec.Label = "renamed"
+			err := k8s.Update(ctx, p)
+			if tc.reject == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(err).To(MatchError(ContainSubstring(tc.reject)))
+		})
+	}
+}

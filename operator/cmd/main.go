@@ -1,0 +1,104 @@
+// Command operator is PicoBot's control plane: it reconciles Agent, CronJob and
+// BrowserProfile resources.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/controller"
+	"github.com/picobot/picobot/runtime/tool/policy"
+)
+
+type options struct {
+	metricsAddr      string
+	probeAddr        string
+	leaderElect      bool
+	leaderElectionNS string
+	qps              float64
+	burst            int
+	concurrency      int
+	secureMetrics    bool
+	zapOpts          zap.Options
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")
+	flag.BoolVar(&o.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS with authentication and authorization.")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	flag.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so only one replica reconciles at a time.")
+	flag.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	flag.Float64Var(&o.qps, "kube-api-qps", 100, "Client-side rate limit for requests to the API server.")
+	flag.IntVar(&o.burst, "kube-api-burst", 200, "Burst above kube-api-qps.")
+	flag.IntVar(&o.concurrency, "concurrency", 4, "Parallel reconciles per controller.")
+	o.zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zapOpts)))
+
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+		ctrl.Log.Error(err, "Operator failed")
+		os.Exit(1)
+	}
+}
+
+func newScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("failed to add client-go types to scheme: %w", err)
+	}
+	if err := picobotv1alpha1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("failed to add picobot types to scheme: %w", err)
+	}
+	return s, nil
+}
+
+func run(ctx context.Context, o options) error {
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("failed to load kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   controller.CacheOptions(),
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "operator.agents.picobot.io",
+		LeaderElectionNamespace: o.leaderElectionNS,
+		// The new leader starts at once when the old one exits cleanly.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("failed to create manager: %w", err)
+	}
+	if err := controller.Setup(ctx, mgr, controller.Config{Catalog: policy.DefaultCatalog(), Concurrency: o.concurrency}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("failed to add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("failed to add ready check: %w", err)
+	}
+	ctrl.Log.Info("Starting operator", "leaderElection", o.leaderElect, "concurrency", o.concurrency)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("failed to run manager: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/tool/policy"
+)
+
+type metavCondition = metav1.Condition
+
+// AgentReconciler resolves an Agent's model, tool set and references and
+// publishes them in status. It never changes spec.
+type AgentReconciler struct {
+	client.Client
+	Recorder recorder.EventRecorder
+	// Catalog is the set of built-in tools the policy resolves over.
+	Catalog policy.Catalog
+	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
+	MaxConcurrentReconciles int
+}
+
+// +kubebuilder:rbac:groups=agents.picobot.io,resources=agents,verbs=get;list;watch
+// +kubebuilder:rbac:groups=agents.picobot.io,resources=agents/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile computes the Agent's status from its spec and the objects it
+// references, and writes it only when it changed.
+func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	agent := &picobotv1alpha1.Agent{}
+	if err := r.Get(ctx, req.NamespacedName, agent); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := agent.DeepCopy()
+	s := &agentScope{agent: agent}
+	for _, phase := range []func(context.Context, *agentScope) error{
+		r.resolveModelPhase,
+		r.resolveToolsPhase,
+		r.resolveReferencesPhase,
+	} {
+		if err := phase(ctx, s); err != nil {
+			// A failed read says nothing about the Agent: keep the old status and
+			// retry with backoff.
+			return ctrl.Result{}, err
+		}
+	}
+	changed := applyAgentStatus(s)
+	if err := patchStatusIfChanged(ctx, r.Client, agent, before, before.Status, agent.Status); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.emitEvents(agent, changed)
+	return ctrl.Result{}, nil
+}
+
+// emitEvents records one event per condition transition; the API server's event
+// series de-duplicate repeats of the same reason.
+func (r *AgentReconciler) emitEvents(a *picobotv1alpha1.Agent, changed []metav1.Condition) {
+	if r.Recorder == nil {
+		return
+	}
+	for _, c := range changed {
+		typ := corev1.EventTypeNormal
+		if c.Status != metav1.ConditionTrue || c.Reason == picobotv1alpha1.ReasonResolvedWithWarnings {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(a, nil, typ, c.Reason, "Reconcile", "%s: %s", c.Type, c.Message)
+	}
+}
+
+// SetupWithManager watches Agents and every kind of object an Agent references,
+// mapping changes back through field indexes.
+func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = 1
+	}
+	c := mgr.GetClient()
+	// A Secret can matter through the namespace default, which only the ConfigMap
+	// names: then the agents without spec.model are enqueued too.
+	secretMap := func(ctx context.Context, o client.Object) []ctrl.Request {
+		reqs := requestsByIndex(c, &picobotv1alpha1.AgentList{}, indexAgentSecrets)(ctx, o)
+		dflt := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: picobotv1alpha1.NamespaceDefaultsConfigMap}, dflt); err == nil && dflt.Data["apiKeySecret"] == o.GetName() {
+			reqs = append(reqs, requestsByIndex(c, &picobotv1alpha1.AgentList{}, indexAgentConfigMaps)(ctx, dflt)...)
+		}
+		return reqs
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		For(&picobotv1alpha1.Agent{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(secretMap), builder.WithPredicates(keysChanged{})).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(c, &picobotv1alpha1.AgentList{}, indexAgentConfigMaps)), builder.WithPredicates(keysChanged{})).
+		Watches(&picobotv1alpha1.BrowserProfile{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(c, &picobotv1alpha1.AgentList{}, indexAgentBrowserProfiles)), builder.WithPredicates(createOrDelete{})).
+		Watches(&picobotv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(c, &picobotv1alpha1.AgentList{}, indexAgentDelegates)), builder.WithPredicates(createOrDelete{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Named("agent").
+		Complete(r); err != nil {
+		return fmt.Errorf("failed to set up agent controller: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/tool/policy"
+)
+
+// agentScope carries one reconcile of an Agent through its phases.
+type agentScope struct {
+	agent    *picobotv1alpha1.Agent
+	model    modelResolution
+	tools    policy.Result
+	toolsErr error
+	missing  []string
+	invalid  []string
+}
+
+// lookupSecrets reads Secrets of ns from the cache, remembering each answer for
+// the rest of the reconcile. Only NotFound means "missing"; other errors abort
+// the reconcile so it retries with backoff.
+func (r *AgentReconciler) lookupSecrets(ctx context.Context, ns string, errp *error) secretLookup {
+	seen := map[string]*corev1.Secret{}
+	return func(name string) *corev1.Secret {
+		if s, ok := seen[name]; ok {
+			return s
+		}
+		s := &corev1.Secret{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
+			if !apierrors.IsNotFound(err) && *errp == nil {
+				*errp = fmt.Errorf("failed to get Secret %q: %w", name, err)
+			}
+			s = nil
+		}
+		seen[name] = s
+		return s
+	}
+}
+
+// resolveModelPhase chooses the effective model (spec, fallback, namespace default).
+func (r *AgentReconciler) resolveModelPhase(ctx context.Context, s *agentScope) error {
+	var readErr error
+	var defaults *corev1.ConfigMap
+	if s.agent.Spec.Model == nil {
+		cm := &corev1.ConfigMap{}
+		err := r.Get(ctx, types.NamespacedName{Namespace: s.agent.Namespace, Name: picobotv1alpha1.NamespaceDefaultsConfigMap}, cm)
+		switch {
+		case err == nil:
+			defaults = cm
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("failed to get ConfigMap %q: %w", picobotv1alpha1.NamespaceDefaultsConfigMap, err)
+		}
+	}
+	s.model = resolveModel(s.agent.Spec.Model, defaults, r.lookupSecrets(ctx, s.agent.Namespace, &readErr))
+	return readErr
+}
+
+// toolPolicySpec converts the Agent's tools settings into the shared policy
+// package's input, turning disabled features into denies so the effective set
+// shows what the model will really be offered.
+func toolPolicySpec(a *picobotv1alpha1.Agent) policy.Spec {
+	var spec policy.Spec
+	if t := a.Spec.Tools; t != nil {
+		spec.Profile = policy.Profile(t.Profile)
+		spec.Allow = t.Allow
+		spec.Deny = append([]string(nil), t.Deny...)
+		if len(t.ByProvider) > 0 {
+			spec.ByProvider = make(map[string]policy.ProviderSpec, len(t.ByProvider))
+			for k, v := range t.ByProvider {
+				spec.ByProvider[k] = policy.ProviderSpec{Profile: policy.Profile(v.Profile), Allow: v.Allow, Deny: v.Deny}
+			}
+		}
+	}
+	if b := a.Spec.Browser; b != nil && b.Enabled != nil && !*b.Enabled {
+		spec.Deny = append(spec.Deny, "group:ui")
+	}
+	if m := a.Spec.Memory; m != nil && m.Enabled != nil && !*m.Enabled {
+		spec.Deny = append(spec.Deny, "group:memory")
+	}
+	if len(a.Spec.Delegates) == 0 {
+		spec.Deny = append(spec.Deny, "delegate")
+	}
+	return spec
+}
+
+// resolveToolsPhase computes the effective tool set for the effective model.
+func (r *AgentReconciler) resolveToolsPhase(_ context.Context, s *agentScope) error {
+	var provider, model string
+	if e := s.model.effective; e != nil {
+		provider, model = string(e.Provider), e.Model
+	}
+	s.tools, s.toolsErr = policy.Resolve(r.Catalog, toolPolicySpec(s.agent), provider, model)
+	return nil
+}
+
+// resolveReferencesPhase checks that every object the spec names exists.
+func (r *AgentReconciler) resolveReferencesPhase(ctx context.Context, s *agentScope) error {
+	a := s.agent
+	check := func(obj client.Object, kind, name string) error {
+		err := r.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, obj)
+		switch {
+		case apierrors.IsNotFound(err):
+			s.missing = append(s.missing, fmt.Sprintf("%s %q", kind, name))
+		case err != nil:
+			return fmt.Errorf("failed to get %s %q: %w", kind, name, err)
+		}
+		return nil
+	}
+	for _, d := range a.Spec.Delegates {
+		if d.AgentRef.Name == a.Name {
+			s.invalid = append(s.invalid, fmt.Sprintf("delegate %q refers to the Agent itself", d.Name))
+			continue
+		}
+		if err := check(&picobotv1alpha1.Agent{}, "Agent", d.AgentRef.Name); err != nil {
+			return err
+		}
+	}
+	for _, name := range agentBrowserProfileNames(a) {
+		if err := check(&picobotv1alpha1.BrowserProfile{}, "BrowserProfile", name); err != nil {
+			return err
+		}
+	}
+	for _, sk := range a.Spec.Skills {
+		if sk.ConfigMapRef != nil {
+			if err := check(&corev1.ConfigMap{}, "ConfigMap", sk.ConfigMapRef.Name); err != nil {
+				return err
+			}
+		}
+	}
+	// Model API key Secrets are judged by ModelResolved (a missing primary key
+	// with a usable fallback is not an error); the rest are plain references.
+	var others []string
+	for _, c := range a.Spec.Channels {
+		if c.SecretRef != nil {
+			others = append(others, c.SecretRef.Name)
+		}
+	}
+	for _, m := range a.Spec.MCPServers {
+		if m.HeadersSecretRef != nil {
+			others = append(others, m.HeadersSecretRef.Name)
+		}
+	}
+	for _, name := range sortedUnique(others) {
+		if err := check(&corev1.Secret{}, "Secret", name); err != nil {
+			return err
+		}
+	}
+	s.missing = sortedUnique(s.missing)
+	s.invalid = sortedUnique(s.invalid)
+	return nil
+}
+
+// applyStatus writes the phases' results into the Agent's status and returns
+// the conditions whose status or reason changed (for events).
+func applyAgentStatus(s *agentScope) []metavCondition {
+	a := s.agent
+	conds := []metavCondition{
+		modelCondition(s.model),
+		toolsCondition(s.toolsErr, s.tools.Warnings, len(s.tools.Tools)),
+		referencesCondition(s.missing, s.invalid),
+	}
+	conds = append(conds, readySummary(conds))
+	a.Status.ObservedGeneration = a.Generation
+	a.Status.EffectiveModel = s.model.effective
+	if s.toolsErr == nil {
+		a.Status.EffectiveTools = s.tools.Tools
+	} else {
+		a.Status.EffectiveTools = nil
+	}
+	return setConditions(&a.Status.Conditions, a.Generation, conds...)
+}

@@ -1,0 +1,72 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+)
+
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// StripSecretValues keeps a Secret's key names and drops its values before the
+// object enters the informer cache. The operator only checks that referenced keys
+// exist; holding no secret values keeps them out of its memory, heap dumps and
+// logs, and keeps the cache small in clusters with many large Secrets.
+func StripSecretValues(obj any) (any, error) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil
+	}
+	for k := range s.Data {
+		s.Data[k] = []byte{}
+	}
+	for k := range s.StringData {
+		s.Data[k] = []byte{}
+	}
+	s.StringData = nil
+	stripCommon(s)
+	return s, nil
+}
+
+// StripConfigMapValues keeps the data of PicoBot's own ConfigMaps (the namespace
+// defaults) and only key names of every other ConfigMap: the operator needs
+// their existence, not their content, and clusters hold many large ConfigMaps.
+func StripConfigMapValues(obj any) (any, error) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return obj, nil
+	}
+	if cm.Name != picobotv1alpha1.NamespaceDefaultsConfigMap {
+		for k := range cm.Data {
+			cm.Data[k] = ""
+		}
+		for k := range cm.BinaryData {
+			cm.BinaryData[k] = []byte{}
+		}
+	}
+	stripCommon(cm)
+	return cm, nil
+}
+
+// stripCommon drops managed fields and the last-applied annotation, which for a
+// Secret applied with kubectl contains its values in clear.
+func stripCommon(o client.Object) {
+	o.SetManagedFields(nil)
+	if a := o.GetAnnotations(); a != nil {
+		delete(a, lastAppliedAnnotation)
+	}
+}
+
+// CacheOptions returns the informer cache settings of the operator.
+func CacheOptions() cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}:    {Transform: toolscache.TransformFunc(StripSecretValues)},
+			&corev1.ConfigMap{}: {Transform: toolscache.TransformFunc(StripConfigMapValues)},
+		},
+	}
+}

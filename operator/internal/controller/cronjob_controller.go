@@ -1,0 +1,116 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/schedule"
+)
+
+// CronJobReconciler validates a CronJob's schedule and Agent reference and
+// publishes the next run time. Firing is the scheduler's (a separate Runnable).
+type CronJobReconciler struct {
+	client.Client
+	Clock                   clock.PassiveClock
+	MaxConcurrentReconciles int
+}
+
+// +kubebuilder:rbac:groups=agents.picobot.io,resources=cronjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=agents.picobot.io,resources=cronjobs/status,verbs=get;update;patch
+
+// Reconcile computes the CronJob's status and requeues at its next run so the
+// published next run time rolls forward.
+func (r *CronJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cj := &picobotv1alpha1.CronJob{}
+	if err := r.Get(ctx, req.NamespacedName, cj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := cj.DeepCopy()
+	now := r.Clock.Now()
+
+	sched := scheduleStatus(cj, now)
+	refs := referencesCondition(nil, nil)
+	if ref := cj.Spec.AgentRef; ref != nil {
+		err := r.Get(ctx, types.NamespacedName{Namespace: cj.Namespace, Name: ref.Name}, &picobotv1alpha1.Agent{})
+		switch {
+		case apierrors.IsNotFound(err):
+			refs = referencesCondition([]string{fmt.Sprintf("Agent %q", ref.Name)}, nil)
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("failed to get Agent %q: %w", ref.Name, err)
+		}
+	}
+	conds := []metav1.Condition{sched.condition, refs}
+	conds = append(conds, readySummary(conds))
+	cj.Status.ObservedGeneration = cj.Generation
+	cj.Status.NextRunTime = sched.next
+	setConditions(&cj.Status.Conditions, cj.Generation, conds...)
+	if err := patchStatusIfChanged(ctx, r.Client, cj, before, before.Status, cj.Status); err != nil {
+		return ctrl.Result{}, err
+	}
+	if sched.next != nil {
+		return ctrl.Result{RequeueAfter: sched.next.Sub(now)}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+type cronScheduleStatus struct {
+	condition metav1.Condition
+	next      *metav1.Time
+}
+
+// scheduleStatus is the pure part of CronJob status: whether the schedule is
+// valid, and when it fires next after now.
+func scheduleStatus(cj *picobotv1alpha1.CronJob, now time.Time) cronScheduleStatus {
+	s, err := schedule.Parse(cj.Spec.Schedule, cj.CreationTimestamp.Time)
+	if err != nil {
+		return cronScheduleStatus{condition: condition(picobotv1alpha1.ConditionScheduleValid, false, picobotv1alpha1.ReasonInvalidSchedule, err.Error())}
+	}
+	if cj.Spec.Suspend != nil && *cj.Spec.Suspend {
+		return cronScheduleStatus{condition: condition(picobotv1alpha1.ConditionScheduleValid, true, picobotv1alpha1.ReasonSuspended, "Suspended; no runs until spec.suspend is false")}
+	}
+	next := s.Next(now)
+	if next.IsZero() {
+		if cj.Status.LastRun != nil {
+			return cronScheduleStatus{condition: condition(picobotv1alpha1.ConditionScheduleValid, true, picobotv1alpha1.ReasonCompleted, "The one-shot schedule has run")}
+		}
+		at := time.UnixMilli(*cj.Spec.Schedule.At).UTC()
+		return cronScheduleStatus{condition: condition(picobotv1alpha1.ConditionScheduleValid, false, picobotv1alpha1.ReasonAtInPast,
+			fmt.Sprintf("at %s is in the past; a one-shot schedule must lie in the future", at.Format(time.RFC3339)))}
+	}
+	t := metav1.NewTime(next.Truncate(time.Second))
+	return cronScheduleStatus{next: &t, condition: condition(picobotv1alpha1.ConditionScheduleValid, true, picobotv1alpha1.ReasonScheduled,
+		"Next run at "+next.UTC().Format(time.RFC3339))}
+}
+
+// SetupWithManager watches CronJobs and the Agents they name.
+func (r *CronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = 1
+	}
+	err := ctrl.NewControllerManagedBy(mgr).
+		For(&picobotv1alpha1.CronJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&picobotv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(mgr.GetClient(), &picobotv1alpha1.CronJobList{}, indexCronJobAgent)), builder.WithPredicates(createOrDelete{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Named("cronjob").
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("failed to set up cronjob controller: %w", err)
+	}
+	return nil
+}

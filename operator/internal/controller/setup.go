@@ -1,0 +1,50 @@
+package controller
+
+import (
+	"context"
+
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/picobot/picobot/runtime/tool/policy"
+)
+
+// Config is what the reconcilers need from the operator's command line.
+type Config struct {
+	// Catalog of built-in tools the tool policy resolves over.
+	Catalog policy.Catalog
+	// Concurrency is the number of parallel reconciles per controller.
+	Concurrency int
+	// Clock is injected so tests can move time; the real clock by default.
+	Clock clock.PassiveClock
+}
+
+// Setup registers the field indexes and every reconciler with mgr. main and
+// the integration tests share it, so tests run exactly what ships.
+func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
+	if err := SetupIndexes(ctx, mgr); err != nil {
+		return err
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if err := (&AgentReconciler{
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder("picobot-operator"),
+		Catalog:                 cfg.Catalog,
+		MaxConcurrentReconciles: cfg.Concurrency,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&CronJobReconciler{
+		Client:                  mgr.GetClient(),
+		Clock:                   cfg.Clock,
+		MaxConcurrentReconciles: cfg.Concurrency,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&BrowserProfileReconciler{
+		Client:                  mgr.GetClient(),
+		MaxConcurrentReconciles: cfg.Concurrency,
+	}).SetupWithManager(mgr)
+}

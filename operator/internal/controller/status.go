@@ -1,0 +1,89 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+)
+
+// patchStatusIfChanged writes the status subresource once, and only when the
+// status differs from the snapshot taken before reconciling, so a no-op resync
+// performs zero writes.
+func patchStatusIfChanged(ctx context.Context, c client.Client, obj client.Object, before client.Object, oldStatus, newStatus any) error {
+	if equality.Semantic.DeepEqual(oldStatus, newStatus) {
+		return nil
+	}
+	if err := c.Status().Patch(ctx, obj, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("failed to patch status of %s %q: %w", obj.GetObjectKind().GroupVersionKind().Kind, client.ObjectKeyFromObject(obj), err)
+	}
+	return nil
+}
+
+// setConditions applies conds to the list, keeping LastTransitionTime when a
+// condition's status did not change (meta.SetStatusCondition's contract), and
+// stamps every condition with the generation it describes.
+func setConditions(list *[]metav1.Condition, generation int64, conds ...metav1.Condition) (changed []metav1.Condition) {
+	for _, c := range conds {
+		c.ObservedGeneration = generation
+		prev := meta.FindStatusCondition(*list, c.Type)
+		if meta.SetStatusCondition(list, c) && (prev == nil || prev.Status != c.Status || prev.Reason != c.Reason) {
+			changed = append(changed, c)
+		}
+	}
+	return changed
+}
+
+// readySummary computes the Ready condition from the other conditions: True when
+// all of them are True, otherwise False naming the first that is not, in the
+// order given.
+func readySummary(conds []metav1.Condition) metav1.Condition {
+	var notReady []string
+	for _, c := range conds {
+		if c.Status != metav1.ConditionTrue {
+			notReady = append(notReady, fmt.Sprintf("%s: %s", c.Type, c.Message))
+		}
+	}
+	if len(notReady) == 0 {
+		return metav1.Condition{Type: picobotv1alpha1.ConditionReady, Status: metav1.ConditionTrue,
+			Reason: picobotv1alpha1.ReasonReady, Message: "All conditions hold"}
+	}
+	first := conds[0]
+	for _, c := range conds {
+		if c.Status != metav1.ConditionTrue {
+			first = c
+			break
+		}
+	}
+	return metav1.Condition{Type: picobotv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: first.Reason, Message: strings.Join(notReady, "; ")}
+}
+
+func condition(typ string, ok bool, reason, msg string) metav1.Condition {
+	s := metav1.ConditionFalse
+	if ok {
+		s = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg}
+}
+
+func sortedUnique(in []string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	sort.Strings(in)
+	out := in[:1]
+	for _, s := range in[1:] {
+		if s != out[len(out)-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
