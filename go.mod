@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/onsi/gomega v1.44.0
 	github.com/robfig/cron/v3 v3.0.1
+	go.uber.org/goleak v1.3.0
 	k8s.io/api v0.37.0
 	k8s.io/apimachinery v0.37.0
 	k8s.io/client-go v0.37.0

@@ -72,6 +72,9 @@ func (r *AgentReconciler) emitEvents(a *picobotv1alpha1.Agent, changed []metav1.
 		return
 	}
 	for _, c := range changed {
+		if c.Type == picobotv1alpha1.ConditionReady {
+			continue // repeats the cause, which has its own event
+		}
 		typ := corev1.EventTypeNormal
 		if c.Status != metav1.ConditionTrue || c.Reason == picobotv1alpha1.ReasonResolvedWithWarnings {
 			typ = corev1.EventTypeWarning

@@ -27,14 +27,30 @@ func patchStatusIfChanged(ctx context.Context, c client.Client, obj client.Objec
 	return nil
 }
 
+// transitioned says whether a condition change is worth an event: a status or
+// reason change, or a condition that first appears unhealthy. A condition
+// appearing healthy on creation is not news.
+func transitioned(prev *metav1.Condition, c metav1.Condition) bool {
+	if prev == nil {
+		return c.Status != metav1.ConditionTrue || c.Reason == picobotv1alpha1.ReasonResolvedWithWarnings
+	}
+	return prev.Status != c.Status || prev.Reason != c.Reason
+}
+
 // setConditions applies conds to the list, keeping LastTransitionTime when a
 // condition's status did not change (meta.SetStatusCondition's contract), and
 // stamps every condition with the generation it describes.
 func setConditions(list *[]metav1.Condition, generation int64, conds ...metav1.Condition) (changed []metav1.Condition) {
 	for _, c := range conds {
 		c.ObservedGeneration = generation
-		prev := meta.FindStatusCondition(*list, c.Type)
-		if meta.SetStatusCondition(list, c) && (prev == nil || prev.Status != c.Status || prev.Reason != c.Reason) {
+		// Copy: SetStatusCondition updates the element the pointer refers to.
+		var prev *metav1.Condition
+		if p := meta.FindStatusCondition(*list, c.Type); p != nil {
+			cp := *p
+			prev = &cp
+		}
+		meta.SetStatusCondition(list, c)
+		if transitioned(prev, c) {
 			changed = append(changed, c)
 		}
 	}
