@@ -66,10 +66,21 @@ build_etcd() {
   mv "$ASSETS/etcd.tmp" "$ASSETS/etcd"
 }
 
+build_kubectl() {
+  # Only on machines without kubectl: reuses the kube-apiserver scratch module.
+  local src="$CACHE/src/kube-apiserver-$K8S_VERSION"
+  cd "$src"
+  log "building kubectl $K8S_VERSION (no kubectl on PATH)"
+  local pkg=k8s.io/component-base/version
+  CGO_ENABLED=0 go build -trimpath -o "$ASSETS/kubectl.tmp" -ldflags "-s -w -X $pkg.gitVersion=$K8S_VERSION" k8s.io/kubernetes/cmd/kubectl
+  mv "$ASSETS/kubectl.tmp" "$ASSETS/kubectl"
+}
+
 mkdir -p "$ASSETS"
 # One build at a time across concurrent callers (make test runs packages in parallel).
 exec 9>"$ASSETS/.lock"
 flock 9
 [ -x "$ASSETS/etcd" ] || (build_etcd)
 [ -x "$ASSETS/kube-apiserver" ] || (build_apiserver)
+if ! command -v kubectl >/dev/null 2>&1 && [ ! -x "$ASSETS/kubectl" ]; then (build_kubectl); fi
 echo "$ASSETS"

@@ -97,18 +97,7 @@ type ToolPolicy struct {
 	Deny []string `json:"deny,omitempty"`
 }
 
-// ToolsSpec decides which tools the model is offered.
-//
-// The effective set is computed in this order: profile (or every tool when
-// unset/"full"); allow (with a profile it adds tools, without one it is the
-// allowlist; an allow list naming only unknown tools is ignored with a warning);
-// byProvider (the entry for "provider/model", else "provider", which can only
-// narrow); deny last, which always wins. Groups: group:runtime (exec, bash,
-// process, pty), group:fs (file_read, file_write, file_edit, file_search,
-// content_search, apply_patch), group:sessions, group:memory, group:web,
-// group:ui (browser, browser_profiles), group:automation (cron_*, bot_task,
-// bot_agenda), group:messaging (send_message), group:skills, group:system,
-// group:picobot (every built-in tool). status.effectiveTools shows the result.
+// ToolsSpec decides which tools the model is offered; see AgentSpec.Tools.
 type ToolsSpec struct {
 	ToolPolicy `json:",inline"`
 
@@ -213,9 +202,10 @@ type MCPServer struct {
 	// +kubebuilder:validation:MaxItems=256
 	Tools []MCPToolSetting `json:"tools,omitempty"`
 
-	// timeout bounds one tool call of this server.
+	// timeout bounds one tool call of this server; 60s when omitted. (Applied by
+	// the runtime, not as a schema default: defaults inside list items make every
+	// client-side `kubectl apply` rewrite the list.)
 	// +optional
-	// +kubebuilder:default="60s"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
@@ -367,6 +357,17 @@ type AgentSpec struct {
 	Instructions string `json:"instructions,omitempty"`
 
 	// tools selects which tools the model is offered.
+	//
+	// The effective set is computed in this order: profile (or every tool when
+	// unset/"full"); allow (with a profile it adds tools, without one it is the
+	// allowlist; an allow list naming only unknown tools is ignored with a warning);
+	// byProvider (the entry for "provider/model", else "provider", which can only
+	// narrow); deny last, which always wins. Groups: group:runtime (exec, bash,
+	// process, pty), group:fs (file_read, file_write, file_edit, file_search,
+	// content_search, apply_patch), group:sessions, group:memory, group:web,
+	// group:ui (browser, browser_profiles), group:automation (cron_*, bot_task,
+	// bot_agenda), group:messaging (send_message), group:skills, group:system,
+	// group:picobot (every built-in tool). status.effectiveTools shows the result.
 	// +optional
 	Tools *ToolsSpec `json:"tools,omitempty"`
 
@@ -471,11 +472,11 @@ type AgentStatus struct {
 
 	// activeSessions is the number of sessions with a runtime.
 	// +optional
-	ActiveSessions int32 `json:"activeSessions,omitempty"`
+	ActiveSessions *int32 `json:"activeSessions,omitempty"`
 
 	// warmPods is the number of idle runtime pods ready to claim a session.
 	// +optional
-	WarmPods int32 `json:"warmPods,omitempty"`
+	WarmPods *int32 `json:"warmPods,omitempty"`
 }
 
 // Agent is an AI assistant: an LLM with instructions, tools, skills and memory,
@@ -495,7 +496,9 @@ type Agent struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec describes the agent.
+	// spec describes the agent: its model, instructions, tools and skills, the
+	// MCP servers and sub-agents it may use, its channels, and the pods its
+	// sessions run in.
 	// +required
 	Spec AgentSpec `json:"spec"`
 

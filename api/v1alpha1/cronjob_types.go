@@ -178,7 +178,7 @@ type CronJobStatus struct {
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Cron",type=string,JSONPath=`.spec.schedule.cron`
 // +kubebuilder:printcolumn:name="Every",type=integer,JSONPath=`.spec.schedule.every`,priority=1
-// +kubebuilder:printcolumn:name="Next Run",type=date,JSONPath=`.status.nextRunTime`
+// +kubebuilder:printcolumn:name="Next Run",type=string,JSONPath=`.status.nextRunTime`
 // +kubebuilder:printcolumn:name="Last Outcome",type=string,JSONPath=`.status.lastRun.outcome`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type CronJob struct {

@@ -18,8 +18,6 @@ import (
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
-type metavCondition = metav1.Condition
-
 // AgentReconciler resolves an Agent's model, tool set and references and
 // publishes them in status. It never changes spec.
 type AgentReconciler struct {

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -157,11 +158,11 @@ func (r *AgentReconciler) resolveReferencesPhase(ctx context.Context, s *agentSc
 	return nil
 }
 
-// applyStatus writes the phases' results into the Agent's status and returns
+// applyAgentStatus writes the phases' results into the Agent's status and returns
 // the conditions whose status or reason changed (for events).
-func applyAgentStatus(s *agentScope) []metavCondition {
+func applyAgentStatus(s *agentScope) []metav1.Condition {
 	a := s.agent
-	conds := []metavCondition{
+	conds := []metav1.Condition{
 		modelCondition(s.model),
 		toolsCondition(s.toolsErr, s.tools.Warnings, len(s.tools.Tools)),
 		referencesCondition(s.missing, s.invalid),
@@ -169,6 +170,14 @@ func applyAgentStatus(s *agentScope) []metavCondition {
 	conds = append(conds, readySummary(conds))
 	a.Status.ObservedGeneration = a.Generation
 	a.Status.EffectiveModel = s.model.effective
+	// No session pods exist before the session-pod work; publish the known zero
+	// so `kubectl get` shows it rather than a blank.
+	if a.Status.ActiveSessions == nil {
+		a.Status.ActiveSessions = new(int32)
+	}
+	if a.Status.WarmPods == nil {
+		a.Status.WarmPods = new(int32)
+	}
 	if s.toolsErr == nil {
 		a.Status.EffectiveTools = s.tools.Tools
 	} else {

@@ -1,0 +1,77 @@
+# PicoBot. `make help` lists the targets.
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+CACHE ?= $(HOME)/.cache/picobot
+export PICOBOT_CACHE := $(CACHE)
+CONTROLLER_GEN := go tool controller-gen
+GO_TEST_FLAGS ?= -race -count=1
+BIN := bin
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: generate
+generate: ## Generate deepcopy code for the API types.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+
+.PHONY: manifests
+manifests: ## Generate CRDs (config/crd/bases) and RBAC (config/rbac/role.yaml) from markers.
+	$(CONTROLLER_GEN) rbac:roleName=operator crd paths=./... output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: fmt
+fmt: ## Format the code.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: lint
+lint: ## Run golangci-lint (installed once into the cache).
+	"$$(hack/tool.sh golangci-lint)" run ./...
+
+.PHONY: verify
+verify: ## Fail when generated files, formatting or go.mod are stale.
+	hack/verify.sh
+
+##@ Test
+
+.PHONY: controlplane
+controlplane: ## Build (once, cached) kube-apiserver and etcd for tests.
+	@hack/controlplane.sh >/dev/null
+
+.PHONY: test
+test: controlplane ## Run every test (unit, integration on a real API server, e2e with kubectl) with -race.
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: test-integration
+test-integration: controlplane ## Run the tests of the operator and API against the real API server.
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./api/... ./operator/...
+
+.PHONY: test-e2e
+test-e2e: controlplane ## Run end-to-end tests (operator binary, kubectl).
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./test/e2e/...
+
+.PHONY: bench
+bench: controlplane ## Run the benchmarks and print their figures.
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test -run '^$$' -bench . -benchmem -benchtime=1x ./test/e2e/...
+	go test -run '^$$' -bench . -benchmem ./runtime/...
+
+##@ Build and run
+
+.PHONY: build
+build: ## Build the binaries into bin/.
+	go build -o $(BIN)/operator ./operator/cmd
+
+.PHONY: run
+run: controlplane build ## Start a local control plane, apply the samples, run the operator.
+	hack/run-local.sh
