@@ -71,6 +71,7 @@ bench: controlplane ## Run the benchmarks and print their figures.
 .PHONY: build
 build: ## Build the binaries into bin/.
 	go build -o $(BIN)/operator ./operator/cmd
+	go build -o $(BIN)/localcluster ./hack/localcluster
 
 .PHONY: run
 run: controlplane build ## Start a local control plane, apply the samples, run the operator.

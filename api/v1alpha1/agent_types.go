@@ -417,11 +417,12 @@ type AgentSpec struct {
 type ModelSource string
 
 const (
-	// ModelSourceSpec: spec.model.
+	// ModelSourceSpec means the model came from spec.model.
 	ModelSourceSpec ModelSource = "Spec"
-	// ModelSourceFallback: one of spec.model.fallbacks.
+	// ModelSourceFallback means one of spec.model.fallbacks is used.
 	ModelSourceFallback ModelSource = "Fallback"
-	// ModelSourceNamespaceDefault: the namespace's picobot-defaults ConfigMap.
+	// ModelSourceNamespaceDefault means the namespace's picobot-defaults ConfigMap
+	// supplied the model.
 	ModelSourceNamespaceDefault ModelSource = "NamespaceDefault"
 )
 

@@ -161,7 +161,7 @@ func TestOperatorEndpoints(t *testing.T) {
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get("http://" + operator.probeAddr + path)
 		g.Expect(err).NotTo(HaveOccurred())
-		resp.Body.Close()
+		g.Expect(resp.Body.Close()).To(Succeed())
 		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
 	}
 	n, err := metric(context.Background(), operator.metrics, "controller_runtime_reconcile_total", `controller="agent"`)

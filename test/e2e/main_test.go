@@ -34,6 +34,7 @@ var (
 	operatorBin string
 	operator    *operatorProcess
 	skipReason  string
+	workDir     string
 )
 
 func TestMain(m *testing.M) {
@@ -81,7 +82,8 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	defer os.RemoveAll(dir)
+	workDir = dir
+	defer func() { _ = os.RemoveAll(dir) }()
 	operatorBin = filepath.Join(dir, "operator")
 	build := exec.Command("go", "build", "-o", operatorBin, "./operator/cmd")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
@@ -134,8 +136,8 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	addr := l.Addr().String()
+	return addr, l.Close()
 }
 
 func startOperator(dir string) (*operatorProcess, error) {
@@ -156,15 +158,15 @@ func startOperator(dir string) (*operatorProcess, error) {
 		"--kubeconfig="+env.KubeconfigPath, "--zap-log-level=info")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close()
 		return nil, fmt.Errorf("failed to start operator: %w", err)
 	}
 	p := &operatorProcess{cmd: cmd, metricsAddr: metrics, probeAddr: probe, logPath: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	go func() { _ = cmd.Wait(); _ = logf.Close(); close(p.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get("http://" + probe + "/readyz"); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return p, nil
 			}
@@ -195,7 +197,7 @@ func (p *operatorProcess) rssKB() (cur, peak int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -252,7 +254,7 @@ func (p *operatorProcess) metrics(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var b strings.Builder
 	_, err = bufio.NewReader(resp.Body).WriteTo(&b)
 	return []byte(b.String()), err

@@ -1,3 +1,5 @@
+// Package controller holds the operator's reconcilers: Agent (model, tools and
+// references into status), CronJob (schedule and next run) and BrowserProfile.
 package controller
 
 import (
