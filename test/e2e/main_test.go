@@ -140,7 +140,7 @@ func freeAddr() (string, error) {
 	return addr, l.Close()
 }
 
-func startOperator(dir string) (*operatorProcess, error) {
+func startOperator(dir string, extraArgs ...string) (*operatorProcess, error) {
 	metrics, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -154,8 +154,9 @@ func startOperator(dir string) (*operatorProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(operatorBin, "--metrics-bind-address="+metrics, "--health-probe-bind-address="+probe,
-		"--kubeconfig="+env.KubeconfigPath, "--zap-log-level=info")
+	args := append([]string{"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probe,
+		"--kubeconfig=" + env.KubeconfigPath, "--zap-log-level=info"}, extraArgs...)
+	cmd := exec.Command(operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()

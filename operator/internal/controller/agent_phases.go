@@ -137,18 +137,7 @@ func (r *AgentReconciler) resolveReferencesPhase(ctx context.Context, s *agentSc
 	}
 	// Model API key Secrets are judged by ModelResolved (a missing primary key
 	// with a usable fallback is not an error); the rest are plain references.
-	var others []string
-	for _, c := range a.Spec.Channels {
-		if c.SecretRef != nil {
-			others = append(others, c.SecretRef.Name)
-		}
-	}
-	for _, m := range a.Spec.MCPServers {
-		if m.HeadersSecretRef != nil {
-			others = append(others, m.HeadersSecretRef.Name)
-		}
-	}
-	for _, name := range sortedUnique(others) {
+	for _, name := range sortedUnique(agentCredentialSecretNames(a)) {
 		if err := check(&corev1.Secret{}, "Secret", name); err != nil {
 			return err
 		}

@@ -36,6 +36,13 @@ func agentSecretNames(a *picobotv1alpha1.Agent) []string {
 			}
 		}
 	}
+	return append(names, agentCredentialSecretNames(a)...)
+}
+
+// agentCredentialSecretNames lists the Secrets an Agent needs besides model API
+// keys: channel credentials and MCP server headers.
+func agentCredentialSecretNames(a *picobotv1alpha1.Agent) []string {
+	var names []string
 	for _, c := range a.Spec.Channels {
 		if c.SecretRef != nil {
 			names = append(names, c.SecretRef.Name)
