@@ -1,0 +1,230 @@
+// Package tool is the framework every agent tool is built on: a tool has a
+// name, a short description, a JSON Schema for its arguments (generated from a
+// Go struct), and a Run function. The Registry validates arguments against the
+// schema before a tool runs and turns every failure (unknown tool, malformed
+// JSON, schema violation, tool error, panic) into a tool result the model can
+// read, so a turn never crashes because of a tool.
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+)
+
+// Artifact is a file a tool produced (a screenshot, a generated report). The
+// session stores it in the artifact store and may attach it to the reply.
+type Artifact struct {
+	Name      string
+	MediaType string
+	Data      []byte
+	// PresentToUser attaches the artifact to the final reply; false keeps it
+	// for the model only.
+	PresentToUser bool
+}
+
+// Result is what a tool returns to the model.
+type Result struct {
+	// Content is the text the model reads.
+	Content string
+	// IsError marks a failure; Content then says why and, where possible, what
+	// to do instead.
+	IsError bool
+	// Artifacts are files produced by the call.
+	Artifacts []Artifact
+}
+
+// Errorf builds an error result.
+func Errorf(format string, args ...any) Result {
+	return Result{Content: fmt.Sprintf(format, args...), IsError: true}
+}
+
+// Text builds a plain successful result.
+func Text(s string) Result { return Result{Content: s} }
+
+// Env is what a tool call may know about where it runs.
+type Env struct {
+	// Workspace is the session's working folder (absolute). Relative paths
+	// resolve against it.
+	Workspace string
+	// SessionID scopes per-session state (todo plans, background processes).
+	SessionID string
+	// Agent is the name of the agent running the call.
+	Agent string
+}
+
+// Resolve turns a path argument into an absolute path, relative ones against
+// the workspace.
+func (e Env) Resolve(p string) string {
+	if p == "" {
+		return e.Workspace
+	}
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(e.Workspace, p)
+}
+
+// Tool is one capability offered to the model.
+type Tool interface {
+	// Name is the identifier the model calls (lower_snake_case).
+	Name() string
+	// Description tells the model when to use the tool; keep it short, it is
+	// sent with every request.
+	Description() string
+	// Schema is the JSON Schema of the arguments object.
+	Schema() json.RawMessage
+	// Traits says how the loop may schedule the tool.
+	Traits() Traits
+	// Run executes a call whose arguments already passed the schema.
+	Run(ctx context.Context, env Env, args json.RawMessage) (Result, error)
+}
+
+// Traits are scheduling facts about a tool. Calls in one batch run
+// concurrently only when every tool in the batch is ReadOnly and not Exclusive.
+type Traits struct {
+	ReadOnly  bool
+	Exclusive bool
+}
+
+// Func is a tool implemented by a typed function. Build it with New.
+type Func[A any] struct {
+	name, desc string
+	traits     Traits
+	schema     json.RawMessage
+	resolved   *jsonschema.Resolved
+	fn         func(ctx context.Context, env Env, args A) (Result, error)
+}
+
+// Option adjusts a tool built with New.
+type Option func(*options)
+
+type options struct {
+	traits Traits
+	adjust []func(*jsonschema.Schema)
+}
+
+// ReadOnly marks a tool without side effects.
+func ReadOnly() Option { return func(o *options) { o.traits.ReadOnly = true } }
+
+// Exclusive makes a tool run alone.
+func Exclusive() Option { return func(o *options) { o.traits.Exclusive = true } }
+
+// Adjust edits the generated schema (enums, bounds, defaults) before it is
+// resolved; struct tags only carry descriptions.
+func Adjust(fn func(s *jsonschema.Schema)) Option {
+	return func(o *options) { o.adjust = append(o.adjust, fn) }
+}
+
+// Enum restricts property prop to values.
+func Enum(prop string, values ...any) Option {
+	return Adjust(func(s *jsonschema.Schema) {
+		if p := s.Properties[prop]; p != nil {
+			p.Enum = values
+		}
+	})
+}
+
+// Range bounds a numeric property (nil leaves a side open).
+func Range(prop string, minimum, maximum *float64) Option {
+	return Adjust(func(s *jsonschema.Schema) {
+		if p := s.Properties[prop]; p != nil {
+			p.Minimum, p.Maximum = minimum, maximum
+		}
+	})
+}
+
+// Bound is a helper for Range.
+func Bound(v float64) *float64 { return &v }
+
+// New builds a tool whose arguments are the JSON form of A. Its schema is
+// generated from A (field `jsonschema` tags are descriptions; fields without
+// omitempty are required; unknown properties are rejected). New panics on a
+// type that cannot be described, which is a programming error found by any test
+// that registers the tool.
+func New[A any](name, description string, fn func(ctx context.Context, env Env, args A) (Result, error), opts ...Option) *Func[A] {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s, err := jsonschema.For[A](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: failed to generate schema: %v", name, err))
+	}
+	for _, fn := range o.adjust {
+		fn(s)
+	}
+	resolved, err := s.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: failed to resolve schema: %v", name, err))
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: failed to encode schema: %v", name, err))
+	}
+	return &Func[A]{name: name, desc: description, traits: o.traits, schema: raw, resolved: resolved, fn: fn}
+}
+
+// Name implements Tool.
+func (f *Func[A]) Name() string { return f.name }
+
+// Description implements Tool.
+func (f *Func[A]) Description() string { return f.desc }
+
+// Schema implements Tool.
+func (f *Func[A]) Schema() json.RawMessage { return f.schema }
+
+// Traits implements Tool.
+func (f *Func[A]) Traits() Traits { return f.traits }
+
+// Validate checks raw arguments against the schema and decodes them.
+func (f *Func[A]) Validate(raw json.RawMessage) (A, error) {
+	var args A
+	var instance any
+	if len(strings.TrimSpace(string(raw))) == 0 {
+		raw = json.RawMessage("{}")
+	}
+	if err := json.Unmarshal(raw, &instance); err != nil {
+		return args, fmt.Errorf("arguments are not valid JSON: %w", err)
+	}
+	if err := f.resolved.Validate(instance); err != nil {
+		return args, err
+	}
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return args, fmt.Errorf("arguments do not fit %s: %w", reflect.TypeFor[A](), err)
+	}
+	return args, nil
+}
+
+// Run implements Tool.
+func (f *Func[A]) Run(ctx context.Context, env Env, raw json.RawMessage) (Result, error) {
+	args, err := f.Validate(raw)
+	if err != nil {
+		return Result{}, &ArgumentError{Tool: f.name, Err: err}
+	}
+	return f.fn(ctx, env, args)
+}
+
+// ArgumentError reports arguments that failed validation.
+type ArgumentError struct {
+	Tool string
+	Err  error
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("invalid arguments for %s: %v", e.Tool, e.Err)
+}
+
+func (e *ArgumentError) Unwrap() error { return e.Err }
+
+// IsArgumentError reports whether err is an ArgumentError.
+func IsArgumentError(err error) bool {
+	var ae *ArgumentError
+	return errors.As(err, &ae)
+}
