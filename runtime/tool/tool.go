@@ -157,6 +157,7 @@ func New[A any](name, description string, fn func(ctx context.Context, env Env, 
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: failed to generate schema: %v", name, err))
 	}
+	dropNullTypes(s)
 	for _, fn := range o.adjust {
 		fn(s)
 	}
@@ -169,6 +170,27 @@ func New[A any](name, description string, fn func(ctx context.Context, env Env, 
 		panic(fmt.Sprintf("tool %s: failed to encode schema: %v", name, err))
 	}
 	return &Func[A]{name: name, desc: description, traits: o.traits, schema: raw, resolved: resolved, fn: fn}
+}
+
+// dropNullTypes turns the ["null", T] types generated for pointer fields into
+// T: optional fields are simply omitted, and several OpenAI-compatible servers
+// reject type arrays in tool schemas.
+func dropNullTypes(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if len(s.Types) == 2 && (s.Types[0] == "null" || s.Types[1] == "null") {
+		t := s.Types[0]
+		if t == "null" {
+			t = s.Types[1]
+		}
+		s.Type, s.Types = t, nil
+	}
+	for _, p := range s.Properties {
+		dropNullTypes(p)
+	}
+	dropNullTypes(s.Items)
+	dropNullTypes(s.AdditionalProperties)
 }
 
 // Name implements Tool.
@@ -192,6 +214,20 @@ func (f *Func[A]) Validate(raw json.RawMessage) (A, error) {
 	}
 	if err := json.Unmarshal(raw, &instance); err != nil {
 		return args, fmt.Errorf("arguments are not valid JSON: %w", err)
+	}
+	// Models often send null for optional arguments they do not use: treat it
+	// as absent (a null for a required argument still fails as missing).
+	if obj, ok := instance.(map[string]any); ok {
+		stripped := false
+		for k, v := range obj {
+			if v == nil {
+				delete(obj, k)
+				stripped = true
+			}
+		}
+		if stripped {
+			raw, _ = json.Marshal(obj)
+		}
 	}
 	if err := f.resolved.Validate(instance); err != nil {
 		return args, err

@@ -1,0 +1,119 @@
+package netguard
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+)
+
+// blockedRange is one address range outbound requests may not reach, with the
+// words used to explain a refusal.
+type blockedRange struct {
+	prefix netip.Prefix
+	what   string
+}
+
+// Embedding prefixes: IPv6 ranges that carry an IPv4 address inside them.
+// Each address in them is judged by the IPv4 address it reaches.
+var (
+	mappedV4  = netip.MustParsePrefix("::ffff:0:0/96")
+	compatV4  = netip.MustParsePrefix("::/96")
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	teredo    = netip.MustParsePrefix("2001::/32")
+)
+
+// defaultBlocked returns the ranges refused by every Guard, most specific first
+// so a refusal names the narrowest reason (a metadata address before the
+// link-local range holding it). It is built per Guard rather than kept in a
+// package variable so no caller can alter another's policy.
+func defaultBlocked() []blockedRange {
+	r := func(p, what string) blockedRange {
+		return blockedRange{prefix: netip.MustParsePrefix(p), what: what}
+	}
+	return []blockedRange{
+		// Cloud metadata services (AWS, GCP, Azure, Alibaba, AWS IPv6).
+		r("169.254.169.254/32", "a cloud metadata address"),
+		r("169.254.170.2/32", "a cloud metadata address"),
+		r("100.100.100.200/32", "a cloud metadata address"),
+		r("fd00:ec2::254/128", "a cloud metadata address"),
+
+		// IPv4.
+		r("255.255.255.255/32", "a broadcast address"),
+		r("0.0.0.0/32", "an unspecified address"),
+		r("0.0.0.0/8", "a \"this network\" address"),
+		r("127.0.0.0/8", "a loopback address"),
+		r("10.0.0.0/8", "a private address"),
+		r("172.16.0.0/12", "a private address"),
+		r("192.168.0.0/16", "a private address"),
+		r("100.64.0.0/10", "a shared (CGNAT) address"),
+		r("169.254.0.0/16", "a link-local address"),
+		r("192.0.0.0/24", "an IETF protocol assignment address"),
+		r("198.18.0.0/15", "a benchmarking address"),
+		r("224.0.0.0/4", "a multicast address"),
+		r("240.0.0.0/4", "a reserved address"),
+
+		// IPv6.
+		r("::/128", "an unspecified address"),
+		r("::1/128", "a loopback address"),
+		r("fe80::/10", "a link-local address"),
+		r("fec0::/10", "a site-local address"),
+		r("fc00::/7", "a unique-local (private) address"),
+		r("ff00::/8", "a multicast address"),
+		r("64:ff9b:1::/48", "a local-use NAT64 address"),
+		r("100::/64", "a discard-only address"),
+	}
+}
+
+// classify says why ip may not be reached, or "" when it may. Addresses that
+// embed an IPv4 address (mapped, compatible, NAT64, 6to4, Teredo) are judged by
+// the address they lead to, since that is where the packets end up.
+func classify(blocked []blockedRange, ip netip.Addr) string {
+	ip = ip.WithZone("")
+	for _, b := range blocked {
+		if b.prefix.Contains(ip) {
+			return b.what
+		}
+	}
+	if !ip.Is6() {
+		return ""
+	}
+	for _, e := range embedded(ip) {
+		if why := classify(blocked, e.v4); why != "" {
+			return fmt.Sprintf("%s of %s, %s", e.kind, e.v4, why)
+		}
+	}
+	return ""
+}
+
+// embeddedV4 is an IPv4 address carried inside an IPv6 one.
+type embeddedV4 struct {
+	kind string
+	v4   netip.Addr
+}
+
+// embedded lists the IPv4 addresses an IPv6 address may deliver packets to.
+func embedded(ip netip.Addr) []embeddedV4 {
+	b := ip.As16()
+	last32 := netip.AddrFrom4([4]byte(b[12:16]))
+	switch {
+	case mappedV4.Contains(ip):
+		return []embeddedV4{{"an IPv4-mapped IPv6 address", last32}}
+	case compatV4.Contains(ip):
+		return []embeddedV4{{"an IPv4-compatible IPv6 address", last32}}
+	case nat64.Contains(ip):
+		return []embeddedV4{{"a NAT64 address", last32}}
+	case sixToFour.Contains(ip):
+		return []embeddedV4{{"a 6to4 address", netip.AddrFrom4([4]byte(b[2:6]))}}
+	case teredo.Contains(ip):
+		// Teredo: server in bits 32-63, client obfuscated (inverted) in 96-127.
+		client := binary.BigEndian.Uint32(b[12:16]) ^ 0xffffffff
+		var c [4]byte
+		binary.BigEndian.PutUint32(c[:], client)
+		return []embeddedV4{
+			{"a Teredo address (client)", netip.AddrFrom4(c)},
+			{"a Teredo address (server)", netip.AddrFrom4([4]byte(b[4:8]))},
+		}
+	}
+	return nil
+}

@@ -1,0 +1,89 @@
+// Package builtin assembles the core tools of a runtime (files, patch, shell,
+// processes, terminals, web, calculator, todo, llm_task) and narrows them to
+// an agent's effective tool set.
+package builtin
+
+import (
+	"github.com/picobot/picobot/runtime/netguard"
+	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/calc"
+	"github.com/picobot/picobot/runtime/tool/fs"
+	"github.com/picobot/picobot/runtime/tool/llmtask"
+	"github.com/picobot/picobot/runtime/tool/patch"
+	"github.com/picobot/picobot/runtime/tool/policy"
+	"github.com/picobot/picobot/runtime/tool/shell"
+	"github.com/picobot/picobot/runtime/tool/todo"
+	"github.com/picobot/picobot/runtime/tool/web"
+)
+
+// Config chooses how the core tools behave.
+type Config struct {
+	// Guard protects http_request and web_fetch from SSRF; a default guard
+	// when nil.
+	Guard *netguard.Guard
+	// LLMTask enables llm_task; nil leaves it out.
+	LLMTask *llmtask.Config
+	// Shell options apply to bash, exec/process and pty.
+	Shell []shell.Option
+	// Patch options apply to apply_patch (workspace-only by default).
+	Patch []patch.Option
+	// TodoStore keeps todo plans; in memory when nil.
+	TodoStore todo.Store
+}
+
+// Set is the core tools plus the managers that own background processes and
+// terminals, which must be closed with the session or runtime.
+type Set struct {
+	Registry *tool.Registry
+	procs    *shell.ProcessManager
+	ptys     *shell.PTYManager
+}
+
+// New builds the core tool set.
+func New(cfg Config) (*Set, error) {
+	guard := cfg.Guard
+	if guard == nil {
+		guard = netguard.New()
+	}
+	store := cfg.TodoStore
+	if store == nil {
+		store = todo.NewMemoryStore()
+	}
+	procs := shell.NewProcessManager(cfg.Shell...)
+	ptys := shell.NewPTYManager(cfg.Shell...)
+	tools := []tool.Tool{
+		fs.NewFileRead(), fs.NewFileWrite(), fs.NewFileEdit(), fs.NewFileSearch(), fs.NewContentSearch(),
+		patch.New(cfg.Patch...),
+		calc.New(),
+		todo.New(store),
+		shell.NewBash(cfg.Shell...), procs.ExecTool(), procs.ProcessTool(), ptys.Tool(),
+		web.NewHTTPRequest(guard), web.NewFetch(guard),
+	}
+	if cfg.LLMTask != nil {
+		tools = append(tools, llmtask.New(*cfg.LLMTask))
+	}
+	reg, err := tool.NewRegistry(tools...)
+	if err != nil {
+		procs.Close()
+		ptys.Close()
+		return nil, err
+	}
+	return &Set{Registry: reg, procs: procs, ptys: ptys}, nil
+}
+
+// For returns the tools an agent's resolved policy allows.
+func (s *Set) For(res policy.Result) *tool.Registry {
+	return s.Registry.Filter(func(name string) bool { return policy.Allowed(res, name) })
+}
+
+// CloseSession ends the background processes and terminals of one session.
+func (s *Set) CloseSession(id string) {
+	s.procs.CloseSession(id)
+	s.ptys.CloseSession(id)
+}
+
+// Close ends every background process and terminal.
+func (s *Set) Close() {
+	s.procs.Close()
+	s.ptys.Close()
+}

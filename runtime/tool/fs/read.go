@@ -1,0 +1,204 @@
+package fs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/picobot/picobot/runtime/tool"
+)
+
+const (
+	// defaultReadLimit is how many lines file_read returns when not told.
+	defaultReadLimit = 2000
+	// maxReadChars caps file_read output so one call cannot flood the context.
+	maxReadChars = 50_000
+)
+
+// ReadArgs are the arguments of file_read.
+type ReadArgs struct {
+	Path   string `json:"path" jsonschema:"File to read; relative paths resolve against the workspace"`
+	Offset int    `json:"offset,omitempty" jsonschema:"First line to return, 1-based (default 1)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"Maximum number of lines to return (default 2000)"`
+}
+
+// NewFileRead returns file_read, which shows a text file with line numbers so
+// the model can cite lines and copy exact text into file_edit and apply_patch.
+func NewFileRead() tool.Tool {
+	return tool.New("file_read",
+		"Read a text file; lines are numbered. Use offset and limit to page through long files.",
+		readFile,
+		tool.ReadOnly(),
+		tool.Range("offset", tool.Bound(1), nil),
+		tool.Range("limit", tool.Bound(1), nil),
+	)
+}
+
+func readFile(ctx context.Context, env tool.Env, a ReadArgs) (tool.Result, error) {
+	if strings.TrimSpace(a.Path) == "" {
+		return tool.Errorf("error: path is empty. Pass the file to read."), nil
+	}
+	offset, limit := a.Offset, a.Limit
+	if offset <= 0 {
+		offset = 1
+	}
+	if limit <= 0 {
+		limit = defaultReadLimit
+	}
+	p := env.Resolve(a.Path)
+	if res, ok := regularFile(p, a.Path); !ok {
+		return res, nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		if res, ok := missingOrDenied(err, a.Path); ok {
+			return res, nil
+		}
+		return tool.Result{}, fmt.Errorf("failed to open file %q: %w", p, err)
+	}
+	defer func() { _ = f.Close() }()
+	br := bufio.NewReaderSize(f, 64<<10)
+	head, _ := br.Peek(sniffLen)
+	if isBinary(head) {
+		return tool.Errorf("error: %s looks like a binary file (it contains NUL bytes); file_read only shows text files.", a.Path), nil
+	}
+
+	var (
+		out     strings.Builder
+		lineNo  int  // lines consumed from the file
+		last    int  // last line shown
+		chars   int  // characters in out
+		capped  bool // stopped because of maxReadChars
+		cutLine bool // the only shown line was cut to fit
+	)
+	for {
+		if lineNo%1024 == 0 && ctx.Err() != nil {
+			return tool.Result{}, ctx.Err()
+		}
+		line, ok, err := readLine(br, maxReadChars*utf8.UTFMax)
+		if err != nil {
+			return tool.Result{}, fmt.Errorf("failed to read file %q: %w", p, err)
+		}
+		if !ok {
+			break
+		}
+		lineNo++
+		if lineNo < offset {
+			continue
+		}
+		if lineNo >= offset+limit {
+			break
+		}
+		entry := fmt.Sprintf("%6d\t%s\n", lineNo, strings.TrimSuffix(string(line), "\r"))
+		n := utf8.RuneCountInString(entry)
+		if chars+n > maxReadChars {
+			if last != 0 {
+				capped = true
+				break
+			}
+			// A single line longer than the cap: show its start.
+			entry = truncateRunes(entry, maxReadChars) + "\n"
+			cutLine = true
+			n = maxReadChars
+		}
+		out.WriteString(entry)
+		chars += n
+		last = lineNo
+		if cutLine {
+			break
+		}
+	}
+	// Count what is left so the model knows how large the file is.
+	rest, err := countLines(br)
+	if err != nil {
+		return tool.Result{}, fmt.Errorf("failed to read file %q: %w", p, err)
+	}
+	total := lineNo + rest
+	switch {
+	case total == 0:
+		return tool.Text(fmt.Sprintf("(%s is empty)", a.Path)), nil
+	case last == 0:
+		return tool.Errorf("error: offset %d is past the end of %s, which has %d lines. Use an offset between 1 and %d.", offset, a.Path, total, total), nil
+	}
+	content := strings.TrimSuffix(out.String(), "\n")
+	next := last + 1
+	switch {
+	case cutLine && last < total:
+		content += fmt.Sprintf("\n\n[Line %d is longer than %d characters and was cut. The file has %d lines; call file_read with offset=%d to continue.]", last, maxReadChars, total, next)
+	case cutLine:
+		content += fmt.Sprintf("\n\n[Line %d is longer than %d characters and was cut.]", last, maxReadChars)
+	case capped:
+		content += fmt.Sprintf("\n\n[Output capped at %d characters: showing lines %d-%d of %d. Call file_read with offset=%d to continue.]", maxReadChars, offset, last, total, next)
+	case last < total:
+		content += fmt.Sprintf("\n\n[Showing lines %d-%d of %d. Call file_read with offset=%d to continue.]", offset, last, total, next)
+	}
+	return tool.Text(content), nil
+}
+
+// readLine returns the next line without its newline, keeping at most keep
+// bytes of it (the rest is discarded so a huge line cannot exhaust memory). ok
+// is false at the end of input.
+func readLine(br *bufio.Reader, keep int) (line []byte, ok bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		ok = ok || len(chunk) > 0
+		if room := keep - len(line); room > 0 {
+			line = append(line, chunk[:min(len(chunk), room)]...)
+		}
+		switch {
+		case err == nil:
+			return bytes.TrimSuffix(line, []byte("\n")), true, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			return line, ok, nil
+		default:
+			return nil, false, err
+		}
+	}
+}
+
+// countLines counts the lines left in br (a last line without a newline
+// counts).
+func countLines(br *bufio.Reader) (int, error) {
+	buf := make([]byte, 64<<10)
+	n, lastByte := 0, byte('\n')
+	for {
+		k, err := br.Read(buf)
+		if k > 0 {
+			n += bytes.Count(buf[:k], []byte{'\n'})
+			lastByte = buf[k-1]
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if lastByte != '\n' {
+		n++
+	}
+	return n, nil
+}
+
+// truncateRunes returns s cut to at most n runes.
+func truncateRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := 0
+	for j := range s {
+		if i == n {
+			return s[:j]
+		}
+		i++
+	}
+	return s
+}

@@ -1,0 +1,299 @@
+package shell_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"go.uber.org/goleak"
+
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/shell"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// hangGuard bounds calls that should return quickly; it only catches hangs.
+const hangGuard = 30 * time.Second
+
+// harness is a registry with every shell tool, its managers closed at the end
+// of the test.
+type harness struct {
+	t     *testing.T
+	reg   *tool.Registry
+	procs *shell.ProcessManager
+	ptys  *shell.PTYManager
+	ws    string
+}
+
+func newHarness(t *testing.T, opts ...shell.Option) *harness {
+	t.Helper()
+	procs := shell.NewProcessManager(opts...)
+	ptys := shell.NewPTYManager(opts...)
+	t.Cleanup(procs.Close)
+	t.Cleanup(ptys.Close)
+	tools := append([]tool.Tool{shell.NewBash(opts...), ptys.Tool()}, procs.Tools()...)
+	reg, err := tool.NewRegistry(tools...)
+	if err != nil {
+		t.Fatalf("failed to build registry: %v", err)
+	}
+	return &harness{t: t, reg: reg, procs: procs, ptys: ptys, ws: t.TempDir()}
+}
+
+// call runs a tool as session "s1".
+func (h *harness) call(name string, args any) tool.Result {
+	h.t.Helper()
+	return h.callAs("s1", name, args)
+}
+
+func (h *harness) callAs(session, name string, args any) tool.Result {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.t.Context(), hangGuard)
+	defer cancel()
+	return h.callCtx(ctx, session, name, args)
+}
+
+func (h *harness) callCtx(ctx context.Context, session, name string, args any) tool.Result {
+	h.t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		h.t.Fatalf("failed to encode arguments: %v", err)
+	}
+	return h.reg.Execute(ctx, tool.Env{Workspace: h.ws, SessionID: session}, llm.ToolCall{ID: "c", Name: name, Arguments: string(raw)})
+}
+
+// gone reports whether a process no longer runs (absent, or a zombie nobody
+// reaped yet).
+func gone(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+}
+
+func readPID(g *WithT, path string) int {
+	var pid int
+	g.Eventually(func() error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+	return pid
+}
+
+var pidLine = regexp.MustCompile(`pid=(\d+)`)
+
+func TestBash(t *testing.T) {
+	h := newHarness(t)
+	cases := []struct {
+		name    string
+		args    map[string]any
+		isError bool
+		want    []string
+		exact   string
+	}{
+		{name: "output and exit code", args: map[string]any{"command": "echo hello"}, exact: "hello\n[exit code 0]"},
+		{name: "stderr is merged", args: map[string]any{"command": "echo out; echo err >&2"}, exact: "out\nerr\n[exit code 0]"},
+		{name: "non-zero exit", args: map[string]any{"command": "echo failing; exit 3"}, exact: "failing\n[exit code 3]"},
+		{name: "killed by a signal", args: map[string]any{"command": "kill -9 $$"}, exact: "(no output)\n[killed by signal SIGKILL]"},
+		{name: "runs in the workspace", args: map[string]any{"command": `pwd; echo "$PWD"`}, exact: h.ws + "\n" + h.ws + "\n[exit code 0]"},
+		{name: "stdin is empty", args: map[string]any{"command": "cat; echo done"}, exact: "done\n[exit code 0]"},
+		{name: "bash features", args: map[string]any{"command": "a=(x y z); echo ${#a[@]} $((6*7))"}, exact: "3 42\n[exit code 0]"},
+		{name: "empty command", args: map[string]any{"command": "  "}, isError: true, want: []string{"command is empty"}},
+		{name: "missing command", args: map[string]any{}, isError: true, want: []string{"invalid arguments for bash", "command"}},
+		{name: "timeout too large", args: map[string]any{"command": "true", "timeout": 601}, isError: true, want: []string{"invalid arguments for bash"}},
+		{name: "timeout not a number", args: map[string]any{"command": "true", "timeout": "10"}, isError: true, want: []string{"invalid arguments for bash"}},
+		{name: "unknown argument", args: map[string]any{"command": "true", "cwd": "/"}, isError: true, want: []string{"invalid arguments for bash"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			res := h.call("bash", tc.args)
+			g.Expect(res.IsError).To(Equal(tc.isError), res.Content)
+			if tc.exact != "" {
+				g.Expect(res.Content).To(Equal(tc.exact))
+			}
+			for _, w := range tc.want {
+				g.Expect(res.Content).To(ContainSubstring(w))
+			}
+		})
+	}
+}
+
+func TestBashWritesInWorkspace(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t)
+	res := h.call("bash", map[string]any{"command": "echo content > made.txt"})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	b, err := os.ReadFile(filepath.Join(h.ws, "made.txt"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).To(Equal("content\n"))
+}
+
+func TestBashOutputCap(t *testing.T) {
+	h := newHarness(t)
+	cases := []struct {
+		name, command string
+		head, tail    string
+	}{
+		{"many lines", "seq 1 100000", "1\n2\n3\n", "99999\n100000\n[exit code 0]"},
+		{"one long line", "head -c 300000 /dev/zero | tr '\\0' a; echo; echo end", "aaaa", "aaaa\nend\n[exit code 0]"},
+		{"multibyte", "printf x; for i in $(seq 1 30000); do printf 'é€'; done; echo", "xé€é€", "é€é€\n[exit code 0]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			res := h.call("bash", map[string]any{"command": tc.command})
+			g.Expect(res.IsError).To(BeFalse())
+			g.Expect(res.Content).To(HavePrefix(tc.head))
+			g.Expect(res.Content).To(HaveSuffix(tc.tail))
+			g.Expect(res.Content).To(MatchRegexp(`\n\[\.\.\. \d+ bytes of output omitted \.\.\.\]\n`))
+			g.Expect(len(res.Content)).To(BeNumerically("<", 51_000))
+			g.Expect(strings.ToValidUTF8(res.Content, "?")).To(Equal(res.Content), "no rune is cut in half")
+		})
+	}
+}
+
+func TestBashTimeoutKillsProcessGroup(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t)
+	// The shell and a child ignore SIGTERM; a grandchild runs in a nested
+	// shell; all of them must die.
+	script := `trap '' TERM
+(trap '' TERM; sleep 300) & echo $! > child.pid
+sh -c 'sleep 300 & echo $! > grandchild.pid; wait' &
+echo started
+sleep 300`
+	start := time.Now()
+	res := h.call("bash", map[string]any{"command": script, "timeout": 1})
+	g.Expect(time.Since(start)).To(BeNumerically("<", hangGuard))
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(res.Content).To(ContainSubstring("command killed after 1 s (timeout)"))
+	g.Expect(res.Content).To(ContainSubstring("Output so far:\nstarted"))
+
+	for _, f := range []string{"child.pid", "grandchild.pid"} {
+		pid := readPID(g, filepath.Join(h.ws, f))
+		g.Eventually(func() bool { return gone(pid) }).WithTimeout(10*time.Second).Should(BeTrue(), f)
+	}
+}
+
+func TestBashKillsBackgroundJobsAtTheEnd(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t)
+	res := h.call("bash", map[string]any{"command": "sleep 300 & echo pid=$!"})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	m := pidLine.FindStringSubmatch(res.Content)
+	g.Expect(m).To(HaveLen(2))
+	pid, _ := strconv.Atoi(m[1])
+	g.Eventually(func() bool { return gone(pid) }).WithTimeout(10 * time.Second).Should(BeTrue())
+}
+
+func TestBashCancel(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan tool.Result, 1)
+	go func() {
+		done <- h.callCtx(ctx, "s1", "bash", map[string]any{"command": "echo $$ > shell.pid; sleep 300"})
+	}()
+	pid := readPID(g, filepath.Join(h.ws, "shell.pid"))
+	cancel()
+	var res tool.Result
+	g.Eventually(done).WithTimeout(hangGuard).Should(Receive(&res))
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(res.Content).To(ContainSubstring("bash was cancelled"))
+	g.Eventually(func() bool { return gone(pid) }).WithTimeout(10 * time.Second).Should(BeTrue())
+}
+
+func TestSecretsAreNotInherited(t *testing.T) {
+	g := NewWithT(t)
+	base := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=/tmp",
+		"PLAIN=visible",
+		"PWD=/somewhere/else",
+		"OPENAI_API_KEY=sk-secret-1",
+		"GITHUB_TOKEN=ghp-secret-2",
+		"DB_PASSWORD=secret-3",
+		"AWS_SECRET=secret-4",
+		"SIGNING_KEY=secret-5",
+		"apikey_api_key_v2=secret-6",
+		"MYPASSWORDFILE=secret-7",
+		"aws_session_token=secret-8",
+		"DEPLOY_TOKEN=allowed-9",
+	}
+	h := newHarness(t, shell.WithEnviron(func() []string { return base }), shell.AllowEnv("deploy_token"))
+
+	for _, name := range []string{"bash", "exec"} {
+		res := h.call(name, map[string]any{"command": "env"})
+		g.Expect(res.IsError).To(BeFalse(), res.Content)
+		g.Expect(res.Content).To(ContainSubstring("PLAIN=visible"))
+		g.Expect(res.Content).To(ContainSubstring("DEPLOY_TOKEN=allowed-9"))
+		g.Expect(res.Content).To(ContainSubstring("PWD=" + h.ws + "\n"))
+		g.Expect(res.Content).NotTo(ContainSubstring("/somewhere/else"))
+		g.Expect(res.Content).NotTo(MatchRegexp(`secret-\d`))
+	}
+
+	res := h.call("pty", map[string]any{"action": "spawn", "command": "env; sleep 1", "wait_ms": 2000})
+	g.Expect(res.Content).To(ContainSubstring("PLAIN=visible"))
+	g.Expect(res.Content).To(ContainSubstring("TERM=xterm-256color"))
+	g.Expect(res.Content).NotTo(MatchRegexp(`secret-\d`))
+}
+
+func TestSecretsAreNotInheritedFromTheProcess(t *testing.T) {
+	g := NewWithT(t)
+	t.Setenv("PICOBOT_TEST_API_KEY", "sekrit-from-process")
+	t.Setenv("PICOBOT_TEST_VISIBLE", "shown")
+	h := newHarness(t)
+	res := h.call("bash", map[string]any{"command": "env"})
+	g.Expect(res.Content).To(ContainSubstring("PICOBOT_TEST_VISIBLE=shown"))
+	g.Expect(res.Content).NotTo(ContainSubstring("sekrit-from-process"))
+}
+
+func TestIsSecretName(t *testing.T) {
+	cases := []struct {
+		name   string
+		secret bool
+	}{
+		{"OPENAI_API_KEY", true}, {"ANTHROPIC_API_KEY", true}, {"openai_api_key", true},
+		{"GITHUB_TOKEN", true}, {"SLACK_BOT_TOKEN", true}, {"JWT_SECRET", true},
+		{"POSTGRES_PASSWORD", true}, {"PASSWORD", true}, {"MYSQL_ROOT_PASSWORD_FILE", true},
+		{"APIKEY_API_KEY_V2", true}, {"SSH_KEY", true}, {"GOOGLE_APPLICATION_CREDENTIALS", true},
+		{"PATH", false}, {"HOME", false}, {"KEYBOARD", false}, {"TOKENIZER_PATH", false},
+		{"SECRETARY", false}, {"LANG", false}, {"TERM", false}, {"GOPATH", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(shell.IsSecretName(tc.name)).To(Equal(tc.secret))
+		})
+	}
+}
+
+func TestToolNamesAndTraits(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t)
+	g.Expect(h.reg.Names()).To(Equal([]string{"bash", "exec", "process", "pty"}))
+	b, _ := h.reg.Get("bash")
+	g.Expect(b.Traits().Exclusive).To(BeTrue())
+	for _, n := range h.reg.Names() {
+		tl, _ := h.reg.Get(n)
+		g.Expect(tl.Traits().ReadOnly).To(BeFalse(), n)
+	}
+}
