@@ -14,7 +14,8 @@ var sessionIDLine = regexp.MustCompile(`sessionId: (p\d+)`)
 
 // startBackground runs command with exec in the background and returns its id.
 func (h *harness) startBackground(g *WithT, session, command string, extra map[string]any) string {
-	id, _ := h.startBackgroundWithOutput(g, session, command, extra)
+	id, initial := h.startBackgroundWithOutput(g, session, command, extra)
+	h.initial.Store(id, initial)
 	return id
 }
 
@@ -42,6 +43,9 @@ func (h *harness) startBackgroundWithOutput(g *WithT, session, command string, e
 // output seen by the polls.
 func (h *harness) pollUntil(g *WithT, session, id, want string) string {
 	var all strings.Builder
+	if initial, ok := h.initial.LoadAndDelete(id); ok {
+		all.WriteString(initial.(string))
+	}
 	g.Eventually(func() string {
 		res := h.callAs(session, "process", map[string]any{"action": "poll", "sessionId": id})
 		g.Expect(res.IsError).To(BeFalse(), res.Content)

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +36,9 @@ type harness struct {
 	procs *shell.ProcessManager
 	ptys  *shell.PTYManager
 	ws    string
+	// initial holds output the exec answer already showed, per process id:
+	// poll never shows it again.
+	initial sync.Map
 }
 
 func newHarness(t *testing.T, opts ...shell.Option) *harness {

@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/provider"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/runtime/tool"
+)
+
+// timedProvider measures the time spent inside the provider (SDK + HTTP round
+// trip), so the loop's own overhead is the rest of the turn.
+type timedProvider struct {
+	llm.Provider
+	spent time.Duration
+}
+
+func (p *timedProvider) Complete(ctx context.Context, req llm.Request, d func(llm.Delta)) (*llm.Response, error) {
+	start := time.Now()
+	r, err := p.Provider.Complete(ctx, req, d)
+	p.spent += time.Since(start)
+	return r, err
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// BenchmarkTurn runs turns of one tool call + final answer against a fake model
+// that answers instantly, reporting p50/p99 of the whole turn and of the loop's
+// own time (the turn minus the time inside the provider's HTTP calls).
+func BenchmarkTurn(b *testing.B) {
+	for _, proto := range protocols {
+		b.Run(proto, func(b *testing.B) {
+			s := fakellm.New()
+			defer s.Close()
+			s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+				if len(r.Messages) > 0 && len(r.Messages[len(r.Messages)-1].ToolResults) > 0 {
+					return fakellm.Turn{Text: "The answer is 42."}
+				}
+				return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"42"}`}}}
+			})
+			base := s.URL()
+			if proto == provider.Anthropic {
+				base = s.AnthropicURL()
+			}
+			p, err := provider.New(provider.Config{Provider: proto, Model: "m", BaseURL: base, APIKey: "k"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tp := &timedProvider{Provider: p}
+			reg, err := tool.NewRegistry(echoTool())
+			if err != nil {
+				b.Fatal(err)
+			}
+			l := &Loop{Provider: tp, Tools: reg}
+			in := Input{System: "You are helpful.", History: []llm.Message{user("what is 6*7?")}, Sink: func(Event) {}}
+			var total, own []time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				tp.spent = 0
+				start := time.Now()
+				out, err := l.Run(context.Background(), in)
+				d := time.Since(start)
+				if err != nil || out.Final != "The answer is 42." {
+					b.Fatalf("turn failed: %v %q", err, out.Final)
+				}
+				total = append(total, d)
+				own = append(own, d-tp.spent)
+			}
+			b.ReportMetric(float64(percentile(total, 0.50).Microseconds()), "us-turn-p50")
+			b.ReportMetric(float64(percentile(total, 0.99).Microseconds()), "us-turn-p99")
+			b.ReportMetric(float64(percentile(own, 0.50).Microseconds()), "us-loop-p50")
+			b.ReportMetric(float64(percentile(own, 0.99).Microseconds()), "us-loop-p99")
+		})
+	}
+}
+
+// BenchmarkCompressFastTrim measures the cheap stage on a long history.
+func BenchmarkCompressFastTrim(b *testing.B) {
+	var history []llm.Message
+	for i := range 200 {
+		id := fmt.Sprint(i)
+		history = append(history, user("question "+id), call(id, "file_read"), result(id, string(make([]byte, 4000))), assistant("answer "+id))
+	}
+	c := &Compressor{Window: 64000}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := c.Compress(context.Background(), "", history, nil, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+// Package agent runs the stateless tool-calling loop of one turn: call the
+// model, run the tools it asks for, feed the results back, until a final
+// answer or the step limit. It knows no session, bus or channel: history comes
+// in, new messages and events go out.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/tool"
+)
+
+// EventKind names what a turn event reports.
+type EventKind string
+
+// Turn events, in the order a client sees them.
+const (
+	EventDelta      EventKind = "delta"       // streamed answer text
+	EventToolCall   EventKind = "tool_call"   // the model asked for a tool
+	EventToolResult EventKind = "tool_result" // a tool finished
+	EventUsage      EventKind = "usage"       // tokens of one model call
+	EventCompressed EventKind = "compressed"  // history was compressed
+	EventFinal      EventKind = "final"       // the final answer
+)
+
+// Event is one thing that happened during a turn.
+type Event struct {
+	Kind       EventKind
+	Step       int
+	Text       string
+	ToolCall   *llm.ToolCall
+	ToolResult *ToolResult
+	Usage      *llm.Usage
+}
+
+// ToolResult is a finished tool call as the client sees it.
+type ToolResult struct {
+	CallID    string
+	Name      string
+	Content   string
+	IsError   bool
+	Artifacts []tool.Artifact
+}
+
+// StopReason says how a turn ended.
+type StopReason string
+
+// How a turn ends.
+const (
+	StopFinal     StopReason = "final"      // the model answered
+	StopStepLimit StopReason = "step_limit" // MaxSteps model calls without a final answer
+	StopCancelled StopReason = "cancelled"  // ctx was cancelled (/stop)
+)
+
+// DefaultMaxSteps bounds the model calls of one turn.
+const DefaultMaxSteps = 25
+
+// Loop is the agent loop. It holds no per-turn state and is safe for
+// concurrent turns.
+type Loop struct {
+	Provider llm.Provider
+	Tools    *tool.Registry
+	// MaxSteps bounds model calls per turn (DefaultMaxSteps when 0).
+	MaxSteps int
+	// Compressor shrinks the history when the provider reports a context
+	// overflow (one retry per turn). Optional.
+	Compressor *Compressor
+	// MaxTokens caps each model answer (provider default when 0).
+	MaxTokens int
+}
+
+// Input is one turn.
+type Input struct {
+	// System is the system prompt without the tool list (added by the loop).
+	System string
+	// History ends with the new user message.
+	History []llm.Message
+	Env     tool.Env
+	// Stream asks the provider for token deltas.
+	Stream bool
+	// Sink receives events; it must not block for long. Optional.
+	Sink func(Event)
+}
+
+// Output is what a turn produced.
+type Output struct {
+	// History is the full conversation after the turn (compressed if the
+	// provider overflowed), ready to persist.
+	History []llm.Message
+	// New are the messages this turn appended (assistant and tool messages).
+	New        []llm.Message
+	Final      string
+	Usage      llm.Usage
+	Steps      int
+	StopReason StopReason
+	// Compressed reports that History was compressed during the turn.
+	Compressed bool
+	Artifacts  []tool.Artifact
+}
+
+// SystemPrompt is the system prompt sent to the model: the agent's prompt and
+// a one-line-per-tool summary (the schemas travel separately).
+func SystemPrompt(base string, tools *tool.Registry) string {
+	if tools == nil || tools.Len() == 0 {
+		return base
+	}
+	var b strings.Builder
+	b.Grow(len(base) + 64*tools.Len())
+	b.WriteString(base)
+	if base != "" {
+		b.WriteString("\n\n")
+	}
+	b.WriteString("## Tools\n")
+	b.WriteString(tools.Summary())
+	return b.String()
+}
+
+// Run executes one turn. It returns the Output even with an error (for
+// example on cancellation), so the caller can persist what happened; the
+// history in it always has a valid tool-call chain.
+func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
+	emit := in.Sink
+	if emit == nil {
+		emit = func(Event) {}
+	}
+	maxSteps := l.MaxSteps
+	if maxSteps <= 0 {
+		maxSteps = DefaultMaxSteps
+	}
+	reg := l.Tools
+	if reg == nil {
+		reg, _ = tool.NewRegistry()
+	}
+	out := &Output{History: RepairToolChains(in.History)}
+	system := SystemPrompt(in.System, reg)
+	defs := reg.Definitions()
+	var onDelta func(llm.Delta)
+	step := 0
+	if in.Stream {
+		onDelta = func(d llm.Delta) { emit(Event{Kind: EventDelta, Step: step, Text: d.Text}) }
+	}
+	overflowRetried, truncRetried := false, false
+
+	for step = 1; step <= maxSteps; step++ {
+		req := llm.Request{System: system, Messages: out.History, Tools: defs, MaxTokens: l.MaxTokens}
+		resp, err := l.Provider.Complete(ctx, req, onDelta)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			out.StopReason = StopCancelled
+			return out, fmt.Errorf("turn cancelled: %w", ctx.Err())
+		case errors.Is(err, llm.ErrContextOverflow) && !overflowRetried && l.Compressor != nil:
+			overflowRetried = true
+			compressed, stats, cerr := l.Compressor.Compress(ctx, system, out.History, defs, true)
+			if cerr != nil {
+				return out, fmt.Errorf("failed to compress history after context overflow: %w", errors.Join(err, cerr))
+			}
+			out.History, out.Compressed = compressed, true
+			emit(Event{Kind: EventCompressed, Step: step, Text: stats.String()})
+			step--
+			continue
+		case errors.Is(err, llm.ErrTruncated) && !truncRetried:
+			// A cut stream carries no usable answer: ask once more.
+			truncRetried = true
+			step--
+			continue
+		default:
+			return out, fmt.Errorf("failed to call model at step %d: %w", step, err)
+		}
+		out.Steps = step
+		out.Usage.Add(resp.Usage)
+		u := resp.Usage
+		emit(Event{Kind: EventUsage, Step: step, Usage: &u})
+
+		msg := resp.Message
+		msg.Role = llm.RoleAssistant
+		for i := range msg.ToolCalls {
+			if msg.ToolCalls[i].ID == "" {
+				msg.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", step, i)
+			}
+		}
+		out.History = append(out.History, msg)
+		out.New = append(out.New, msg)
+		if len(msg.ToolCalls) == 0 {
+			out.Final, out.StopReason = msg.Content, StopFinal
+			emit(Event{Kind: EventFinal, Step: step, Text: msg.Content})
+			return out, nil
+		}
+		for i := range msg.ToolCalls {
+			emit(Event{Kind: EventToolCall, Step: step, ToolCall: &msg.ToolCalls[i]})
+		}
+		results := l.runTools(ctx, reg, in.Env, msg.ToolCalls)
+		for i, r := range results {
+			c := msg.ToolCalls[i]
+			tm := llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError}
+			out.History = append(out.History, tm)
+			out.New = append(out.New, tm)
+			out.Artifacts = append(out.Artifacts, r.Artifacts...)
+			emit(Event{Kind: EventToolResult, Step: step, ToolResult: &ToolResult{
+				CallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError, Artifacts: r.Artifacts}})
+		}
+		if ctx.Err() != nil {
+			out.StopReason = StopCancelled
+			return out, fmt.Errorf("turn cancelled: %w", ctx.Err())
+		}
+	}
+	out.StopReason = StopStepLimit
+	out.Final = fmt.Sprintf("I stopped after %d steps without finishing. Tell me to continue, or narrow the task.", maxSteps)
+	final := llm.Message{Role: llm.RoleAssistant, Content: out.Final}
+	out.History = append(out.History, final)
+	out.New = append(out.New, final)
+	emit(Event{Kind: EventFinal, Step: out.Steps, Text: out.Final})
+	return out, nil
+}
+
+// runTools executes one batch of calls: concurrently when every tool is
+// read-only and not exclusive, otherwise in order. A call not started because
+// the turn was cancelled gets a "cancelled" result, so every call has a result.
+func (l *Loop) runTools(ctx context.Context, reg *tool.Registry, env tool.Env, calls []llm.ToolCall) []tool.Result {
+	results := make([]tool.Result, len(calls))
+	cancelled := func(c llm.ToolCall) tool.Result {
+		return tool.Errorf("error: %s was not run: the turn was cancelled", c.Name)
+	}
+	if reg.Concurrent(calls) {
+		var wg sync.WaitGroup
+		for i, c := range calls {
+			wg.Go(func() {
+				if ctx.Err() != nil {
+					results[i] = cancelled(c)
+					return
+				}
+				results[i] = reg.Execute(ctx, env, c)
+			})
+		}
+		wg.Wait()
+		return results
+	}
+	for i, c := range calls {
+		if ctx.Err() != nil {
+			results[i] = cancelled(c)
+			continue
+		}
+		results[i] = reg.Execute(ctx, env, c)
+	}
+	return results
+}

@@ -1,0 +1,375 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"go.uber.org/goleak"
+
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/provider"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/runtime/tool"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+	os.Exit(0)
+}
+
+// protocols runs a test against both wire protocols through the official SDKs.
+var protocols = []string{provider.OpenAI, provider.Anthropic}
+
+func newProvider(t *testing.T, s *fakellm.Server, proto string) llm.Provider {
+	t.Helper()
+	base := s.URL()
+	if proto == provider.Anthropic {
+		base = s.AnthropicURL()
+	}
+	p, err := provider.New(provider.Config{Provider: proto, Model: "test-model", BaseURL: base, APIKey: "sk-test"})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return p
+}
+
+type echoArgs struct {
+	Text string `json:"text" jsonschema:"Text to echo"`
+}
+
+func echoTool() tool.Tool {
+	return tool.New("echo", "Echo the text back.", func(_ context.Context, _ tool.Env, a echoArgs) (tool.Result, error) {
+		return tool.Text("echo: " + a.Text), nil
+	}, tool.ReadOnly())
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *recorder) sink(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) kinds() []EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []EventKind
+	for _, e := range r.events {
+		if e.Kind != EventDelta {
+			ks = append(ks, e.Kind)
+		}
+	}
+	return ks
+}
+
+func (r *recorder) text() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, e := range r.events {
+		if e.Kind == EventDelta {
+			b.WriteString(e.Text)
+		}
+	}
+	return b.String()
+}
+
+func registry(t *testing.T, tools ...tool.Tool) *tool.Registry {
+	t.Helper()
+	r, err := tool.NewRegistry(tools...)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return r
+}
+
+func TestLoopToolCallThenFinal(t *testing.T) {
+	for _, proto := range protocols {
+		for _, stream := range []bool{false, true} {
+			t.Run(proto+map[bool]string{true: "/stream", false: "/plain"}[stream], func(t *testing.T) {
+				g := NewWithT(t)
+				s := fakellm.New()
+				defer s.Close()
+				s.Script(
+					fakellm.Turn{Text: "Let me echo that.", ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"hi"}`}}},
+					fakellm.Turn{Text: "The tool said: echo: hi"},
+				)
+				rec := &recorder{}
+				l := &Loop{Provider: newProvider(t, s, proto), Tools: registry(t, echoTool())}
+				out, err := l.Run(context.Background(), Input{
+					System: "You are helpful.", History: []llm.Message{user("echo hi")}, Stream: stream, Sink: rec.sink,
+				})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(out.StopReason).To(Equal(StopFinal))
+				g.Expect(out.Final).To(Equal("The tool said: echo: hi"))
+				g.Expect(out.Steps).To(Equal(2))
+				g.Expect(out.New).To(HaveLen(3)) // assistant call, tool result, final
+				g.Expect(out.New[1].Content).To(Equal("echo: hi"))
+				g.Expect(out.Usage.InputTokens).To(BeNumerically(">", 0))
+				g.Expect(rec.kinds()).To(Equal([]EventKind{EventUsage, EventToolCall, EventToolResult, EventUsage, EventFinal}))
+				if stream {
+					g.Expect(rec.text()).To(Equal("Let me echo that.The tool said: echo: hi"))
+				} else {
+					g.Expect(rec.text()).To(BeEmpty())
+				}
+
+				reqs := s.Requests()
+				g.Expect(reqs).To(HaveLen(2))
+				g.Expect(reqs[0].Protocol).To(Equal(proto))
+				g.Expect(reqs[0].System).To(HavePrefix("You are helpful.\n\n## Tools\n- echo: Echo the text back"))
+				g.Expect(reqs[0].Tools).To(Equal([]string{"echo"}))
+				g.Expect(reqs[0].Stream).To(Equal(stream))
+				// The second request carries the call and its result.
+				var results []fakellm.ToolResult
+				for _, m := range reqs[1].Messages {
+					results = append(results, m.ToolResults...)
+				}
+				g.Expect(results).To(HaveLen(1))
+				g.Expect(results[0].Content).To(Equal("echo: hi"))
+				g.Expect(results[0].CallID).To(Equal(out.New[0].ToolCalls[0].ID))
+			})
+		}
+	}
+}
+
+func TestLoopBadModelOutputBecomesToolErrors(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			g := NewWithT(t)
+			s := fakellm.New()
+			defer s.Close()
+			s.Script(
+				fakellm.Turn{ToolCalls: []fakellm.Call{
+					{Name: "echo", Args: `{"text": "unterminated`},
+					{Name: "no_such_tool", Args: `{}`},
+					{Name: "echo", Args: `{"txt":"typo"}`},
+				}},
+				fakellm.Turn{Text: "Sorry, fixed."},
+			)
+			l := &Loop{Provider: newProvider(t, s, proto), Tools: registry(t, echoTool())}
+			out, err := l.Run(context.Background(), Input{History: []llm.Message{user("go")}})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out.Final).To(Equal("Sorry, fixed."))
+			tools := out.New[1:4]
+			for _, m := range tools {
+				g.Expect(m.IsError).To(BeTrue(), m.Content)
+			}
+			g.Expect(tools[0].Content).To(ContainSubstring("arguments are not valid JSON"))
+			g.Expect(tools[1].Content).To(ContainSubstring(`unknown tool "no_such_tool"`))
+			g.Expect(tools[2].Content).To(ContainSubstring("invalid arguments for echo"))
+			var results []fakellm.ToolResult
+			for _, m := range s.Requests()[1].Messages {
+				results = append(results, m.ToolResults...)
+			}
+			g.Expect(results).To(HaveLen(3))
+			if proto == provider.Anthropic {
+				g.Expect(results[0].IsError).To(BeTrue())
+			}
+		})
+	}
+}
+
+// rendezvous succeeds only if n calls are inside it at the same time.
+func rendezvous(n int32, inside *atomic.Int32, peak *atomic.Int32, readOnly bool) tool.Tool {
+	opts := []tool.Option{}
+	if readOnly {
+		opts = append(opts, tool.ReadOnly())
+	}
+	return tool.New("meet", "Wait for the others.", func(ctx context.Context, _ tool.Env, _ struct{}) (tool.Result, error) {
+		now := inside.Add(1)
+		defer inside.Add(-1)
+		for {
+			if p := peak.Load(); now > p && !peak.CompareAndSwap(p, now) {
+				continue
+			}
+			break
+		}
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // hang guard only
+		defer cancel()
+		for inside.Load() < n && peak.Load() < n {
+			select {
+			case <-ctx.Done():
+				return tool.Text("alone"), nil
+			case <-time.After(time.Millisecond):
+			}
+		}
+		return tool.Text("met"), nil
+	}, opts...)
+}
+
+func TestLoopConcurrencyFollowsTraits(t *testing.T) {
+	for _, readOnly := range []bool{true, false} {
+		t.Run(map[bool]string{true: "read-only batch runs together", false: "side-effect batch runs in order"}[readOnly], func(t *testing.T) {
+			g := NewWithT(t)
+			s := fakellm.New()
+			defer s.Close()
+			s.Script(fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "meet"}, {Name: "meet"}, {Name: "meet"}}}, fakellm.Turn{Text: "done"})
+			var inside, peak atomic.Int32
+			l := &Loop{Provider: newProvider(t, s, provider.OpenAI), Tools: registry(t, rendezvous(3, &inside, &peak, readOnly))}
+			out, err := l.Run(context.Background(), Input{History: []llm.Message{user("meet")}})
+			g.Expect(err).NotTo(HaveOccurred())
+			if readOnly {
+				g.Expect(peak.Load()).To(Equal(int32(3)))
+				for _, m := range out.New[1:4] {
+					g.Expect(m.Content).To(Equal("met"))
+				}
+			} else {
+				g.Expect(peak.Load()).To(Equal(int32(1)))
+			}
+		})
+	}
+}
+
+func TestLoopContextOverflowCompressesAndRetriesOnce(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			g := NewWithT(t)
+			s := fakellm.New()
+			defer s.Close()
+			s.Script(fakellm.Turn{ContextOverflow: true}, fakellm.Turn{Text: "fits now"})
+			var history []llm.Message
+			for i := range 6 {
+				id := "c" + string(rune('0'+i))
+				history = append(history, user("step"), call(id, "echo"), result(id, strings.Repeat("output ", 1000)), assistant("ok"))
+			}
+			history = append(history, user("and now?"))
+			rec := &recorder{}
+			l := &Loop{Provider: newProvider(t, s, proto), Tools: registry(t, echoTool()), Compressor: &Compressor{}}
+			out, err := l.Run(context.Background(), Input{History: history, Sink: rec.sink})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out.Final).To(Equal("fits now"))
+			g.Expect(out.Compressed).To(BeTrue())
+			g.Expect(rec.kinds()).To(ContainElement(EventCompressed))
+			reqs := s.Requests()
+			g.Expect(reqs).To(HaveLen(2))
+			g.Expect(len(reqs[1].Body)).To(BeNumerically("<", len(reqs[0].Body)/2))
+
+			// A second overflow in the same turn is an error, not a loop.
+			s.Script(fakellm.Turn{ContextOverflow: true}, fakellm.Turn{ContextOverflow: true})
+			_, err = l.Run(context.Background(), Input{History: history})
+			g.Expect(errors.Is(err, llm.ErrContextOverflow)).To(BeTrue(), "%v", err)
+		})
+	}
+}
+
+func TestLoopRetriesATruncatedStreamOnce(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			g := NewWithT(t)
+			s := fakellm.New()
+			defer s.Close()
+			s.Script(fakellm.Turn{Text: "I was going to say", Truncate: true}, fakellm.Turn{Text: "complete answer"})
+			l := &Loop{Provider: newProvider(t, s, proto)}
+			out, err := l.Run(context.Background(), Input{History: []llm.Message{user("q")}, Stream: true})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out.Final).To(Equal("complete answer"))
+			g.Expect(s.Requests()).To(HaveLen(2))
+		})
+	}
+}
+
+func TestLoopStepLimit(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	defer s.Close()
+	s.Respond(func(fakellm.Recorded) fakellm.Turn {
+		return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"again"}`}}}
+	})
+	l := &Loop{Provider: newProvider(t, s, provider.OpenAI), Tools: registry(t, echoTool()), MaxSteps: 3}
+	out, err := l.Run(context.Background(), Input{History: []llm.Message{user("loop forever")}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.StopReason).To(Equal(StopStepLimit))
+	g.Expect(out.Final).To(ContainSubstring("stopped after 3 steps"))
+	g.Expect(s.Requests()).To(HaveLen(3))
+	validChain(g, out.History)
+}
+
+func TestLoopStopCancelsCleanly(t *testing.T) {
+	t.Run("during a slow stream", func(t *testing.T) {
+		for _, proto := range protocols {
+			t.Run(proto, func(t *testing.T) {
+				g := NewWithT(t)
+				s := fakellm.New()
+				defer s.Close()
+				s.Script(fakellm.Turn{Text: strings.Repeat("word ", 200), ChunkDelay: 20 * time.Millisecond})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				var once sync.Once
+				l := &Loop{Provider: newProvider(t, s, proto)}
+				out, err := l.Run(ctx, Input{History: []llm.Message{user("talk")}, Stream: true,
+					Sink: func(e Event) {
+						if e.Kind == EventDelta {
+							once.Do(cancel) // the user sends /stop after the first words
+						}
+					}})
+				g.Expect(errors.Is(err, context.Canceled)).To(BeTrue(), "%v", err)
+				g.Expect(out.StopReason).To(Equal(StopCancelled))
+				validChain(g, out.History)
+			})
+		}
+	})
+	t.Run("during a tool", func(t *testing.T) {
+		g := NewWithT(t)
+		s := fakellm.New()
+		defer s.Close()
+		s.Script(fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "wait"}, {Name: "echo", Args: `{"text":"x"}`}}})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		wait := tool.New("wait", "Wait until stopped.", func(ctx context.Context, _ tool.Env, _ struct{}) (tool.Result, error) {
+			cancel()
+			<-ctx.Done()
+			return tool.Result{}, ctx.Err()
+		})
+		l := &Loop{Provider: newProvider(t, s, provider.OpenAI), Tools: registry(t, wait, echoTool())}
+		out, err := l.Run(ctx, Input{History: []llm.Message{user("wait")}})
+		g.Expect(errors.Is(err, context.Canceled)).To(BeTrue())
+		g.Expect(out.StopReason).To(Equal(StopCancelled))
+		g.Expect(out.New).To(HaveLen(3))
+		g.Expect(out.New[1].Content).To(Equal("error: wait was cancelled: context canceled"))
+		g.Expect(out.New[2].Content).To(Equal("error: echo was not run: the turn was cancelled"))
+		validChain(g, out.History)
+	})
+}
+
+func TestCompressionSummariesGoToTimeline(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			g := NewWithT(t)
+			s := fakellm.New()
+			defer s.Close()
+			s.Script(fakellm.Turn{Text: "User asked for logs; assistant read 3 files and found the crash in main.go."})
+			var summaries []string
+			// Trimming off, so the summary round is what brings the history down.
+			c := &Compressor{Window: 1000, ToolTrimChars: 1 << 20, Summarizer: newProvider(t, s, proto), MaxRounds: 1,
+				OnSummary: func(_ context.Context, s string) error { summaries = append(summaries, s); return nil }}
+			var history []llm.Message
+			history = append(history, user("find the crash"))
+			for i := range 3 {
+				id := "r" + string(rune('0'+i))
+				history = append(history, call(id, "file_read"), result(id, strings.Repeat("log line ", 150)))
+			}
+			history = append(history, assistant("found it"), user("fix it"))
+			out, st, err := c.Compress(context.Background(), "", history, nil, false)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(st.SummaryRounds).To(Equal(1))
+			g.Expect(summaries).To(Equal([]string{"User asked for logs; assistant read 3 files and found the crash in main.go."}))
+			g.Expect(out).To(HaveLen(3))
+			g.Expect(out[1].Content).To(Equal(summaryPrefix + summaries[0]))
+			var sent strings.Builder
+			for _, m := range s.Requests()[0].Messages {
+				sent.WriteString(m.Content)
+			}
+			g.Expect(sent.String()).To(ContainSubstring("[assistant called file_read"))
+			validChain(g, out)
+		})
+	}
+}

@@ -1,0 +1,173 @@
+package anthropic
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	anthropicsdk "github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/packages/param"
+
+	"github.com/picobot/picobot/runtime/llm"
+)
+
+// JSONInstruction is appended to the system prompt of a Request with JSON
+// set: the Messages API has no JSON mode, so the model is told instead.
+const JSONInstruction = "Respond with a single JSON object only, with no text before or after it."
+
+// emptyInput stands in for tool-call arguments that are not a JSON object:
+// tool_use.input must be one, and a model's malformed arguments from an
+// earlier turn must not make the whole conversation unsendable.
+const emptyInput = `{}`
+
+// BuildParams translates a neutral request into Messages API parameters.
+// It is exported for benchmarks and for callers that want to inspect the
+// exact wire request; Complete uses it.
+//
+// Mapping: the system prompt (plus any system-role messages and the JSON
+// instruction) becomes the top-level system; tool results become tool_result
+// blocks in a user message; consecutive messages of one role are merged, so
+// the tool results answering one assistant turn arrive together in a single
+// user message as the API requires.
+func (p *Provider) BuildParams(req llm.Request) (anthropicsdk.MessageNewParams, error) {
+	model := req.Model
+	if model == "" {
+		model = p.opts.Model
+	}
+	if model == "" {
+		return anthropicsdk.MessageNewParams{}, fmt.Errorf("failed to build request: no model configured")
+	}
+	params := anthropicsdk.MessageNewParams{
+		Model:     model,
+		MaxTokens: int64(firstNonZero(req.MaxTokens, p.opts.MaxTokens, DefaultMaxTokens)),
+	}
+
+	var system []string
+	if req.System != "" {
+		system = append(system, req.System)
+	}
+	msgs := make([]anthropicsdk.MessageParam, 0, len(req.Messages))
+	add := func(role anthropicsdk.MessageParamRole, blocks ...anthropicsdk.ContentBlockParamUnion) {
+		if len(blocks) == 0 {
+			return
+		}
+		if n := len(msgs); n > 0 && msgs[n-1].Role == role {
+			msgs[n-1].Content = append(msgs[n-1].Content, blocks...)
+			return
+		}
+		msgs = append(msgs, anthropicsdk.MessageParam{Role: role, Content: blocks})
+	}
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		switch m.Role {
+		case llm.RoleSystem:
+			if m.Content != "" {
+				system = append(system, m.Content)
+			}
+		case llm.RoleUser:
+			blocks := make([]anthropicsdk.ContentBlockParamUnion, 0, len(m.Images)+1)
+			for _, img := range m.Images {
+				blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfImage: imageBlock(img)})
+			}
+			if m.Content != "" {
+				blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfText: &anthropicsdk.TextBlockParam{Text: m.Content}})
+			}
+			add(anthropicsdk.MessageParamRoleUser, blocks...)
+		case llm.RoleAssistant:
+			blocks := make([]anthropicsdk.ContentBlockParamUnion, 0, len(m.ToolCalls)+1)
+			if m.Content != "" {
+				blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfText: &anthropicsdk.TextBlockParam{Text: m.Content}})
+			}
+			for _, tc := range m.ToolCalls {
+				blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfToolUse: &anthropicsdk.ToolUseBlockParam{
+					ID: tc.ID, Name: tc.Name, Input: toolInput(tc.Arguments),
+				}})
+			}
+			add(anthropicsdk.MessageParamRoleAssistant, blocks...)
+		case llm.RoleTool:
+			res := &anthropicsdk.ToolResultBlockParam{ToolUseID: m.ToolCallID}
+			if m.IsError {
+				res.IsError = param.NewOpt(true)
+			}
+			if m.Content != "" || len(m.Images) > 0 {
+				res.Content = make([]anthropicsdk.ToolResultBlockParamContentUnion, 0, len(m.Images)+1)
+			}
+			if m.Content != "" {
+				res.Content = append(res.Content, anthropicsdk.ToolResultBlockParamContentUnion{OfText: &anthropicsdk.TextBlockParam{Text: m.Content}})
+			}
+			for _, img := range m.Images {
+				res.Content = append(res.Content, anthropicsdk.ToolResultBlockParamContentUnion{OfImage: imageBlock(img)})
+			}
+			add(anthropicsdk.MessageParamRoleUser, anthropicsdk.ContentBlockParamUnion{OfToolResult: res})
+		default:
+			return anthropicsdk.MessageNewParams{}, fmt.Errorf("failed to build request: message %d has unknown role %q", i, m.Role)
+		}
+	}
+	params.Messages = msgs
+
+	if req.JSON {
+		system = append(system, JSONInstruction)
+	}
+	if len(system) > 0 {
+		params.System = []anthropicsdk.TextBlockParam{{Text: strings.Join(system, "\n\n")}}
+	}
+	if len(req.Tools) > 0 {
+		params.Tools = make([]anthropicsdk.ToolUnionParam, len(req.Tools))
+		for i, t := range req.Tools {
+			tool := &anthropicsdk.ToolParam{Name: t.Name, InputSchema: inputSchema(t.Parameters)}
+			if len(t.Parameters) > 0 && !json.Valid(t.Parameters) {
+				return anthropicsdk.MessageNewParams{}, fmt.Errorf("failed to build schema of tool %q: invalid JSON", t.Name)
+			}
+			if t.Description != "" {
+				tool.Description = param.NewOpt(t.Description)
+			}
+			params.Tools[i] = anthropicsdk.ToolUnionParam{OfTool: tool}
+		}
+	}
+	if req.Temperature != nil {
+		params.Temperature = param.NewOpt(*req.Temperature)
+	}
+	return params, nil
+}
+
+// noParameters is the schema of a tool declared without one; input_schema
+// is required.
+const noParameters = `{"type":"object","properties":{}}`
+
+// inputSchema sends a tool's JSON schema as-is, without decoding it.
+func inputSchema(raw json.RawMessage) anthropicsdk.ToolInputSchemaParam {
+	if len(raw) == 0 {
+		raw = json.RawMessage(noParameters)
+	}
+	return param.Override[anthropicsdk.ToolInputSchemaParam](raw)
+}
+
+// toolInput is a tool call's arguments as tool_use.input: raw when they are
+// a JSON object, else an empty object.
+func toolInput(args string) json.RawMessage {
+	s := strings.TrimSpace(args)
+	if s == "" || s[0] != '{' || !json.Valid([]byte(s)) {
+		return json.RawMessage(emptyInput)
+	}
+	return json.RawMessage(s)
+}
+
+func imageBlock(img llm.Image) *anthropicsdk.ImageBlockParam {
+	return &anthropicsdk.ImageBlockParam{Source: anthropicsdk.ImageBlockParamSourceUnion{
+		OfBase64: &anthropicsdk.Base64ImageSourceParam{
+			Data:      base64.StdEncoding.EncodeToString(img.Data),
+			MediaType: anthropicsdk.Base64ImageSourceMediaType(img.MediaType),
+		},
+	}}
+}
+
+// firstNonZero returns the first non-zero value, or 0.
+func firstNonZero(vs ...int) int {
+	for _, v := range vs {
+		if v != 0 {
+			return v
+		}
+	}
+	return 0
+}
