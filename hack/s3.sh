@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Starts a throwaway S3-protocol server for tests and local runs: gofakes3's
+# standalone command, installed once into the cache outside the clone (MinIO is
+# AGPL and unmaintained). It listens on a free loopback port, accepts any
+# credentials, and keeps objects in memory (or in a folder with --data DIR).
+# Clients must use path-style addressing and the printed URL as the endpoint.
+#
+#   hack/s3.sh start [--owner-pid PID] [--data DIR] [--bucket NAME]
+#       prints the endpoint URL (http://127.0.0.1:PORT); PORT=9000 to choose the
+#       port. --owner-pid ends the server once process PID exits (tests pass
+#       their own pid, so a crashed test run leaves nothing behind). --bucket
+#       creates that bucket at start.
+#   hack/s3.sh stop URL|PORT|DIR   ends that server (no-op if already gone)
+#   hack/s3.sh stop                ends every server this script started
+#
+# Cost: the first start installs the server (~10-20 s); later starts take ~0.1 s.
+set -euo pipefail
+
+VERSION=v1.2.0
+CACHE=${PICOBOT_CACHE:-$HOME/.cache/picobot}
+BIN_DIR="$CACHE/tools/gofakes3-$VERSION"
+BIN="$BIN_DIR/gofakes3"
+STATE_PARENT=${TMPDIR:-/tmp}
+
+log() { echo "s3: $*" >&2; }
+
+ensure_installed() {
+  [ -x "$BIN" ] && return 0
+  mkdir -p "$BIN_DIR"
+  # One install at a time across concurrent callers (test packages run in parallel).
+  exec 9>"$BIN_DIR/.lock"
+  flock 9
+  if [ ! -x "$BIN" ]; then
+    log "installing gofakes3 $VERSION (once)"
+    (cd / && GOBIN="$BIN_DIR" GOFLAGS=-mod=mod go install "github.com/johannesboyne/gofakes3/cmd/gofakes3@$VERSION") >&2
+  fi
+  exec 9>&-
+}
+
+# is_server PID: the process is alive and is a gofakes3 server, so a recycled
+# pid is never signalled.
+is_server() {
+  local pid=$1
+  kill -0 "$pid" 2>/dev/null || return 1
+  local comm
+  comm=$(ps -p "$pid" -o comm= 2>/dev/null) || return 1
+  [ "$(basename -- "$comm")" = gofakes3 ]
+}
+
+start() {
+  local owner="" data="" bucket=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --owner-pid) owner=${2:?--owner-pid needs a pid}; shift 2 ;;
+      --data) data=${2:?--data needs a folder}; shift 2 ;;
+      --bucket) bucket=${2:?--bucket needs a name}; shift 2 ;;
+      *) echo "usage: $0 start [--owner-pid PID] [--data DIR] [--bucket NAME]" >&2; exit 2 ;;
+    esac
+  done
+  ensure_installed
+  local dir
+  dir=$(mktemp -d "$STATE_PARENT/picobot-s3.XXXXXX")
+  # Port 0 lets the kernel choose a free port at bind time (no race); the
+  # server logs the one it got.
+  local args=(-host "127.0.0.1:${PORT:-0}" -quiet)
+  if [ -n "$data" ]; then
+    args+=(-backend fs -fs.path "$data" -fs.create)
+  else
+    args+=(-backend memory)
+  fi
+  if [ -n "$bucket" ]; then
+    args+=(-initialbucket "$bucket")
+  fi
+  # Detached from our stdout/stderr, so callers reading them see EOF now.
+  "$BIN" "${args[@]}" >"$dir/server.log" 2>&1 </dev/null &
+  local pid=$!
+  echo "$pid" >"$dir/pid"
+  local port="" _
+  for _ in $(seq 1 100); do
+    port=$(sed -n 's/.*using port: \([0-9]*\).*/\1/p' "$dir/server.log")
+    [ -n "$port" ] && break
+    if ! kill -0 "$pid" 2>/dev/null; then
+      break
+    fi
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then
+    log "failed to start gofakes3:"
+    cat "$dir/server.log" >&2 || true
+    stop_dir "$dir"
+    exit 1
+  fi
+  local url="http://127.0.0.1:$port"
+  echo "$url" >"$dir/endpoint"
+  if [ -n "$owner" ]; then
+    # Watchdog: ends the server when its owner exits without calling stop.
+    (
+      while kill -0 "$owner" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 1; done
+      if is_server "$pid"; then kill "$pid" 2>/dev/null || true; fi
+      rm -rf "$dir"
+    ) >/dev/null 2>&1 </dev/null &
+  fi
+  echo "$url"
+}
+
+stop_dir() {
+  local dir=$1 pid
+  case "$dir" in
+    */picobot-s3.*) ;;
+    *) log "refusing to remove $dir: not a folder made by '$0 start'"; exit 2 ;;
+  esac
+  [ -d "$dir" ] || return 0
+  pid=$(cat "$dir/pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && is_server "$pid"; then
+    kill "$pid" 2>/dev/null || true
+    local _
+    for _ in $(seq 1 50); do
+      is_server "$pid" || break
+      sleep 0.1
+    done
+    if is_server "$pid"; then kill -9 "$pid" 2>/dev/null || true; fi
+  fi
+  rm -rf "$dir"
+}
+
+stop() {
+  local target=${1:-} dir
+  if [ -z "$target" ]; then
+    for dir in "$STATE_PARENT"/picobot-s3.*; do
+      [ -d "$dir" ] && stop_dir "$dir"
+    done
+    return 0
+  fi
+  if [ -d "$target" ]; then
+    stop_dir "$target"
+    return 0
+  fi
+  case "$target" in
+    http://*|https://*) ;;
+    *[!0-9]*) echo "usage: $0 stop [URL|PORT|DIR]" >&2; exit 2 ;;
+    *) target="http://127.0.0.1:$target" ;;
+  esac
+  target=${target%/}
+  for dir in "$STATE_PARENT"/picobot-s3.*; do
+    if [ -f "$dir/endpoint" ] && [ "$(cat "$dir/endpoint")" = "$target" ]; then
+      stop_dir "$dir"
+    fi
+  done
+}
+
+case "${1:-}" in
+  start) shift; start "$@" ;;
+  stop) shift; stop "$@" ;;
+  *) echo "usage: $0 start [--owner-pid PID] [--data DIR] [--bucket NAME] | stop [URL|PORT|DIR]" >&2; exit 2 ;;
+esac
