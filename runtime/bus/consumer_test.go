@@ -1,0 +1,128 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/bus/membus"
+)
+
+// runClock advances clk whenever something waits on it, until stop is
+// closed, so a Consumer's backoff and block timers fire without real waiting.
+func runClock(clk *testingclock.FakeClock, step time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if clk.HasWaiters() {
+				clk.Step(step)
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// flakyBus fails the first failures fetches, as a bus does while Redis
+// restarts.
+type flakyBus struct {
+	bus.Bus
+	failures atomic.Int32
+}
+
+func (f *flakyBus) Fetch(ctx context.Context, stream, group, consumer string, opts bus.FetchOptions) ([]bus.Message, error) {
+	if f.failures.Add(-1) >= 0 {
+		return nil, errors.New("connection refused")
+	}
+	return f.Bus.Fetch(ctx, stream, group, consumer, opts)
+}
+
+func TestConsumerBacksOffAndRecovers(t *testing.T) {
+	g := NewWithT(t)
+	clk := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	mb := membus.New(membus.Options{Clock: clk})
+	defer func() { _ = mb.Close() }()
+	fb := &flakyBus{Bus: mb}
+	fb.failures.Store(3)
+	g.Expect(mb.Publish(t.Context(), "s", bus.Message{ID: "m1"})).To(Succeed())
+
+	got := make(chan bus.Message, 10)
+	c := bus.NewConsumer(fb, "s", "g", "c", func(_ context.Context, msgs []bus.Message) error {
+		for _, m := range msgs {
+			got <- m
+		}
+		return nil
+	}, bus.ConsumerOptions{Block: time.Second, ClaimMinIdle: -1, Clock: clk})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	stopClock := runClock(clk, time.Second)
+	defer stopClock()
+
+	var m bus.Message
+	g.Eventually(got).WithTimeout(30 * time.Second).Should(Receive(&m))
+	g.Expect(m.ID).To(Equal("m1"))
+	g.Expect(fb.failures.Load()).To(BeNumerically("<", 0), "the three failed fetches were waited out")
+	g.Eventually(func() ([]bus.PendingEntry, error) { return mb.Pending(t.Context(), "s", "g", 10) }).Should(BeEmpty())
+	cancel()
+	g.Eventually(done).WithTimeout(30 * time.Second).Should(Receive(BeNil()))
+}
+
+// TestConsumerRedeliversFailedBatch checks that a batch whose handler failed is
+// not acked and comes back through Claim once idle.
+func TestConsumerRedeliversFailedBatch(t *testing.T) {
+	g := NewWithT(t)
+	clk := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	mb := membus.New(membus.Options{Clock: clk})
+	defer func() { _ = mb.Close() }()
+	g.Expect(mb.Publish(t.Context(), "s", bus.Message{ID: "m1"}, bus.Message{ID: "m2"})).To(Succeed())
+
+	var calls atomic.Int32
+	got := make(chan []bus.Message, 10)
+	c := bus.NewConsumer(mb, "s", "g", "c", func(_ context.Context, msgs []bus.Message) error {
+		if calls.Add(1) == 1 {
+			return errors.New("store unavailable")
+		}
+		got <- msgs
+		return nil
+	}, bus.ConsumerOptions{Block: time.Second, ClaimMinIdle: 10 * time.Second, ClaimInterval: 5 * time.Second, Clock: clk})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	stopClock := runClock(clk, time.Second)
+	defer stopClock()
+
+	var msgs []bus.Message
+	g.Eventually(got).WithTimeout(30 * time.Second).Should(Receive(&msgs))
+	g.Expect(msgs).To(HaveLen(2))
+	g.Expect(msgs[0].ID).To(Equal("m1"))
+	g.Expect(msgs[0].Deliveries).To(Equal(2), "redelivered through Claim")
+	g.Eventually(func() ([]bus.PendingEntry, error) { return mb.Pending(t.Context(), "s", "g", 10) }).Should(BeEmpty())
+	cancel()
+	g.Eventually(done).WithTimeout(30 * time.Second).Should(Receive(BeNil()))
+}
+
+func TestConsumerReportsClosedBus(t *testing.T) {
+	g := NewWithT(t)
+	mb := membus.New(membus.Options{})
+	c := bus.NewConsumer(mb, "s", "g", "c", func(context.Context, []bus.Message) error { return nil },
+		bus.ConsumerOptions{Block: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- c.Start(t.Context()) }()
+	g.Expect(mb.Close()).To(Succeed())
+	var err error
+	g.Eventually(done).WithTimeout(30 * time.Second).Should(Receive(&err))
+	g.Expect(err).To(MatchError(bus.ErrClosed), "a closed bus ends the loop instead of spinning")
+}
