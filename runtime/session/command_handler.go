@@ -1,0 +1,119 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// command handles a slash command. Commands act on the chat's current dialog;
+// /stop does not take the session lock, so it can interrupt a running turn.
+func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, error) {
+	reply := func(id ID, format string, args ...any) (Reply, error) {
+		return Reply{SessionID: id.String(), Command: cmd.Name, Text: fmt.Sprintf(format, args...)}, nil
+	}
+	switch cmd.Name {
+	case "help":
+		return Reply{Command: cmd.Name, Text: HelpText()}, nil
+	case "new":
+		id, err := m.Create(ctx, in.Channel, in.ChatID)
+		if err != nil {
+			return Reply{}, err
+		}
+		return reply(id, "Started a new conversation (%s).", id.DialogID)
+	case "sessions":
+		cur, _ := m.cfg.Store.CurrentDialog(ctx, in.Channel, in.ChatID)
+		list, err := m.List(ctx, in.Channel, in.ChatID)
+		if err != nil {
+			return Reply{}, err
+		}
+		if len(list) == 0 {
+			return Reply{Command: cmd.Name, Text: "No conversations yet."}, nil
+		}
+		var b strings.Builder
+		b.WriteString("Recent conversations:\n")
+		for _, s := range list {
+			mark := " "
+			if s.DialogID == cur {
+				mark = "*"
+			}
+			fmt.Fprintf(&b, "%s %s  %s  (%s)\n", mark, s.DialogID, s.Title, s.LastMessageAt.UTC().Format(time.DateTime))
+		}
+		b.WriteString("Switch with /switch <dialog_id>.")
+		return Reply{Command: cmd.Name, Text: b.String()}, nil
+	case "switch":
+		if cmd.Args == "" {
+			return Reply{Command: cmd.Name, Text: "Usage: /switch <dialog_id> (see /sessions)"}, nil
+		}
+		s, err := m.Switch(ctx, in.Channel, in.ChatID, cmd.Args)
+		if err != nil {
+			return Reply{Command: cmd.Name, Text: err.Error()}, nil
+		}
+		return Reply{SessionID: s.ID, Command: cmd.Name, Text: fmt.Sprintf("Switched to %s: %s", s.DialogID, s.Title)}, nil
+	case "stop":
+		id, err := m.Resolve(ctx, in.Channel, in.ChatID)
+		if err != nil {
+			return Reply{}, err
+		}
+		if m.Stop(id.String()) {
+			return reply(id, "Stopped.")
+		}
+		return reply(id, "Nothing is running.")
+	}
+
+	id, err := m.Resolve(ctx, in.Channel, in.ChatID)
+	if err != nil {
+		return Reply{}, err
+	}
+	unlock := m.lock(id.String())
+	defer unlock()
+	switch cmd.Name {
+	case "rename":
+		if err := m.Rename(ctx, id, cmd.Args); err != nil {
+			return reply(id, "Usage: /rename <title> (%v)", err)
+		}
+		return reply(id, "Renamed to %q.", strings.TrimSpace(cmd.Args))
+	case "delete":
+		if err := m.Delete(ctx, id); err != nil {
+			return Reply{}, err
+		}
+		return reply(id, "Deleted conversation %s.", id.DialogID)
+	case "info":
+		s, err := m.cfg.Store.GetSession(ctx, id.String())
+		if err != nil {
+			return Reply{}, err
+		}
+		n, err := m.cfg.Store.CountMessages(ctx, id.String())
+		if err != nil {
+			return Reply{}, err
+		}
+		compressed := "never"
+		if s.LastCompressedAt != nil {
+			compressed = s.LastCompressedAt.UTC().Format(time.DateTime)
+		}
+		return reply(id, "Session %s\nTitle: %s\nAgent: %s\nMessages: %d\nCreated: %s\nLast active: %s\nCompressed: %s",
+			s.ID, s.Title, s.Agent, n, s.CreatedAt.UTC().Format(time.DateTime), s.LastMessageAt.UTC().Format(time.DateTime), compressed)
+	case "compact":
+		history, err := m.History(ctx, id)
+		if err != nil {
+			return Reply{}, err
+		}
+		if m.cfg.Compressor == nil {
+			return reply(id, "Context compression is not configured for this agent.")
+		}
+		if _, _, err := m.compress(ctx, id, m.cfg.System, history, true); err != nil {
+			return Reply{}, err
+		}
+		now := m.cfg.Clock.Now()
+		if err := m.markCompressed(ctx, id.String(), now); err != nil {
+			return Reply{}, err
+		}
+		return reply(id, "Compressed the context of %s; earlier details stay reachable through timeline memory.", id.DialogID)
+	case "dump", "mcp":
+		// /dump needs the artifact store and /mcp the MCP client, which this
+		// runtime does not have yet: say so rather than pretend.
+		return reply(id, "/%s is not available in this runtime yet.", cmd.Name)
+	}
+	return Reply{}, fmt.Errorf("unhandled command /%s", cmd.Name)
+}

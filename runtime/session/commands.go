@@ -1,0 +1,57 @@
+package session
+
+import "strings"
+
+// Command is a parsed slash command.
+type Command struct {
+	Name string // without the slash, lower-case: "new", "switch", ...
+	Args string // the rest of the line, trimmed
+}
+
+// commandHelp lists the slash commands, in the order /help shows them.
+var commandHelp = []struct{ name, usage, help string }{
+	{"new", "/new", "start a new conversation"},
+	{"sessions", "/sessions", "list the 10 most recent conversations"},
+	{"switch", "/switch <dialog_id>", "switch to a conversation"},
+	{"rename", "/rename <title>", "rename the current conversation"},
+	{"delete", "/delete", "delete the current conversation"},
+	{"compact", "/compact", "compress the context of the current conversation now"},
+	{"info", "/info", "show the current conversation"},
+	{"dump", "/dump", "save the current conversation as markdown"},
+	{"mcp", "/mcp", "show MCP server status"},
+	{"stop", "/stop", "stop the running task and drop queued messages"},
+	{"help", "/help, /?", "show this help"},
+}
+
+// ParseCommand recognises a slash command: text starting with "/" followed by
+// a known command name. Anything else ("/etc/hosts is broken", "/unknown") is
+// an ordinary message for the model.
+func ParseCommand(text string) (Command, bool) {
+	t := strings.TrimSpace(text)
+	if !strings.HasPrefix(t, "/") {
+		return Command{}, false
+	}
+	name, args, _ := strings.Cut(t[1:], " ")
+	name = strings.ToLower(name)
+	if name == "?" {
+		name = "help"
+	}
+	for _, c := range commandHelp {
+		if c.name == name {
+			return Command{Name: name, Args: strings.TrimSpace(args)}, true
+		}
+	}
+	return Command{}, false
+}
+
+// HelpText is the reply to /help.
+func HelpText() string {
+	var b strings.Builder
+	b.WriteString("Commands:\n")
+	for _, c := range commandHelp {
+		b.WriteString("  " + c.usage)
+		b.WriteString(strings.Repeat(" ", max(1, 22-len(c.usage))))
+		b.WriteString(c.help + "\n")
+	}
+	return b.String()
+}

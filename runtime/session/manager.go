@@ -1,0 +1,470 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"k8s.io/utils/clock"
+
+	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool"
+)
+
+// DefaultTitle is the title of a conversation until it is auto-titled.
+const DefaultTitle = "New conversation"
+
+// Defaults of the manager.
+const (
+	DefaultLeaseTTL   = 30 * time.Second
+	autoTitleMessages = 5  // auto-title once a dialog has this many messages
+	recentDialogs     = 10 // /sessions and List show this many
+	timelineContext   = 3  // timeline summaries loaded on restore
+)
+
+// ErrBusy means another runtime holds the session's lease.
+var ErrBusy = errors.New("session is owned by another runtime")
+
+// TimelineStore keeps compression summaries as timeline memory and returns the
+// latest ones of a session for restore. The memory package implements it; a
+// nil TimelineStore keeps summaries only in the running turn.
+type TimelineStore interface {
+	AddTimeline(ctx context.Context, agent, sessionID, summary string) error
+	RecentTimeline(ctx context.Context, agent, sessionID string, n int) ([]string, error)
+}
+
+// Config wires a Manager.
+type Config struct {
+	Store store.Store
+	Loop  *agent.Loop
+	// Agent is the agent name recorded on sessions and memories.
+	Agent string
+	// System is the agent's instructions (skills and memory come later).
+	System string
+	// Compressor shrinks long histories before a turn. Optional.
+	Compressor *agent.Compressor
+	Timeline   TimelineStore
+	// Holder identifies this runtime in session leases (pod name).
+	Holder   string
+	LeaseTTL time.Duration
+	// Workspace returns the working folder of a session.
+	Workspace func(id ID) string
+	Clock     clock.WithTicker
+}
+
+// Manager owns the sessions of one agent in one runtime. Safe for concurrent
+// use: turns of one session are serialised by its lock, different sessions
+// run in parallel.
+type Manager struct {
+	cfg     Config
+	mu      sync.Mutex
+	locks   map[string]*sync.Mutex
+	running map[string]context.CancelFunc // session id -> cancel of its turn
+}
+
+// NewManager returns a manager.
+func NewManager(cfg Config) *Manager {
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Workspace == nil {
+		cfg.Workspace = func(ID) string { return "" }
+	}
+	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelFunc{}}
+}
+
+func (m *Manager) lock(id string) func() {
+	m.mu.Lock()
+	l := m.locks[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		m.locks[id] = l
+	}
+	m.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Inbound is a user message from a channel.
+type Inbound struct {
+	Channel, ChatID string
+	// MessageID is the channel's id of the message: a redelivery with the same
+	// id is processed once. Generated when empty.
+	MessageID string
+	Text      string
+	Stream    bool
+	Sink      func(agent.Event)
+}
+
+// Reply is the outcome of handling an inbound message.
+type Reply struct {
+	SessionID string
+	Text      string
+	// Command is the slash command handled ("" for a model turn).
+	Command string
+	// Duplicate: the message id was processed before; nothing ran again.
+	Duplicate bool
+	Output    *agent.Output
+}
+
+// Handle processes one inbound message: a slash command, or a model turn in
+// three phases — (1) under the session lock: persist the user message, restore
+// history, compress; (2) without it: the agent loop; (3) under the lock:
+// persist the results and auto-title.
+func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
+	if cmd, ok := ParseCommand(in.Text); ok {
+		return m.command(ctx, in, cmd)
+	}
+	id, err := m.Resolve(ctx, in.Channel, in.ChatID)
+	if err != nil {
+		return Reply{}, err
+	}
+	sid := id.String()
+	if in.MessageID == "" {
+		in.MessageID = "m_" + NewDialogID()[2:] + fmt.Sprint(m.cfg.Clock.Now().UnixNano())
+	}
+
+	// Phase 1.
+	unlock := m.lock(sid)
+	ok, err := m.cfg.Store.AcquireLease(ctx, sid, m.cfg.Holder, m.cfg.LeaseTTL)
+	if err != nil || !ok {
+		unlock()
+		if err == nil {
+			err = fmt.Errorf("%w: %s", ErrBusy, sid)
+		}
+		return Reply{SessionID: sid}, err
+	}
+	stored, err := m.cfg.Store.AppendMessages(ctx, sid, store.Message{ID: in.MessageID, Role: llm.RoleUser, Content: in.Text})
+	if err != nil {
+		unlock()
+		return Reply{SessionID: sid}, fmt.Errorf("failed to store message of session %q: %w", sid, err)
+	}
+	if stored[0].Duplicate {
+		unlock()
+		return Reply{SessionID: sid, Duplicate: true}, nil
+	}
+	history, err := m.History(ctx, id)
+	if err != nil {
+		unlock()
+		return Reply{SessionID: sid}, err
+	}
+	system := m.cfg.System
+	history, compressed, err := m.compress(ctx, id, system, history, false)
+	if err != nil {
+		unlock()
+		return Reply{SessionID: sid}, err
+	}
+	if compressed {
+		if err := m.markCompressed(ctx, sid, stored[0].CreatedAt); err != nil {
+			unlock()
+			return Reply{SessionID: sid}, err
+		}
+	}
+	unlock()
+
+	// Phase 2: the lease is renewed while the loop runs.
+	turnCtx, cancel := context.WithCancel(ctx)
+	m.setRunning(sid, cancel)
+	stopHeartbeat := m.heartbeat(turnCtx, sid, cancel)
+	out, runErr := m.cfg.Loop.Run(turnCtx, agent.Input{
+		System: system, History: history, Stream: in.Stream, Sink: in.Sink,
+		Env: tool.Env{Workspace: m.cfg.Workspace(id), SessionID: sid, Agent: m.cfg.Agent},
+	})
+	stopHeartbeat()
+	m.clearRunning(sid)
+	cancel()
+
+	// Phase 3: persist what the turn produced, even when it was cancelled, so
+	// the tool-call chain stays whole.
+	unlock = m.lock(sid)
+	defer unlock()
+	if out != nil && len(out.New) > 0 {
+		msgs := make([]store.Message, len(out.New))
+		for i, nm := range out.New {
+			msgs[i] = store.FromLLM(nm)
+			// Derived ids make a retried phase 3 idempotent.
+			msgs[i].ID = fmt.Sprintf("%s/%d", in.MessageID, i)
+		}
+		// A cancelled turn must still be recorded: use a context that
+		// outlives the caller's.
+		pctx := context.WithoutCancel(ctx)
+		if _, err := m.cfg.Store.AppendMessages(pctx, sid, msgs...); err != nil {
+			return Reply{SessionID: sid, Output: out}, errors.Join(runErr, fmt.Errorf("failed to store turn of session %q: %w", sid, err))
+		}
+		if out.Compressed {
+			if err := m.markCompressed(pctx, sid, stored[0].CreatedAt); err != nil {
+				return Reply{SessionID: sid, Output: out}, errors.Join(runErr, err)
+			}
+		}
+		if err := m.autoTitle(pctx, sid); err != nil {
+			return Reply{SessionID: sid, Output: out}, errors.Join(runErr, err)
+		}
+	}
+	if runErr != nil {
+		return Reply{SessionID: sid, Output: out}, runErr
+	}
+	return Reply{SessionID: sid, Text: out.Final, Output: out}, nil
+}
+
+// heartbeat renews the session lease every third of its TTL until stopped; a
+// lost lease cancels the turn (another runtime owns the session now).
+func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.CancelFunc) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := m.cfg.Clock.NewTicker(m.cfg.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C():
+				if err := m.cfg.Store.RenewLease(ctx, sid, m.cfg.Holder, m.cfg.LeaseTTL); errors.Is(err, store.ErrLeaseLost) {
+					cancel()
+					return
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+func (m *Manager) setRunning(sid string, cancel context.CancelFunc) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.running[sid] = cancel
+}
+
+func (m *Manager) clearRunning(sid string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.running, sid)
+}
+
+// Stop cancels the running turn of a session (the /stop command); it reports
+// whether one was running.
+func (m *Manager) Stop(sid string) bool {
+	m.mu.Lock()
+	cancel := m.running[sid]
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return cancel != nil
+}
+
+// Release gives up the lease of a session (idle exit).
+func (m *Manager) Release(ctx context.Context, sid string) error {
+	return m.cfg.Store.ReleaseLease(ctx, sid, m.cfg.Holder)
+}
+
+// Resolve picks the dialog a chat's message goes to: the chat's current
+// dialog, else its most recently active one, else a new "default" dialog.
+func (m *Manager) Resolve(ctx context.Context, channel, chatID string) (ID, error) {
+	base := ID{Channel: channel, ChatID: chatID, DialogID: DefaultDialog}
+	if err := base.Validate(); err != nil {
+		return ID{}, err
+	}
+	cur, err := m.cfg.Store.CurrentDialog(ctx, channel, chatID)
+	switch {
+	case err == nil:
+		id := ID{Channel: channel, ChatID: chatID, DialogID: cur}
+		if s, err := m.cfg.Store.GetSession(ctx, id.String()); err == nil && s.DeletedAt == nil {
+			return id, nil
+		}
+	case !errors.Is(err, store.ErrNotFound):
+		return ID{}, fmt.Errorf("failed to read current dialog of %s: %w", base.ChatScope(), err)
+	}
+	recent, err := m.cfg.Store.ListSessions(ctx, store.SessionFilter{Channel: channel, ChatID: chatID, Limit: 1})
+	if err != nil {
+		return ID{}, fmt.Errorf("failed to list dialogs of %s: %w", base.ChatScope(), err)
+	}
+	if len(recent) > 0 {
+		id := ID{Channel: channel, ChatID: chatID, DialogID: recent[0].DialogID}
+		return id, m.cfg.Store.SetCurrentDialog(ctx, channel, chatID, id.DialogID)
+	}
+	return m.create(ctx, base)
+}
+
+// Create starts a new dialog in the chat and makes it current.
+func (m *Manager) Create(ctx context.Context, channel, chatID string) (ID, error) {
+	return m.create(ctx, ID{Channel: channel, ChatID: chatID, DialogID: NewDialogID()})
+}
+
+func (m *Manager) create(ctx context.Context, id ID) (ID, error) {
+	if err := id.Validate(); err != nil {
+		return ID{}, err
+	}
+	_, err := m.cfg.Store.CreateSession(ctx, store.Session{ID: id.String(), Channel: id.Channel, ChatID: id.ChatID,
+		DialogID: id.DialogID, Agent: m.cfg.Agent, Title: DefaultTitle, TitleIsDefault: true})
+	if err != nil && !errors.Is(err, store.ErrExists) {
+		return ID{}, fmt.Errorf("failed to create session %q: %w", id, err)
+	}
+	if err := m.cfg.Store.SetCurrentDialog(ctx, id.Channel, id.ChatID, id.DialogID); err != nil {
+		return ID{}, fmt.Errorf("failed to make %q current: %w", id, err)
+	}
+	return id, nil
+}
+
+// Switch makes an existing, not deleted dialog current.
+func (m *Manager) Switch(ctx context.Context, channel, chatID, dialogID string) (store.Session, error) {
+	id := ID{Channel: channel, ChatID: chatID, DialogID: dialogID}
+	if err := id.Validate(); err != nil {
+		return store.Session{}, err
+	}
+	s, err := m.cfg.Store.GetSession(ctx, id.String())
+	if errors.Is(err, store.ErrNotFound) || err == nil && s.DeletedAt != nil {
+		return store.Session{}, fmt.Errorf("no conversation %q in this chat; /sessions lists them", dialogID)
+	}
+	if err != nil {
+		return store.Session{}, fmt.Errorf("failed to read session %q: %w", id, err)
+	}
+	return s, m.cfg.Store.SetCurrentDialog(ctx, channel, chatID, dialogID)
+}
+
+// List returns the chat's 10 most recent dialogs.
+func (m *Manager) List(ctx context.Context, channel, chatID string) ([]store.Session, error) {
+	return m.cfg.Store.ListSessions(ctx, store.SessionFilter{Channel: channel, ChatID: chatID, Limit: recentDialogs})
+}
+
+// Rename sets a dialog's title.
+func (m *Manager) Rename(ctx context.Context, id ID, title string) error {
+	title = strings.TrimSpace(title)
+	if title == "" || utf8.RuneCountInString(title) > 200 {
+		return errors.New("a title needs 1 to 200 characters")
+	}
+	f := false
+	_, err := m.cfg.Store.UpdateSession(ctx, id.String(), store.SessionUpdate{Title: &title, TitleIsDefault: &f})
+	return err
+}
+
+// Delete soft-deletes a dialog; the chat's next message goes to its most
+// recent remaining dialog (or a new one).
+func (m *Manager) Delete(ctx context.Context, id ID) error {
+	t := true
+	if _, err := m.cfg.Store.UpdateSession(ctx, id.String(), store.SessionUpdate{Deleted: &t}); err != nil {
+		return fmt.Errorf("failed to delete session %q: %w", id, err)
+	}
+	return nil
+}
+
+// Archive hides a dialog from the list without deleting it.
+func (m *Manager) Archive(ctx context.Context, id ID) error {
+	t := true
+	_, err := m.cfg.Store.UpdateSession(ctx, id.String(), store.SessionUpdate{Archived: &t})
+	return err
+}
+
+// History restores a session's conversation for the model: with a compression
+// mark, the latest timeline summaries as [Previous Context] followed by the
+// messages after the mark; otherwise every message. Broken tool-call chains
+// (a runtime died mid-turn) are repaired.
+func (m *Manager) History(ctx context.Context, id ID) ([]llm.Message, error) {
+	s, err := m.cfg.Store.GetSession(ctx, id.String())
+	if err != nil {
+		return nil, fmt.Errorf("failed to read session %q: %w", id, err)
+	}
+	var opts store.LoadOptions
+	var out []llm.Message
+	if s.LastCompressedAt != nil {
+		opts.Since = *s.LastCompressedAt
+		if m.cfg.Timeline != nil {
+			sums, err := m.cfg.Timeline.RecentTimeline(ctx, m.cfg.Agent, id.String(), timelineContext)
+			if err != nil {
+				return nil, fmt.Errorf("failed to load timeline of %q: %w", id, err)
+			}
+			if len(sums) > 0 {
+				out = append(out, llm.Message{Role: llm.RoleUser, Content: "[Previous Context]\n" + strings.Join(sums, "\n\n")},
+					llm.Message{Role: llm.RoleAssistant, Content: "Understood; I will continue from there. (Earlier details: timeline_recall.)"})
+			}
+		}
+	}
+	msgs, err := m.cfg.Store.LoadMessages(ctx, id.String(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load messages of %q: %w", id, err)
+	}
+	for _, msg := range msgs {
+		out = append(out, msg.ToLLM())
+	}
+	return agent.RepairToolChains(out), nil
+}
+
+// compress runs the compressor when the history is above its trigger (or
+// always with force), sending summaries to the timeline.
+func (m *Manager) compress(ctx context.Context, id ID, system string, history []llm.Message, force bool) ([]llm.Message, bool, error) {
+	if m.cfg.Compressor == nil {
+		return history, false, nil
+	}
+	var defs []llm.ToolDef
+	if m.cfg.Loop != nil && m.cfg.Loop.Tools != nil {
+		defs = m.cfg.Loop.Tools.Definitions()
+	}
+	if !force && !m.cfg.Compressor.NeedsCompression(agent.SystemPrompt(system, m.cfg.Loop.Tools), history, defs) {
+		return history, false, nil
+	}
+	c := *m.cfg.Compressor
+	if m.cfg.Timeline != nil {
+		c.OnSummary = func(ctx context.Context, summary string) error {
+			return m.cfg.Timeline.AddTimeline(ctx, m.cfg.Agent, id.String(), summary)
+		}
+	}
+	out, _, err := c.Compress(ctx, system, history, defs, force)
+	if err != nil {
+		return nil, false, fmt.Errorf("failed to compress session %q: %w", id, err)
+	}
+	return out, true, nil
+}
+
+func (m *Manager) markCompressed(ctx context.Context, sid string, at time.Time) error {
+	if _, err := m.cfg.Store.UpdateSession(ctx, sid, store.SessionUpdate{LastCompressedAt: &at}); err != nil {
+		return fmt.Errorf("failed to mark session %q compressed: %w", sid, err)
+	}
+	return nil
+}
+
+// autoTitle names a dialog after its first request once it has enough
+// messages, while the title is still the default.
+func (m *Manager) autoTitle(ctx context.Context, sid string) error {
+	s, err := m.cfg.Store.GetSession(ctx, sid)
+	if err != nil || !s.TitleIsDefault {
+		return err
+	}
+	n, err := m.cfg.Store.CountMessages(ctx, sid)
+	if err != nil || n < autoTitleMessages {
+		return err
+	}
+	first, err := m.cfg.Store.LoadMessages(ctx, sid, store.LoadOptions{})
+	if err != nil {
+		return err
+	}
+	for _, msg := range first {
+		if msg.Role == llm.RoleUser && strings.TrimSpace(msg.Content) != "" {
+			title := titleFrom(msg.Content)
+			f := false
+			_, err := m.cfg.Store.UpdateSession(ctx, sid, store.SessionUpdate{Title: &title, TitleIsDefault: &f})
+			return err
+		}
+	}
+	return nil
+}
+
+// titleFrom makes a title of at most 48 characters from a first message.
+func titleFrom(text string) string {
+	t := strings.Join(strings.Fields(text), " ")
+	if utf8.RuneCountInString(t) <= 48 {
+		return t
+	}
+	r := []rune(t)[:47]
+	return strings.TrimSpace(string(r)) + "…"
+}

@@ -1,0 +1,332 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/provider"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/runtime/tool"
+)
+
+func TestParseID(t *testing.T) {
+	cases := []struct {
+		in      string
+		want    ID
+		wantErr string
+	}{
+		{"web:u1:default", ID{"web", "u1", "default"}, ""},
+		{"feishu:oc_a:b:c:d_x1", ID{"feishu", "oc_a:b:c", "d_x1"}, ""},
+		{"web:u1", ID{}, "want <channel>:<chat_id>:<dialog_id>"},
+		{":u1:d", ID{}, "want <channel>:<chat_id>:<dialog_id>"},
+		{"web::d", ID{}, "want <channel>:<chat_id>:<dialog_id>"},
+		{"web:u1:", ID{}, "want <channel>:<chat_id>:<dialog_id>"},
+		{"web:u\n1:d", ID{}, "control characters"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			g := NewWithT(t)
+			id, err := ParseID(tc.in)
+			if tc.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(id).To(Equal(tc.want))
+			g.Expect(id.String()).To(Equal(tc.in))
+		})
+	}
+	g := NewWithT(t)
+	g.Expect(ID{"web", "u1", "d"}.ChatScope()).To(Equal("web:u1"))
+	g.Expect(NewDialogID()).To(MatchRegexp(`^d_[a-z2-7]{8}$`))
+	g.Expect(NewDialogID()).NotTo(Equal(NewDialogID()))
+}
+
+func TestParseCommand(t *testing.T) {
+	cases := []struct {
+		in   string
+		want *Command
+	}{
+		{"/new", &Command{Name: "new"}},
+		{"  /Switch   d_abc  ", &Command{Name: "switch", Args: "d_abc"}},
+		{"/rename My  trip plan", &Command{Name: "rename", Args: "My  trip plan"}},
+		{"/?", &Command{Name: "help"}},
+		{"/etc/hosts is broken", nil},
+		{"/unknown", nil},
+		{"hello /new", nil},
+	}
+	for _, tc := range cases {
+		g := NewWithT(t)
+		c, ok := ParseCommand(tc.in)
+		if tc.want == nil {
+			g.Expect(ok).To(BeFalse(), tc.in)
+			continue
+		}
+		g.Expect(ok).To(BeTrue(), tc.in)
+		g.Expect(c).To(Equal(*tc.want))
+	}
+	for _, name := range []string{"/new", "/sessions", "/switch", "/rename", "/delete", "/compact", "/info", "/dump", "/help", "/mcp", "/stop"} {
+		NewWithT(t).Expect(HelpText()).To(ContainSubstring(name))
+	}
+}
+
+type memTimeline struct {
+	mu   sync.Mutex
+	sums map[string][]string
+}
+
+func (m *memTimeline) AddTimeline(_ context.Context, _, sid, s string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sums[sid] = append(m.sums[sid], s)
+	return nil
+}
+
+func (m *memTimeline) RecentTimeline(_ context.Context, _, sid string, n int) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sums[sid]
+	return s[max(0, len(s)-n):], nil
+}
+
+type fixture struct {
+	s     *fakellm.Server
+	st    store.Store
+	m     *Manager
+	ctx   context.Context
+	tl    *memTimeline
+	tools *tool.Registry
+}
+
+func newFixture(t *testing.T, mutate ...func(*Config)) *fixture {
+	t.Helper()
+	g := NewWithT(t)
+	s := fakellm.New()
+	t.Cleanup(s.Close)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "picobot.db"))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = st.Close() })
+	p, err := provider.New(provider.Config{Provider: provider.OpenAI, Model: "m", BaseURL: s.URL(), APIKey: "k"})
+	g.Expect(err).NotTo(HaveOccurred())
+	echo := tool.New("echo", "Echo text.", func(_ context.Context, _ tool.Env, a struct {
+		Text string `json:"text"`
+	}) (tool.Result, error) {
+		return tool.Text("echo: " + a.Text), nil
+	})
+	reg, err := tool.NewRegistry(echo)
+	g.Expect(err).NotTo(HaveOccurred())
+	tl := &memTimeline{sums: map[string][]string{}}
+	cfg := Config{Store: st, Loop: &agent.Loop{Provider: p, Tools: reg}, Agent: "assistant", System: "Be brief.",
+		Timeline: tl, Holder: "pod-a"}
+	for _, fn := range mutate {
+		fn(&cfg)
+	}
+	return &fixture{s: s, st: st, m: NewManager(cfg), ctx: store.WithTenant(context.Background(), "team-a"), tl: tl, tools: reg}
+}
+
+func (f *fixture) say(t *testing.T, chat, text string) Reply {
+	t.Helper()
+	r, err := f.m.Handle(f.ctx, Inbound{Channel: "web", ChatID: chat, Text: text})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return r
+}
+
+func TestTurnPersistsAndRestores(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.s.Script(
+		fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"one"}`}}},
+		fakellm.Turn{Text: "First answer."},
+		fakellm.Turn{Text: "Second answer."},
+	)
+	r := f.say(t, "u1", "Plan my trip to Hangzhou next week")
+	g.Expect(r.SessionID).To(Equal("web:u1:default"))
+	g.Expect(r.Text).To(Equal("First answer."))
+	r = f.say(t, "u1", "and the return?")
+	g.Expect(r.Text).To(Equal("Second answer."))
+
+	// The second request carried the whole first exchange, restored from the store.
+	reqs := f.s.Requests()
+	g.Expect(reqs).To(HaveLen(3))
+	var roles []string
+	for _, m := range reqs[2].Messages {
+		roles = append(roles, m.Role)
+	}
+	g.Expect(roles).To(Equal([]string{"system", "user", "assistant", "tool", "assistant", "user"}))
+
+	msgs, err := f.st.LoadMessages(f.ctx, r.SessionID, store.LoadOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(msgs).To(HaveLen(6))
+	// Six messages and a default title: auto-titled from the first request.
+	s, err := f.st.GetSession(f.ctx, r.SessionID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.Title).To(Equal("Plan my trip to Hangzhou next week"))
+	g.Expect(s.TitleIsDefault).To(BeFalse())
+	g.Expect(s.Agent).To(Equal("assistant"))
+}
+
+func TestDuplicateInboundIsProcessedOnce(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.s.Script(fakellm.Turn{Text: "Once."})
+	in := Inbound{Channel: "telegram", ChatID: "42", MessageID: "tg-1001", Text: "hello"}
+	r1, err := f.m.Handle(f.ctx, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	r2, err := f.m.Handle(f.ctx, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r1.Text).To(Equal("Once."))
+	g.Expect(r2.Duplicate).To(BeTrue())
+	g.Expect(f.s.Requests()).To(HaveLen(1))
+	n, err := f.st.CountMessages(f.ctx, r1.SessionID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n).To(Equal(int64(2)))
+}
+
+func TestDialogsAndCommands(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		return fakellm.Turn{Text: "ok: " + r.Messages[len(r.Messages)-1].Content}
+	})
+	g.Expect(f.say(t, "u1", "in default").SessionID).To(Equal("web:u1:default"))
+
+	r := f.say(t, "u1", "/new")
+	g.Expect(r.Command).To(Equal("new"))
+	newID, err := ParseID(r.SessionID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(newID.DialogID).To(HavePrefix("d_"))
+	g.Expect(f.say(t, "u1", "in the new one").SessionID).To(Equal(r.SessionID))
+
+	list := f.say(t, "u1", "/sessions").Text
+	g.Expect(list).To(ContainSubstring("* " + newID.DialogID + "  New conversation"))
+	g.Expect(list).To(ContainSubstring("  default  New conversation"))
+
+	g.Expect(f.say(t, "u1", "/switch nope").Text).To(Equal(`no conversation "nope" in this chat; /sessions lists them`))
+	g.Expect(f.say(t, "u1", "/switch default").Text).To(Equal("Switched to default: New conversation"))
+	g.Expect(f.say(t, "u1", "back in default").SessionID).To(Equal("web:u1:default"))
+
+	g.Expect(f.say(t, "u1", "/rename  Trip planning ").Text).To(Equal(`Renamed to "Trip planning".`))
+	info := f.say(t, "u1", "/info").Text
+	g.Expect(info).To(ContainSubstring("Session web:u1:default\nTitle: Trip planning\nAgent: assistant\nMessages: 4"))
+	g.Expect(f.say(t, "u1", "/help").Text).To(Equal(HelpText()))
+
+	// Deleting the current dialog: the next message goes to the most recent
+	// remaining one.
+	g.Expect(f.say(t, "u1", "/delete").Text).To(Equal("Deleted conversation default."))
+	g.Expect(f.say(t, "u1", "where am I?").SessionID).To(Equal(r.SessionID))
+	g.Expect(f.say(t, "u1", "/sessions").Text).NotTo(ContainSubstring("default"))
+
+	// Another chat is separate.
+	g.Expect(f.say(t, "u2", "hi").SessionID).To(Equal("web:u2:default"))
+	// Slash-looking text that is not a command goes to the model.
+	g.Expect(f.say(t, "u2", "/etc/hosts is broken").Text).To(Equal("ok: /etc/hosts is broken"))
+}
+
+func TestRestoreRepairsAChainBrokenByACrash(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	id, err := f.m.Resolve(f.ctx, "web", "u1")
+	g.Expect(err).NotTo(HaveOccurred())
+	// A runtime died after the model asked for a tool, before its result.
+	_, err = f.st.AppendMessages(f.ctx, id.String(),
+		store.Message{ID: "in-1", Role: llm.RoleUser, Content: "run it"},
+		withID("in-1/0", store.FromLLM(llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "echo", Arguments: `{"text":"x"}`}}})))
+	g.Expect(err).NotTo(HaveOccurred())
+	f.s.Script(fakellm.Turn{Text: "Recovered."})
+	r := f.say(t, "u1", "are you there?")
+	g.Expect(r.Text).To(Equal("Recovered."))
+	var results []fakellm.ToolResult
+	for _, m := range f.s.Requests()[0].Messages {
+		results = append(results, m.ToolResults...)
+	}
+	g.Expect(results).To(HaveLen(1))
+	g.Expect(results[0].CallID).To(Equal("call_1"))
+	g.Expect(results[0].Content).To(ContainSubstring("no result was recorded"))
+}
+
+func withID(id string, m store.Message) store.Message {
+	m.ID = id
+	return m
+}
+
+func TestLeaseMakesOneRuntimeTheOwner(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	id, err := f.m.Resolve(f.ctx, "web", "u1")
+	g.Expect(err).NotTo(HaveOccurred())
+	ok, err := f.st.AcquireLease(f.ctx, id.String(), "pod-b", time.Minute)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ok).To(BeTrue())
+	_, err = f.m.Handle(f.ctx, Inbound{Channel: "web", ChatID: "u1", Text: "hello"})
+	g.Expect(errors.Is(err, ErrBusy)).To(BeTrue(), "%v", err)
+	g.Expect(f.s.Requests()).To(BeEmpty())
+
+	g.Expect(f.st.ReleaseLease(f.ctx, id.String(), "pod-b")).To(Succeed())
+	f.s.Script(fakellm.Turn{Text: "mine now"})
+	g.Expect(f.say(t, "u1", "hello").Text).To(Equal("mine now"))
+}
+
+func TestStopCancelsTheRunningTurn(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.s.Script(fakellm.Turn{Text: strings.Repeat("slow ", 500), ChunkDelay: 20 * time.Millisecond})
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.m.Handle(f.ctx, Inbound{Channel: "web", ChatID: "u1", Text: "talk a lot", Stream: true,
+			Sink: func(e agent.Event) {
+				if e.Kind == agent.EventDelta {
+					once.Do(func() { close(started) })
+				}
+			}})
+		done <- err
+	}()
+	<-started
+	g.Expect(f.say(t, "u1", "/stop").Text).To(Equal("Stopped."))
+	err := <-done
+	g.Expect(errors.Is(err, context.Canceled)).To(BeTrue(), "%v", err)
+	g.Expect(f.say(t, "u1", "/stop").Text).To(Equal("Nothing is running."))
+}
+
+func TestCompressionMarkAndTimelineRestore(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, func(c *Config) {
+		c.Compressor = &agent.Compressor{Window: 1500, ToolTrimChars: 1 << 20, Summarizer: c.Loop.Provider}
+	})
+	f.s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		if strings.HasPrefix(r.System, "You compress conversation history") {
+			return fakellm.Turn{Text: "The user is planning a trip; I looked up trains."}
+		}
+		if last := r.Messages[len(r.Messages)-1]; last.Role == "user" && strings.HasPrefix(last.Content, "look") {
+			return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"` + strings.Repeat("train ", 200) + `"}`}}}
+		}
+		return fakellm.Turn{Text: "noted"}
+	})
+	f.say(t, "u1", "look up trains")
+	f.say(t, "u1", "look up hotels")
+	r := f.say(t, "u1", "summarise please")
+	s, err := f.st.GetSession(f.ctx, r.SessionID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.LastCompressedAt).NotTo(BeNil(), "the history crossed 70%% of the window")
+	g.Expect(f.tl.sums[r.SessionID]).NotTo(BeEmpty())
+
+	id, _ := ParseID(r.SessionID)
+	h, err := f.m.History(f.ctx, id)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(h[0].Content).To(HavePrefix("[Previous Context]\nThe user is planning a trip"))
+	g.Expect(h[len(h)-1].Role).To(Equal(llm.RoleAssistant))
+
+	g.Expect(f.say(t, "u1", "/compact").Text).To(ContainSubstring("Compressed the context of default"))
+}

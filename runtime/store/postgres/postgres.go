@@ -1,0 +1,100 @@
+// Package postgres is the cluster-mode store.Store on PostgreSQL (pgx/v5).
+//
+// Tenant isolation is enforced by the database: every table has a row-level
+// security policy comparing its tenant column with the transaction-local
+// setting picobot.tenant, and every operation sets it first, in the same
+// transaction as its statements (an explicit one, or the implicit transaction
+// of a one-round-trip pgx batch). The policies are FORCEd, so they bind the
+// tables' owner too; the store connects as an application role that is
+// neither superuser nor BYPASSRLS (Open refuses those), so they always apply.
+// Migrate creates the schema with an owner connection and grants the
+// application role what it needs.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// Store is a store.Store on a pgxpool. Reconnecting after a lost server is
+// the pool's job; an operation that fails mid-way rolls back and returns its
+// error, so a caller never sees half a write.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to PostgreSQL as the application role in dsn (a URL or
+// key=value string, with pgxpool's pool_* settings). It fails when that role
+// would bypass row-level security.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse PostgreSQL DSN: %w", err)
+	}
+	return OpenConfig(ctx, cfg)
+}
+
+// OpenConfig is Open with a pool configuration built by the caller.
+func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create PostgreSQL pool: %w", err)
+	}
+	var bypass bool
+	if err := pool.QueryRow(ctx, sqlRoleBypassesRLS).Scan(&bypass); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("failed to check PostgreSQL role %q: %w", cfg.ConnConfig.User, err)
+	}
+	if bypass {
+		pool.Close()
+		return nil, fmt.Errorf("failed to open store: PostgreSQL role %q is a superuser or has BYPASSRLS, "+
+			"so tenant isolation would not apply; connect as the application role", cfg.ConnConfig.User)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes the pool, waiting for connections in use to be returned.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// PostgreSQL error codes the store turns into sentinel errors.
+const (
+	codeUniqueViolation          = "23505"
+	codeCheckViolation           = "23514"
+	codeNotNullViolation         = "23502"
+	codeCharacterNotInRepertoire = "22021"
+	codeUntranslatableCharacter  = "22P05"
+)
+
+// classify maps constraint errors to sentinels, dropping the server's text
+// (which names constraints) from what callers see; other errors pass through
+// for the operator's logs.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case codeUniqueViolation:
+			return store.ErrExists
+		case codeCheckViolation, codeNotNullViolation, codeCharacterNotInRepertoire, codeUntranslatableCharacter:
+			return fmt.Errorf("%w: rejected by the database", store.ErrInvalid)
+		}
+	}
+	return err
+}

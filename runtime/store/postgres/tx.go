@@ -1,0 +1,118 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// batch sends the tenant's set_config and the statements build queues in one
+// round trip, then hands the results to read. pgx runs a batch as a single
+// implicit transaction (one Sync), so the transaction-local tenant covers
+// every statement and a failure anywhere undoes all of them. Statements that
+// need to look at results before deciding what to write use beginBatch.
+func (s *Store) batch(ctx context.Context, build func(b *pgx.Batch, tenant string), read func(br pgx.BatchResults) error) error {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlSetTenant, tenant)
+	build(b, tenant)
+	br := s.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		return errors.Join(fmt.Errorf("failed to set tenant: %w", err), br.Close())
+	}
+	if err := read(br); err != nil {
+		_ = br.Close() // reports err again
+		return err
+	}
+	return br.Close()
+}
+
+// beginBatch starts an explicit transaction scoped to ctx's tenant and runs
+// the statements build queues, all in one round trip; read consumes their
+// results. The caller continues on the returned transaction and must commit
+// or roll it back.
+func (s *Store) beginBatch(ctx context.Context, build func(b *pgx.Batch, tenant string),
+	read func(br pgx.BatchResults) error) (pgx.Tx, string, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(sqlSetTenant, tenant)
+	build(b, tenant)
+	br := s.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	fail := func(err error) (pgx.Tx, string, error) {
+		_ = br.Close()
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, "", err
+	}
+	if _, err := br.Exec(); err != nil {
+		return fail(fmt.Errorf("failed to begin transaction: %w", err))
+	}
+	if _, err := br.Exec(); err != nil {
+		return fail(fmt.Errorf("failed to set tenant: %w", err))
+	}
+	if err := read(br); err != nil {
+		return fail(err)
+	}
+	if err := br.Close(); err != nil {
+		return fail(err)
+	}
+	return tx, tenant, nil
+}
+
+// one runs a statement returning exactly one row; the tenant is prepended to
+// args as $1. No row is store.ErrNotFound.
+func one[T any](ctx context.Context, s *Store, scan pgx.RowToFunc[T], query string, args ...any) (T, error) {
+	var out T
+	err := s.batch(ctx, func(b *pgx.Batch, tenant string) {
+		b.Queue(query, append([]any{tenant}, args...)...)
+	}, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectExactlyOneRow(rows, scan)
+		return err
+	})
+	return out, classify(err)
+}
+
+// many runs a query; the tenant is prepended to args as $1.
+func many[T any](ctx context.Context, s *Store, scan pgx.RowToFunc[T], query string, args ...any) ([]T, error) {
+	var out []T
+	err := s.batch(ctx, func(b *pgx.Batch, tenant string) {
+		b.Queue(query, append([]any{tenant}, args...)...)
+	}, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, scan)
+		return err
+	})
+	return out, classify(err)
+}
+
+// exec runs a statement; the tenant is prepended to args as $1.
+func exec(ctx context.Context, s *Store, query string, args ...any) (pgconn.CommandTag, error) {
+	var tag pgconn.CommandTag
+	err := s.batch(ctx, func(b *pgx.Batch, tenant string) {
+		b.Queue(query, append([]any{tenant}, args...)...)
+	}, func(br pgx.BatchResults) error {
+		var err error
+		tag, err = br.Exec()
+		return err
+	})
+	return tag, classify(err)
+}

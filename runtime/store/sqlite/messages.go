@@ -1,0 +1,150 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// AppendMessages implements store.Store. The single writer connection and
+// BEGIN IMMEDIATE serialise appends, so reading last_seq and the stored IDs
+// and writing the new messages happen without interleaving.
+func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...store.Message) ([]store.Message, error) {
+	for i, m := range msgs {
+		if err := m.Validate(); err != nil {
+			return nil, fmt.Errorf("failed to append messages to session %q: message %d: %w", sessionID, i, err)
+		}
+	}
+	now := s.now()
+	var out []store.Message
+	err := s.write(ctx, func(tx *sql.Tx, tenant string) (err error) {
+		var lastSeq int64
+		if err := tx.QueryRowContext(ctx, sqlSessionLastSeq, tenant, sessionID).Scan(&lastSeq); err != nil {
+			return err
+		}
+		ids := make([]string, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+		}
+		idsJSON, err := json.Marshal(ids)
+		if err != nil {
+			return fmt.Errorf("failed to encode message ids: %w", err)
+		}
+		stored, err := queryAll(ctx, tx, scanMessage, sqlMessagesByID, tenant, sessionID, string(idsJSON))
+		if err != nil {
+			return err
+		}
+		seen := make(map[string]store.Message, len(stored)+len(msgs))
+		for _, m := range stored {
+			seen[m.ID] = m
+		}
+
+		insert, err := tx.PrepareContext(ctx, sqlInsertMessage)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, insert.Close()) }()
+
+		out = make([]store.Message, len(msgs))
+		inserted, lastAt := 0, int64(0)
+		for i, m := range msgs {
+			if prev, ok := seen[m.ID]; ok {
+				prev.Duplicate = true
+				out[i] = prev
+				continue
+			}
+			lastSeq++
+			m.Tenant, m.SessionID, m.Seq, m.Duplicate = tenant, sessionID, lastSeq, false
+			created := now
+			if !m.CreatedAt.IsZero() {
+				created = micros(m.CreatedAt)
+			}
+			m.CreatedAt = fromMicros(created)
+			lastAt = max(lastAt, created)
+			toolCalls, err := encodeJSON(m.ToolCalls, len(m.ToolCalls) == 0)
+			if err != nil {
+				return fmt.Errorf("failed to encode tool calls of message %q: %w", m.ID, err)
+			}
+			images, err := encodeJSON(m.Images, len(m.Images) == 0)
+			if err != nil {
+				return fmt.Errorf("failed to encode images of message %q: %w", m.ID, err)
+			}
+			meta, err := encodeJSON(m.Meta, len(m.Meta) == 0)
+			if err != nil {
+				return fmt.Errorf("failed to encode meta of message %q: %w", m.ID, err)
+			}
+			if _, err := insert.ExecContext(ctx, tenant, sessionID, m.Seq, m.ID, string(m.Role), m.Content, toolCalls,
+				m.ToolCallID, m.Name, m.IsError, images, meta, created); err != nil {
+				return err
+			}
+			seen[m.ID] = m
+			out[i] = m
+			inserted++
+		}
+		if inserted == 0 {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, sqlAdvanceSession, tenant, sessionID, lastSeq, lastAt, now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to append messages to session %q: %w", sessionID, classify(err))
+	}
+	return out, nil
+}
+
+// LoadMessages implements store.Store.
+func (s *Store) LoadMessages(ctx context.Context, sessionID string, opts store.LoadOptions) ([]store.Message, error) {
+	limit := -1 // SQLite: no limit
+	if opts.Last > 0 {
+		limit = opts.Last
+	}
+	var since *int64
+	if !opts.Since.IsZero() {
+		v := micros(opts.Since)
+		since = &v
+	}
+	var out []store.Message
+	err := s.read(ctx, func(tx *sql.Tx, tenant string) error {
+		var err error
+		out, err = queryAll(ctx, tx, scanMessage, sqlLoadMessages, tenant, sessionID, opts.AfterSeq, since, limit)
+		if err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return sessionExists(ctx, tx, tenant, sessionID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to load messages of session %q: %w", sessionID, classify(err))
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
+// CountMessages implements store.Store.
+func (s *Store) CountMessages(ctx context.Context, sessionID string) (int64, error) {
+	n, err := one(ctx, s, false, scanInt64, sqlCountMessages, sessionID)
+	if err != nil {
+		return 0, fmt.Errorf("failed to count messages of session %q: %w", sessionID, err)
+	}
+	return n, nil
+}
+
+// sessionExists tells an empty session from a missing one (ErrNotFound).
+func sessionExists(ctx context.Context, tx *sql.Tx, tenant, sessionID string) error {
+	var ok bool
+	if err := tx.QueryRowContext(ctx, sqlSessionExists, tenant, sessionID).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return store.ErrNotFound
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package sqlite
+
+// The store's SQL, kept apart from the Go that runs it. SQLite has no
+// row-level security, so every statement filters on tenant (?1) — the rule
+// that keeps tenants apart here; the conformance suite's isolation tests check
+// it method by method. Times are microseconds since the epoch, from the
+// store's clock (?N named "now" below).
+
+const (
+	sqlCreateMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	name       TEXT    NOT NULL,
+	applied_at INTEGER NOT NULL
+) STRICT`
+	sqlMigrationApplied = `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = ?1)`
+	sqlRecordMigration  = `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)`
+)
+
+const sessionColumns = `tenant, id, channel, chat_id, dialog_id, agent, title, title_is_default,
+	created_at, updated_at, last_message_at, archived_at, deleted_at, last_compressed_at`
+
+const (
+	// ?9 is the creation time (the caller's or now).
+	sqlCreateSession = `INSERT INTO sessions (tenant, id, channel, chat_id, dialog_id, agent, title, title_is_default,
+	created_at, updated_at, last_message_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?9)
+RETURNING ` + sessionColumns
+
+	sqlGetSession = `SELECT ` + sessionColumns + ` FROM sessions WHERE tenant = ?1 AND id = ?2`
+
+	sqlListSessions = `SELECT ` + sessionColumns + ` FROM sessions
+WHERE tenant = ?1
+	AND (?2 = '' OR channel = ?2)
+	AND (?3 = '' OR chat_id = ?3)
+	AND (?4 OR archived_at IS NULL)
+	AND (?5 OR deleted_at IS NULL)
+ORDER BY last_message_at DESC, id DESC
+LIMIT ?6`
+
+	// sqlUpdateSession leaves a field alone when its parameter is NULL;
+	// archiving or deleting again keeps the first time. ?8 is now.
+	sqlUpdateSession = `UPDATE sessions SET
+	title = COALESCE(?3, title),
+	title_is_default = COALESCE(?4, title_is_default),
+	archived_at = CASE WHEN ?5 IS NULL THEN archived_at WHEN ?5 THEN COALESCE(archived_at, ?8) ELSE NULL END,
+	deleted_at = CASE WHEN ?6 IS NULL THEN deleted_at WHEN ?6 THEN COALESCE(deleted_at, ?8) ELSE NULL END,
+	last_compressed_at = COALESCE(?7, last_compressed_at),
+	updated_at = ?8
+WHERE tenant = ?1 AND id = ?2
+RETURNING ` + sessionColumns
+
+	sqlSetCurrentDialog = `INSERT INTO current_dialogs (tenant, channel, chat_id, dialog_id, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (tenant, channel, chat_id) DO UPDATE SET dialog_id = excluded.dialog_id, updated_at = excluded.updated_at`
+
+	sqlCurrentDialog = `SELECT dialog_id FROM current_dialogs WHERE tenant = ?1 AND channel = ?2 AND chat_id = ?3`
+)
+
+const messageColumns = `tenant, session_id, seq, id, role, content, tool_calls, tool_call_id, name, is_error,
+	images, meta, created_at`
+
+const (
+	sqlSessionLastSeq = `SELECT last_seq FROM sessions WHERE tenant = ?1 AND id = ?2`
+
+	// sqlMessagesByID takes the wanted ids as a JSON array, SQLite's way of
+	// binding a list.
+	sqlMessagesByID = `SELECT ` + messageColumns + ` FROM messages
+WHERE tenant = ?1 AND session_id = ?2 AND id IN (SELECT value FROM json_each(?3))`
+
+	sqlInsertMessage = `INSERT INTO messages (tenant, session_id, seq, id, role, content, tool_calls, tool_call_id, name,
+	is_error, images, meta, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)`
+
+	sqlAdvanceSession = `UPDATE sessions SET last_seq = ?3, last_message_at = MAX(last_message_at, ?4), updated_at = ?5
+WHERE tenant = ?1 AND id = ?2`
+
+	// sqlLoadMessages selects newest first so LIMIT keeps the last ones; the
+	// caller reverses. LIMIT -1 means all.
+	sqlLoadMessages = `SELECT ` + messageColumns + ` FROM messages
+WHERE tenant = ?1 AND session_id = ?2 AND seq > ?3 AND (?4 IS NULL OR created_at >= ?4)
+ORDER BY seq DESC
+LIMIT ?5`
+
+	sqlSessionExists = `SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant = ?1 AND id = ?2)`
+
+	sqlCountMessages = `SELECT (SELECT count(*) FROM messages WHERE tenant = ?1 AND session_id = ?2)
+FROM sessions WHERE tenant = ?1 AND id = ?2`
+)
+
+const (
+	// sqlAcquireLease takes a free lease, steals an expired one, or renews
+	// the caller's own; otherwise it returns no row. ?4 is now, ?5 the ttl.
+	sqlAcquireLease = `INSERT INTO session_leases (tenant, session_id, holder, acquired_at, expires_at)
+VALUES (?1, ?2, ?3, ?4, ?4 + ?5)
+ON CONFLICT (tenant, session_id) DO UPDATE SET
+	holder = excluded.holder,
+	acquired_at = CASE WHEN session_leases.holder = excluded.holder THEN session_leases.acquired_at ELSE excluded.acquired_at END,
+	expires_at = excluded.expires_at
+WHERE session_leases.holder = excluded.holder OR session_leases.expires_at <= ?4
+RETURNING holder`
+
+	// sqlRenewLease renews only the caller's lease. An expired lease nobody
+	// took is still the caller's: renewing it is safe.
+	sqlRenewLease = `UPDATE session_leases SET expires_at = ?4 + ?5
+WHERE tenant = ?1 AND session_id = ?2 AND holder = ?3`
+
+	sqlReleaseLease = `DELETE FROM session_leases WHERE tenant = ?1 AND session_id = ?2 AND holder = ?3`
+)
+
+const memoryColumns = `tenant, agent, id, key, content, category, kind, source, session_id, importance, created_at, updated_at`
+
+const (
+	// sqlPutMemory replaces the memory of the same (agent, key), keeping its
+	// id and created_at. ?11 is now.
+	sqlPutMemory = `INSERT INTO memories (tenant, agent, id, key, content, category, kind, source, session_id, importance,
+	created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
+ON CONFLICT (tenant, agent, key) DO UPDATE SET
+	content = excluded.content,
+	category = excluded.category,
+	kind = excluded.kind,
+	source = excluded.source,
+	session_id = excluded.session_id,
+	importance = excluded.importance,
+	updated_at = excluded.updated_at
+RETURNING ` + memoryColumns
+
+	sqlGetMemory    = `SELECT ` + memoryColumns + ` FROM memories WHERE tenant = ?1 AND agent = ?2 AND key = ?3`
+	sqlDeleteMemory = `DELETE FROM memories WHERE tenant = ?1 AND agent = ?2 AND key = ?3`
+)
+
+const cronRunColumns = `tenant, job, run_id, scheduled_time, state, outcome, message, started_at, finished_at, delivery`
+
+const (
+	// sqlClaimCronRun inserts the run unless its tick is taken.
+	sqlClaimCronRun = `INSERT INTO cron_runs (tenant, job, run_id, scheduled_time, state, outcome, message, started_at,
+	finished_at, delivery)
+VALUES (?1, ?2, ?3, ?4, 'claimed', ?5, ?6, ?7, ?8, ?9)
+ON CONFLICT (tenant, job, scheduled_time) DO NOTHING`
+
+	sqlGetCronRun = `SELECT ` + cronRunColumns + ` FROM cron_runs WHERE tenant = ?1 AND run_id = ?2`
+
+	sqlUpdateCronRun = `UPDATE cron_runs SET
+	state = COALESCE(?3, state),
+	outcome = COALESCE(?4, outcome),
+	message = COALESCE(?5, message),
+	started_at = COALESCE(?6, started_at),
+	finished_at = COALESCE(?7, finished_at),
+	delivery = COALESCE(?8, delivery)
+WHERE tenant = ?1 AND run_id = ?2
+RETURNING ` + cronRunColumns
+
+	sqlListCronRuns = `SELECT ` + cronRunColumns + ` FROM cron_runs WHERE tenant = ?1 AND job = ?2
+ORDER BY scheduled_time DESC LIMIT ?3`
+)
+
+const agentRunColumns = `tenant, id, agent, session_id, parent_run_id, status, input, result, created_at, updated_at`
+
+const (
+	// ?9 is now.
+	sqlCreateAgentRun = `INSERT INTO agent_runs (tenant, id, agent, session_id, parent_run_id, status, input, result,
+	created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+RETURNING ` + agentRunColumns
+
+	sqlGetAgentRun = `SELECT ` + agentRunColumns + ` FROM agent_runs WHERE tenant = ?1 AND id = ?2`
+
+	// ?5 is now.
+	sqlUpdateAgentRun = `UPDATE agent_runs SET
+	status = COALESCE(?3, status),
+	result = COALESCE(?4, result),
+	updated_at = ?5
+WHERE tenant = ?1 AND id = ?2
+RETURNING ` + agentRunColumns
+
+	sqlListAgentRuns = `SELECT ` + agentRunColumns + ` FROM agent_runs
+WHERE tenant = ?1
+	AND (?2 = '' OR agent = ?2)
+	AND (?3 = '' OR session_id = ?3)
+	AND (?4 = '' OR parent_run_id = ?4)
+	AND (?5 = '' OR status = ?5)
+ORDER BY created_at DESC, id DESC
+LIMIT ?6`
+)
+
+const deliveryColumns = `tenant, id, channel, chat_id, session_id, status, attempts, last_error, created_at, delivered_at`
+
+const (
+	// ?9 is now.
+	sqlCreateDelivery = `INSERT INTO deliveries (tenant, id, channel, chat_id, session_id, status, attempts, last_error,
+	created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+RETURNING ` + deliveryColumns
+
+	sqlGetDelivery = `SELECT ` + deliveryColumns + ` FROM deliveries WHERE tenant = ?1 AND id = ?2`
+
+	// sqlUpdateDelivery counts attempts in the database; the first move to
+	// delivered stamps delivered_at. ?6 is now.
+	sqlUpdateDelivery = `UPDATE deliveries SET
+	status = COALESCE(?3, status),
+	last_error = COALESCE(?4, last_error),
+	attempts = attempts + CASE WHEN ?5 THEN 1 ELSE 0 END,
+	delivered_at = CASE WHEN ?3 = 'delivered' THEN COALESCE(delivered_at, ?6) ELSE delivered_at END
+WHERE tenant = ?1 AND id = ?2
+RETURNING ` + deliveryColumns
+
+	sqlListDeliveries = `SELECT ` + deliveryColumns + ` FROM deliveries
+WHERE tenant = ?1
+	AND (?2 = '' OR status = ?2)
+	AND (?3 = '' OR session_id = ?3)
+ORDER BY created_at, id
+LIMIT ?4`
+)
+
+const artifactColumns = `tenant, id, session_id, name, media_type, blob_key, size, created_at`
+
+const (
+	// ?8 is now.
+	sqlCreateArtifact = `INSERT INTO artifacts (tenant, id, session_id, name, media_type, blob_key, size, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+RETURNING ` + artifactColumns
+
+	sqlGetArtifact    = `SELECT ` + artifactColumns + ` FROM artifacts WHERE tenant = ?1 AND id = ?2`
+	sqlListArtifacts  = `SELECT ` + artifactColumns + ` FROM artifacts WHERE tenant = ?1 AND session_id = ?2 ORDER BY created_at, id`
+	sqlDeleteArtifact = `DELETE FROM artifacts WHERE tenant = ?1 AND id = ?2`
+)

@@ -1,0 +1,243 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// PutMemory implements store.Store.
+func (s *Store) PutMemory(ctx context.Context, m store.Memory) (store.Memory, error) {
+	if err := m.Validate(); err != nil {
+		return store.Memory{}, fmt.Errorf("failed to put memory %q: %w", m.Key, err)
+	}
+	if m.ID == "" {
+		m.ID = store.NewID()
+	}
+	out, err := one(ctx, s, true, scanMemory, sqlPutMemory, m.Agent, m.ID, m.Key, m.Content, string(m.Category),
+		string(m.Kind), string(m.Source), m.SessionID, m.Importance, s.now())
+	if err != nil {
+		return store.Memory{}, fmt.Errorf("failed to put memory %q: %w", m.Key, err)
+	}
+	return out, nil
+}
+
+// GetMemory implements store.Store.
+func (s *Store) GetMemory(ctx context.Context, agent, key string) (store.Memory, error) {
+	out, err := one(ctx, s, false, scanMemory, sqlGetMemory, agent, key)
+	if err != nil {
+		return store.Memory{}, fmt.Errorf("failed to get memory %q of agent %q: %w", key, agent, err)
+	}
+	return out, nil
+}
+
+// DeleteMemory implements store.Store.
+func (s *Store) DeleteMemory(ctx context.Context, agent, key string) error {
+	res, err := exec(ctx, s, sqlDeleteMemory, agent, key)
+	if err == nil {
+		err = atLeastOne(res)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to delete memory %q of agent %q: %w", key, agent, err)
+	}
+	return nil
+}
+
+// ClaimCronRun implements store.Store.
+func (s *Store) ClaimCronRun(ctx context.Context, r store.CronRun) (bool, error) {
+	if err := r.Validate(); err != nil {
+		return false, fmt.Errorf("failed to claim cron run %q of %q: %w", r.RunID, r.Job, err)
+	}
+	res, err := exec(ctx, s, sqlClaimCronRun, r.Job, r.RunID, micros(r.ScheduledTime), string(r.Outcome), r.Message,
+		microsPtr(r.StartedAt), microsPtr(r.FinishedAt), string(r.Delivery))
+	if err != nil {
+		return false, fmt.Errorf("failed to claim cron run %q of %q: %w", r.RunID, r.Job, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("failed to claim cron run %q of %q: %w", r.RunID, r.Job, err)
+	}
+	return n == 1, nil
+}
+
+// GetCronRun implements store.Store.
+func (s *Store) GetCronRun(ctx context.Context, runID string) (store.CronRun, error) {
+	out, err := one(ctx, s, false, scanCronRun, sqlGetCronRun, runID)
+	if err != nil {
+		return store.CronRun{}, fmt.Errorf("failed to get cron run %q: %w", runID, err)
+	}
+	return out, nil
+}
+
+// UpdateCronRun implements store.Store.
+func (s *Store) UpdateCronRun(ctx context.Context, runID string, u store.CronRunUpdate) (store.CronRun, error) {
+	if err := u.Validate(); err != nil {
+		return store.CronRun{}, fmt.Errorf("failed to update cron run %q: %w", runID, err)
+	}
+	out, err := one(ctx, s, true, scanCronRun, sqlUpdateCronRun, runID, (*string)(u.State), (*string)(u.Outcome),
+		u.Message, microsPtr(u.StartedAt), microsPtr(u.FinishedAt), (*string)(u.Delivery))
+	if err != nil {
+		return store.CronRun{}, fmt.Errorf("failed to update cron run %q: %w", runID, err)
+	}
+	return out, nil
+}
+
+// ListCronRuns implements store.Store.
+func (s *Store) ListCronRuns(ctx context.Context, job string, limit int) ([]store.CronRun, error) {
+	out, err := many(ctx, s, scanCronRun, sqlListCronRuns, job, store.ListLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list cron runs of %q: %w", job, err)
+	}
+	return out, nil
+}
+
+// CreateAgentRun implements store.Store.
+func (s *Store) CreateAgentRun(ctx context.Context, r store.AgentRun) (store.AgentRun, error) {
+	if err := r.Validate(); err != nil {
+		return store.AgentRun{}, fmt.Errorf("failed to create agent run %q: %w", r.ID, err)
+	}
+	if r.Status == "" {
+		r.Status = store.RunQueued
+	}
+	out, err := one(ctx, s, true, scanAgentRun, sqlCreateAgentRun, r.ID, r.Agent, r.SessionID, r.ParentRunID,
+		string(r.Status), r.Input, r.Result, s.now())
+	if err != nil {
+		return store.AgentRun{}, fmt.Errorf("failed to create agent run %q: %w", r.ID, err)
+	}
+	return out, nil
+}
+
+// GetAgentRun implements store.Store.
+func (s *Store) GetAgentRun(ctx context.Context, id string) (store.AgentRun, error) {
+	out, err := one(ctx, s, false, scanAgentRun, sqlGetAgentRun, id)
+	if err != nil {
+		return store.AgentRun{}, fmt.Errorf("failed to get agent run %q: %w", id, err)
+	}
+	return out, nil
+}
+
+// UpdateAgentRun implements store.Store.
+func (s *Store) UpdateAgentRun(ctx context.Context, id string, u store.AgentRunUpdate) (store.AgentRun, error) {
+	if err := u.Validate(); err != nil {
+		return store.AgentRun{}, fmt.Errorf("failed to update agent run %q: %w", id, err)
+	}
+	out, err := one(ctx, s, true, scanAgentRun, sqlUpdateAgentRun, id, (*string)(u.Status), u.Result, s.now())
+	if err != nil {
+		return store.AgentRun{}, fmt.Errorf("failed to update agent run %q: %w", id, err)
+	}
+	return out, nil
+}
+
+// ListAgentRuns implements store.Store.
+func (s *Store) ListAgentRuns(ctx context.Context, f store.AgentRunFilter) ([]store.AgentRun, error) {
+	out, err := many(ctx, s, scanAgentRun, sqlListAgentRuns, f.Agent, f.SessionID, f.ParentRunID, string(f.Status),
+		store.ListLimit(f.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list agent runs: %w", err)
+	}
+	return out, nil
+}
+
+// CreateDelivery implements store.Store.
+func (s *Store) CreateDelivery(ctx context.Context, d store.Delivery) (store.Delivery, error) {
+	if err := d.Validate(); err != nil {
+		return store.Delivery{}, fmt.Errorf("failed to create delivery %q: %w", d.ID, err)
+	}
+	if d.Status == "" {
+		d.Status = store.DeliveryPending
+	}
+	out, err := one(ctx, s, true, scanDelivery, sqlCreateDelivery, d.ID, d.Channel, d.ChatID, d.SessionID,
+		string(d.Status), d.Attempts, d.LastError, s.now())
+	if err != nil {
+		return store.Delivery{}, fmt.Errorf("failed to create delivery %q: %w", d.ID, err)
+	}
+	return out, nil
+}
+
+// GetDelivery implements store.Store.
+func (s *Store) GetDelivery(ctx context.Context, id string) (store.Delivery, error) {
+	out, err := one(ctx, s, false, scanDelivery, sqlGetDelivery, id)
+	if err != nil {
+		return store.Delivery{}, fmt.Errorf("failed to get delivery %q: %w", id, err)
+	}
+	return out, nil
+}
+
+// UpdateDelivery implements store.Store.
+func (s *Store) UpdateDelivery(ctx context.Context, id string, u store.DeliveryUpdate) (store.Delivery, error) {
+	if err := u.Validate(); err != nil {
+		return store.Delivery{}, fmt.Errorf("failed to update delivery %q: %w", id, err)
+	}
+	out, err := one(ctx, s, true, scanDelivery, sqlUpdateDelivery, id, (*string)(u.Status), u.LastError, u.AddAttempt,
+		s.now())
+	if err != nil {
+		return store.Delivery{}, fmt.Errorf("failed to update delivery %q: %w", id, err)
+	}
+	return out, nil
+}
+
+// ListDeliveries implements store.Store.
+func (s *Store) ListDeliveries(ctx context.Context, f store.DeliveryFilter) ([]store.Delivery, error) {
+	out, err := many(ctx, s, scanDelivery, sqlListDeliveries, string(f.Status), f.SessionID, store.ListLimit(f.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// CreateArtifact implements store.Store.
+func (s *Store) CreateArtifact(ctx context.Context, a store.Artifact) (store.Artifact, error) {
+	if err := a.Validate(); err != nil {
+		return store.Artifact{}, fmt.Errorf("failed to create artifact %q: %w", a.ID, err)
+	}
+	out, err := one(ctx, s, true, scanArtifact, sqlCreateArtifact, a.ID, a.SessionID, a.Name, a.MediaType, a.BlobKey,
+		a.Size, s.now())
+	if err != nil {
+		return store.Artifact{}, fmt.Errorf("failed to create artifact %q: %w", a.ID, err)
+	}
+	return out, nil
+}
+
+// GetArtifact implements store.Store.
+func (s *Store) GetArtifact(ctx context.Context, id string) (store.Artifact, error) {
+	out, err := one(ctx, s, false, scanArtifact, sqlGetArtifact, id)
+	if err != nil {
+		return store.Artifact{}, fmt.Errorf("failed to get artifact %q: %w", id, err)
+	}
+	return out, nil
+}
+
+// ListArtifacts implements store.Store.
+func (s *Store) ListArtifacts(ctx context.Context, sessionID string) ([]store.Artifact, error) {
+	out, err := many(ctx, s, scanArtifact, sqlListArtifacts, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list artifacts of session %q: %w", sessionID, err)
+	}
+	return out, nil
+}
+
+// DeleteArtifact implements store.Store.
+func (s *Store) DeleteArtifact(ctx context.Context, id string) error {
+	res, err := exec(ctx, s, sqlDeleteArtifact, id)
+	if err == nil {
+		err = atLeastOne(res)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to delete artifact %q: %w", id, err)
+	}
+	return nil
+}
+
+// atLeastOne turns a statement that touched no row into ErrNotFound.
+func atLeastOne(res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// BenchmarkAppendAndLoadLast50 measures one turn's storage work on a long
+// session: a session of 10,000 messages, then per iteration append one
+// message and load the last 50 (what building a prompt reads). Besides the
+// mean it reports p50 and p99 per iteration in milliseconds; the target is a
+// p99 under 5 ms.
+func BenchmarkAppendAndLoadLast50(b *testing.B, st store.Store) {
+	const (
+		history = 10_000
+		batch   = 500
+	)
+	ctx := store.WithTenant(b.Context(), tenantA)
+	sess, err := st.CreateSession(ctx, newSession("web", "bench", "d1"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for start := 0; start < history; start += batch {
+		msgs := make([]store.Message, batch)
+		for i := range msgs {
+			msgs[i] = userMsg(fmt.Sprintf("seed-%d", start+i), fmt.Sprintf("message %d with a little text in it", start+i))
+		}
+		if _, err := st.AppendMessages(ctx, sess.ID, msgs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	var durations []time.Duration
+	n := 0
+	b.ResetTimer()
+	for b.Loop() {
+		begin := time.Now()
+		if _, err := st.AppendMessages(ctx, sess.ID, userMsg(fmt.Sprintf("bench-%d", n), "another message")); err != nil {
+			b.Fatal(err)
+		}
+		msgs, err := st.LoadMessages(ctx, sess.ID, store.LoadOptions{Last: 50})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(msgs) != 50 {
+			b.Fatalf("loaded %d messages, want 50", len(msgs))
+		}
+		durations = append(durations, time.Since(begin))
+		n++
+	}
+	b.StopTimer()
+	slices.Sort(durations)
+	b.ReportMetric(percentile(durations, 0.50), "p50-ms")
+	b.ReportMetric(percentile(durations, 0.99), "p99-ms")
+}
+
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := min(int(float64(len(sorted))*p), len(sorted)-1)
+	return float64(sorted[i]) / float64(time.Millisecond)
+}
