@@ -11,13 +11,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
 // agentScope carries one reconcile of an Agent through its phases.
 type agentScope struct {
 	agent    *picobotv1alpha1.Agent
-	model    modelResolution
+	model    agentspec.ModelResolution
 	tools    policy.Result
 	toolsErr error
 	missing  []string
@@ -27,7 +28,7 @@ type agentScope struct {
 // lookupSecrets reads Secrets of ns from the cache, remembering each answer for
 // the rest of the reconcile. Only NotFound means "missing"; other errors abort
 // the reconcile so it retries with backoff.
-func (r *AgentReconciler) lookupSecrets(ctx context.Context, ns string, errp *error) secretLookup {
+func (r *AgentReconciler) lookupSecrets(ctx context.Context, ns string, errp *error) agentspec.SecretLookup {
 	seen := map[string]*corev1.Secret{}
 	return func(name string) *corev1.Secret {
 		if s, ok := seen[name]; ok {
@@ -59,45 +60,17 @@ func (r *AgentReconciler) resolveModelPhase(ctx context.Context, s *agentScope) 
 			return fmt.Errorf("failed to get ConfigMap %q: %w", picobotv1alpha1.NamespaceDefaultsConfigMap, err)
 		}
 	}
-	s.model = resolveModel(s.agent.Spec.Model, defaults, r.lookupSecrets(ctx, s.agent.Namespace, &readErr))
+	s.model = agentspec.ResolveModel(s.agent.Spec.Model, defaults, r.lookupSecrets(ctx, s.agent.Namespace, &readErr))
 	return readErr
-}
-
-// toolPolicySpec converts the Agent's tools settings into the shared policy
-// package's input, turning disabled features into denies so the effective set
-// shows what the model will really be offered.
-func toolPolicySpec(a *picobotv1alpha1.Agent) policy.Spec {
-	var spec policy.Spec
-	if t := a.Spec.Tools; t != nil {
-		spec.Profile = policy.Profile(t.Profile)
-		spec.Allow = t.Allow
-		spec.Deny = append([]string(nil), t.Deny...)
-		if len(t.ByProvider) > 0 {
-			spec.ByProvider = make(map[string]policy.ProviderSpec, len(t.ByProvider))
-			for k, v := range t.ByProvider {
-				spec.ByProvider[k] = policy.ProviderSpec{Profile: policy.Profile(v.Profile), Allow: v.Allow, Deny: v.Deny}
-			}
-		}
-	}
-	if b := a.Spec.Browser; b != nil && b.Enabled != nil && !*b.Enabled {
-		spec.Deny = append(spec.Deny, "group:ui")
-	}
-	if m := a.Spec.Memory; m != nil && m.Enabled != nil && !*m.Enabled {
-		spec.Deny = append(spec.Deny, "group:memory")
-	}
-	if len(a.Spec.Delegates) == 0 {
-		spec.Deny = append(spec.Deny, "delegate")
-	}
-	return spec
 }
 
 // resolveToolsPhase computes the effective tool set for the effective model.
 func (r *AgentReconciler) resolveToolsPhase(_ context.Context, s *agentScope) error {
 	var provider, model string
-	if e := s.model.effective; e != nil {
+	if e := s.model.Effective; e != nil {
 		provider, model = string(e.Provider), e.Model
 	}
-	s.tools, s.toolsErr = policy.Resolve(r.Catalog, toolPolicySpec(s.agent), provider, model)
+	s.tools, s.toolsErr = policy.Resolve(r.Catalog, agentspec.ToolPolicy(s.agent), provider, model)
 	return nil
 }
 
@@ -158,7 +131,7 @@ func applyAgentStatus(s *agentScope) []metav1.Condition {
 	}
 	conds = append(conds, readySummary(conds))
 	a.Status.ObservedGeneration = a.Generation
-	a.Status.EffectiveModel = s.model.effective
+	a.Status.EffectiveModel = s.model.Effective
 	// No session pods exist before the session-pod work; publish the known zero
 	// so `kubectl get` shows it rather than a blank.
 	if a.Status.ActiveSessions == nil {

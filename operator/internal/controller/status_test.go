@@ -11,13 +11,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agentspec"
 )
 
 func keyRef(name string) *corev1.SecretKeySelector {
 	return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "apiKey"}
 }
 
-func lookupOf(secrets ...*corev1.Secret) secretLookup {
+func lookupOf(secrets ...*corev1.Secret) agentspec.SecretLookup {
 	return func(name string) *corev1.Secret {
 		for _, s := range secrets {
 			if s.Name == name {
@@ -73,20 +74,20 @@ func TestResolveModel(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			r := resolveModel(tc.spec, tc.defaults, lookupOf(withKey, noKey))
-			g.Expect(r.reason).To(Equal(tc.reason))
-			g.Expect(r.message).To(ContainSubstring(tc.message))
+			r := agentspec.ResolveModel(tc.spec, tc.defaults, lookupOf(withKey, noKey))
+			g.Expect(r.Reason).To(Equal(tc.reason))
+			g.Expect(r.Message).To(ContainSubstring(tc.message))
 			c := modelCondition(r)
 			g.Expect(c.Type).To(Equal(picobotv1alpha1.ConditionModelResolved))
 			if tc.source == "" {
-				g.Expect(r.effective).To(BeNil())
+				g.Expect(r.Effective).To(BeNil())
 				g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 				return
 			}
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(r.effective.Source).To(Equal(tc.source))
-			g.Expect(r.effective.Model).To(Equal(tc.model))
-			g.Expect(r.effective.ContextWindow).To(Equal(tc.window))
+			g.Expect(r.Effective.Source).To(Equal(tc.source))
+			g.Expect(r.Effective.Model).To(Equal(tc.model))
+			g.Expect(r.Effective.ContextWindow).To(Equal(tc.window))
 		})
 	}
 }

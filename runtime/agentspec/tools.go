@@ -1,0 +1,34 @@
+package agentspec
+
+import (
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/tool/policy"
+)
+
+// ToolPolicy converts the Agent's tools settings into the shared policy
+// package's input, turning disabled features into denies so the effective set
+// shows what the model will really be offered.
+func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
+	var spec policy.Spec
+	if t := a.Spec.Tools; t != nil {
+		spec.Profile = policy.Profile(t.Profile)
+		spec.Allow = t.Allow
+		spec.Deny = append([]string(nil), t.Deny...)
+		if len(t.ByProvider) > 0 {
+			spec.ByProvider = make(map[string]policy.ProviderSpec, len(t.ByProvider))
+			for k, v := range t.ByProvider {
+				spec.ByProvider[k] = policy.ProviderSpec{Profile: policy.Profile(v.Profile), Allow: v.Allow, Deny: v.Deny}
+			}
+		}
+	}
+	if b := a.Spec.Browser; b != nil && b.Enabled != nil && !*b.Enabled {
+		spec.Deny = append(spec.Deny, "group:ui")
+	}
+	if m := a.Spec.Memory; m != nil && m.Enabled != nil && !*m.Enabled {
+		spec.Deny = append(spec.Deny, "group:memory")
+	}
+	if len(a.Spec.Delegates) == 0 {
+		spec.Deny = append(spec.Deny, "delegate")
+	}
+	return spec
+}
