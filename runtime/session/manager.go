@@ -66,6 +66,7 @@ type Manager struct {
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex
 	running map[string]context.CancelFunc // session id -> cancel of its turn
+	held    map[string]struct{}           // sessions whose lease this manager took
 }
 
 // NewManager returns a manager.
@@ -79,7 +80,7 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Workspace == nil {
 		cfg.Workspace = func(ID) string { return "" }
 	}
-	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelFunc{}}
+	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelFunc{}, held: map[string]struct{}{}}
 }
 
 func (m *Manager) lock(id string) func() {
@@ -143,6 +144,9 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		}
 		return Reply{SessionID: sid}, err
 	}
+	m.mu.Lock()
+	m.held[sid] = struct{}{}
+	m.mu.Unlock()
 	stored, err := m.cfg.Store.AppendMessages(ctx, sid, store.Message{ID: in.MessageID, Role: llm.RoleUser, Content: in.Text})
 	if err != nil {
 		unlock()
@@ -266,7 +270,26 @@ func (m *Manager) Stop(sid string) bool {
 
 // Release gives up the lease of a session (idle exit).
 func (m *Manager) Release(ctx context.Context, sid string) error {
+	m.mu.Lock()
+	delete(m.held, sid)
+	m.mu.Unlock()
 	return m.cfg.Store.ReleaseLease(ctx, sid, m.cfg.Holder)
+}
+
+// ReleaseAll gives up every lease this manager took, so another runtime can
+// take the sessions over at once (clean shutdown).
+func (m *Manager) ReleaseAll(ctx context.Context) error {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.held))
+	for id := range m.held {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		errs = append(errs, m.Release(ctx, id))
+	}
+	return errors.Join(errs...)
 }
 
 // Resolve picks the dialog a chat's message goes to: the chat's current

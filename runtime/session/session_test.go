@@ -81,31 +81,11 @@ func TestParseCommand(t *testing.T) {
 	}
 }
 
-type memTimeline struct {
-	mu   sync.Mutex
-	sums map[string][]string
-}
-
-func (m *memTimeline) AddTimeline(_ context.Context, _, sid, s string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.sums[sid] = append(m.sums[sid], s)
-	return nil
-}
-
-func (m *memTimeline) RecentTimeline(_ context.Context, _, sid string, n int) ([]string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.sums[sid]
-	return s[max(0, len(s)-n):], nil
-}
-
 type fixture struct {
 	s     *fakellm.Server
 	st    store.Store
 	m     *Manager
 	ctx   context.Context
-	tl    *memTimeline
 	tools *tool.Registry
 }
 
@@ -126,13 +106,12 @@ func newFixture(t *testing.T, mutate ...func(*Config)) *fixture {
 	})
 	reg, err := tool.NewRegistry(echo)
 	g.Expect(err).NotTo(HaveOccurred())
-	tl := &memTimeline{sums: map[string][]string{}}
 	cfg := Config{Store: st, Loop: &agent.Loop{Provider: p, Tools: reg}, Agent: "assistant", System: "Be brief.",
-		Timeline: tl, Holder: "pod-a"}
+		Timeline: StoreTimeline{Store: st}, Holder: "pod-a"}
 	for _, fn := range mutate {
 		fn(&cfg)
 	}
-	return &fixture{s: s, st: st, m: NewManager(cfg), ctx: store.WithTenant(context.Background(), "team-a"), tl: tl, tools: reg}
+	return &fixture{s: s, st: st, m: NewManager(cfg), ctx: store.WithTenant(context.Background(), "team-a"), tools: reg}
 }
 
 func (f *fixture) say(t *testing.T, chat, text string) Reply {
@@ -320,7 +299,10 @@ func TestCompressionMarkAndTimelineRestore(t *testing.T) {
 	s, err := f.st.GetSession(f.ctx, r.SessionID)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.LastCompressedAt).NotTo(BeNil(), "the history crossed 70%% of the window")
-	g.Expect(f.tl.sums[r.SessionID]).NotTo(BeEmpty())
+	tl, err := f.st.ListMemories(f.ctx, store.MemoryFilter{Agent: "assistant", Category: store.MemoryTimeline, SessionID: r.SessionID})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(tl).NotTo(BeEmpty())
+	g.Expect(tl[0].Importance).To(Equal(0.3))
 
 	id, _ := ParseID(r.SessionID)
 	h, err := f.m.History(f.ctx, id)

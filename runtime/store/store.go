@@ -87,6 +87,9 @@ type Store interface {
 	GetMemory(ctx context.Context, agent, key string) (Memory, error)
 	// DeleteMemory removes the agent's memory with the given key.
 	DeleteMemory(ctx context.Context, agent, key string) error
+	// ListMemories returns the agent's memories matching f, newest first
+	// (restoring timeline context; maintenance).
+	ListMemories(ctx context.Context, f MemoryFilter) ([]Memory, error)
 
 	// ClaimCronRun records run (State claimed) unless a run of the same Job and
 	// ScheduledTime exists. Of many concurrent claimers exactly one gets true.

@@ -34,6 +34,16 @@ type Session struct {
 	LastCompressedAt *time.Time `json:"last_compressed_at,omitempty"`
 }
 
+// MemoryFilter selects an agent's memories for ListMemories. Empty fields
+// match all.
+type MemoryFilter struct {
+	Agent     string
+	Category  MemoryCategory
+	SessionID string
+	// Limit caps the result; 0 means DefaultListLimit.
+	Limit int
+}
+
 // SessionFilter selects sessions for ListSessions. Empty fields match all.
 type SessionFilter struct {
 	Channel         string

@@ -143,6 +143,9 @@ RETURNING ` + memoryColumns
 
 	sqlGetMemory    = `SELECT ` + memoryColumns + ` FROM memories WHERE tenant = $1 AND agent = $2 AND key = $3`
 	sqlDeleteMemory = `DELETE FROM memories WHERE tenant = $1 AND agent = $2 AND key = $3`
+	sqlListMemories = `SELECT ` + memoryColumns + ` FROM memories WHERE tenant = $1 AND agent = $2
+  AND ($3 = '' OR category = $3) AND ($4 = '' OR session_id = $4)
+ORDER BY created_at DESC, id DESC LIMIT $5`
 )
 
 const cronRunColumns = `tenant, job, run_id, scheduled_time, state, outcome, message, started_at, finished_at, delivery`

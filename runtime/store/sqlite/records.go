@@ -45,6 +45,15 @@ func (s *Store) DeleteMemory(ctx context.Context, agent, key string) error {
 	return nil
 }
 
+// ListMemories implements store.Store.
+func (s *Store) ListMemories(ctx context.Context, f store.MemoryFilter) ([]store.Memory, error) {
+	out, err := many(ctx, s, scanMemory, sqlListMemories, f.Agent, string(f.Category), f.SessionID, store.ListLimit(f.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list memories of agent %q: %w", f.Agent, err)
+	}
+	return out, nil
+}
+
 // ClaimCronRun implements store.Store.
 func (s *Store) ClaimCronRun(ctx context.Context, r store.CronRun) (bool, error) {
 	if err := r.Validate(); err != nil {

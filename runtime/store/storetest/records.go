@@ -29,6 +29,33 @@ func testMemories(t *testing.T, newStore NewStore) {
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(got).To(gomega.Equal(first))
 
+	// Listing filters by category and session, newest first, and never shows
+	// another tenant's memories.
+	for i, sid := range []string{"web:c1:d1", "web:c1:d1", "web:c2:d1"} {
+		_, err := st.PutMemory(ctx, store.Memory{Agent: "helper", Key: fmt.Sprintf("timeline-%d", i), Content: fmt.Sprintf("summary %d", i),
+			Category: store.MemoryTimeline, SessionID: sid, Importance: 0.3})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+	}
+	_, err = st.PutMemory(ctxFor(t, tenantB), store.Memory{Agent: "helper", Key: "timeline-x", Content: "other tenant",
+		Category: store.MemoryTimeline, SessionID: "web:c1:d1"})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	tl, err := st.ListMemories(ctx, store.MemoryFilter{Agent: "helper", Category: store.MemoryTimeline, SessionID: "web:c1:d1", Limit: 5})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	var contents []string
+	for _, m := range tl {
+		contents = append(contents, m.Content)
+	}
+	g.Expect(contents).To(gomega.Equal([]string{"summary 1", "summary 0"}))
+	all, err := st.ListMemories(ctx, store.MemoryFilter{Agent: "helper"})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(all).To(gomega.HaveLen(4))
+	none, err := st.ListMemories(ctx, store.MemoryFilter{Agent: "nobody"})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(none).To(gomega.BeEmpty())
+	for _, key := range []string{"timeline-0", "timeline-1", "timeline-2"} {
+		g.Expect(st.DeleteMemory(ctx, "helper", key)).To(gomega.Succeed())
+	}
+
 	// Writing the same key replaces the memory but keeps its identity.
 	second, err := st.PutMemory(ctx, store.Memory{Agent: "helper", Key: "favourite_city", Content: "Osaka",
 		Category: store.MemoryKnowledge, Importance: 0.9, ID: "ignored-on-update"})

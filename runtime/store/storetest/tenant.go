@@ -53,6 +53,10 @@ func testTenantRequired(t *testing.T, newStore NewStore) {
 		},
 		"GetMemory":    func(ctx context.Context) error { _, err := st.GetMemory(ctx, "a", "k"); return err },
 		"DeleteMemory": func(ctx context.Context) error { return st.DeleteMemory(ctx, "a", "k") },
+		"ListMemories": func(ctx context.Context) error {
+			_, err := st.ListMemories(ctx, store.MemoryFilter{Agent: "a"})
+			return err
+		},
 		"ClaimCronRun": func(ctx context.Context) error {
 			_, err := st.ClaimCronRun(ctx, store.CronRun{Job: "ns/job", RunID: "r1", ScheduledTime: t0})
 			return err
