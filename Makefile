@@ -50,8 +50,9 @@ controlplane: ## Build (once, cached) kube-apiserver and etcd for tests.
 	@hack/controlplane.sh >/dev/null
 
 .PHONY: test
-test: controlplane ## Run every test (unit, integration on a real API server, e2e with kubectl) with -race.
+test: controlplane ## Run every test (unit, integration on real servers, e2e with kubectl and picobot serve) with -race.
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./...
+	node --test runtime/gateway/web/
 
 .PHONY: test-integration
 test-integration: controlplane ## Run the tests of the operator and API against the real API server.
@@ -70,9 +71,15 @@ bench: controlplane ## Run the benchmarks and print their figures.
 
 .PHONY: build
 build: ## Build the binaries into bin/.
+	go build -o $(BIN)/picobot ./runtime/cmd/picobot
 	go build -o $(BIN)/operator ./operator/cmd
 	go build -o $(BIN)/localcluster ./hack/localcluster
 
 .PHONY: run
-run: controlplane build ## Start a local control plane, apply the samples, run the operator.
+run: ## Embedded mode: an example agent with the web UI on http://127.0.0.1:8080/ (model from OPENAI_API_KEY / ANTHROPIC_API_KEY).
+	go build -o $(BIN)/picobot ./runtime/cmd/picobot
+	hack/run-embedded.sh
+
+.PHONY: run-operator
+run-operator: controlplane build ## Cluster mode locally: control plane, samples applied, the operator reconciling them.
 	hack/run-local.sh

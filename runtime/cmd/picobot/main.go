@@ -1,0 +1,104 @@
+// Command picobot is PicoBot's runtime binary. `picobot serve` runs embedded
+// mode: the agents of a manifests folder, with the gateway and web UI, in one
+// process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/picobot/picobot/runtime/embedded"
+	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/gateway/web"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "help", "-h", "--help":
+		usage()
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "picobot: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "picobot:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `Usage: picobot <command> [flags]
+
+Commands:
+  serve   run the agents of a manifests folder with the gateway and web UI (embedded mode)
+
+Run 'picobot serve -h' for its flags.
+`)
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	dir := fs.String("dir", ".", "Folder with Agent/CronJob/BrowserProfile manifests (and Secrets).")
+	state := fs.String("state", "", "Folder for picobot.db, artifacts and workspaces (default <dir>/.picobot).")
+	addr := fs.String("addr", "127.0.0.1:8080", "Address of the gateway and web UI.")
+	key := fs.String("api-key", os.Getenv("PICOBOT_API_KEY"), "API key clients must send (default $PICOBOT_API_KEY; none on loopback when empty).")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rt, err := embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *state, Log: log})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s: %w", *addr, err)
+	}
+	if *key == "" {
+		if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
+			_ = ln.Close()
+			return errors.New("refusing to serve beyond loopback without --api-key")
+		}
+	}
+	srv := &http.Server{Handler: gateway.New(rt, *key, web.FS, log), ReadHeaderTimeout: 10 * time.Second}
+	for _, a := range rt.Agents() {
+		state := "ready"
+		if !a.Ready {
+			state = "NOT READY: " + a.Message
+		}
+		log.Info("Agent loaded", "agent", a.Name, "state", state)
+	}
+	fmt.Fprintf(os.Stderr, "PicoBot is serving http://%s/\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdown)
+}

@@ -1,0 +1,1024 @@
+/*
+ * PicoBot web UI — DOM wiring. The pure parts (markdown, reducer, history
+ * grouping, ids) live in ui-core.js (global PicoBotUI), loaded first.
+ * Protocol: docs/protocol.md (version 1). No framework, no build step, no
+ * external resources.
+ *
+ * Stable element ids and classes (browser tests may rely on them):
+ *
+ *   #agent-select        <select> of agents (GET /api/v1/agents)
+ *   #agent-model         the chosen agent's model ("provider / model")
+ *   #banner              warning/error banner; shows the agent's `message`
+ *                        when it is not ready (e.g. NoModelConfigured); hidden otherwise
+ *   #auth-form, #api-key shown when the gateway answers 401 (key kept in localStorage)
+ *   #conn-status         connection state; attribute data-state =
+ *                        "connecting" | "open" | "closed" | "auth"
+ *   #messages            the conversation (role="log")
+ *     .turn              one send and its answer; data-turn-id, data-status =
+ *                        sending|running|done|error|stopped|interrupted
+ *     .msg.user          the user's message
+ *     .msg.assistant     the answer bubble; aria-busy="true" while streaming,
+ *                        class .streaming while deltas arrive
+ *       .activity        tool calls etc., always before .content
+ *         .interim       text the model streamed before calling tools
+ *         .tool-item     wrapper of one call: details.tool-call + .tool-media
+ *           .tool-call   <details> per tool call; classes .pending (no result yet),
+ *                        .error (is_error); data-call-id, data-tool
+ *             .tool-name, .tool-args (summary), .tool-status,
+ *             .tool-args-full, .tool-result (<pre> in the body)
+ *           .tool-media  artifact images of the result, visible when collapsed
+ *       .content         the answer (markdown rendered safely)
+ *       .typing          "thinking" indicator while waiting
+ *       .usage           token counts after the turn
+ *     .msg.system        command replies (`command` events) and notes
+ *     .msg.error         `error` frames (data-code); .stopped for code "stopped",
+ *                        .interrupted when the connection dropped mid-turn
+ *     .empty-state       shown when the dialog has no messages
+ *     img.artifact-img   inline image of an /api/v1/artifacts/... url
+ *   #input               message textarea (Enter sends, Shift+Enter new line)
+ *   #send, #stop         buttons; #send is disabled while a turn runs or offline,
+ *                        #stop is enabled only while a turn runs
+ *   #composer-hint       short feedback under the input
+ *   #sessions            <ul> of the chat's dialogs; each li > button.session
+ *                        with data-dialog-id; the current one has class .current
+ *                        and aria-current="true"
+ *   #new-dialog, #rename-dialog, #delete-dialog, #compact-dialog, #info-dialog
+ *                        send /new, /rename <title>, /delete, /compact, /info
+ *   #chat-id             this browser's chat id
+ *   #sidebar, #sidebar-toggle   conversations sidebar (a drawer on small screens)
+ *   #chat-tab, #health-tab      view tabs; #chat-view, #config-view their panels
+ *   #health              the health checks (GET /api/v1/health): .check.ok /
+ *                        .check.fail with .check-name, .check-state,
+ *                        .check-message, .check-fix
+ *   #health-summary, #health-refresh, #agents-info
+ *
+ * URL parameters: ?agent=NAME preselects an agent; ?key=KEY stores the API key
+ * (then removed from the address bar). #health opens the health view.
+ * localStorage: picobot.chatId, picobot.agent, picobot.apiKey.
+ */
+(function () {
+  'use strict';
+
+  const UI = window.PicoBotUI;
+  if (!UI) {
+    document.body.textContent = 'PicoBot: ui-core.js did not load.';
+    return;
+  }
+
+  // ------------------------------------------------------------ helpers
+
+  const $ = (id) => document.getElementById(id);
+  const els = {
+    app: $('app'),
+    agentSelect: $('agent-select'),
+    agentModel: $('agent-model'),
+    banner: $('banner'),
+    authForm: $('auth-form'),
+    apiKey: $('api-key'),
+    conn: $('conn-status'),
+    messages: $('messages'),
+    composer: $('composer'),
+    input: $('input'),
+    send: $('send'),
+    stop: $('stop'),
+    hint: $('composer-hint'),
+    sessions: $('sessions'),
+    newDialog: $('new-dialog'),
+    renameDialog: $('rename-dialog'),
+    deleteDialog: $('delete-dialog'),
+    compactDialog: $('compact-dialog'),
+    infoDialog: $('info-dialog'),
+    chatId: $('chat-id'),
+    sidebar: $('sidebar'),
+    sidebarToggle: $('sidebar-toggle'),
+    sidebarBackdrop: $('sidebar-backdrop'),
+    chatTab: $('chat-tab'),
+    healthTab: $('health-tab'),
+    chatView: $('chat-view'),
+    configView: $('config-view'),
+    health: $('health'),
+    healthSummary: $('health-summary'),
+    healthRefresh: $('health-refresh'),
+    agentsInfo: $('agents-info'),
+  };
+
+  /** h builds an element; string children become text nodes (never HTML). */
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v == null || v === false) continue;
+      if (k === 'class') el.className = v;
+      else if (k === 'text') el.textContent = v;
+      else el.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children) {
+      if (c == null || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  const storage = {
+    get(k) { try { return window.localStorage.getItem(k); } catch (_) { return null; } },
+    set(k, v) { try { window.localStorage.setItem(k, v); } catch (_) { /* private mode */ } },
+    del(k) { try { window.localStorage.removeItem(k); } catch (_) { /* private mode */ } },
+  };
+
+  const K_CHAT = 'picobot.chatId';
+  const K_AGENT = 'picobot.agent';
+  const K_KEY = 'picobot.apiKey';
+
+  function initChatId() {
+    let id = storage.get(K_CHAT);
+    if (!UI.isValidChatId(id)) {
+      id = UI.newChatId();
+      storage.set(K_CHAT, id);
+    }
+    return id;
+  }
+
+  function initKey() {
+    const url = new URL(window.location.href);
+    const k = url.searchParams.get('key');
+    if (k) {
+      storage.set(K_KEY, k);
+      url.searchParams.delete('key');
+      try { window.history.replaceState(null, '', url.pathname + url.search + url.hash); } catch (_) { /* ignore */ }
+      return k;
+    }
+    return storage.get(K_KEY) || '';
+  }
+
+  function relTime(iso) {
+    const t = Date.parse(iso);
+    if (!Number.isFinite(t) || t <= 0) return '';
+    const s = Math.round((Date.now() - t) / 1000);
+    if (s < 45) return 'just now';
+    if (s < 3600) return Math.round(s / 60) + ' min ago';
+    if (s < 86400) return Math.round(s / 3600) + ' h ago';
+    if (s < 7 * 86400) return Math.round(s / 86400) + ' d ago';
+    return new Date(t).toLocaleDateString();
+  }
+
+  // ------------------------------------------------------------ state
+
+  const chatId = initChatId();
+  let apiKey = initKey();
+  const params = new URLSearchParams(window.location.search);
+
+  const app = {
+    state: UI.initialState(),
+    agents: [],
+    agentsError: null,
+    agent: '',
+    sessions: [],
+    currentDialog: '',
+    currentSessionId: '',
+    sessionsToken: 0,
+    historyToken: 0,
+    ws: null,
+    everOpened: false,
+    retry: 0,
+    retryTimer: null,
+    retryAt: 0,
+    countdown: null,
+    authNeeded: false,
+    needsReload: false,
+    turnEls: new Map(), // live turn id → render record
+    noticeCount: 0,
+  };
+
+  // ------------------------------------------------------------ REST
+
+  async function api(path) {
+    const headers = { Accept: 'application/json' };
+    if (apiKey) headers.Authorization = 'Bearer ' + apiKey;
+    let res;
+    try {
+      res = await fetch(path, { headers, cache: 'no-store' });
+    } catch (e) {
+      const err = new Error('The gateway cannot be reached.');
+      err.status = 0;
+      throw err;
+    }
+    let body = null;
+    try { body = await res.json(); } catch (_) { body = null; }
+    if (!res.ok) {
+      const e = body && body.error;
+      const err = new Error((e && e.message) || ('HTTP ' + res.status));
+      err.status = res.status;
+      err.code = e && e.code;
+      if (res.status === 401) needAuth();
+      throw err;
+    }
+    return body || {};
+  }
+
+  // ------------------------------------------------------------ auth
+
+  function needAuth() {
+    if (app.authNeeded) return;
+    app.authNeeded = true;
+    clearTimeout(app.retryTimer);
+    if (app.ws) { const ws = app.ws; app.ws = null; try { ws.close(); } catch (_) { /* ignore */ } }
+    dispatch({ type: 'conn', state: 'closed' });
+    setConn('auth');
+    els.authForm.hidden = false;
+    const label = els.authForm.querySelector('label');
+    label.textContent = apiKey ? 'The API key was refused; enter the right one.' : 'This gateway needs an API key.';
+    renderBanner();
+    updateControls();
+    els.apiKey.focus();
+  }
+
+  els.authForm.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const k = els.apiKey.value.trim();
+    if (!k) return;
+    apiKey = k;
+    storage.set(K_KEY, k);
+    els.apiKey.value = '';
+    els.authForm.hidden = true;
+    app.authNeeded = false;
+    app.retry = 0;
+    loadAgents();
+    connect();
+  });
+
+  // ------------------------------------------------------------ banner, agents
+
+  function renderBanner() {
+    const b = els.banner;
+    b.replaceChildren();
+    b.className = 'banner';
+    if (app.authNeeded) { b.hidden = true; return; }
+    if (app.agentsError) {
+      b.classList.add('error');
+      b.append(h('strong', null, 'Cannot load agents. '), app.agentsError);
+      b.hidden = false;
+      return;
+    }
+    if (app.agents.length === 0) {
+      b.hidden = true;
+      return;
+    }
+    const a = app.agents.find((x) => x.name === app.agent);
+    if (!a) {
+      b.classList.add('warn');
+      b.append(h('strong', null, 'No agent selected. '), 'Pick an agent above.');
+      b.hidden = false;
+      return;
+    }
+    if (a.ready && a.model) { b.hidden = true; return; }
+    const title = a.reason === 'NoModelConfigured' || !a.model ? 'No model configured' : 'Agent not ready';
+    b.classList.add('warn');
+    b.dataset.reason = a.reason || '';
+    b.append(
+      h('strong', null, title + ' for “' + a.name + '”. '),
+      h('span', { class: 'banner-message' }, a.message || a.reason || 'The agent cannot answer yet.'),
+      h('span', { class: 'banner-note' }, ' Slash commands such as /help still work.'),
+    );
+    b.hidden = false;
+  }
+
+  function renderAgentModel() {
+    const a = app.agents.find((x) => x.name === app.agent);
+    els.agentModel.textContent = a && a.model ? a.model.provider + ' / ' + a.model.model : a ? 'no model' : '';
+    els.agentModel.title = a && a.model && a.model.source ? 'Model from ' + a.model.source : '';
+  }
+
+  async function loadAgents() {
+    let r;
+    try {
+      r = await api('/api/v1/agents');
+    } catch (e) {
+      if (e.status === 401) return;
+      app.agentsError = e.message;
+      renderBanner();
+      return;
+    }
+    app.agentsError = null;
+    app.agents = Array.isArray(r.agents) ? r.agents : [];
+    const sel = els.agentSelect;
+    sel.replaceChildren();
+    if (app.agents.length === 0) {
+      sel.append(h('option', { value: '' }, 'No agents'));
+      sel.disabled = true;
+      app.agentsError = 'The gateway has no agents. Add an Agent manifest and restart it.';
+      renderBanner();
+      renderAgentsInfo();
+      return;
+    }
+    for (const a of app.agents) {
+      sel.append(h('option', { value: a.name }, a.ready ? a.name : a.name + ' (not ready)'));
+    }
+    const names = app.agents.map((a) => a.name);
+    const want = [app.agent, params.get('agent'), storage.get(K_AGENT)].find((n) => n && names.includes(n));
+    const firstReady = app.agents.find((a) => a.ready);
+    const name = want || (firstReady ? firstReady.name : names[0]);
+    sel.value = name;
+    renderAgentsInfo();
+    if (name !== app.agent) await selectAgent(name);
+    else { renderBanner(); renderAgentModel(); updateControls(); }
+  }
+
+  async function selectAgent(name) {
+    app.agent = name;
+    storage.set(K_AGENT, name);
+    els.agentSelect.value = name;
+    app.sessions = [];
+    app.currentDialog = '';
+    app.currentSessionId = '';
+    renderBanner();
+    renderAgentModel();
+    renderSessions();
+    updateControls();
+    await refreshSessions();
+    await loadHistory();
+  }
+
+  els.agentSelect.addEventListener('change', () => {
+    if (app.state.active) { els.agentSelect.value = app.agent; return; }
+    selectAgent(els.agentSelect.value);
+  });
+
+  // ------------------------------------------------------------ sessions
+
+  async function refreshSessions() {
+    if (!app.agent) return false;
+    const agent = app.agent;
+    const token = ++app.sessionsToken;
+    let r;
+    try {
+      r = await api('/api/v1/sessions?agent=' + encodeURIComponent(agent) + '&chat_id=' + encodeURIComponent(chatId));
+    } catch (e) {
+      if (token === app.sessionsToken && e.status !== 401) {
+        els.sessions.replaceChildren(h('li', { class: 'sessions-error' }, 'Could not load conversations: ' + e.message));
+      }
+      return false;
+    }
+    if (token !== app.sessionsToken || agent !== app.agent) return false;
+    app.currentDialog = r.current || '';
+    app.sessions = Array.isArray(r.sessions) ? r.sessions : [];
+    const cur = app.sessions.find((s) => s.dialog_id === app.currentDialog);
+    app.currentSessionId = cur ? cur.id : app.currentDialog ? UI.sessionIdFor(agent, chatId, app.currentDialog) : '';
+    renderSessions();
+    return true;
+  }
+
+  function currentTitle() {
+    const cur = app.sessions.find((s) => s.dialog_id === app.currentDialog);
+    return cur && cur.title ? cur.title : app.currentDialog;
+  }
+
+  function renderSessions() {
+    const ul = els.sessions;
+    ul.replaceChildren();
+    const list = app.sessions.slice();
+    if (app.currentDialog && !list.some((s) => s.dialog_id === app.currentDialog)) {
+      list.unshift({ id: '', dialog_id: app.currentDialog, title: 'New conversation', last_message_at: '' });
+    }
+    if (list.length === 0) {
+      ul.append(h('li', { class: 'sessions-empty' }, app.agent ? 'No conversations yet.' : ''));
+      return;
+    }
+    for (const s of list) {
+      const current = s.dialog_id === app.currentDialog;
+      const meta = [s.dialog_id, relTime(s.last_message_at)].filter(Boolean).join(' · ');
+      const btn = h('button', {
+        type: 'button',
+        class: 'session' + (current ? ' current' : ''),
+        'data-dialog-id': s.dialog_id,
+        'data-session-id': s.id || null,
+        'aria-current': current ? 'true' : null,
+        title: s.title || s.dialog_id,
+      }, h('span', { class: 'session-title' }, s.title || s.dialog_id || '(untitled)'), h('span', { class: 'session-meta' }, meta));
+      ul.append(h('li', null, btn));
+    }
+    updateControls();
+  }
+
+  els.sessions.addEventListener('click', (e) => {
+    const btn = e.target.closest('button.session');
+    if (!btn) return;
+    const id = btn.dataset.dialogId;
+    closeSidebar();
+    if (id === app.currentDialog) { loadHistory(); return; }
+    submit('/switch ' + id, { quiet: true });
+  });
+
+  els.newDialog.addEventListener('click', () => { closeSidebar(); submit('/new', { quiet: true }); });
+  els.renameDialog.addEventListener('click', () => {
+    const t = window.prompt('New title for this conversation:', currentTitle());
+    if (t == null) return;
+    const title = t.replace(/\s+/g, ' ').trim();
+    if (title) submit('/rename ' + title, { quiet: true });
+  });
+  els.deleteDialog.addEventListener('click', () => {
+    if (window.confirm('Delete the conversation “' + currentTitle() + '”?')) submit('/delete', { quiet: true });
+  });
+  els.compactDialog.addEventListener('click', () => submit('/compact', { quiet: true }));
+  els.infoDialog.addEventListener('click', () => submit('/info', { quiet: true }));
+
+  // ------------------------------------------------------------ history
+
+  function showEmptyState() {
+    if (els.messages.querySelector('.turn, .msg')) {
+      const e = els.messages.querySelector('.empty-state');
+      if (e) e.remove();
+      return;
+    }
+    if (!els.messages.querySelector('.empty-state')) {
+      els.messages.append(h('div', { class: 'empty-state' },
+        h('p', null, 'No messages yet.'),
+        h('p', null, 'Say hello, or type /help to list the commands.')));
+    }
+  }
+
+  /** loadHistory shows the current dialog's last 50 messages; live turns (and keepIds) stay below it. */
+  async function loadHistory(keepIds) {
+    const token = ++app.historyToken;
+    const before = new Set(app.state.order);
+    const sid = app.currentSessionId;
+    let msgs = [];
+    let failure = null;
+    if (sid) {
+      els.messages.setAttribute('aria-busy', 'true');
+      try {
+        const r = await api('/api/v1/sessions/' + encodeURIComponent(sid) + '/messages?last=50');
+        msgs = Array.isArray(r.messages) ? r.messages : [];
+      } catch (e) {
+        if (e.status !== 404) failure = e.message;
+      }
+    }
+    if (token !== app.historyToken) return;
+    els.messages.removeAttribute('aria-busy');
+    const keep = new Set(keepIds || []);
+    for (const id of app.state.order) {
+      const t = app.state.turns[id];
+      if (!t.done || !before.has(id)) keep.add(id);
+    }
+    flushRender(); // pending updates of turns about to leave the state
+    dispatch({ type: 'clear' });
+    const kept = [];
+    for (const [id, rec] of app.turnEls) if (keep.has(id)) kept.push([id, rec]);
+    app.turnEls = new Map(kept);
+    els.messages.replaceChildren();
+    const frag = document.createDocumentFragment();
+    for (const t of UI.historyToTurns(msgs)) {
+      const rec = newRec(t);
+      renderTurn(t, rec);
+      frag.append(rec.el);
+    }
+    if (failure) frag.append(h('div', { class: 'msg error', 'data-code': 'history' }, 'Could not load the conversation: ' + failure));
+    for (const [, rec] of kept) frag.append(rec.el);
+    els.messages.append(frag);
+    showEmptyState();
+    scrollToBottom();
+  }
+
+  // ------------------------------------------------------------ rendering turns
+
+  function newRec(turn) {
+    return {
+      el: h('article', { class: 'turn', 'data-turn-id': turn.id }),
+      user: null, asst: null, activity: null, content: null, typing: null, usage: null,
+      items: new Map(), contentHtml: null, notes: 0, errors: 0, interrupted: null,
+    };
+  }
+
+  function mdOpts() { return { key: apiKey }; }
+
+  function createAssistant(rec) {
+    rec.activity = h('div', { class: 'activity' });
+    rec.content = h('div', { class: 'content md' });
+    rec.typing = h('div', { class: 'typing' }, h('span', { class: 'dot' }), h('span', { class: 'dot' }), h('span', { class: 'dot' }),
+      h('span', { class: 'sr-only' }, 'PicoBot is working…'));
+    rec.usage = h('div', { class: 'usage' });
+    rec.asst = h('div', { class: 'msg assistant' }, rec.activity, rec.content, rec.typing, rec.usage);
+    if (rec.user) rec.user.after(rec.asst);
+    else rec.el.prepend(rec.asst);
+  }
+
+  function createToolItem() {
+    const r = {};
+    r.name = h('span', { class: 'tool-name' });
+    r.args = h('span', { class: 'tool-args' });
+    r.status = h('span', { class: 'tool-status' });
+    r.argsPre = h('pre', { class: 'tool-args-full' });
+    r.resPre = h('pre', { class: 'tool-result' });
+    r.det = h('details', { class: 'tool-call' },
+      h('summary', null, h('span', { class: 'tool-icon', 'aria-hidden': 'true' }, '⚙'), r.name, r.args, r.status),
+      h('div', { class: 'tool-body' },
+        h('div', { class: 'tool-label' }, 'Arguments'), r.argsPre,
+        h('div', { class: 'tool-label' }, 'Result'), r.resPre));
+    r.media = h('div', { class: 'tool-media' });
+    r.media.hidden = true;
+    r.el = h('div', { class: 'tool-item' }, r.det, r.media);
+    return r;
+  }
+
+  function updateToolItem(r, item, turnDone) {
+    r.det.dataset.callId = item.callId || '';
+    r.det.dataset.tool = item.name;
+    r.el.dataset.callId = item.callId || '';
+    r.name.textContent = item.name;
+    const short = UI.shortArgs(item.arguments, 80);
+    r.args.textContent = short;
+    r.args.title = short;
+    r.det.classList.toggle('error', !!item.isError);
+    r.det.classList.toggle('pending', !item.hasResult);
+    r.status.textContent = item.hasResult ? (item.isError ? 'error' : 'done') : turnDone ? 'no result' : 'running…';
+    r.argsPre.textContent = UI.prettyArgs(item.arguments) || '(no arguments)';
+    if (item.hasResult) {
+      const html = UI.renderPlain(item.content, Object.assign(mdOpts(), { noImages: true }));
+      if (html) r.resPre.innerHTML = html; // renderPlain escapes all text
+      else r.resPre.textContent = '(empty)';
+      const imgs = UI.extractArtifactImages(item.content);
+      r.media.replaceChildren(...imgs.map((im) => {
+        const src = UI.withKey(im.url, apiKey);
+        return h('a', { class: 'artifact-link', href: src, target: '_blank', rel: 'noopener' },
+          h('img', { class: 'artifact-img', src, alt: im.alt, loading: 'lazy' }));
+      }));
+      r.media.hidden = imgs.length === 0;
+    } else {
+      r.resPre.textContent = turnDone ? '(no result)' : 'Running…';
+    }
+    r.item = item;
+    r.done = turnDone;
+  }
+
+  function renderItems(turn, rec) {
+    let prevEl = null;
+    turn.items.forEach((item, idx) => {
+      const key = item.type === 'tool' ? 'tool:' + (item.callId || '#' + idx) : 'interim:' + idx;
+      let r = rec.items.get(key);
+      if (!r) {
+        if (item.type === 'tool') r = createToolItem();
+        else r = { el: h('div', { class: 'interim md' }) };
+        rec.items.set(key, r);
+        if (prevEl) prevEl.after(r.el);
+        else rec.activity.prepend(r.el);
+      }
+      if (r.item !== item || r.done !== turn.done) {
+        if (item.type === 'tool') updateToolItem(r, item, turn.done);
+        else { r.el.innerHTML = UI.renderMarkdown(item.text, mdOpts()); r.item = item; r.done = turn.done; }
+      }
+      prevEl = r.el;
+    });
+    rec.activity.hidden = turn.items.length === 0;
+  }
+
+  function renderTurn(turn, rec) {
+    rec.el.dataset.status = turn.status;
+    if (!rec.user && !turn.quiet && turn.text) {
+      rec.user = h('div', { class: 'msg user' });
+      rec.user.innerHTML = UI.renderPlain(turn.text, mdOpts()); // escaped text with links
+      if (turn.createdAt) rec.user.title = new Date(turn.createdAt).toLocaleString();
+      rec.el.prepend(rec.user);
+    }
+    const answerText = turn.final != null ? turn.final : turn.stream;
+    const hasAnswer = turn.items.length > 0 || answerText !== '' || turn.final != null;
+    const waiting = !turn.done && !UI.isKnownCommand(turn.text);
+    if ((hasAnswer || waiting) && !rec.asst) createAssistant(rec);
+    if (rec.asst) {
+      if (turn.done && !hasAnswer) {
+        rec.asst.remove();
+        rec.asst = null;
+        rec.items.clear();
+        rec.contentHtml = null;
+      } else {
+        rec.asst.setAttribute('aria-busy', turn.done ? 'false' : 'true');
+        renderItems(turn, rec);
+        const html = answerText ? UI.renderMarkdown(answerText, mdOpts()) : '';
+        if (html !== rec.contentHtml) {
+          rec.content.innerHTML = html; // renderMarkdown escapes all model text
+          rec.contentHtml = html;
+        }
+        rec.content.hidden = html === '';
+        rec.asst.classList.toggle('streaming', !turn.done && turn.final == null && turn.stream !== '');
+        rec.typing.hidden = turn.done || answerText !== '' || turn.final != null;
+        if (turn.done && turn.usage && (turn.usage.input || turn.usage.output)) {
+          rec.usage.textContent = turn.usage.input + ' tokens in · ' + turn.usage.output + ' out';
+          rec.usage.hidden = false;
+        } else rec.usage.hidden = true;
+      }
+    }
+    for (; rec.notes < turn.commands.length; rec.notes++) {
+      const note = h('div', { class: 'msg system' });
+      note.innerHTML = UI.renderPlain(turn.commands[rec.notes], mdOpts());
+      rec.el.append(note);
+    }
+    for (; rec.errors < turn.errors.length; rec.errors++) {
+      const err = turn.errors[rec.errors];
+      const stopped = err.code === 'stopped';
+      rec.el.append(h('div', { class: 'msg error' + (stopped ? ' stopped' : ''), 'data-code': err.code, role: stopped ? null : 'alert' },
+        stopped ? 'Stopped. ' : '', err.message));
+    }
+    if (turn.status === 'interrupted' && !rec.interrupted) {
+      rec.interrupted = h('div', { class: 'msg error interrupted', 'data-code': 'disconnected' },
+        'The connection dropped before this reply finished; it may still complete on the server. The conversation reloads when the connection is back.');
+      rec.el.append(rec.interrupted);
+    }
+  }
+
+  // Rendering of live turns is batched per animation frame.
+  const dirty = new Set();
+  let renderScheduled = false;
+
+  function scheduleRender() {
+    if (renderScheduled) return;
+    renderScheduled = true;
+    if (document.hidden || typeof window.requestAnimationFrame !== 'function') setTimeout(flushRender, 30);
+    else window.requestAnimationFrame(flushRender);
+  }
+
+  function flushRender() {
+    renderScheduled = false;
+    const stick = nearBottom();
+    for (const id of dirty) {
+      const turn = app.state.turns[id];
+      if (!turn) continue;
+      let rec = app.turnEls.get(id);
+      if (!rec) {
+        rec = newRec(turn);
+        app.turnEls.set(id, rec);
+        els.messages.append(rec.el);
+      }
+      renderTurn(turn, rec);
+    }
+    dirty.clear();
+    showEmptyState();
+    if (stick) scrollToBottom();
+  }
+
+  function nearBottom() {
+    const m = els.messages;
+    return m.scrollHeight - m.scrollTop - m.clientHeight < 80;
+  }
+
+  function scrollToBottom() {
+    els.messages.scrollTop = els.messages.scrollHeight;
+  }
+
+  function renderNotices() {
+    const notices = app.state.notices;
+    for (; app.noticeCount < notices.length; app.noticeCount++) {
+      const n = notices[app.noticeCount];
+      els.messages.append(h('div', { class: 'msg error', 'data-code': n.code, role: 'alert' }, n.message));
+    }
+    if (notices.length < app.noticeCount) app.noticeCount = notices.length;
+    showEmptyState();
+    scrollToBottom();
+  }
+
+  // ------------------------------------------------------------ state updates
+
+  function dispatch(action) {
+    const prev = app.state;
+    app.state = UI.reduce(prev, action);
+    if (app.state === prev) return;
+    for (const id of app.state.order) {
+      if (app.state.turns[id] !== prev.turns[id]) dirty.add(id);
+    }
+    if (dirty.size) scheduleRender();
+    if (app.state.notices !== prev.notices) renderNotices();
+    if (app.state.active !== prev.active || app.state.conn !== prev.conn) updateControls();
+  }
+
+  function updateControls() {
+    const busy = !!app.state.active;
+    const online = app.state.conn === 'open' && !app.authNeeded;
+    els.send.disabled = busy || !online;
+    els.stop.disabled = !busy || !online;
+    for (const b of [els.newDialog, els.renameDialog, els.deleteDialog, els.compactDialog, els.infoDialog]) {
+      b.disabled = busy || !online || !app.agent;
+    }
+    for (const b of els.sessions.querySelectorAll('button.session')) b.disabled = busy || !online;
+    els.agentSelect.disabled = busy || app.agents.length === 0;
+    els.app.dataset.busy = busy ? 'true' : 'false';
+  }
+
+  function hint(text) {
+    els.hint.textContent = text || '';
+    clearTimeout(hint.timer);
+    if (text) hint.timer = setTimeout(() => { els.hint.textContent = ''; }, 6000);
+  }
+
+  // ------------------------------------------------------------ sending
+
+  /** submit sends text as a `send` frame; quiet turns (sidebar commands) show no user bubble. */
+  function submit(text, opts) {
+    opts = opts || {};
+    if (!text || !text.trim()) return false;
+    if (app.state.active) {
+      const c = UI.parseCommand(text);
+      if (c && c.name === 'stop') { stopTurn(); return true; }
+      hint('A reply is still running: wait for it, or press Stop.');
+      return false;
+    }
+    if (app.authNeeded) { hint('Enter the API key first.'); return false; }
+    if (!app.ws || app.state.conn !== 'open' || app.ws.readyState !== WebSocket.OPEN) {
+      hint('Not connected to the gateway yet; retrying…');
+      connectNow();
+      return false;
+    }
+    if (!app.agent) { hint('No agent to talk to.'); return false; }
+    if (UI.textBytes(text) > UI.MAX_TEXT_BYTES) {
+      hint('The message is too long (the limit is ' + UI.MAX_TEXT_BYTES / 1024 + ' KiB).');
+      return false;
+    }
+    const turn = UI.newTurn(UI.newMessageId(), text, { agent: app.agent, quiet: !!opts.quiet });
+    try {
+      app.ws.send(JSON.stringify(UI.sendFrame(turn, chatId)));
+    } catch (e) {
+      hint('Could not send: ' + e.message);
+      return false;
+    }
+    hint(opts.quiet ? 'Running ' + text.trim().split(/\s/)[0] + '…' : '');
+    dispatch({ type: 'send', turn });
+    const e = els.messages.querySelector('.empty-state');
+    if (e) e.remove();
+    flushRender();
+    scrollToBottom();
+    return true;
+  }
+
+  function stopTurn() {
+    if (!app.ws || app.ws.readyState !== WebSocket.OPEN || !app.state.active) return;
+    const turn = app.state.turns[app.state.active];
+    app.ws.send(JSON.stringify(UI.stopFrame(turn ? turn.agent : app.agent, chatId)));
+    hint('Stopping…');
+  }
+
+  els.composer.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const text = els.input.value.replace(/\s+$/, '');
+    if (submit(text)) {
+      els.input.value = '';
+      autoGrow();
+    }
+    els.input.focus();
+  });
+
+  els.input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
+      e.preventDefault();
+      if (typeof els.composer.requestSubmit === 'function') els.composer.requestSubmit();
+      else els.composer.dispatchEvent(new Event('submit', { cancelable: true }));
+    } else if (e.key === 'Escape' && app.state.active) {
+      stopTurn();
+    }
+  });
+
+  function autoGrow() {
+    const t = els.input;
+    t.style.height = 'auto';
+    t.style.height = Math.min(t.scrollHeight, Math.round(window.innerHeight * 0.4)) + 'px';
+  }
+  els.input.addEventListener('input', autoGrow);
+
+  els.stop.addEventListener('click', stopTurn);
+
+  // ------------------------------------------------------------ WebSocket
+
+  function setConn(state, delayMs) {
+    const c = els.conn;
+    c.dataset.state = state;
+    clearInterval(app.countdown);
+    app.countdown = null;
+    switch (state) {
+      case 'open': c.textContent = 'Connected'; break;
+      case 'connecting': c.textContent = app.everOpened ? 'Reconnecting…' : 'Connecting…'; break;
+      case 'auth': c.textContent = 'API key needed'; break;
+      case 'closed': {
+        const tick = () => {
+          const s = Math.max(0, Math.ceil((app.retryAt - Date.now()) / 1000));
+          c.textContent = 'Offline · retrying in ' + s + ' s';
+        };
+        app.retryAt = Date.now() + (delayMs || 0);
+        tick();
+        app.countdown = setInterval(tick, 1000);
+        break;
+      }
+      default: c.textContent = state;
+    }
+  }
+
+  function connect() {
+    clearTimeout(app.retryTimer);
+    app.retryTimer = null;
+    if (app.authNeeded || app.ws) return;
+    setConn('connecting');
+    dispatch({ type: 'conn', state: 'connecting' });
+    let ws;
+    try {
+      ws = new WebSocket(UI.wsUrl(window.location, apiKey));
+    } catch (e) {
+      scheduleReconnect(false);
+      return;
+    }
+    app.ws = ws;
+    let opened = false;
+    ws.onopen = () => {
+      if (app.ws !== ws) return;
+      opened = true;
+      const first = !app.everOpened;
+      app.everOpened = true;
+      app.retry = 0;
+      setConn('open');
+      dispatch({ type: 'conn', state: 'open' });
+      if (!first || app.agentsError) onReconnected();
+    };
+    ws.onmessage = (ev) => {
+      if (app.ws !== ws) return;
+      let f;
+      try { f = JSON.parse(ev.data); } catch (_) { return; }
+      handleFrame(f);
+    };
+    ws.onclose = () => {
+      if (app.ws !== ws) return;
+      app.ws = null;
+      if (app.state.active) app.needsReload = true;
+      dispatch({ type: 'conn', state: 'closed' });
+      scheduleReconnect(opened);
+    };
+    ws.onerror = () => { /* onclose follows */ };
+  }
+
+  function scheduleReconnect(wasOpen) {
+    if (app.authNeeded) return;
+    const base = Math.min(30000, 500 * Math.pow(2, app.retry));
+    const delay = Math.round(base * (0.75 + Math.random() * 0.5));
+    app.retry = Math.min(app.retry + 1, 10);
+    setConn('closed', delay);
+    clearTimeout(app.retryTimer);
+    app.retryTimer = setTimeout(connect, delay);
+    // A handshake that keeps failing may be a refused key: REST tells.
+    if (!wasOpen && app.retry >= 2) api('/api/v1/agents').catch(() => { /* needAuth on 401 */ });
+  }
+
+  function connectNow() {
+    if (app.ws || app.authNeeded) return;
+    app.retry = 0;
+    connect();
+  }
+
+  async function onReconnected() {
+    if (app.agentsError || app.agents.length === 0) { await loadAgents(); return; }
+    await refreshSessions();
+    if (app.needsReload) {
+      app.needsReload = false;
+      await loadHistory();
+    }
+  }
+
+  function handleFrame(f) {
+    if (!f || typeof f !== 'object') return;
+    dispatch({ type: 'frame', frame: f });
+    if (f.type === 'done' && f.id && app.state.turns[f.id]) onTurnDone(app.state.turns[f.id]);
+  }
+
+  async function onTurnDone(turn) {
+    hint('');
+    const agent = app.agent;
+    const prevDialog = app.currentDialog;
+    await refreshSessions();
+    if (app.agent !== agent || turn.agent !== agent) return;
+    const isCommand = turn.commands.length > 0;
+    if (isCommand && (app.currentDialog !== prevDialog || UI.DIALOG_COMMANDS.has(turn.command))) {
+      await loadHistory([turn.id]);
+    }
+    if (document.activeElement === document.body) els.input.focus();
+  }
+
+  window.addEventListener('online', connectNow);
+  document.addEventListener('visibilitychange', () => { if (!document.hidden) connectNow(); });
+
+  // ------------------------------------------------------------ views, health
+
+  function showView(view, focus) {
+    const config = view === 'config';
+    els.chatView.hidden = config;
+    els.configView.hidden = !config;
+    els.chatTab.setAttribute('aria-selected', String(!config));
+    els.healthTab.setAttribute('aria-selected', String(config));
+    els.chatTab.tabIndex = config ? -1 : 0;
+    els.healthTab.tabIndex = config ? 0 : -1;
+    els.app.dataset.view = config ? 'config' : 'chat';
+    if (focus) (config ? els.healthTab : els.chatTab).focus();
+    if (config) {
+      loadHealth();
+      loadAgents();
+    }
+  }
+
+  function setHash(hash) {
+    try { window.history.replaceState(null, '', window.location.pathname + window.location.search + hash); } catch (_) { /* ignore */ }
+  }
+
+  els.chatTab.addEventListener('click', () => { setHash(''); showView('chat'); });
+  els.healthTab.addEventListener('click', () => { setHash('#health'); showView('config'); });
+  for (const tab of [els.chatTab, els.healthTab]) {
+    tab.addEventListener('keydown', (e) => {
+      if (e.key !== 'ArrowLeft' && e.key !== 'ArrowRight' && e.key !== 'Home' && e.key !== 'End') return;
+      e.preventDefault();
+      const toConfig = e.key === 'End' || (e.key !== 'Home' && tab === els.chatTab);
+      setHash(toConfig ? '#health' : '');
+      showView(toConfig ? 'config' : 'chat', true);
+    });
+  }
+  window.addEventListener('hashchange', () => showView(window.location.hash === '#health' ? 'config' : 'chat'));
+
+  async function loadHealth() {
+    els.health.setAttribute('aria-busy', 'true');
+    els.healthSummary.textContent = 'Checking…';
+    els.healthSummary.className = 'health-summary';
+    let r;
+    try {
+      r = await api('/api/v1/health');
+    } catch (e) {
+      els.health.removeAttribute('aria-busy');
+      els.healthSummary.textContent = 'Unavailable';
+      els.healthSummary.classList.add('fail');
+      els.health.replaceChildren(h('div', { class: 'check fail' },
+        h('span', { class: 'check-state' }, 'FAIL'),
+        h('div', { class: 'check-body' }, h('div', { class: 'check-name' }, 'gateway'), h('div', { class: 'check-message' }, e.message))));
+      return;
+    }
+    els.health.removeAttribute('aria-busy');
+    const checks = Array.isArray(r.checks) ? r.checks : [];
+    const ok = r.status === 'ok';
+    els.healthSummary.textContent = ok ? 'All checks pass' : (r.status || 'unknown') + ' · ' + checks.filter((c) => !c.ok).length + ' failing';
+    els.healthSummary.classList.add(ok ? 'ok' : 'fail');
+    els.health.replaceChildren(...checks.map((c) => h('div', { class: 'check ' + (c.ok ? 'ok' : 'fail'), 'data-name': c.name },
+      h('span', { class: 'check-state' }, c.ok ? 'OK' : 'FAIL'),
+      h('div', { class: 'check-body' },
+        h('div', { class: 'check-name' }, c.name),
+        c.message ? h('div', { class: 'check-message' }, c.message) : null,
+        c.fix ? h('div', { class: 'check-fix' }, h('span', { class: 'check-fix-label' }, 'Fix: '), c.fix) : null))));
+    if (checks.length === 0) els.health.append(h('p', { class: 'muted' }, 'No checks reported.'));
+  }
+
+  els.healthRefresh.addEventListener('click', loadHealth);
+
+  function renderAgentsInfo() {
+    const box = els.agentsInfo;
+    box.replaceChildren();
+    if (app.agents.length === 0) {
+      box.append(h('p', { class: 'muted' }, app.agentsError || 'No agents.'));
+      return;
+    }
+    for (const a of app.agents) {
+      const model = a.model ? a.model.provider + ' / ' + a.model.model + (a.model.source ? ' (from ' + a.model.source + ')' : '') : 'none';
+      const tools = Array.isArray(a.tools) && a.tools.length ? a.tools.join(', ') : 'none';
+      box.append(h('div', { class: 'agent-card ' + (a.ready ? 'ok' : 'fail'), 'data-agent': a.name },
+        h('div', { class: 'agent-card-head' }, h('strong', null, a.name), h('span', { class: 'check-state' }, a.ready ? 'ready' : 'not ready')),
+        h('dl', null,
+          h('dt', null, 'Model'), h('dd', null, model),
+          !a.ready && a.reason ? h('dt', null, 'Reason') : null, !a.ready && a.reason ? h('dd', null, a.reason) : null,
+          a.message ? h('dt', null, 'Message') : null, a.message ? h('dd', null, a.message) : null,
+          h('dt', null, 'Tools'), h('dd', null, tools))));
+    }
+  }
+
+  // ------------------------------------------------------------ sidebar (small screens)
+
+  function openSidebar() {
+    els.app.dataset.sidebar = 'open';
+    els.sidebarToggle.setAttribute('aria-expanded', 'true');
+    els.sidebarBackdrop.hidden = false;
+    const first = els.sidebar.querySelector('button:not([disabled])');
+    if (first) first.focus();
+  }
+
+  function closeSidebar() {
+    if (els.app.dataset.sidebar !== 'open') return;
+    els.app.dataset.sidebar = '';
+    els.sidebarToggle.setAttribute('aria-expanded', 'false');
+    els.sidebarBackdrop.hidden = true;
+  }
+
+  els.sidebarToggle.addEventListener('click', () => (els.app.dataset.sidebar === 'open' ? closeSidebar() : openSidebar()));
+  els.sidebarBackdrop.addEventListener('click', closeSidebar);
+  document.addEventListener('keydown', (e) => { if (e.key === 'Escape') closeSidebar(); });
+
+  // ------------------------------------------------------------ start
+
+  els.chatId.textContent = chatId;
+  showEmptyState();
+  updateControls();
+  if (window.location.hash === '#health') showView('config');
+  loadAgents();
+  connect();
+
+  // For debugging and browser tests.
+  window.PicoBotApp = {
+    get state() { return app.state; },
+    get agent() { return app.agent; },
+    get currentDialog() { return app.currentDialog; },
+    chatId,
+    submit,
+    reconnect: connectNow,
+  };
+})();

@@ -1,0 +1,377 @@
+// Unit tests of the web UI's pure core (ui-core.js). Run: node --test runtime/gateway/web/
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { readFileSync } from 'node:fs';
+import vm from 'node:vm';
+
+const require = createRequire(import.meta.url);
+const UI = require('./ui-core.js');
+
+// ------------------------------------------------------------------ escaping
+
+test('escapeHtml escapes the five HTML specials', () => {
+  assert.equal(UI.escapeHtml(`<a href="x" onclick='y'>&</a>`), '&lt;a href=&quot;x&quot; onclick=&#39;y&#39;&gt;&amp;&lt;/a&gt;');
+  assert.equal(UI.escapeHtml(null), '');
+});
+
+test('safeUrl allows http(s), mailto and relative urls only', () => {
+  assert.equal(UI.safeUrl('https://example.com/a?b=1'), 'https://example.com/a?b=1');
+  assert.equal(UI.safeUrl('HTTP://example.com'), 'HTTP://example.com');
+  assert.equal(UI.safeUrl('mailto:a@b.c'), 'mailto:a@b.c');
+  assert.equal(UI.safeUrl('/api/v1/artifacts/x.png'), '/api/v1/artifacts/x.png');
+  assert.equal(UI.safeUrl('docs/readme.md'), 'docs/readme.md');
+  for (const bad of ['javascript:alert(1)', 'JaVaScRiPt:alert(1)', 'java\tscript:alert(1)', ' javascript:alert(1)',
+    'data:text/html,<script>', 'vbscript:x', 'java\nscript:x', 'file:///etc/passwd', '', 'a b']) {
+    assert.equal(UI.safeUrl(bad), null, bad);
+  }
+});
+
+test('isArtifactUrl and withKey', () => {
+  assert.ok(UI.isArtifactUrl('/api/v1/artifacts/a1/chart.png'));
+  assert.ok(!UI.isArtifactUrl('https://evil.example/api/v1/artifacts/x.png'));
+  assert.ok(!UI.isArtifactUrl('/api/v1/artifacts/'));
+  assert.ok(!UI.isArtifactUrl('/api/v1/artifacts/../sessions'));
+  assert.ok(!UI.isArtifactUrl('/api/v1/artifacts/x" onerror="y'));
+  assert.equal(UI.withKey('/api/v1/artifacts/a.png', 'k&1'), '/api/v1/artifacts/a.png?key=k%261');
+  assert.equal(UI.withKey('/api/v1/artifacts/a.png?x=1', 'k'), '/api/v1/artifacts/a.png?x=1&key=k');
+  assert.equal(UI.withKey('/api/v1/artifacts/a.png', ''), '/api/v1/artifacts/a.png');
+  assert.equal(UI.withKey('https://example.com/a.png', 'k'), 'https://example.com/a.png', 'the key never leaves the gateway');
+});
+
+// ------------------------------------------------------------------ markdown
+
+const ALLOWED = new Set(['p', 'br', 'pre', 'code', 'strong', 'em', 'del', 'a', 'img', 'h3', 'h4', 'h5', 'h6', 'ul', 'ol', 'li',
+  'blockquote', 'hr', 'div', 'table', 'thead', 'tbody', 'tr', 'th', 'td']);
+const ALLOWED_ATTRS = new Set(['href', 'src', 'alt', 'class', 'target', 'rel', 'loading', 'start']);
+
+/**
+ * assertSafeHtml checks that html is only allowed tags with allowed,
+ * double-quoted attributes, and that no other '<', '>' or '"' appears.
+ */
+function assertSafeHtml(html, what) {
+  const tagRe = /<(\/?)([a-z0-9]+)((?: [a-z]+="[^"<>]*")*)>/g;
+  let last = 0;
+  for (const m of html.matchAll(tagRe)) {
+    const between = html.slice(last, m.index);
+    assert.ok(!/[<>"]/.test(between), `stray markup ${JSON.stringify(between)} in ${what}: ${html}`);
+    assert.ok(ALLOWED.has(m[2]), `tag <${m[2]}> in ${what}: ${html}`);
+    for (const a of m[3].matchAll(/ ([a-z]+)="([^"]*)"/g)) {
+      assert.ok(ALLOWED_ATTRS.has(a[1]), `attribute ${a[1]} in ${what}: ${html}`);
+      if (a[1] === 'href' || a[1] === 'src') assert.ok(!/^\s*(javascript|data|vbscript):/i.test(a[2]), `url ${a[2]} in ${what}`);
+    }
+    last = m.index + m[0].length;
+  }
+  assert.ok(!/[<>"]/.test(html.slice(last)), `stray markup at the end of ${what}: ${html}`);
+}
+
+test('renderMarkdown escapes raw HTML and script', () => {
+  const evil = [
+    '<script>alert(1)</script>',
+    '<img src=x onerror=alert(1)>',
+    'Hi <b onmouseover="x()">there</b>',
+    '**<script>bold()</script>**',
+    '`<script>code</script>`',
+    '```\n</code></pre><script>x()</script>\n```',
+    '[<img src=x onerror=y>](https://ok.example)',
+    '[click](javascript:alert(1))',
+    '[click](java\tscript:alert(1))',
+    '![x](javascript:alert(1))',
+    '![x" onerror="alert(1)](/api/v1/artifacts/a.png)',
+    '[x](https://a.example/"onmouseover="alert(1))',
+    '<a href="javascript:alert(1)">x</a>',
+    '| <script>t()</script> | b |\n|---|---|\n| <i>c</i> | d |',
+    '> <iframe src="x"></iframe>',
+    '- <svg onload=alert(1)>',
+    '# <style>*{}</style>',
+  ];
+  for (const src of evil) {
+    assertSafeHtml(UI.renderMarkdown(src), JSON.stringify(src));
+    assertSafeHtml(UI.renderPlain(src), 'plain ' + JSON.stringify(src));
+  }
+  assert.equal(UI.renderMarkdown('<script>alert(1)</script>'), '<p>&lt;script&gt;alert(1)&lt;/script&gt;</p>');
+});
+
+test('renderMarkdown output is safe for random markup soup', () => {
+  const pieces = ['<', '>', '"', "'", '&', '`', '```', '*', '**', '_', '~~', '[', ']', '(', ')', '![', '](', 'javascript:', 'https://x.example/',
+    '/api/v1/artifacts/a.png', '<script>', 'onerror=', '\n', '\n\n', '|', '---', '- ', '1. ', '> ', '# ', '\\', ' ', 'a', 'b'];
+  let seed = 42;
+  const rnd = (n) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % n; };
+  for (let i = 0; i < 3000; i++) {
+    let src = '';
+    for (let k = rnd(30); k >= 0; k--) src += pieces[rnd(pieces.length)];
+    assertSafeHtml(UI.renderMarkdown(src, { key: 'k"<' }), JSON.stringify(src));
+    assertSafeHtml(UI.renderPlain(src), 'plain ' + JSON.stringify(src));
+  }
+});
+
+test('renderMarkdown: paragraphs, line breaks, bold, inline code', () => {
+  assert.equal(UI.renderMarkdown('Hello **world**\nsecond `a<b` line\n\nNext'),
+    '<p>Hello <strong>world</strong><br>second <code>a&lt;b</code> line</p><p>Next</p>');
+  assert.equal(UI.renderMarkdown('*em* and _em_ and snake_case_name and 2 * 3 * 4'),
+    '<p><em>em</em> and <em>em</em> and snake_case_name and 2 * 3 * 4</p>');
+  assert.equal(UI.renderMarkdown('~~gone~~ \\*literal\\*'), '<p><del>gone</del> *literal*</p>');
+});
+
+test('renderMarkdown: fenced code blocks keep content verbatim and escaped', () => {
+  const html = UI.renderMarkdown('Before\n```go\nfmt.Println("<hi>") // **not bold**\n\n  indented\n```\nAfter');
+  assert.equal(html, '<p>Before</p><pre><code class="language-go">fmt.Println(&quot;&lt;hi&gt;&quot;) // **not bold**\n\n  indented</code></pre><p>After</p>');
+  // An unterminated fence (while streaming) still renders as code.
+  assert.equal(UI.renderMarkdown('```\npartial <x>'), '<pre><code>partial &lt;x&gt;</code></pre>');
+  // A weird info string is not copied into the class attribute.
+  assert.equal(UI.renderMarkdown('```a"b\nx\n```'), '<pre><code>x</code></pre>');
+});
+
+test('renderMarkdown: links get target=_blank rel=noopener; unsafe ones become text', () => {
+  assert.equal(UI.renderMarkdown('[docs](https://example.com/docs)'),
+    '<p><a href="https://example.com/docs" target="_blank" rel="noopener">docs</a></p>');
+  assert.equal(UI.renderMarkdown('[bad](javascript:alert(1))'), '<p>bad</p>');
+  assert.equal(UI.renderMarkdown('see https://example.com/a_(b). ok'),
+    '<p>see <a href="https://example.com/a_(b)" target="_blank" rel="noopener">https://example.com/a_(b)</a>. ok</p>');
+  assert.equal(UI.renderMarkdown('(https://example.com)'),
+    '<p>(<a href="https://example.com" target="_blank" rel="noopener">https://example.com</a>)</p>');
+  assert.equal(UI.renderMarkdown('[a **b**](https://x.example "title")'),
+    '<p><a href="https://x.example" target="_blank" rel="noopener">a <strong>b</strong></a></p>');
+  assert.equal(UI.renderMarkdown('`[not](https://link)`'), '<p><code>[not](https://link)</code></p>');
+});
+
+test('renderMarkdown: artifact images inline, other images as links', () => {
+  assert.equal(UI.renderMarkdown('![chart](/api/v1/artifacts/s1/chart.png)', { key: 'k' }),
+    '<p><a class="artifact-link" href="/api/v1/artifacts/s1/chart.png?key=k" target="_blank" rel="noopener">' +
+    '<img class="artifact-img" src="/api/v1/artifacts/s1/chart.png?key=k" alt="chart" loading="lazy"></a></p>');
+  assert.equal(UI.renderMarkdown('![remote](https://example.com/x.png)'),
+    '<p><a class="image-link" href="https://example.com/x.png" target="_blank" rel="noopener">remote</a></p>');
+  assert.equal(UI.renderMarkdown('![a<b](/api/v1/artifacts/x.png)').includes('alt="a&lt;b"'), true);
+});
+
+test('renderMarkdown: lists, headings, quotes, rules, tables', () => {
+  assert.equal(UI.renderMarkdown('- one\n- two `x`\n\n1. a\n2. b'),
+    '<ul><li>one</li><li>two <code>x</code></li></ul><ol><li>a</li><li>b</li></ol>');
+  assert.equal(UI.renderMarkdown('3. c\n4. d'), '<ol start="3"><li>c</li><li>d</li></ol>');
+  assert.equal(UI.renderMarkdown('# Title\ntext'), '<h3>Title</h3><p>text</p>');
+  assert.equal(UI.renderMarkdown('> quoted **b**'), '<blockquote><p>quoted <strong>b</strong></p></blockquote>');
+  assert.equal(UI.renderMarkdown('a\n\n---\n\nb'), '<p>a</p><hr><p>b</p>');
+  assert.equal(UI.renderMarkdown('| a | b |\n|:--|--:|\n| 1 | `x|y` |'),
+    '<div class="table-wrap"><table><thead><tr><th>a</th><th class="align-right">b</th></tr></thead>' +
+    '<tbody><tr><td>1</td><td class="align-right"><code>x|y</code></td></tr></tbody></table></div>');
+});
+
+test('renderMarkdown tolerates odd input', () => {
+  assert.equal(UI.renderMarkdown(''), '');
+  assert.equal(UI.renderMarkdown(null), '');
+  assert.equal(UI.renderMarkdown('**unclosed and `unclosed and [x]('), '<p>**unclosed and `unclosed and [x](</p>');
+  assert.equal(UI.renderMarkdown('a\r\nb'), '<p>a<br>b</p>');
+  const long = '*'.repeat(5000) + '_'.repeat(5000) + '['.repeat(2000);
+  assert.ok(UI.renderMarkdown(long).length > 0);
+});
+
+test('renderPlain escapes everything but links and artifact images', () => {
+  const html = UI.renderPlain('**raw** <b>x</b> `c`\n![plot](/api/v1/artifacts/p.png) [site](https://e.example) https://f.example');
+  assert.equal(html, '**raw** &lt;b&gt;x&lt;/b&gt; `c`\n' +
+    '<a class="artifact-link" href="/api/v1/artifacts/p.png" target="_blank" rel="noopener"><img class="artifact-img" src="/api/v1/artifacts/p.png" alt="plot" loading="lazy"></a> ' +
+    '<a href="https://e.example" target="_blank" rel="noopener">site</a> <a href="https://f.example" target="_blank" rel="noopener">https://f.example</a>');
+  assert.equal(UI.renderPlain('![plot](/api/v1/artifacts/p.png)', { noImages: true }),
+    '<a class="artifact-link" href="/api/v1/artifacts/p.png" target="_blank" rel="noopener">plot</a>');
+  assert.equal(UI.renderPlain('[x](javascript:alert(1)) <script>'), 'x &lt;script&gt;');
+  assert.deepEqual(UI.extractArtifactImages('a ![p](/api/v1/artifacts/p.png) ![q](https://x/q.png) ![r](/api/v1/artifacts/r.jpg)'),
+    [{ alt: 'p', url: '/api/v1/artifacts/p.png' }, { alt: 'r', url: '/api/v1/artifacts/r.jpg' }]);
+});
+
+test('shortArgs and prettyArgs', () => {
+  assert.equal(UI.shortArgs('{"url":"https://example.com","depth":2}'), 'url: https://example.com, depth: 2');
+  assert.equal(UI.shortArgs('not json\n at all'), 'not json at all');
+  assert.equal(UI.shortArgs(''), '');
+  assert.ok(UI.shortArgs(JSON.stringify({ text: 'x'.repeat(500) }), 40).length <= 40);
+  assert.equal(UI.prettyArgs('{"a":1}'), '{\n  "a": 1\n}');
+  assert.equal(UI.prettyArgs('plain'), 'plain');
+});
+
+// ------------------------------------------------------------------ ids, commands
+
+test('chat and message ids', () => {
+  const id = UI.newChatId();
+  assert.match(id, /^browser-[0-9a-f]{16}$/);
+  assert.ok(UI.isValidChatId(id));
+  assert.equal(UI.newChatId(new Uint8Array([0, 255])), 'browser-00ff');
+  for (const bad of ['', 'a:b', 'a/b', null, 'x'.repeat(201)]) assert.ok(!UI.isValidChatId(bad), String(bad));
+  const a = UI.newMessageId(), b = UI.newMessageId();
+  assert.notEqual(a, b);
+  assert.ok(a.length <= 128);
+});
+
+test('parseCommand and isKnownCommand', () => {
+  assert.deepEqual(UI.parseCommand('/rename  My plans '), { name: 'rename', args: 'My plans' });
+  assert.deepEqual(UI.parseCommand('/NEW'), { name: 'new', args: '' });
+  assert.deepEqual(UI.parseCommand('/?'), { name: 'help', args: '' });
+  assert.equal(UI.parseCommand('hello /new'), null);
+  assert.equal(UI.parseCommand('/etc/hosts is broken'), null);
+  assert.ok(UI.isKnownCommand('/switch d_1'));
+  assert.ok(!UI.isKnownCommand('/unknown thing'));
+});
+
+test('wsUrl, sessionIdFor, dialogOf', () => {
+  assert.equal(UI.wsUrl({ protocol: 'http:', host: '127.0.0.1:8080' }), 'ws://127.0.0.1:8080/api/v1/ws');
+  assert.equal(UI.wsUrl({ protocol: 'https:', host: 'bot.example' }, 'a b'), 'wss://bot.example/api/v1/ws?key=a%20b');
+  assert.equal(UI.sessionIdFor('assistant', 'browser-1', 'default'), 'web:assistant/browser-1:default');
+  assert.equal(UI.dialogOf('web:assistant/browser-1:d_k3x9'), 'd_k3x9');
+  assert.equal(UI.dialogOf(''), '');
+});
+
+// ------------------------------------------------------------------ frames
+
+const ev = (id, event, session = 'web:assistant/c1:default') => ({ v: 1, type: 'event', id, session, event });
+
+test('a streamed turn with tools: tool blocks first, final replaces the stream', () => {
+  let s = UI.initialState();
+  const turn = UI.newTurn('c-1', 'Plan my week', { agent: 'assistant' });
+  assert.deepEqual(UI.sendFrame(turn, 'c1'), { v: 1, type: 'send', id: 'c-1', agent: 'assistant', chat_id: 'c1', text: 'Plan my week' });
+  s = UI.reduce(s, { type: 'send', turn });
+  assert.equal(s.active, 'c-1');
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'ack', id: 'c-1' } });
+  assert.equal(s.turns['c-1'].status, 'running');
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-1', { kind: 'delta', text: 'Let me ' }) });
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-1', { kind: 'delta', text: 'check.' }) });
+  assert.equal(s.turns['c-1'].stream, 'Let me check.');
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-1', { kind: 'tool_call', call_id: 'call_1', name: 'web_fetch', arguments: '{"url":"https://x"}' }) });
+  let t = s.turns['c-1'];
+  assert.equal(t.stream, '', 'text streamed before a tool call moves above the tools');
+  assert.deepEqual(t.items.map((x) => x.type), ['interim', 'tool']);
+  assert.equal(t.items[1].hasResult, false);
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-1', { kind: 'tool_result', call_id: 'call_1', name: 'web_fetch', content: 'boom', is_error: true }) });
+  t = s.turns['c-1'];
+  assert.deepEqual([t.items[1].hasResult, t.items[1].isError, t.items[1].content], [true, true, 'boom']);
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-1', { kind: 'usage', input_tokens: 10, output_tokens: 3 }) });
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-1', { kind: 'usage', input_tokens: 5, output_tokens: 2 }) });
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-1', { kind: 'delta', text: 'Here is your wek' }) });
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-1', { kind: 'final', text: 'Here is your week.' }) });
+  t = s.turns['c-1'];
+  assert.equal(t.final, 'Here is your week.');
+  assert.equal(t.stream, '');
+  assert.deepEqual(t.usage, { input: 15, output: 5 });
+  assert.equal(s.active, 'c-1', 'still running until done');
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'done', id: 'c-1', session: 'web:assistant/c1:default' } });
+  t = s.turns['c-1'];
+  assert.equal(t.done, true);
+  assert.equal(t.status, 'done');
+  assert.equal(t.session, 'web:assistant/c1:default');
+  assert.equal(s.active, null, 'done re-enables sending');
+});
+
+test('command, error and stopped turns', () => {
+  let s = UI.initialState();
+  s = UI.reduce(s, { type: 'send', turn: UI.newTurn('c-2', '/new', { agent: 'a', quiet: true }) });
+  assert.equal(s.turns['c-2'].command, 'new');
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-2', { kind: 'command', text: 'Started a new conversation (d_k3x9qa2m).' }) });
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'done', id: 'c-2' } });
+  assert.deepEqual(s.turns['c-2'].commands, ['Started a new conversation (d_k3x9qa2m).']);
+  assert.equal(s.turns['c-2'].status, 'done');
+
+  s = UI.reduce(s, { type: 'send', turn: UI.newTurn('c-3', 'hi', { agent: 'a' }) });
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'error', id: 'c-3', code: 'no_model', message: 'Agent a has no usable model: set OPENAI_API_KEY' } });
+  assert.equal(s.active, 'c-3', 'an error is followed by done');
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'done', id: 'c-3' } });
+  assert.equal(s.turns['c-3'].status, 'error');
+  assert.deepEqual(s.turns['c-3'].errors, [{ code: 'no_model', message: 'Agent a has no usable model: set OPENAI_API_KEY' }]);
+  assert.equal(s.active, null);
+
+  s = UI.reduce(s, { type: 'send', turn: UI.newTurn('c-4', 'long job', { agent: 'a' }) });
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-4', { kind: 'delta', text: 'Working' }) });
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'error', id: 'c-4', code: 'stopped', message: 'stopped; what was done so far is kept' } });
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'done', id: 'c-4' } });
+  assert.equal(s.turns['c-4'].status, 'stopped');
+  assert.equal(s.turns['c-4'].stream, 'Working', 'partial text is kept');
+  assert.deepEqual(UI.stopFrame('a', 'c1'), { v: 1, type: 'stop', agent: 'a', chat_id: 'c1' });
+});
+
+test('frames for unknown ids, errors without id, unknown kinds', () => {
+  let s = UI.initialState();
+  const same = UI.reduce(s, { type: 'frame', frame: ev('nope', { kind: 'delta', text: 'x' }) });
+  assert.equal(same, s);
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'error', code: 'bad_request', message: 'frame is not valid JSON' } });
+  assert.deepEqual(s.notices, [{ code: 'bad_request', message: 'frame is not valid JSON' }]);
+  s = UI.reduce(s, { type: 'send', turn: UI.newTurn('c-5', 'x') });
+  const before = s.turns['c-5'];
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-5', { kind: 'compressed', text: 'whatever' }) });
+  assert.equal(s.turns['c-5'].stream, before.stream);
+  assert.equal(UI.reduce(s, { type: 'frame', frame: null }), s);
+  assert.equal(UI.reduce(s, { type: 'frame', frame: { type: 'mystery', id: 'c-5' } }), s);
+});
+
+test('a tool_result without a matching call still shows', () => {
+  let t = UI.newTurn('c-6', 'x');
+  t = UI.reduceTurn(t, ev('c-6', { kind: 'tool_result', call_id: 'call_9', name: 'shell', content: 'ok' }));
+  assert.equal(t.items.length, 1);
+  assert.equal(t.items[0].name, 'shell');
+  assert.equal(t.items[0].hasResult, true);
+});
+
+test('a dropped connection interrupts running turns; clear keeps them', () => {
+  let s = UI.initialState();
+  s = UI.reduce(s, { type: 'conn', state: 'open' });
+  s = UI.reduce(s, { type: 'send', turn: UI.newTurn('c-7', 'a') });
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'done', id: 'c-7' } });
+  s = UI.reduce(s, { type: 'send', turn: UI.newTurn('c-8', 'b') });
+  const kept = UI.reduce(s, { type: 'clear' });
+  assert.deepEqual(kept.order, ['c-8']);
+  s = UI.reduce(s, { type: 'conn', state: 'closed' });
+  assert.equal(s.conn, 'closed');
+  assert.equal(s.active, null);
+  assert.equal(s.turns['c-8'].status, 'interrupted');
+  assert.equal(s.turns['c-7'].status, 'done');
+});
+
+// ------------------------------------------------------------------ history
+
+test('historyToTurns groups messages into turns like live ones', () => {
+  const msgs = [
+    { seq: 1, role: 'user', content: 'weather?', created_at: '2025-01-01T00:00:00Z' },
+    { seq: 2, role: 'assistant', content: 'Checking.', tool_calls: [{ id: 'call_1', name: 'web_fetch', arguments: '{"url":"https://w"}' }] },
+    { seq: 3, role: 'tool', content: 'sunny ![map](/api/v1/artifacts/m.png)', tool_call_id: 'call_1', name: 'web_fetch' },
+    { seq: 4, role: 'assistant', content: 'It is **sunny**.' },
+    { seq: 5, role: 'system', content: 'Summary of earlier talk' },
+    { seq: 6, role: 'user', content: 'thanks' },
+    { seq: 7, role: 'tool', content: 'orphan', tool_call_id: 'call_x', name: 'shell', is_error: true },
+  ];
+  const turns = UI.historyToTurns(msgs);
+  assert.equal(turns.length, 3);
+  assert.equal(turns[0].text, 'weather?');
+  assert.equal(turns[0].done, true);
+  assert.deepEqual(turns[0].items.map((x) => x.type), ['interim', 'tool']);
+  assert.equal(turns[0].items[1].content, 'sunny ![map](/api/v1/artifacts/m.png)');
+  assert.equal(turns[0].final, 'It is **sunny**.');
+  assert.equal(turns[1].quiet, true);
+  assert.deepEqual(turns[1].commands, ['Summary of earlier talk']);
+  assert.equal(turns[2].text, 'thanks');
+  assert.equal(turns[2].items[0].isError, true);
+  assert.equal(turns[2].final, null);
+  // A window that starts mid-turn opens a turn without a user message.
+  const mid = UI.historyToTurns([{ seq: 9, role: 'assistant', content: 'tail' }]);
+  assert.equal(mid[0].quiet, true);
+  assert.equal(mid[0].final, 'tail');
+  assert.deepEqual(UI.historyToTurns(null), []);
+});
+
+// ------------------------------------------------------------------ files
+
+test('ui-core.js also works as a browser script (global PicoBotUI)', () => {
+  const src = readFileSync(new URL('./ui-core.js', import.meta.url), 'utf8');
+  const ctx = { window: {} };
+  ctx.globalThis = ctx;
+  vm.createContext(ctx);
+  vm.runInContext(src, ctx);
+  assert.equal(typeof ctx.PicoBotUI.renderMarkdown, 'function');
+});
+
+test('index.html has the documented ids and loads only local files', () => {
+  const html = readFileSync(new URL('./index.html', import.meta.url), 'utf8');
+  for (const id of ['agent-select', 'messages', 'input', 'send', 'stop', 'sessions', 'new-dialog', 'banner', 'health-tab', 'health',
+    'rename-dialog', 'delete-dialog', 'compact-dialog', 'info-dialog', 'conn-status', 'chat-view', 'config-view']) {
+    assert.match(html, new RegExp(`id="${id}"`), id);
+  }
+  assert.ok(!/(src|href)="(https?:)?\/\//.test(html), 'no external resources');
+  assert.ok(html.indexOf('ui-core.js') < html.indexOf('app.js'), 'ui-core.js loads first');
+  const app = readFileSync(new URL('./app.js', import.meta.url), 'utf8');
+  for (const m of app.matchAll(/\.innerHTML = ([^;]+);/g)) {
+    assert.match(m[1], /^UI\.render(Markdown|Plain)\(|^html$/, `innerHTML only from the escaping renderers: ${m[1]}`);
+  }
+});

@@ -1,0 +1,811 @@
+/*
+ * PicoBot web UI — the pure core (no DOM, no network).
+ *
+ * Loaded by index.html as a classic script before app.js (it defines the global
+ * `PicoBotUI`) and by app.test.mjs through require() (CommonJS export). Keep it
+ * free of browser globals so `node --test` can exercise it.
+ *
+ * Contents:
+ *   - HTML escaping and URL safety (escapeHtml, safeUrl, isArtifactUrl, withKey)
+ *   - a small, safe markdown renderer (renderMarkdown, renderInline, renderPlain):
+ *     every piece of model text is escaped; only the tags it builds itself
+ *     (p, br, pre, code, strong, em, del, a, img, h3-h6, ul, ol, li, blockquote,
+ *     hr, table) are emitted, links only to http(s)/mailto/relative urls.
+ *   - tool-call helpers (shortArgs, prettyArgs, extractArtifactImages)
+ *   - the state reducer for the WebSocket protocol (newTurn, reduceTurn,
+ *     initialState, reduce) and history grouping (historyToTurns)
+ *   - ids (newChatId, isValidChatId, newMessageId), parseCommand, wsUrl.
+ */
+(function (root, factory) {
+  'use strict';
+  const api = factory();
+  if (typeof module === 'object' && module && module.exports) module.exports = api;
+  if (root) root.PicoBotUI = api;
+})(typeof globalThis !== 'undefined' ? globalThis : this, function () {
+  'use strict';
+
+  const PROTOCOL_VERSION = 1;
+  const MAX_TEXT_BYTES = 64 << 10;
+
+  // ---------------------------------------------------------------- escaping
+
+  const ESC = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+
+  /** escapeHtml makes any string safe as HTML text or a quoted attribute value. */
+  function escapeHtml(s) {
+    return String(s == null ? '' : s).replace(/[&<>"']/g, (c) => ESC[c]);
+  }
+
+  /**
+   * safeUrl returns url when it may be used as a link target, else null:
+   * http(s) and mailto urls, and scheme-less (relative) urls. Anything with
+   * whitespace or control characters is refused (browsers strip those, which
+   * would turn "java\tscript:" into a script url).
+   */
+  function safeUrl(url) {
+    if (typeof url !== 'string') return null;
+    let u = url.trim();
+    if (u.startsWith('<') && u.endsWith('>')) u = u.slice(1, -1);
+    if (u === '' || /[\s\x00-\x1f\x7f]/.test(u)) return null;
+    if (/^[^/?#]*:/.test(u)) {
+      return /^(https?|mailto):/i.test(u) ? u : null;
+    }
+    return u;
+  }
+
+  const ARTIFACT_PREFIX = '/api/v1/artifacts/';
+
+  /** isArtifactUrl: a relative url of the gateway's artifact store, rendered inline as an image. */
+  function isArtifactUrl(url) {
+    return typeof url === 'string' && url.startsWith(ARTIFACT_PREFIX) && url.length > ARTIFACT_PREFIX.length &&
+      !/[\s\x00-\x1f\x7f"'<>\\]/.test(url) && !/(^|\/)\.\.(\/|$|\?)/.test(url);
+  }
+
+  /** withKey adds ?key= to an artifact url (an <img> cannot send an Authorization header). */
+  function withKey(url, key) {
+    if (!key || !isArtifactUrl(url)) return url;
+    const hash = url.indexOf('#');
+    const base = hash >= 0 ? url.slice(0, hash) : url;
+    const frag = hash >= 0 ? url.slice(hash) : '';
+    return base + (base.includes('?') ? '&' : '?') + 'key=' + encodeURIComponent(key) + frag;
+  }
+
+  // ---------------------------------------------------------------- markdown
+
+  const isWordChar = (c) => c !== undefined && /[\p{L}\p{N}_]/u.test(c);
+  const isSpace = (c) => c === undefined || /\s/.test(c);
+
+  /**
+   * matchLink parses "[text](url)" or "[text](url "title")" at s[i] === '['.
+   * Returns {text, url, end} (end: index after ')') or null.
+   */
+  function matchLink(s, i) {
+    if (s[i] !== '[') return null;
+    let depth = 0;
+    let j = i;
+    for (; j < s.length; j++) {
+      const c = s[j];
+      if (c === '\\') { j++; continue; }
+      if (c === '\n') return null;
+      if (c === '[') depth++;
+      else if (c === ']') { depth--; if (depth === 0) break; }
+    }
+    if (j >= s.length || s[j + 1] !== '(') return null;
+    const text = s.slice(i + 1, j);
+    let k = j + 2;
+    let paren = 0;
+    const start = k;
+    for (; k < s.length; k++) {
+      const c = s[k];
+      if (c === '\n') return null;
+      if (c === '(') paren++;
+      else if (c === ')') { if (paren === 0) break; paren--; }
+    }
+    if (k >= s.length) return null;
+    let inner = s.slice(start, k).trim();
+    const titled = /^(\S+)\s+("[^"]*"|'[^']*')$/.exec(inner);
+    if (titled) inner = titled[1];
+    if (inner.startsWith('<') && inner.endsWith('>')) inner = inner.slice(1, -1);
+    if (inner === '' || /\s/.test(inner)) return null;
+    return { text, url: inner, end: k + 1 };
+  }
+
+  function linkHtml(href, inner, opts, cls) {
+    const target = withKey(href, opts.key);
+    return '<a' + (cls ? ' class="' + cls + '"' : '') + ' href="' + escapeHtml(target) +
+      '" target="_blank" rel="noopener">' + inner + '</a>';
+  }
+
+  function imageHtml(alt, url, opts) {
+    if (isArtifactUrl(url)) {
+      const src = escapeHtml(withKey(url, opts.key));
+      const img = '<img class="artifact-img" src="' + src + '" alt="' + escapeHtml(alt) + '" loading="lazy">';
+      if (opts.noLinks) return img; // already inside a link
+      if (opts.noImages) return linkHtml(url, escapeHtml(alt || url.slice(url.lastIndexOf('/') + 1)), opts, 'artifact-link');
+      return '<a class="artifact-link" href="' + src + '" target="_blank" rel="noopener">' + img + '</a>';
+    }
+    const href = safeUrl(url);
+    if (!href || opts.noLinks) return escapeHtml(alt);
+    return linkHtml(href, escapeHtml(alt || url), opts, 'image-link');
+  }
+
+  /** matchAutolink: a bare http(s) url at s[i], with trailing punctuation left out. */
+  function matchAutolink(s, i) {
+    if (isWordChar(s[i - 1])) return null;
+    const m = /^https?:\/\/[^\s<>"'`]+/i.exec(s.slice(i, i + 2048));
+    if (!m) return null;
+    let url = m[0];
+    for (;;) {
+      const last = url[url.length - 1];
+      if (/[.,;:!?*_~]/.test(last)) { url = url.slice(0, -1); continue; }
+      if (last === ')' && (url.split('(').length - 1) < (url.split(')').length - 1)) { url = url.slice(0, -1); continue; }
+      if (last === ']' && (url.split('[').length - 1) < (url.split(']').length - 1)) { url = url.slice(0, -1); continue; }
+      break;
+    }
+    if (url.length <= 'https://'.length - 1) return null;
+    return { url, end: i + url.length };
+  }
+
+  /** findCloser finds `marker` closing an emphasis opened before `from`. */
+  function findCloser(s, from, marker) {
+    let k = from;
+    while ((k = s.indexOf(marker, k)) !== -1) {
+      if (k > from && !isSpace(s[k - 1]) && s[k + marker.length] !== marker[0]) {
+        if (marker[0] !== '_' || !isWordChar(s[k + marker.length])) return k;
+      }
+      k += 1;
+    }
+    return -1;
+  }
+
+  /**
+   * renderInline renders one line (or a table cell / list item) of inline
+   * markdown: `code`, **bold**, *em*, ~~del~~, [links](url), ![images](url),
+   * bare urls, backslash escapes. opts: {key, plain, noLinks}. With
+   * opts.plain only links, images and bare urls are recognised (for tool
+   * output and command replies); everything else is escaped text.
+   */
+  function renderInline(s, opts, depth) {
+    opts = opts || {};
+    depth = depth || 0;
+    s = String(s == null ? '' : s);
+    let out = '';
+    let buf = '';
+    const flush = () => { if (buf) { out += escapeHtml(buf); buf = ''; } };
+    const n = s.length;
+    let i = 0;
+    while (i < n) {
+      const c = s[i];
+      if (!opts.plain) {
+        if (c === '\\' && i + 1 < n && /[\\`*_{}[\]()#+\-.!|>~<]/.test(s[i + 1])) {
+          buf += s[i + 1]; i += 2; continue;
+        }
+        if (c === '`') {
+          let run = 1;
+          while (s[i + run] === '`') run++;
+          const fence = '`'.repeat(run);
+          let end = s.indexOf(fence, i + run);
+          while (end !== -1 && s[end + run] === '`') { // a longer run does not close
+            let k = end;
+            while (s[k] === '`') k++;
+            end = s.indexOf(fence, k);
+          }
+          if (end !== -1) {
+            let code = s.slice(i + run, end);
+            if (code.length > 2 && code.startsWith(' ') && code.endsWith(' ')) code = code.slice(1, -1);
+            flush();
+            out += '<code>' + escapeHtml(code) + '</code>';
+            i = end + run;
+            continue;
+          }
+          buf += fence; i += run; continue;
+        }
+      }
+      if (c === '!' && s[i + 1] === '[') {
+        const m = matchLink(s, i + 1);
+        if (m) { flush(); out += imageHtml(m.text, m.url, opts); i = m.end; continue; }
+      }
+      if (c === '[' && !opts.noLinks) {
+        const m = matchLink(s, i);
+        if (m) {
+          const href = safeUrl(m.url);
+          const inner = opts.plain ? escapeHtml(m.text) : renderInline(m.text, Object.assign({}, opts, { noLinks: true }), depth + 1);
+          flush();
+          out += href ? linkHtml(href, inner || escapeHtml(m.url), opts) : inner;
+          i = m.end;
+          continue;
+        }
+      }
+      if ((c === 'h' || c === 'H') && !opts.noLinks) {
+        const m = matchAutolink(s, i);
+        if (m) { flush(); out += linkHtml(m.url, escapeHtml(m.url), opts); i = m.end; continue; }
+      }
+      if (!opts.plain && depth < 8) {
+        if ((c === '*' || c === '_') && s[i + 1] === c && !isSpace(s[i + 2]) && (c === '*' || !isWordChar(s[i - 1]))) {
+          const end = findCloser(s, i + 2, c + c);
+          if (end !== -1) {
+            flush();
+            out += '<strong>' + renderInline(s.slice(i + 2, end), opts, depth + 1) + '</strong>';
+            i = end + 2;
+            continue;
+          }
+        }
+        if ((c === '*' || c === '_') && s[i + 1] !== c && !isSpace(s[i + 1]) && (c === '*' || !isWordChar(s[i - 1]))) {
+          const end = findCloser(s, i + 1, c);
+          if (end !== -1) {
+            flush();
+            out += '<em>' + renderInline(s.slice(i + 1, end), opts, depth + 1) + '</em>';
+            i = end + 1;
+            continue;
+          }
+        }
+        if (c === '~' && s[i + 1] === '~' && !isSpace(s[i + 2])) {
+          const end = s.indexOf('~~', i + 2);
+          if (end > i + 2 && !isSpace(s[end - 1])) {
+            flush();
+            out += '<del>' + renderInline(s.slice(i + 2, end), opts, depth + 1) + '</del>';
+            i = end + 2;
+            continue;
+          }
+        }
+      }
+      buf += c;
+      i++;
+    }
+    flush();
+    return out;
+  }
+
+  const RE_FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$/;
+  const RE_HEADING = /^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$/;
+  const RE_HR = /^ {0,3}([-*_])(?:\s*\1){2,}\s*$/;
+  const RE_ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+  const RE_QUOTE = /^ {0,3}>\s?(.*)$/;
+  const RE_TABLE_SEP = /^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$/;
+
+  function splitRow(line) {
+    let t = line.trim();
+    if (t.startsWith('|')) t = t.slice(1);
+    if (t.endsWith('|') && !t.endsWith('\\|')) t = t.slice(0, -1);
+    const cells = [];
+    let cur = '';
+    let inCode = false;
+    for (let i = 0; i < t.length; i++) {
+      const c = t[i];
+      if (c === '\\' && t[i + 1] === '|') { cur += '|'; i++; continue; }
+      if (c === '`') inCode = !inCode;
+      if (c === '|' && !inCode) { cells.push(cur.trim()); cur = ''; continue; }
+      cur += c;
+    }
+    cells.push(cur.trim());
+    return cells;
+  }
+
+  /**
+   * renderMarkdown turns model text into safe HTML: paragraphs (single line
+   * breaks kept), fenced code blocks, headings, lists, quotes, rules, tables
+   * and the inline syntax of renderInline. Raw HTML in the text is escaped.
+   * opts: {key} — the API key appended to artifact urls.
+   */
+  function renderMarkdown(src, opts, depth) {
+    opts = opts || {};
+    depth = depth || 0;
+    const lines = String(src == null ? '' : src).replace(/\r\n?/g, '\n').split('\n');
+    const out = [];
+    let para = [];
+    const flushPara = () => {
+      if (para.length) {
+        out.push('<p>' + para.map((l) => renderInline(l.trim(), opts)).join('<br>') + '</p>');
+        para = [];
+      }
+    };
+    let i = 0;
+    while (i < lines.length) {
+      const line = lines[i];
+      const fence = RE_FENCE.exec(line);
+      if (fence) {
+        flushPara();
+        const marker = fence[1];
+        const lang = fence[2];
+        const body = [];
+        i++;
+        while (i < lines.length) {
+          const t = lines[i].trim();
+          if (t.length >= marker.length && t === marker[0].repeat(t.length)) break;
+          body.push(lines[i]);
+          i++;
+        }
+        i++; // closing fence (or end of text while streaming)
+        const cls = /^[\w+#.-]{1,32}$/.test(lang) ? ' class="language-' + escapeHtml(lang) + '"' : '';
+        out.push('<pre><code' + cls + '>' + escapeHtml(body.join('\n')) + '</code></pre>');
+        continue;
+      }
+      if (line.trim() === '') { flushPara(); i++; continue; }
+      const h = RE_HEADING.exec(line);
+      if (h) {
+        flushPara();
+        const level = Math.min(6, h[1].length + 2);
+        out.push('<h' + level + '>' + renderInline(h[2], opts) + '</h' + level + '>');
+        i++;
+        continue;
+      }
+      if (RE_HR.test(line)) { flushPara(); out.push('<hr>'); i++; continue; }
+      if (RE_QUOTE.test(line) && depth < 4) {
+        flushPara();
+        const body = [];
+        while (i < lines.length && lines[i].trim() !== '' && (RE_QUOTE.test(lines[i]) || body.length)) {
+          const q = RE_QUOTE.exec(lines[i]);
+          if (!q && RE_ITEM.test(lines[i])) break;
+          body.push(q ? q[1] : lines[i]);
+          i++;
+        }
+        out.push('<blockquote>' + renderMarkdown(body.join('\n'), opts, depth + 1) + '</blockquote>');
+        continue;
+      }
+      const item = RE_ITEM.exec(line);
+      if (item && (para.length === 0 || !/^\d/.test(item[2]) || item[2] === '1.' || item[2] === '1)')) {
+        flushPara();
+        const ordered = /^\d/.test(item[2]);
+        const startNum = ordered ? parseInt(item[2], 10) : 1;
+        const items = [];
+        while (i < lines.length) {
+          const l = lines[i];
+          const m = RE_ITEM.exec(l);
+          if (m && /^\d/.test(m[2]) === ordered && m[1].length <= 3) {
+            items.push([m[3]]);
+            i++;
+            continue;
+          }
+          if (m && items.length) { // nested or other-kind item: keep it as its own line
+            items[items.length - 1].push(l.trim());
+            i++;
+            continue;
+          }
+          if (l.trim() !== '' && items.length && /^\s+\S/.test(l)) {
+            items[items.length - 1].push(l.trim());
+            i++;
+            continue;
+          }
+          break;
+        }
+        const tag = ordered ? 'ol' : 'ul';
+        const start = ordered && startNum !== 1 ? ' start="' + startNum + '"' : '';
+        out.push('<' + tag + start + '>' + items.map((parts) => '<li>' + parts.map((p) => renderInline(p, opts)).join('<br>') + '</li>').join('') + '</' + tag + '>');
+        continue;
+      }
+      if (line.includes('|') && i + 1 < lines.length && RE_TABLE_SEP.test(lines[i + 1]) && lines[i + 1].includes('-')) {
+        const head = splitRow(line);
+        const aligns = splitRow(lines[i + 1]).map((c) => (c.startsWith(':') && c.endsWith(':') ? 'center' : c.endsWith(':') ? 'right' : ''));
+        if (aligns.length === head.length || lines[i + 1].includes('|')) {
+          flushPara();
+          i += 2;
+          const rows = [];
+          while (i < lines.length && lines[i].trim() !== '' && lines[i].includes('|')) { rows.push(splitRow(lines[i])); i++; }
+          const cell = (tag, text, k) => '<' + tag + (aligns[k] ? ' class="align-' + aligns[k] + '"' : '') + '>' + renderInline(text, opts) + '</' + tag + '>';
+          out.push('<div class="table-wrap"><table><thead><tr>' + head.map((c, k) => cell('th', c, k)).join('') + '</tr></thead><tbody>' +
+            rows.map((r) => '<tr>' + head.map((_, k) => cell('td', r[k] || '', k)).join('') + '</tr>').join('') + '</tbody></table></div>');
+          continue;
+        }
+      }
+      para.push(line);
+      i++;
+    }
+    flushPara();
+    return out.join('');
+  }
+
+  /**
+   * renderPlain renders tool output or a command reply: all text escaped and
+   * kept as is (show it in a white-space: pre-wrap element), with markdown
+   * images of artifacts as <img> (as links with opts.noImages), other markdown
+   * links and bare urls as links.
+   */
+  function renderPlain(text, opts) {
+    return renderInline(String(text == null ? '' : text).replace(/\r\n?/g, '\n'), Object.assign({}, opts || {}, { plain: true }));
+  }
+
+  /** extractArtifactImages lists the artifact images ![alt](/api/v1/artifacts/...) in text. */
+  function extractArtifactImages(text) {
+    const out = [];
+    const s = String(text == null ? '' : text);
+    let i = 0;
+    while ((i = s.indexOf('![', i)) !== -1) {
+      const m = matchLink(s, i + 1);
+      if (m && isArtifactUrl(m.url)) { out.push({ alt: m.text, url: m.url }); i = m.end; } else i += 2;
+    }
+    return out;
+  }
+
+  // ---------------------------------------------------------------- tools
+
+  function truncate(s, max) {
+    s = String(s);
+    return s.length > max ? s.slice(0, Math.max(0, max - 1)) + '…' : s;
+  }
+
+  /**
+   * shortArgs summarises a tool call's JSON arguments for a one-line summary:
+   * {"url":"https://x","depth":2} → 'url: https://x, depth: 2'.
+   */
+  function shortArgs(args, max) {
+    max = max || 80;
+    if (args == null || args === '') return '';
+    let v = args;
+    if (typeof args === 'string') {
+      try { v = JSON.parse(args); } catch (_) { return truncate(args.replace(/\s+/g, ' ').trim(), max); }
+    }
+    if (v && typeof v === 'object' && !Array.isArray(v)) {
+      const parts = Object.keys(v).map((k) => {
+        const x = v[k];
+        const val = typeof x === 'string' ? x : JSON.stringify(x);
+        return k + ': ' + truncate(String(val).replace(/\s+/g, ' ').trim(), 48);
+      });
+      return truncate(parts.join(', '), max);
+    }
+    return truncate(JSON.stringify(v), max);
+  }
+
+  /** prettyArgs pretty-prints JSON arguments; other text is returned unchanged. */
+  function prettyArgs(args) {
+    if (args == null) return '';
+    if (typeof args !== 'string') return JSON.stringify(args, null, 2);
+    try { return JSON.stringify(JSON.parse(args), null, 2); } catch (_) { return args; }
+  }
+
+  // ---------------------------------------------------------------- ids
+
+  const CHAT_ID_RE = /^[A-Za-z0-9._-]{1,200}$/;
+
+  function hex(bytes) {
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+  }
+
+  function randomBytes(n) {
+    const a = new Uint8Array(n);
+    const c = typeof globalThis !== 'undefined' ? globalThis.crypto : undefined;
+    if (c && typeof c.getRandomValues === 'function') c.getRandomValues(a);
+    else for (let i = 0; i < n; i++) a[i] = Math.floor(Math.random() * 256);
+    return a;
+  }
+
+  /** newChatId: a random chat id safe for the protocol (no ':' or '/'). */
+  function newChatId(bytes) {
+    return 'browser-' + hex(bytes || randomBytes(8));
+  }
+
+  function isValidChatId(id) {
+    return typeof id === 'string' && CHAT_ID_RE.test(id);
+  }
+
+  let seq = 0;
+  /** newMessageId: a client message id unique across reloads. */
+  function newMessageId(now) {
+    seq = (seq + 1) % 1e6;
+    return 'c-' + (now || Date.now()).toString(36) + '-' + hex(randomBytes(3)) + '-' + seq;
+  }
+
+  /** parseCommand: {name, args} for "/name args", else null (names lower-cased). */
+  function parseCommand(text) {
+    const t = String(text == null ? '' : text).trim();
+    const m = /^\/([A-Za-z?]+)(?:\s+([\s\S]*))?$/.exec(t);
+    if (!m) return null;
+    return { name: m[1] === '?' ? 'help' : m[1].toLowerCase(), args: (m[2] || '').trim() };
+  }
+
+  /** The slash commands the runtime knows (anything else goes to the model). */
+  const KNOWN_COMMANDS = new Set(['new', 'sessions', 'switch', 'rename', 'delete', 'compact', 'info', 'dump', 'mcp', 'stop', 'help']);
+
+  /** isKnownCommand: text is a slash command the runtime answers itself. */
+  function isKnownCommand(text) {
+    const c = parseCommand(text);
+    return !!c && KNOWN_COMMANDS.has(c.name);
+  }
+
+  /** Commands after which the chat's current dialog may have changed. */
+  const DIALOG_COMMANDS = new Set(['new', 'switch', 'delete']);
+
+  function textBytes(s) {
+    if (typeof TextEncoder !== 'undefined') return new TextEncoder().encode(s).length;
+    return unescape(encodeURIComponent(s)).length;
+  }
+
+  /** wsUrl: the WebSocket url for a page location ({protocol, host}). */
+  function wsUrl(loc, key) {
+    const scheme = loc.protocol === 'https:' ? 'wss:' : 'ws:';
+    return scheme + '//' + loc.host + '/api/v1/ws' + (key ? '?key=' + encodeURIComponent(key) : '');
+  }
+
+  /** sessionIdFor builds a session id as the protocol defines it. */
+  function sessionIdFor(agent, chatId, dialog) {
+    return 'web:' + agent + '/' + chatId + ':' + dialog;
+  }
+
+  /** dialogOf returns the dialog of a session id ("web:a/c:d" → "d"). */
+  function dialogOf(sessionId) {
+    const s = String(sessionId || '');
+    const k = s.lastIndexOf(':');
+    return k > 0 && s.indexOf('/') !== -1 && k > s.indexOf('/') ? s.slice(k + 1) : '';
+  }
+
+  // ---------------------------------------------------------------- turns
+
+  /**
+   * A turn is one `send` and everything the server answered to it:
+   *   {id, agent, text, quiet, command, status, acked, items, stream, final,
+   *    commands, errors, usage, session, done}
+   * status: 'sending' → 'running' (ack) → 'done' | 'error' | 'stopped' |
+   *         'interrupted' (the connection dropped before `done`).
+   * items: the activity before the answer, in order:
+   *   {type:'tool', callId, name, arguments, content, isError, hasResult}
+   *   {type:'interim', text}  (text streamed before a tool call)
+   * stream: the answer streamed so far; final: the final answer (or null).
+   */
+  function newTurn(id, text, opts) {
+    opts = opts || {};
+    const cmd = parseCommand(text);
+    return {
+      id,
+      agent: opts.agent || '',
+      text: String(text == null ? '' : text),
+      quiet: !!opts.quiet,
+      command: cmd ? cmd.name : '',
+      status: 'sending',
+      acked: false,
+      items: [],
+      stream: '',
+      final: null,
+      commands: [],
+      errors: [],
+      usage: null,
+      session: '',
+      done: false,
+    };
+  }
+
+  function sendFrame(turn, chatId) {
+    return { v: PROTOCOL_VERSION, type: 'send', id: turn.id, agent: turn.agent, chat_id: chatId, text: turn.text };
+  }
+
+  function stopFrame(agent, chatId) {
+    return { v: PROTOCOL_VERSION, type: 'stop', agent, chat_id: chatId };
+  }
+
+  function applyEvent(t, ev, frame) {
+    switch (ev.kind) {
+      case 'delta':
+        t.stream += ev.text || '';
+        break;
+      case 'tool_call': {
+        const items = t.items.slice();
+        if (t.stream.trim() !== '') items.push({ type: 'interim', text: t.stream });
+        t.stream = '';
+        items.push({ type: 'tool', callId: ev.call_id || '', name: ev.name || 'tool', arguments: ev.arguments || '', content: '', isError: false, hasResult: false });
+        t.items = items;
+        break;
+      }
+      case 'tool_result': {
+        const items = t.items.slice();
+        let k = -1;
+        if (ev.call_id) k = items.findIndex((x) => x.type === 'tool' && x.callId === ev.call_id);
+        if (k === -1) k = items.findIndex((x) => x.type === 'tool' && !x.hasResult && x.name === ev.name && !x.callId);
+        const res = { content: ev.content || '', isError: !!ev.is_error, hasResult: true };
+        if (k === -1) items.push(Object.assign({ type: 'tool', callId: ev.call_id || '', name: ev.name || 'tool', arguments: '' }, res));
+        else items[k] = Object.assign({}, items[k], res);
+        t.items = items;
+        break;
+      }
+      case 'usage': {
+        const u = t.usage || { input: 0, output: 0 };
+        t.usage = { input: u.input + (ev.input_tokens || 0), output: u.output + (ev.output_tokens || 0) };
+        break;
+      }
+      case 'final':
+        t.final = ev.text || '';
+        t.stream = '';
+        break;
+      case 'command':
+        t.commands = t.commands.concat([ev.text || '']);
+        break;
+      default:
+        break; // future kinds are ignored
+    }
+    if (frame.session) t.session = frame.session;
+  }
+
+  /** reduceTurn applies one server frame (already matched by id) to a turn; returns a new turn. */
+  function reduceTurn(turn, frame) {
+    if (!frame || typeof frame !== 'object') return turn;
+    const t = Object.assign({}, turn);
+    switch (frame.type) {
+      case 'ack':
+        t.acked = true;
+        if (t.status === 'sending') t.status = 'running';
+        break;
+      case 'event':
+        if (frame.event && typeof frame.event === 'object') applyEvent(t, frame.event, frame);
+        if (t.status === 'sending') t.status = 'running';
+        break;
+      case 'error':
+        t.errors = t.errors.concat([{ code: frame.code || 'internal', message: frame.message || 'Something went wrong.' }]);
+        t.status = frame.code === 'stopped' ? 'stopped' : 'error';
+        if (frame.session) t.session = frame.session;
+        break;
+      case 'done':
+        t.done = true;
+        if (t.status === 'sending' || t.status === 'running') t.status = 'done';
+        if (frame.session) t.session = frame.session;
+        break;
+      default:
+        return turn;
+    }
+    return t;
+  }
+
+  /** interruptTurn marks a turn whose connection dropped before `done`. */
+  function interruptTurn(turn) {
+    if (turn.done) return turn;
+    return Object.assign({}, turn, { done: true, status: 'interrupted' });
+  }
+
+  // ---------------------------------------------------------------- app state
+
+  /**
+   * The app state reduced from actions:
+   *   {turns: {id: turn}, order: [id], active: id|null, conn, notices: [{code, message}]}
+   * Actions:
+   *   {type:'send', turn}            a send frame was written
+   *   {type:'frame', frame}          a frame from the server
+   *   {type:'conn', state}           'connecting' | 'open' | 'closed'
+   *   {type:'clear'}                 forget finished turns (history reloaded)
+   */
+  function initialState() {
+    return { turns: {}, order: [], active: null, conn: 'connecting', notices: [] };
+  }
+
+  function reduce(state, action) {
+    if (!action) return state;
+    switch (action.type) {
+      case 'send': {
+        const turn = action.turn;
+        return Object.assign({}, state, {
+          turns: Object.assign({}, state.turns, { [turn.id]: turn }),
+          order: state.order.concat([turn.id]),
+          active: turn.id,
+        });
+      }
+      case 'frame': {
+        const f = action.frame;
+        if (!f || typeof f !== 'object') return state;
+        const turn = f.id ? state.turns[f.id] : undefined;
+        if (!turn) {
+          if (f.type === 'error') {
+            return Object.assign({}, state, { notices: state.notices.concat([{ code: f.code || 'internal', message: f.message || 'Something went wrong.' }]) });
+          }
+          return state;
+        }
+        const next = reduceTurn(turn, f);
+        if (next === turn) return state;
+        return Object.assign({}, state, {
+          turns: Object.assign({}, state.turns, { [f.id]: next }),
+          active: next.done && state.active === f.id ? null : state.active,
+        });
+      }
+      case 'conn': {
+        if (action.state !== 'closed') return Object.assign({}, state, { conn: action.state });
+        const turns = {};
+        for (const id of state.order) turns[id] = interruptTurn(state.turns[id]);
+        return Object.assign({}, state, { conn: 'closed', turns, active: null });
+      }
+      case 'clear': {
+        const order = state.order.filter((id) => !state.turns[id].done);
+        const turns = {};
+        for (const id of order) turns[id] = state.turns[id];
+        return Object.assign({}, state, { turns, order, notices: [] });
+      }
+      default:
+        return state;
+    }
+  }
+
+  // ---------------------------------------------------------------- history
+
+  /**
+   * historyToTurns groups stored messages (GET /sessions/{id}/messages) into
+   * finished turns shaped like live ones, so both render the same way: a user
+   * message opens a turn; assistant tool calls and tool results become its
+   * items; an assistant message without tool calls is its final answer.
+   */
+  function historyToTurns(messages) {
+    const turns = [];
+    let cur = null;
+    const open = (text, m) => {
+      cur = newTurn('h-' + (m && m.seq != null ? m.seq : turns.length), text || '');
+      cur.status = 'done';
+      cur.done = true;
+      cur.acked = true;
+      cur.history = true;
+      cur.quiet = text == null;
+      cur.command = '';
+      cur.createdAt = m && m.created_at ? m.created_at : '';
+      turns.push(cur);
+      return cur;
+    };
+    for (const m of Array.isArray(messages) ? messages : []) {
+      if (!m || typeof m !== 'object') continue;
+      const content = typeof m.content === 'string' ? m.content : '';
+      switch (m.role) {
+        case 'user':
+          open(content, m);
+          break;
+        case 'assistant': {
+          const t = cur || open(null, m);
+          const calls = Array.isArray(m.tool_calls) ? m.tool_calls : [];
+          if (t.final != null) { t.items = t.items.concat([{ type: 'interim', text: t.final }]); t.final = null; }
+          if (calls.length) {
+            const items = t.items.slice();
+            if (content.trim() !== '') items.push({ type: 'interim', text: content });
+            for (const c of calls) {
+              items.push({ type: 'tool', callId: c.id || '', name: c.name || 'tool', arguments: c.arguments || '', content: '', isError: false, hasResult: false });
+            }
+            t.items = items;
+          } else {
+            t.final = content;
+          }
+          break;
+        }
+        case 'tool': {
+          const t = cur || open(null, m);
+          const items = t.items.slice();
+          const k = m.tool_call_id ? items.findIndex((x) => x.type === 'tool' && x.callId === m.tool_call_id) : -1;
+          const res = { content, isError: !!m.is_error, hasResult: true };
+          if (k === -1) items.push(Object.assign({ type: 'tool', callId: m.tool_call_id || '', name: m.name || 'tool', arguments: '' }, res));
+          else items[k] = Object.assign({}, items[k], res);
+          t.items = items;
+          break;
+        }
+        default: { // system and unknown roles: a note of their own
+          const t = open(null, m);
+          t.commands = [content];
+          cur = null;
+          break;
+        }
+      }
+    }
+    return turns;
+  }
+
+  return {
+    PROTOCOL_VERSION,
+    MAX_TEXT_BYTES,
+    DIALOG_COMMANDS,
+    escapeHtml,
+    safeUrl,
+    isArtifactUrl,
+    withKey,
+    renderInline,
+    renderMarkdown,
+    renderPlain,
+    extractArtifactImages,
+    shortArgs,
+    prettyArgs,
+    truncate,
+    newChatId,
+    isValidChatId,
+    newMessageId,
+    parseCommand,
+    isKnownCommand,
+    KNOWN_COMMANDS,
+    textBytes,
+    wsUrl,
+    sessionIdFor,
+    dialogOf,
+    newTurn,
+    sendFrame,
+    stopFrame,
+    reduceTurn,
+    interruptTurn,
+    initialState,
+    reduce,
+    historyToTurns,
+  };
+});
