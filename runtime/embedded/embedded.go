@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -24,6 +25,8 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/artifact"
+	"github.com/picobot/picobot/runtime/blob/localblob"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/bus/membus"
 	"github.com/picobot/picobot/runtime/gateway"
@@ -65,11 +68,13 @@ type Options struct {
 
 // Runtime is a running embedded PicoBot. It implements gateway.Backend.
 type Runtime struct {
-	opts   Options
-	store  store.Store
-	bus    bus.Bus
-	agents map[string]*agentRuntime
-	log    *slog.Logger
+	opts      Options
+	store     store.Store
+	bus       bus.Bus
+	blobs     *localblob.Store
+	artifacts artifact.Store
+	agents    map[string]*agentRuntime
+	log       *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -131,10 +136,16 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	blobs, err := localblob.Open(filepath.Join(opts.StateDir, "artifacts"), localblob.Options{})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &Runtime{opts: opts, store: st, bus: membus.New(membus.Options{}), agents: map[string]*agentRuntime{},
-		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel,
-		waiters: map[string]*waiter{}, workers: map[string]*worker{}}
+		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel, blobs: blobs,
+		artifacts: artifact.Store{Blobs: blobs, State: st},
+		waiters:   map[string]*waiter{}, workers: map[string]*worker{}}
 	secrets, defaults := otherObjects(set)
 	// One process per state folder: a holder stable across restarts lets a
 	// restarted (even crashed) process take its sessions back at once.
@@ -252,6 +263,7 @@ func (r *Runtime) buildAgent(a *picobotv1alpha1.Agent, secrets map[string]*corev
 	ws := filepath.Join(r.opts.StateDir, "workspaces")
 	mgr := session.NewManager(session.Config{Store: r.store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
 		Compressor: comp, Holder: holder, Timeline: session.StoreTimeline{Store: r.store},
+		Artifacts: r.artifacts, ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		Workspace: func(id session.ID) string {
 			dir := filepath.Join(ws, a.Name, envUnsafe.ReplaceAllString(strings.ToUpper(id.String()), "_"))
 			_ = os.MkdirAll(dir, 0o700)
@@ -327,6 +339,7 @@ func (r *Runtime) Close() {
 		}
 	}
 	_ = r.bus.Close()
+	_ = r.blobs.Close()
 	_ = r.store.Close()
 }
 
@@ -441,6 +454,11 @@ func (r *Runtime) Messages(ctx context.Context, sessionID string, last int) ([]s
 		return nil, err
 	}
 	return r.store.LoadMessages(ctx, sessionID, store.LoadOptions{Last: last})
+}
+
+// Artifact implements gateway.Backend.
+func (r *Runtime) Artifact(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error) {
+	return r.artifacts.Open(store.WithTenant(ctx, r.opts.Tenant), id)
 }
 
 // Health implements gateway.Backend.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -347,4 +348,31 @@ func closeBody(res *http.Response) {
 	if res != nil && res.Body != nil {
 		_ = res.Body.Close()
 	}
+}
+
+func TestDumpSavesATranscriptArtifact(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	e.s.Script(fakellm.Turn{Text: "Hangzhou is lovely in spring."})
+	c := dial(t, e)
+	exchange(t, c, frame{"v": 1, "type": "send", "id": "q1", "agent": "assistant", "chat_id": "tab1", "text": "Where should I travel?"})
+	fs := exchange(t, c, frame{"v": 1, "type": "send", "id": "d1", "agent": "assistant", "chat_id": "tab1", "text": "/dump"})
+	text := event(fs, "command")["text"].(string)
+	g.Expect(text).To(MatchRegexp(`^Saved 2 messages as markdown: \[default\.md\]\(/api/v1/artifacts/[0-9a-f-]+\)$`))
+	link := text[strings.Index(text, "(")+1 : len(text)-1]
+
+	res, err := http.Get(e.http.URL + link)
+	g.Expect(err).NotTo(HaveOccurred())
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	g.Expect(res.StatusCode).To(Equal(http.StatusOK))
+	g.Expect(res.Header.Get("Content-Type")).To(Equal("text/plain; charset=utf-8"))
+	g.Expect(res.Header.Get("Content-Security-Policy")).To(ContainSubstring("sandbox"))
+	g.Expect(string(body)).To(ContainSubstring("**User:** Where should I travel?"))
+	g.Expect(string(body)).To(ContainSubstring("**Assistant:** Hangzhou is lovely in spring."))
+
+	res, err = http.Get(e.http.URL + "/api/v1/artifacts/does-not-exist")
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = res.Body.Close()
+	g.Expect(res.StatusCode).To(Equal(http.StatusNotFound))
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -86,6 +87,8 @@ type Backend interface {
 	Sessions(ctx context.Context, agent, chatID string) (current string, list []store.Session, err error)
 	Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error)
 	Health(ctx context.Context) []Check
+	// Artifact opens a stored artifact of the caller's tenant.
+	Artifact(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error)
 }
 
 // Error codes of the protocol.
@@ -128,6 +131,7 @@ func New(b Backend, apiKey string, ui fs.FS, log *slog.Logger) *Server {
 	s.mux.HandleFunc("GET /api/v1/sessions", s.auth(s.sessions))
 	s.mux.HandleFunc("GET /api/v1/sessions/{id}/messages", s.auth(s.messages))
 	s.mux.HandleFunc("GET /api/v1/ws", s.auth(s.ws))
+	s.mux.HandleFunc("GET /api/v1/artifacts/{id}", s.auth(s.artifact))
 	if ui != nil {
 		s.mux.Handle("GET /", http.FileServerFS(ui))
 	}
@@ -217,6 +221,31 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			"tool_call_id": m.ToolCallID, "name": m.Name, "is_error": m.IsError, "created_at": m.CreatedAt})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
+}
+
+// artifact serves a stored file. Only images and plain text render inline;
+// everything else downloads, and nothing may run script in the UI's origin.
+func (s *Server) artifact(w http.ResponseWriter, r *http.Request) {
+	rc, a, err := s.backend.Artifact(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	defer func() { _ = rc.Close() }()
+	ct := a.MediaType
+	disposition := "attachment"
+	switch {
+	case strings.HasPrefix(ct, "image/") && ct != "image/svg+xml":
+		disposition = "inline"
+	case strings.HasPrefix(ct, "text/"):
+		ct, disposition = "text/plain; charset=utf-8", "inline"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Disposition", fmt.Sprintf("%s; filename=%q", disposition, a.Name))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	w.Header().Set("Content-Length", strconv.FormatInt(a.Size, 10))
+	_, _ = io.Copy(w, rc)
 }
 
 func (s *Server) fail(w http.ResponseWriter, err error) {

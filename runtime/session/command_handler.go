@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/store"
 )
 
 // command handles a slash command. Commands act on the chat's current dialog;
@@ -110,10 +113,64 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 			return Reply{}, err
 		}
 		return reply(id, "Compressed the context of %s; earlier details stay reachable through timeline memory.", id.DialogID)
-	case "dump", "mcp":
-		// /dump needs the artifact store and /mcp the MCP client, which this
-		// runtime does not have yet: say so rather than pretend.
-		return reply(id, "/%s is not available in this runtime yet.", cmd.Name)
+	case "dump":
+		return m.dump(ctx, id, reply)
+	case "mcp":
+		// The MCP client is not part of this runtime yet: say so rather than
+		// pretend.
+		return reply(id, "/mcp is not available in this runtime yet.")
 	}
 	return Reply{}, fmt.Errorf("unhandled command /%s", cmd.Name)
+}
+
+// dump saves the conversation as a markdown artifact.
+func (m *Manager) dump(ctx context.Context, id ID, reply func(ID, string, ...any) (Reply, error)) (Reply, error) {
+	if m.cfg.Artifacts == nil {
+		return reply(id, "/dump needs an artifact store, which this runtime does not have.")
+	}
+	s, err := m.cfg.Store.GetSession(ctx, id.String())
+	if err != nil {
+		return Reply{}, err
+	}
+	msgs, err := m.cfg.Store.LoadMessages(ctx, id.String(), store.LoadOptions{})
+	if err != nil {
+		return Reply{}, err
+	}
+	md := Transcript(s, msgs, m.cfg.Clock.Now())
+	a, err := m.cfg.Artifacts.Save(ctx, id.String(), id.DialogID+".md", "text/markdown; charset=utf-8", []byte(md))
+	if err != nil {
+		return Reply{}, err
+	}
+	where := a.ID
+	if m.cfg.ArtifactURL != nil {
+		where = m.cfg.ArtifactURL(a)
+	}
+	return reply(id, "Saved %d messages as markdown: [%s](%s)", len(msgs), a.Name, where)
+}
+
+// Transcript renders a conversation as markdown: user and assistant turns,
+// tool calls and results folded in <details>.
+func Transcript(s store.Session, msgs []store.Message, now time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# %s\n\nSession `%s` · agent %s · exported %s\n\n", s.Title, s.ID, s.Agent, now.UTC().Format(time.RFC3339))
+	for _, m := range msgs {
+		switch {
+		case m.Role == llm.RoleUser:
+			fmt.Fprintf(&b, "**User:** %s\n\n", m.Content)
+		case m.Role == llm.RoleTool:
+			status := "result"
+			if m.IsError {
+				status = "error"
+			}
+			fmt.Fprintf(&b, "<details><summary>%s %s</summary>\n\n```\n%s\n```\n</details>\n\n", m.Name, status, m.Content)
+		default:
+			for _, tc := range m.ToolCalls {
+				fmt.Fprintf(&b, "_calls `%s` with `%s`_\n\n", tc.Name, tc.Arguments)
+			}
+			if m.Content != "" {
+				fmt.Fprintf(&b, "**Assistant:** %s\n\n", m.Content)
+			}
+		}
+	}
+	return b.String()
 }

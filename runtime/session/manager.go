@@ -39,10 +39,20 @@ type TimelineStore interface {
 	RecentTimeline(ctx context.Context, agent, sessionID string, n int) ([]string, error)
 }
 
+// ArtifactSaver stores files a session produces (/dump); artifact.Store
+// implements it.
+type ArtifactSaver interface {
+	Save(ctx context.Context, sessionID, name, mediaType string, data []byte) (store.Artifact, error)
+}
+
 // Config wires a Manager.
 type Config struct {
-	Store store.Store
-	Loop  *agent.Loop
+	// Artifacts stores /dump transcripts; without it /dump says so.
+	Artifacts ArtifactSaver
+	// ArtifactURL is where clients fetch an artifact.
+	ArtifactURL func(store.Artifact) string
+	Store       store.Store
+	Loop        *agent.Loop
 	// Agent is the agent name recorded on sessions and memories.
 	Agent string
 	// System is the agent's instructions (skills and memory come later).
