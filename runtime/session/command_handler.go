@@ -154,10 +154,10 @@ func Transcript(s store.Session, msgs []store.Message, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s\n\nSession `%s` · agent %s · exported %s\n\n", s.Title, s.ID, s.Agent, now.UTC().Format(time.RFC3339))
 	for _, m := range msgs {
-		switch {
-		case m.Role == llm.RoleUser:
+		switch m.Role {
+		case llm.RoleUser:
 			fmt.Fprintf(&b, "**User:** %s\n\n", m.Content)
-		case m.Role == llm.RoleTool:
+		case llm.RoleTool:
 			status := "result"
 			if m.IsError {
 				status = "error"
