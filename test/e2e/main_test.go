@@ -140,7 +140,25 @@ func freeAddr() (string, error) {
 	return addr, l.Close()
 }
 
+// startOperator starts the operator binary on fresh loopback ports. The ports
+// are picked before the process binds them, so another test package running
+// in parallel can take one first: that start is retried with new ports.
 func startOperator(dir string, extraArgs ...string) (*operatorProcess, error) {
+	var err error
+	for range 5 {
+		var p *operatorProcess
+		p, err = startOperatorOnce(dir, extraArgs...)
+		if err == nil {
+			return p, nil
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+func startOperatorOnce(dir string, extraArgs ...string) (*operatorProcess, error) {
 	metrics, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -166,10 +184,15 @@ func startOperator(dir string, extraArgs ...string) (*operatorProcess, error) {
 	go func() { _ = cmd.Wait(); _ = logf.Close(); close(p.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
+		// Ready means both of this process's servers answer: the probe, and
+		// the metrics with controller-runtime's own series (not some other
+		// process that took the port).
 		if resp, err := http.Get("http://" + probe + "/readyz"); err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return p, nil
+				if body, err := p.metrics(context.Background()); err == nil && strings.Contains(string(body), "controller_runtime_") {
+					return p, nil
+				}
 			}
 		}
 		select {
