@@ -32,10 +32,12 @@ import (
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/manifest"
+	"github.com/picobot/picobot/runtime/mcp"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/builtin"
 	"github.com/picobot/picobot/runtime/tool/llmtask"
 	"github.com/picobot/picobot/runtime/tool/policy"
@@ -100,6 +102,7 @@ type agentRuntime struct {
 	info    gateway.AgentInfo
 	manager *session.Manager
 	tools   *builtin.Set
+	mcp     *mcp.Manager
 	stream  string
 }
 
@@ -243,7 +246,44 @@ func (r *Runtime) buildAgent(a *picobotv1alpha1.Agent, secrets map[string]*corev
 		}
 		prov = p
 	}
-	pol, err := policy.Resolve(policy.DefaultCatalog(), agentspec.ToolPolicy(a), providerName, modelName)
+	// MCP servers connect now; one failing shows in /mcp and health, the
+	// others still serve. Their tools join the policy catalog, so allow/deny
+	// and wildcards apply to them like to built-ins.
+	var mcps *mcp.Manager
+	var mcpTools []tool.Tool
+	if len(a.Spec.MCPServers) > 0 {
+		wd := filepath.Join(r.opts.StateDir, "mcp", a.Name)
+		if err := os.MkdirAll(wd, 0o700); err != nil {
+			return nil, fmt.Errorf("agent %s: %w", a.Name, err)
+		}
+		mcps = mcp.NewManager(a.Spec.MCPServers, mcp.WithWorkDir(wd), mcp.WithLogger(r.log),
+			mcp.WithSecretResolver(func(sel corev1.SecretKeySelector) (string, error) {
+				if v := r.secretValue(secrets, &sel); v != "" {
+					return v, nil
+				}
+				return "", fmt.Errorf("no Secret %q with key %q in %s and no %s", sel.Name, sel.Key, r.opts.Dir, SecretEnvName(sel.Name, sel.Key))
+			}),
+			mcp.WithHeadersResolver(func(name string) (map[string]string, error) {
+				s := secrets[name]
+				if s == nil {
+					return nil, fmt.Errorf("no Secret %q in %s", name, r.opts.Dir)
+				}
+				h := map[string]string{}
+				for k, v := range s.Data {
+					h[k] = string(v)
+				}
+				return h, nil
+			}))
+		if err := mcps.Connect(r.ctx); err != nil {
+			return nil, fmt.Errorf("agent %s: failed to connect MCP servers: %w", a.Name, err)
+		}
+		mcpTools = mcps.Tools()
+	}
+	catalog := policy.DefaultCatalog()
+	for _, t := range mcpTools {
+		catalog = catalog.With(t.Name())
+	}
+	pol, err := policy.Resolve(catalog, agentspec.ToolPolicy(a), providerName, modelName)
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", a.Name, err)
 	}
@@ -253,6 +293,13 @@ func (r *Runtime) buildAgent(a *picobotv1alpha1.Agent, secrets map[string]*corev
 		return nil, err
 	}
 	reg := tools.For(pol)
+	for _, t := range mcpTools {
+		if policy.Allowed(pol, t.Name()) {
+			if err := reg.Register(t); err != nil {
+				return nil, fmt.Errorf("agent %s: %w", a.Name, err)
+			}
+		}
+	}
 	info.Tools = reg.Names()
 	window := agentspec.DefaultContextWindow
 	if res.Effective != nil && res.Effective.ContextWindow > 0 {
@@ -264,12 +311,20 @@ func (r *Runtime) buildAgent(a *picobotv1alpha1.Agent, secrets map[string]*corev
 	mgr := session.NewManager(session.Config{Store: r.store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
 		Compressor: comp, Holder: holder, Timeline: session.StoreTimeline{Store: r.store},
 		Artifacts: r.artifacts, ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
+		MCPStatus: mcpStatus(mcps),
 		Workspace: func(id session.ID) string {
 			dir := filepath.Join(ws, a.Name, envUnsafe.ReplaceAllString(strings.ToUpper(id.String()), "_"))
 			_ = os.MkdirAll(dir, 0o700)
 			return dir
 		}})
-	return &agentRuntime{name: a.Name, info: info, manager: mgr, tools: tools, stream: bus.Key(r.opts.Tenant, a.Name, "in")}, nil
+	return &agentRuntime{name: a.Name, info: info, manager: mgr, tools: tools, mcp: mcps, stream: bus.Key(r.opts.Tenant, a.Name, "in")}, nil
+}
+
+func mcpStatus(m *mcp.Manager) func() string {
+	if m == nil {
+		return nil
+	}
+	return m.StatusText
 }
 
 // keyFromEnv recovers the Secret key an environment variable stands for, by
@@ -334,6 +389,9 @@ func (r *Runtime) Close() {
 	r.wg.Wait()
 	for _, a := range r.agents {
 		a.tools.Close()
+		if a.mcp != nil {
+			_ = a.mcp.Close()
+		}
 		if err := a.manager.ReleaseAll(store.WithTenant(context.Background(), r.opts.Tenant)); err != nil {
 			r.log.Error("Failed to release session leases", "agent", a.name, "err", err)
 		}
@@ -476,6 +534,16 @@ func (r *Runtime) Health(ctx context.Context) []gateway.Check {
 				r.opts.Dir + " or as the environment variable PICOBOT_SECRET_<SECRET>_<KEY>"
 		}
 		checks = append(checks, check("agent "+a.Name+" model", a.Ready, msg, fix))
+		if m := r.agents[a.Name].mcp; m != nil {
+			for _, s := range m.Status() {
+				msg := fmt.Sprintf("%s, %d tools", s.Transport, len(s.Tools))
+				if !s.Connected {
+					msg = s.Error
+				}
+				checks = append(checks, check("agent "+a.Name+" MCP server "+s.Name, s.Connected, msg,
+					"check spec.mcpServers["+s.Name+"] of the agent; /mcp shows the detail"))
+			}
+		}
 	}
 	return checks
 }

@@ -376,3 +376,52 @@ func TestDumpSavesATranscriptArtifact(t *testing.T) {
 	_ = res.Body.Close()
 	g.Expect(res.StatusCode).To(Equal(http.StatusNotFound))
 }
+
+func TestMCPStatusAndBrokenServer(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	defer s.Close()
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(agentYAML, s.URL()) + `---
+apiVersion: agents.picobot.io/v1alpha1
+kind: Agent
+metadata:
+  name: with-mcp
+spec:
+  model:
+    provider: openai
+    model: test-model
+    baseURL: %s
+    apiKeySecretRef: {name: llm, key: apiKey}
+  mcpServers:
+    - name: broken
+      transport: stdio
+      command: /nonexistent/mcp-server
+`
+	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, yaml, s.URL()), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "secret.yaml"), []byte(secretYAML), 0o600)).To(Succeed())
+	e := start(t, dir, s)
+	c := dial(t, e)
+
+	fs := exchange(t, c, frame{"v": 1, "type": "send", "id": "m1", "agent": "assistant", "chat_id": "tab1", "text": "/mcp"})
+	g.Expect(event(fs, "command")["text"]).To(Equal("No MCP servers configured."))
+	fs = exchange(t, c, frame{"v": 1, "type": "send", "id": "m2", "agent": "with-mcp", "chat_id": "tab1", "text": "/mcp"})
+	status := event(fs, "command")["text"].(string)
+	g.Expect(status).To(ContainSubstring("broken"))
+	g.Expect(status).To(ContainSubstring("/nonexistent/mcp-server"))
+
+	// The agent still works without the broken server.
+	s.Script(fakellm.Turn{Text: "fine without it"})
+	fs = exchange(t, c, frame{"v": 1, "type": "send", "id": "m3", "agent": "with-mcp", "chat_id": "tab1", "text": "hi"})
+	g.Expect(event(fs, "final")["text"]).To(Equal("fine without it"))
+
+	var found bool
+	for _, ck := range e.rt.Health(context.Background()) {
+		if ck.Name == "agent with-mcp MCP server broken" {
+			found = true
+			g.Expect(ck.OK).To(BeFalse())
+			g.Expect(ck.Fix).To(ContainSubstring("/mcp"))
+		}
+	}
+	g.Expect(found).To(BeTrue())
+}

@@ -116,9 +116,10 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 	case "dump":
 		return m.dump(ctx, id, reply)
 	case "mcp":
-		// The MCP client is not part of this runtime yet: say so rather than
-		// pretend.
-		return reply(id, "/mcp is not available in this runtime yet.")
+		if m.cfg.MCPStatus == nil {
+			return reply(id, "No MCP servers configured.")
+		}
+		return reply(id, "%s", m.cfg.MCPStatus())
 	}
 	return Reply{}, fmt.Errorf("unhandled command /%s", cmd.Name)
 }

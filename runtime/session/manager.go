@@ -51,8 +51,11 @@ type Config struct {
 	Artifacts ArtifactSaver
 	// ArtifactURL is where clients fetch an artifact.
 	ArtifactURL func(store.Artifact) string
-	Store       store.Store
-	Loop        *agent.Loop
+	// MCPStatus is the /mcp report (connection status and tools of the agent's
+	// MCP servers); without it the agent has none.
+	MCPStatus func() string
+	Store     store.Store
+	Loop      *agent.Loop
 	// Agent is the agent name recorded on sessions and memories.
 	Agent string
 	// System is the agent's instructions (skills and memory come later).
