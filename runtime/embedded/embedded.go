@@ -233,6 +233,12 @@ func (r *Runtime) buildAgent(a *picobotv1alpha1.Agent, secrets map[string]*corev
 		return s
 	}
 	res := agentspec.ResolveModel(a.Spec.Model, defaults, lookup)
+	if res.Effective == nil && a.Spec.Model != nil && a.Spec.Model.APIKeySecretRef != nil {
+		// Say how embedded mode takes the key, not only which Secret is missing.
+		sel := a.Spec.Model.APIKeySecretRef
+		res.Message += fmt.Sprintf(". Provide the key as a Secret manifest %q in %s or as the environment variable %s, then restart",
+			sel.Name, r.opts.Dir, SecretEnvName(sel.Name, sel.Key))
+	}
 	info := gateway.AgentInfo{Name: a.Name, Ready: res.Effective != nil, Reason: res.Reason, Message: res.Message}
 
 	var prov llm.Provider = noModel{agent: a.Name, reason: res.Message}

@@ -221,7 +221,8 @@ func TestCommandsAndBadInput(t *testing.T) {
 		{frame{"v": 1, "type": "send", "id": "x", "agent": "assistant", "chat_id": "tab1", "text": strings.Repeat("a", gateway.MaxTextBytes+1)}, gateway.CodeBadRequest, "the limit is 65536"},
 		{frame{"v": 1, "type": "send", "id": "x", "agent": "nobody", "chat_id": "tab1", "text": "hi"}, gateway.CodeUnknownAgent, `no agent "nobody"`},
 		{frame{"v": 1, "type": "send", "id": "y", "agent": "keyless", "chat_id": "tab1", "text": "hi"}, gateway.CodeNoModel,
-			`agent keyless has no usable model: No usable model: spec.model: Secret "anthropic" (API key of anthropic/claude-x) not found`},
+			`agent keyless has no usable model: No usable model: spec.model: Secret "anthropic" (API key of anthropic/claude-x) not found. ` +
+				`Provide the key as a Secret manifest "anthropic" in `},
 	}
 	for _, tc := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -255,6 +256,7 @@ func TestCommandsAndBadInput(t *testing.T) {
 	g.Expect(agents.Agents[0].Ready).To(BeTrue())
 	g.Expect(agents.Agents[1].Ready).To(BeFalse())
 	g.Expect(agents.Agents[1].Reason).To(Equal("SecretNotFound"))
+	g.Expect(agents.Agents[1].Message).To(HaveSuffix("or as the environment variable PICOBOT_SECRET_ANTHROPIC_APIKEY, then restart"))
 	res, err = http.Get(e.http.URL + "/api/v1/health")
 	g.Expect(err).NotTo(HaveOccurred())
 	var health struct {

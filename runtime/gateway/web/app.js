@@ -38,7 +38,8 @@
  *   #input               message textarea (Enter sends, Shift+Enter new line)
  *   #send, #stop         buttons; #send is disabled while a turn runs or offline,
  *                        #stop is enabled only while a turn runs
- *   #composer-hint       short feedback under the input
+ *   #composer-hint       short feedback under the input (empty when idle; then
+ *                        .composer-idle shows the keyboard help)
  *   #sessions            <ul> of the chat's dialogs; each li > button.session
  *                        with data-dialog-id; the current one has class .current
  *                        and aria-current="true"
@@ -223,6 +224,7 @@
     if (app.ws) { const ws = app.ws; app.ws = null; try { ws.close(); } catch (_) { /* ignore */ } }
     dispatch({ type: 'conn', state: 'closed' });
     setConn('auth');
+    if (app.agents.length === 0) els.agentSelect.replaceChildren(h('option', { value: '' }, '—'));
     els.authForm.hidden = false;
     const label = els.authForm.querySelector('label');
     label.textContent = apiKey ? 'The API key was refused; enter the right one.' : 'This gateway needs an API key.';
@@ -270,11 +272,10 @@
       return;
     }
     if (a.ready && a.model) { b.hidden = true; return; }
-    const title = a.reason === 'NoModelConfigured' || !a.model ? 'No model configured' : 'Agent not ready';
     b.classList.add('warn');
     b.dataset.reason = a.reason || '';
     b.append(
-      h('strong', null, title + ' for “' + a.name + '”. '),
+      h('strong', null, 'Agent “' + a.name + '” is not ready' + (a.reason ? ' (' + a.reason + ')' : '') + '. '),
       h('span', { class: 'banner-message' }, a.message || a.reason || 'The agent cannot answer yet.'),
       h('span', { class: 'banner-note' }, ' Slash commands such as /help still work.'),
     );
@@ -449,6 +450,7 @@
         msgs = Array.isArray(r.messages) ? r.messages : [];
       } catch (e) {
         if (e.status !== 404) failure = e.message;
+        if (e.status === 0) app.needsReload = true; // retried when the connection is back
       }
     }
     if (token !== app.historyToken) return;
