@@ -7,13 +7,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/bus/bustest"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
 )
 
@@ -30,61 +29,14 @@ func BenchmarkRedisBus(b *testing.B) {
 }
 
 func benchmarkBus(b *testing.B, url string, batch int) {
-	ctx := context.Background()
 	rb, err := redisbus.Open(url, redisbus.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = rb.Close() }()
 	stream := bus.Key("bench", bus.NewID()[:8], "in")
-	defer rb.Client().Del(ctx, stream)
-
-	payload := []byte(`{"text":"hello, how are you today?"}`)
-	msgs := make([]bus.Message, batch)
-	for i := range msgs {
-		msgs[i] = bus.Message{ID: "id-" + strconv.Itoa(i), Payload: payload,
-			Headers: map[string]string{bus.HeaderTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
-	}
-	if _, err := rb.Fetch(ctx, stream, "g", "c", bus.FetchOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	// The publisher stays a few batches ahead, as a gateway does behind its
-	// clients, so publishing and consuming overlap.
-	window := make(chan struct{}, 8)
-
-	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for sent := 0; sent < b.N; sent += batch {
-			window <- struct{}{}
-			if err := rb.Publish(ctx, stream, msgs[:min(batch, b.N-sent)]...); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	seqs := make([]string, 0, batch)
-	for got := 0; got < b.N; {
-		out, err := rb.Fetch(ctx, stream, "g", "c", bus.FetchOptions{Count: batch, Block: 10 * time.Second})
-		if err != nil || len(out) == 0 {
-			b.Fatalf("fetch: %d messages, err %v", len(out), err)
-		}
-		seqs = seqs[:0]
-		for i := range out {
-			seqs = append(seqs, out[i].Seq)
-		}
-		if err := rb.Ack(ctx, stream, "g", seqs...); err != nil {
-			b.Fatal(err)
-		}
-		for range (got+len(out))/batch - got/batch {
-			<-window
-		}
-		got += len(out)
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	defer rb.Client().Del(context.Background(), stream)
+	bustest.Throughput(b, rb, stream, batch, 8)
 }
 
 var requestsPerSecond = regexp.MustCompile(`([0-9.]+) requests per second`)
