@@ -13,9 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,23 +22,16 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agent"
-	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/artifact"
 	"github.com/picobot/picobot/runtime/blob/localblob"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/bus/membus"
 	"github.com/picobot/picobot/runtime/gateway"
-	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/manifest"
-	"github.com/picobot/picobot/runtime/mcp"
-	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
-	"github.com/picobot/picobot/runtime/tool"
-	"github.com/picobot/picobot/runtime/tool/builtin"
-	"github.com/picobot/picobot/runtime/tool/llmtask"
-	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
 // Channel is the channel name of gateway clients.
@@ -66,6 +57,9 @@ type Options struct {
 	// PICOBOT_SECRET_<N>_<K> (upper-case, other characters as '_').
 	Env func(string) string
 	Log *slog.Logger
+	// Features add tools and prompt sections to every agent (memory,
+	// skills, schedules, messaging, browser).
+	Features []agenthost.Feature
 }
 
 // Runtime is a running embedded PicoBot. It implements gateway.Backend.
@@ -98,11 +92,10 @@ type result struct {
 }
 
 type agentRuntime struct {
+	*agenthost.Built
 	name    string
 	info    gateway.AgentInfo
 	manager *session.Manager
-	tools   *builtin.Set
-	mcp     *mcp.Manager
 	stream  string
 }
 
@@ -157,11 +150,22 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	holder := "embedded:" + host + ":" + abs
 	for i := range set.Agents {
 		a := &set.Agents[i]
-		ar, err := r.buildAgent(a, secrets, defaults, holder)
+		host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: opts.Tenant, Store: st, Artifacts: r.artifacts,
+			ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
+			StateDir:    opts.StateDir, Holder: holder, Defaults: defaults, Log: opts.Log,
+			Secrets: agenthost.EnvSecrets(secrets, opts.Env, a),
+			SecretHint: func(sel corev1.SecretKeySelector) string {
+				return fmt.Sprintf("Provide the key as a Secret manifest %q in %s or as the environment variable %s, then restart",
+					sel.Name, opts.Dir, SecretEnvName(sel.Name, sel.Key))
+			},
+			Features: opts.Features,
+		}
+		built, err := host.Build(r.ctx, a)
 		if err != nil {
 			r.Close()
 			return nil, err
 		}
+		ar := &agentRuntime{Built: built, name: a.Name, info: built.Info, manager: built.Manager, stream: bus.Key(opts.Tenant, a.Name, "in")}
 		r.agents[a.Name] = ar
 		r.wg.Go(func() { r.dispatch(ar) })
 	}
@@ -196,208 +200,16 @@ func otherObjects(set *manifest.Set) (map[string]*corev1.Secret, *corev1.ConfigM
 	return secrets, defaults
 }
 
-var envUnsafe = regexp.MustCompile(`[^A-Z0-9]+`)
-
 // SecretEnvName is the environment variable embedded mode reads a secretKeyRef
 // from when the folder has no Secret of that name.
-func SecretEnvName(name, key string) string {
-	return "PICOBOT_SECRET_" + envUnsafe.ReplaceAllString(strings.ToUpper(name), "_") + "_" + envUnsafe.ReplaceAllString(strings.ToUpper(key), "_")
-}
-
-// secretValue returns the value of a secretKeyRef from the folder or the
-// environment.
-func (r *Runtime) secretValue(secrets map[string]*corev1.Secret, sel *corev1.SecretKeySelector) string {
-	if s := secrets[sel.Name]; s != nil {
-		return string(s.Data[sel.Key])
-	}
-	return r.opts.Env(SecretEnvName(sel.Name, sel.Key))
-}
-
-func (r *Runtime) buildAgent(a *picobotv1alpha1.Agent, secrets map[string]*corev1.Secret, defaults *corev1.ConfigMap, holder string) (*agentRuntime, error) {
-	// The same model rules as the operator; Secrets come from the folder or
-	// the environment.
-	lookup := func(name string) *corev1.Secret {
-		if s := secrets[name]; s != nil {
-			return s
-		}
-		s := &corev1.Secret{Data: map[string][]byte{}}
-		prefix := SecretEnvName(name, "")
-		for _, kv := range os.Environ() {
-			if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, prefix) && v != "" {
-				s.Data[keyFromEnv(a, name, k)] = []byte(v)
-			}
-		}
-		if len(s.Data) == 0 {
-			return nil
-		}
-		return s
-	}
-	res := agentspec.ResolveModel(a.Spec.Model, defaults, lookup)
-	if res.Effective == nil && a.Spec.Model != nil && a.Spec.Model.APIKeySecretRef != nil {
-		// Say how embedded mode takes the key, not only which Secret is missing.
-		sel := a.Spec.Model.APIKeySecretRef
-		res.Message += fmt.Sprintf(". Provide the key as a Secret manifest %q in %s or as the environment variable %s, then restart",
-			sel.Name, r.opts.Dir, SecretEnvName(sel.Name, sel.Key))
-	}
-	info := gateway.AgentInfo{Name: a.Name, Ready: res.Effective != nil, Reason: res.Reason, Message: res.Message}
-
-	var prov llm.Provider = noModel{agent: a.Name, reason: res.Message}
-	providerName, modelName := "", ""
-	if e := res.Effective; e != nil {
-		info.Model = &gateway.ModelInfo{Provider: string(e.Provider), Model: e.Model, Source: string(e.Source)}
-		providerName, modelName = string(e.Provider), e.Model
-		p, err := r.chain(a, e, secrets)
-		if err != nil {
-			return nil, fmt.Errorf("agent %s: %w", a.Name, err)
-		}
-		prov = p
-	}
-	// MCP servers connect now; one failing shows in /mcp and health, the
-	// others still serve. Their tools join the policy catalog, so allow/deny
-	// and wildcards apply to them like to built-ins.
-	var mcps *mcp.Manager
-	var mcpTools []tool.Tool
-	if len(a.Spec.MCPServers) > 0 {
-		wd := filepath.Join(r.opts.StateDir, "mcp", a.Name)
-		if err := os.MkdirAll(wd, 0o700); err != nil {
-			return nil, fmt.Errorf("agent %s: %w", a.Name, err)
-		}
-		mcps = mcp.NewManager(a.Spec.MCPServers, mcp.WithWorkDir(wd), mcp.WithLogger(r.log),
-			mcp.WithSecretResolver(func(sel corev1.SecretKeySelector) (string, error) {
-				if v := r.secretValue(secrets, &sel); v != "" {
-					return v, nil
-				}
-				return "", fmt.Errorf("no Secret %q with key %q in %s and no %s", sel.Name, sel.Key, r.opts.Dir, SecretEnvName(sel.Name, sel.Key))
-			}),
-			mcp.WithHeadersResolver(func(name string) (map[string]string, error) {
-				s := secrets[name]
-				if s == nil {
-					return nil, fmt.Errorf("no Secret %q in %s", name, r.opts.Dir)
-				}
-				h := map[string]string{}
-				for k, v := range s.Data {
-					h[k] = string(v)
-				}
-				return h, nil
-			}))
-		if err := mcps.Connect(r.ctx); err != nil {
-			return nil, fmt.Errorf("agent %s: failed to connect MCP servers: %w", a.Name, err)
-		}
-		mcpTools = mcps.Tools()
-	}
-	catalog := policy.DefaultCatalog()
-	for _, t := range mcpTools {
-		catalog = catalog.With(t.Name())
-	}
-	pol, err := policy.Resolve(catalog, agentspec.ToolPolicy(a), providerName, modelName)
-	if err != nil {
-		return nil, fmt.Errorf("agent %s: %w", a.Name, err)
-	}
-	tools, err := builtin.New(builtin.Config{LLMTask: &llmtask.Config{DefaultProvider: providerName, DefaultModel: modelName,
-		Resolve: func(string, string) (llm.Provider, error) { return prov, nil }}})
-	if err != nil {
-		return nil, err
-	}
-	reg := tools.For(pol)
-	for _, t := range mcpTools {
-		if policy.Allowed(pol, t.Name()) {
-			if err := reg.Register(t); err != nil {
-				return nil, fmt.Errorf("agent %s: %w", a.Name, err)
-			}
-		}
-	}
-	info.Tools = reg.Names()
-	window := agentspec.DefaultContextWindow
-	if res.Effective != nil && res.Effective.ContextWindow > 0 {
-		window = int(res.Effective.ContextWindow)
-	}
-	comp := &agent.Compressor{Window: window, Summarizer: prov}
-	loop := &agent.Loop{Provider: prov, Tools: reg, Compressor: comp}
-	ws := filepath.Join(r.opts.StateDir, "workspaces")
-	mgr := session.NewManager(session.Config{Store: r.store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
-		Compressor: comp, Holder: holder, Timeline: session.StoreTimeline{Store: r.store},
-		Artifacts: r.artifacts, ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
-		MCPStatus: mcpStatus(mcps),
-		Workspace: func(id session.ID) string {
-			dir := filepath.Join(ws, a.Name, envUnsafe.ReplaceAllString(strings.ToUpper(id.String()), "_"))
-			_ = os.MkdirAll(dir, 0o700)
-			return dir
-		}})
-	return &agentRuntime{name: a.Name, info: info, manager: mgr, tools: tools, mcp: mcps, stream: bus.Key(r.opts.Tenant, a.Name, "in")}, nil
-}
-
-func mcpStatus(m *mcp.Manager) func() string {
-	if m == nil {
-		return nil
-	}
-	return m.StatusText
-}
-
-// keyFromEnv recovers the Secret key an environment variable stands for, by
-// matching the keys the Agent references.
-func keyFromEnv(a *picobotv1alpha1.Agent, secretName, envName string) string {
-	if m := a.Spec.Model; m != nil {
-		for _, ref := range append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...) {
-			if s := ref.APIKeySecretRef; s != nil && s.Name == secretName && SecretEnvName(s.Name, s.Key) == envName {
-				return s.Key
-			}
-		}
-	}
-	return envName
-}
-
-// chain builds the effective model and the fallbacks after it, each with retry.
-func (r *Runtime) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel, secrets map[string]*corev1.Secret) (llm.Provider, error) {
-	refs := []picobotv1alpha1.ModelRef{{Provider: e.Provider, Model: e.Model, BaseURL: e.BaseURL}}
-	if m := a.Spec.Model; m != nil {
-		all := append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...)
-		start := 0
-		if e.FallbackIndex != nil {
-			start = int(*e.FallbackIndex) + 1
-		}
-		refs = all[start:]
-	}
-	var named []provider.Named
-	for _, ref := range refs {
-		key := ""
-		if ref.APIKeySecretRef != nil {
-			key = r.secretValue(secrets, ref.APIKeySecretRef)
-			if key == "" {
-				continue // unusable fallback
-			}
-		}
-		p, err := provider.New(provider.Config{Provider: string(ref.Provider), Model: ref.Model, BaseURL: ref.BaseURL, APIKey: key})
-		if err != nil {
-			return nil, err
-		}
-		named = append(named, provider.Named{Name: string(ref.Provider) + "/" + ref.Model, Provider: provider.Retry(p, provider.RetryPolicy{})})
-	}
-	if len(named) == 0 {
-		return nil, errors.New("no usable model")
-	}
-	if len(named) == 1 {
-		return named[0].Provider, nil
-	}
-	return provider.Fallback(named...), nil
-}
-
-// noModel answers every call of an agent without a usable model with the
-// reason, which the gateway shows to the user.
-type noModel struct{ agent, reason string }
-
-func (n noModel) Complete(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error) {
-	return nil, &gateway.CodedError{Code: gateway.CodeNoModel, Err: fmt.Errorf("agent %s has no usable model: %s", n.agent, n.reason)}
-}
+func SecretEnvName(name, key string) string { return agenthost.SecretEnvName(name, key) }
 
 // Close stops the runtime: running turns are cancelled and recorded.
 func (r *Runtime) Close() {
 	r.cancel()
 	r.wg.Wait()
 	for _, a := range r.agents {
-		a.tools.Close()
-		if a.mcp != nil {
-			_ = a.mcp.Close()
-		}
+		a.Built.Close()
 		if err := a.manager.ReleaseAll(store.WithTenant(context.Background(), r.opts.Tenant)); err != nil {
 			r.log.Error("Failed to release session leases", "agent", a.name, "err", err)
 		}
@@ -540,7 +352,7 @@ func (r *Runtime) Health(ctx context.Context) []gateway.Check {
 				r.opts.Dir + " or as the environment variable PICOBOT_SECRET_<SECRET>_<KEY>"
 		}
 		checks = append(checks, check("agent "+a.Name+" model", a.Ready, msg, fix))
-		if m := r.agents[a.Name].mcp; m != nil {
+		if m := r.agents[a.Name].MCP; m != nil {
 			for _, s := range m.Status() {
 				msg := fmt.Sprintf("%s, %d tools", s.Transport, len(s.Tools))
 				if !s.Connected {

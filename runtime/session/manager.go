@@ -58,8 +58,11 @@ type Config struct {
 	Loop      *agent.Loop
 	// Agent is the agent name recorded on sessions and memories.
 	Agent string
-	// System is the agent's instructions (skills and memory come later).
+	// System is the agent's instructions.
 	System string
+	// Prompt, when set, returns sections appended to System for one turn
+	// (relevant memories, the skill list); "" adds nothing.
+	Prompt func(ctx context.Context, turn PromptInput) string
 	// Compressor shrinks long histories before a turn. Optional.
 	Compressor *agent.Compressor
 	Timeline   TimelineStore
@@ -119,6 +122,13 @@ type Inbound struct {
 	Sink      func(agent.Event)
 }
 
+// PromptInput is what a Config.Prompt sees of the turn it extends.
+type PromptInput struct {
+	SessionID ID
+	// Text is the user's message of the turn.
+	Text string
+}
+
 // Reply is the outcome of handling an inbound message.
 type Reply struct {
 	SessionID string
@@ -175,6 +185,14 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		return Reply{SessionID: sid}, err
 	}
 	system := m.cfg.System
+	if m.cfg.Prompt != nil {
+		if extra := m.cfg.Prompt(ctx, PromptInput{SessionID: id, Text: in.Text}); extra != "" {
+			if system != "" {
+				system += "\n\n"
+			}
+			system += extra
+		}
+	}
 	history, compressed, err := m.compress(ctx, id, system, history, false)
 	if err != nil {
 		unlock()

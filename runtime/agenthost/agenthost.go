@@ -1,0 +1,403 @@
+// Package agenthost assembles a runnable agent — model chain, tools, MCP
+// servers, features such as memory, skills and schedules, and its session
+// manager — from an Agent resource and the services of the process hosting it.
+// Embedded mode (`picobot serve`) and a cluster session pod use the same code,
+// so an agent behaves the same in both.
+package agenthost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/artifact"
+	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/mcp"
+	"github.com/picobot/picobot/runtime/provider"
+	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/builtin"
+	"github.com/picobot/picobot/runtime/tool/llmtask"
+	"github.com/picobot/picobot/runtime/tool/policy"
+)
+
+// Mode says where an agent runs.
+type Mode string
+
+// Modes.
+const (
+	ModeEmbedded Mode = "embedded"
+	ModeCluster  Mode = "cluster"
+)
+
+// Host is what the hosting process provides to every agent it runs.
+type Host struct {
+	Mode   Mode
+	Tenant string
+	Store  store.Store
+	// Artifacts stores files agents and sessions produce.
+	Artifacts artifact.Store
+	// ArtifactURL is where clients fetch an artifact.
+	ArtifactURL func(store.Artifact) string
+	// StateDir is a local folder for session workspaces and MCP working
+	// folders (an emptyDir in a pod).
+	StateDir string
+	// Holder identifies this process in session leases.
+	Holder string
+	// Secrets returns a Secret by name (values included), nil when missing.
+	Secrets func(name string) *corev1.Secret
+	// SecretHint, when set, explains how to provide a missing Secret key; it
+	// is appended to "no usable model" messages.
+	SecretHint func(sel corev1.SecretKeySelector) string
+	// Defaults is the namespace's picobot-defaults ConfigMap, nil when none.
+	Defaults *corev1.ConfigMap
+	// Kube is the cluster client in cluster mode, nil in embedded mode.
+	Kube client.Client
+	// Features add tools and prompt sections to every agent, in order.
+	Features []Feature
+	Log      *slog.Logger
+}
+
+// Feature adds capabilities to an agent; each lives in its own package
+// (memory, skills, schedules, messaging, browser).
+type Feature interface {
+	// Name identifies the feature in errors and health reports.
+	Name() string
+	// Build returns the feature's parts for one agent. An error stops the
+	// agent from loading; a feature that merely lacks something optional
+	// returns fewer parts and reports it through Health.
+	Build(ctx context.Context, a *Agent) (Parts, error)
+}
+
+// Parts are what a feature adds to one agent.
+type Parts struct {
+	// Tools are offered to the model when the agent's tool policy allows
+	// them (policy names in policy.DefaultCatalog).
+	Tools []tool.Tool
+	// Prompt returns a system prompt section for a turn ("" for none).
+	Prompt func(ctx context.Context, turn session.PromptInput) string
+	// Health reports the feature's requirements for this agent.
+	Health func(ctx context.Context) []gateway.Check
+	// Close releases what Build started.
+	Close func()
+}
+
+// Agent is an agent being assembled, as features see it.
+type Agent struct {
+	Spec *picobotv1alpha1.Agent
+	Host *Host
+	// Provider is the agent's model chain (with retry and fallbacks); it
+	// answers with a no_model error when the agent has no usable model.
+	Provider                llm.Provider
+	ProviderName, ModelName string
+	Policy                  policy.Result
+}
+
+// Built is an assembled agent.
+type Built struct {
+	Name    string
+	Info    gateway.AgentInfo
+	Manager *session.Manager
+	Tools   *builtin.Set
+	MCP     *mcp.Manager
+	health  []func(context.Context) []gateway.Check
+	closers []func()
+}
+
+// Health returns the checks of the agent's features.
+func (b *Built) Health(ctx context.Context) []gateway.Check {
+	var out []gateway.Check
+	for _, h := range b.health {
+		out = append(out, h(ctx)...)
+	}
+	return out
+}
+
+// Close stops the agent's tools, MCP servers and features.
+func (b *Built) Close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+	b.closers = nil
+}
+
+var envUnsafe = regexp.MustCompile(`[^A-Z0-9]+`)
+
+// SecretEnvName is the environment variable a secretKeyRef is read from when
+// no Secret of that name is given (embedded mode; session pods get their
+// Agent's Secrets this way too, never in arguments).
+func SecretEnvName(name, key string) string {
+	return "PICOBOT_SECRET_" + envUnsafe.ReplaceAllString(strings.ToUpper(name), "_") + "_" + envUnsafe.ReplaceAllString(strings.ToUpper(key), "_")
+}
+
+// EnvSecrets returns a Secrets lookup that serves the given Secrets first and
+// otherwise assembles a Secret from the PICOBOT_SECRET_<NAME>_<KEY> variables
+// (read with env) of the keys the agent references.
+func EnvSecrets(given map[string]*corev1.Secret, env func(string) string, a *picobotv1alpha1.Agent) func(string) *corev1.Secret {
+	return func(name string) *corev1.Secret {
+		if s := given[name]; s != nil {
+			return s
+		}
+		s := &corev1.Secret{Data: map[string][]byte{}}
+		for _, sel := range referencedKeys(a) {
+			if sel.Name == name {
+				if v := env(SecretEnvName(sel.Name, sel.Key)); v != "" {
+					s.Data[sel.Key] = []byte(v)
+				}
+			}
+		}
+		if len(s.Data) == 0 {
+			return nil
+		}
+		return s
+	}
+}
+
+// referencedKeys lists the secretKeyRefs of an agent's models and MCP servers.
+func referencedKeys(a *picobotv1alpha1.Agent) []corev1.SecretKeySelector {
+	var out []corev1.SecretKeySelector
+	if m := a.Spec.Model; m != nil {
+		for _, ref := range append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...) {
+			if ref.APIKeySecretRef != nil {
+				out = append(out, *ref.APIKeySecretRef)
+			}
+		}
+	}
+	for _, s := range a.Spec.MCPServers {
+		for _, e := range s.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				out = append(out, *e.ValueFrom.SecretKeyRef)
+			}
+		}
+	}
+	return out
+}
+
+func (h *Host) secretValue(sel *corev1.SecretKeySelector) string {
+	if h.Secrets == nil {
+		return ""
+	}
+	if s := h.Secrets(sel.Name); s != nil {
+		return string(s.Data[sel.Key])
+	}
+	return ""
+}
+
+// Build assembles one agent.
+func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, error) {
+	if h.Log == nil {
+		h.Log = slog.Default()
+	}
+	secrets := h.Secrets
+	if secrets == nil {
+		secrets = func(string) *corev1.Secret { return nil }
+	}
+	res := agentspec.ResolveModel(a.Spec.Model, h.Defaults, secrets)
+	if res.Effective == nil && a.Spec.Model != nil && a.Spec.Model.APIKeySecretRef != nil && h.SecretHint != nil {
+		res.Message += ". " + h.SecretHint(*a.Spec.Model.APIKeySecretRef)
+	}
+	info := gateway.AgentInfo{Name: a.Name, Ready: res.Effective != nil, Reason: res.Reason, Message: res.Message}
+	b := &Built{Name: a.Name}
+	fail := func(err error) (*Built, error) {
+		b.Close()
+		return nil, fmt.Errorf("agent %s: %w", a.Name, err)
+	}
+
+	var prov llm.Provider = noModel{agent: a.Name, reason: res.Message}
+	providerName, modelName := "", ""
+	if e := res.Effective; e != nil {
+		info.Model = &gateway.ModelInfo{Provider: string(e.Provider), Model: e.Model, Source: string(e.Source)}
+		providerName, modelName = string(e.Provider), e.Model
+		p, err := h.chain(a, e)
+		if err != nil {
+			return fail(err)
+		}
+		prov = p
+	}
+
+	// MCP servers connect now; one failing shows in /mcp and health, the
+	// others still serve. Their tools join the policy catalog, so allow/deny
+	// and wildcards apply to them like to built-ins.
+	var mcpTools []tool.Tool
+	if len(a.Spec.MCPServers) > 0 {
+		wd := filepath.Join(h.StateDir, "mcp", a.Name)
+		if err := os.MkdirAll(wd, 0o700); err != nil {
+			return fail(err)
+		}
+		b.MCP = mcp.NewManager(a.Spec.MCPServers, mcp.WithWorkDir(wd), mcp.WithLogger(h.Log),
+			mcp.WithSecretResolver(func(sel corev1.SecretKeySelector) (string, error) {
+				if v := h.secretValue(&sel); v != "" {
+					return v, nil
+				}
+				msg := fmt.Sprintf("no Secret %q with key %q", sel.Name, sel.Key)
+				if h.SecretHint != nil {
+					msg += "; " + h.SecretHint(sel)
+				}
+				return "", errors.New(msg)
+			}),
+			mcp.WithHeadersResolver(func(name string) (map[string]string, error) {
+				s := secrets(name)
+				if s == nil {
+					return nil, fmt.Errorf("no Secret %q", name)
+				}
+				hd := map[string]string{}
+				for k, v := range s.Data {
+					hd[k] = string(v)
+				}
+				return hd, nil
+			}))
+		mgr := b.MCP
+		b.closers = append(b.closers, func() { _ = mgr.Close() })
+		if err := b.MCP.Connect(ctx); err != nil {
+			return fail(fmt.Errorf("failed to connect MCP servers: %w", err))
+		}
+		mcpTools = b.MCP.Tools()
+	}
+	catalog := policy.DefaultCatalog()
+	for _, t := range mcpTools {
+		catalog = catalog.With(t.Name())
+	}
+	pol, err := policy.Resolve(catalog, agentspec.ToolPolicy(a), providerName, modelName)
+	if err != nil {
+		return fail(err)
+	}
+	tools, err := builtin.New(builtin.Config{LLMTask: &llmtask.Config{DefaultProvider: providerName, DefaultModel: modelName,
+		Resolve: func(string, string) (llm.Provider, error) { return prov, nil }}})
+	if err != nil {
+		return fail(err)
+	}
+	b.Tools = tools
+	b.closers = append(b.closers, tools.Close)
+	reg := tools.For(pol)
+	register := func(ts []tool.Tool) error {
+		for _, t := range ts {
+			if policy.Allowed(pol, t.Name()) {
+				if err := reg.Register(t); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := register(mcpTools); err != nil {
+		return fail(err)
+	}
+
+	view := &Agent{Spec: a, Host: h, Provider: prov, ProviderName: providerName, ModelName: modelName, Policy: pol}
+	var prompts []func(context.Context, session.PromptInput) string
+	for _, f := range h.Features {
+		parts, err := f.Build(ctx, view)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", f.Name(), err))
+		}
+		if parts.Close != nil {
+			b.closers = append(b.closers, parts.Close)
+		}
+		if err := register(parts.Tools); err != nil {
+			return fail(fmt.Errorf("%s: %w", f.Name(), err))
+		}
+		if parts.Prompt != nil {
+			prompts = append(prompts, parts.Prompt)
+		}
+		if parts.Health != nil {
+			b.health = append(b.health, parts.Health)
+		}
+	}
+	info.Tools = reg.Names()
+	b.Info = info
+
+	window := agentspec.DefaultContextWindow
+	if res.Effective != nil && res.Effective.ContextWindow > 0 {
+		window = int(res.Effective.ContextWindow)
+	}
+	comp := &agent.Compressor{Window: window, Summarizer: prov}
+	loop := &agent.Loop{Provider: prov, Tools: reg, Compressor: comp}
+	ws := filepath.Join(h.StateDir, "workspaces")
+	b.Manager = session.NewManager(session.Config{Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
+		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, Timeline: session.StoreTimeline{Store: h.Store},
+		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(b.MCP),
+		Workspace: func(id session.ID) string {
+			dir := filepath.Join(ws, a.Name, envUnsafe.ReplaceAllString(strings.ToUpper(id.String()), "_"))
+			_ = os.MkdirAll(dir, 0o700)
+			return dir
+		}})
+	return b, nil
+}
+
+func joinPrompts(ps []func(context.Context, session.PromptInput) string) func(context.Context, session.PromptInput) string {
+	if len(ps) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, in session.PromptInput) string {
+		var parts []string
+		for _, p := range ps {
+			if s := p(ctx, in); s != "" {
+				parts = append(parts, s)
+			}
+		}
+		return strings.Join(parts, "\n\n")
+	}
+}
+
+func mcpStatus(m *mcp.Manager) func() string {
+	if m == nil {
+		return nil
+	}
+	return m.StatusText
+}
+
+// chain builds the effective model and the fallbacks after it, each with retry.
+func (h *Host) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel) (llm.Provider, error) {
+	refs := []picobotv1alpha1.ModelRef{{Provider: e.Provider, Model: e.Model, BaseURL: e.BaseURL}}
+	if m := a.Spec.Model; m != nil {
+		all := append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...)
+		start := 0
+		if e.FallbackIndex != nil {
+			start = int(*e.FallbackIndex) + 1
+		}
+		refs = all[start:]
+	}
+	var named []provider.Named
+	for _, ref := range refs {
+		key := ""
+		if ref.APIKeySecretRef != nil {
+			key = h.secretValue(ref.APIKeySecretRef)
+			if key == "" {
+				continue // unusable fallback
+			}
+		}
+		p, err := provider.New(provider.Config{Provider: string(ref.Provider), Model: ref.Model, BaseURL: ref.BaseURL, APIKey: key})
+		if err != nil {
+			return nil, err
+		}
+		named = append(named, provider.Named{Name: string(ref.Provider) + "/" + ref.Model, Provider: provider.Retry(p, provider.RetryPolicy{})})
+	}
+	if len(named) == 0 {
+		return nil, errors.New("no usable model")
+	}
+	if len(named) == 1 {
+		return named[0].Provider, nil
+	}
+	return provider.Fallback(named...), nil
+}
+
+// noModel answers every call of an agent without a usable model with the
+// reason, which the gateway shows to the user.
+type noModel struct{ agent, reason string }
+
+func (n noModel) Complete(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error) {
+	return nil, &gateway.CodedError{Code: gateway.CodeNoModel, Err: fmt.Errorf("agent %s has no usable model: %s", n.agent, n.reason)}
+}
