@@ -113,6 +113,10 @@ type Built struct {
 	Manager *session.Manager
 	Tools   *builtin.Set
 	MCP     *mcp.Manager
+	// Loop is the agent's loop; Session is the Config of Manager, so a
+	// caller can derive a manager with other tools (e.g. scheduled runs).
+	Loop    *agent.Loop
+	Session session.Config
 	health  []func(context.Context) []gateway.Check
 	closers []func()
 }
@@ -326,14 +330,16 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	comp := &agent.Compressor{Window: window, Summarizer: prov}
 	loop := &agent.Loop{Provider: prov, Tools: reg, Compressor: comp}
 	ws := filepath.Join(h.StateDir, "workspaces")
-	b.Manager = session.NewManager(session.Config{Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
+	b.Loop = loop
+	b.Session = session.Config{Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
 		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, Timeline: session.StoreTimeline{Store: h.Store},
 		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(b.MCP),
 		Workspace: func(id session.ID) string {
 			dir := filepath.Join(ws, a.Name, envUnsafe.ReplaceAllString(strings.ToUpper(id.String()), "_"))
 			_ = os.MkdirAll(dir, 0o700)
 			return dir
-		}})
+		}}
+	b.Manager = session.NewManager(b.Session)
 	return b, nil
 }
 
