@@ -176,8 +176,14 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		return Reply{SessionID: sid}, fmt.Errorf("failed to store message of session %q: %w", sid, err)
 	}
 	if stored[0].Duplicate {
-		unlock()
-		return Reply{SessionID: sid, Duplicate: true}, nil
+		resume, err := m.unfinished(ctx, sid, in.MessageID)
+		if err != nil || !resume {
+			unlock()
+			return Reply{SessionID: sid, Duplicate: true}, err
+		}
+		// A runtime died between storing the message and storing its turn
+		// (phase 3 writes the whole turn at once, so nothing half-done is
+		// stored): run the turn now, once.
 	}
 	history, err := m.History(ctx, id)
 	if err != nil {
@@ -204,11 +210,13 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 			return Reply{SessionID: sid}, err
 		}
 	}
+	// Marked running before the lock goes, so a redelivery of this message
+	// cannot start the same turn again (see unfinished).
+	turnCtx, cancel := context.WithCancel(ctx)
+	m.setRunning(sid, cancel)
 	unlock()
 
 	// Phase 2: the lease is renewed while the loop runs.
-	turnCtx, cancel := context.WithCancel(ctx)
-	m.setRunning(sid, cancel)
 	stopHeartbeat := m.heartbeat(turnCtx, sid, cancel)
 	out, runErr := m.cfg.Loop.Run(turnCtx, agent.Input{
 		System: system, History: history, Stream: in.Stream, Sink: in.Sink,
@@ -273,6 +281,23 @@ func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.Canc
 		}
 	})
 	return func() { close(done); wg.Wait() }
+}
+
+// unfinished reports whether the stored user message id is the session's last
+// message, i.e. its turn never got stored, and no turn of the session is
+// running in this manager (the lease makes this manager the only runner).
+func (m *Manager) unfinished(ctx context.Context, sid, messageID string) (bool, error) {
+	m.mu.Lock()
+	_, running := m.running[sid]
+	m.mu.Unlock()
+	if running {
+		return false, nil
+	}
+	last, err := m.cfg.Store.LoadMessages(ctx, sid, store.LoadOptions{Last: 1})
+	if err != nil {
+		return false, fmt.Errorf("failed to load session %q: %w", sid, err)
+	}
+	return len(last) == 1 && last[0].ID == messageID && last[0].Role == llm.RoleUser, nil
 }
 
 func (m *Manager) setRunning(sid string, cancel context.CancelFunc) {

@@ -312,3 +312,53 @@ func TestCompressionMarkAndTimelineRestore(t *testing.T) {
 
 	g.Expect(f.say(t, "u1", "/compact").Text).To(ContainSubstring("Compressed the context of default"))
 }
+
+// A runtime that died after storing the user message but before storing its
+// turn leaves the message last in the session; the redelivery runs the turn
+// once, and a further redelivery is a plain duplicate.
+func TestRedeliveryAfterCrashRunsTheTurnOnce(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	sid := "telegram:42:default"
+	_, err := f.st.CreateSession(f.ctx, store.Session{Channel: "telegram", ChatID: "42", DialogID: "default", Agent: "assistant", Title: "New conversation", TitleIsDefault: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = f.st.AppendMessages(f.ctx, sid, store.Message{ID: "tg-7", Role: llm.RoleUser, Content: "hello"})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	f.s.Script(fakellm.Turn{Text: "Recovered."})
+	in := Inbound{Channel: "telegram", ChatID: "42", MessageID: "tg-7", Text: "hello"}
+	r, err := f.m.Handle(f.ctx, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r.Duplicate).To(BeFalse())
+	g.Expect(r.Text).To(Equal("Recovered."))
+
+	r, err = f.m.Handle(f.ctx, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r.Duplicate).To(BeTrue())
+	g.Expect(f.s.Requests()).To(HaveLen(1))
+	msgs, err := f.st.LoadMessages(f.ctx, sid, store.LoadOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(msgs).To(HaveLen(2))
+	g.Expect(msgs[0].Content).To(Equal("hello"))
+	g.Expect(msgs[1].Content).To(Equal("Recovered."))
+}
+
+func TestPromptSectionsJoinTheSystemPromptOfEachTurn(t *testing.T) {
+	g := NewWithT(t)
+	var seen []PromptInput
+	f := newFixture(t, func(c *Config) {
+		c.Prompt = func(_ context.Context, in PromptInput) string {
+			seen = append(seen, in)
+			return "## Memory\n- diet: vegetarian"
+		}
+	})
+	f.s.Script(fakellm.Turn{Text: "ok"})
+	r := f.say(t, "u1", "what should I cook?")
+	g.Expect(r.Text).To(Equal("ok"))
+	g.Expect(seen).To(HaveLen(1))
+	g.Expect(seen[0].Text).To(Equal("what should I cook?"))
+	g.Expect(seen[0].SessionID.String()).To(Equal("web:u1:default"))
+	reqs := f.s.Requests()
+	g.Expect(reqs).To(HaveLen(1))
+	g.Expect(reqs[0].Messages[0].Content).To(HavePrefix("Be brief.\n\n## Memory\n- diet: vegetarian"))
+}
