@@ -1,0 +1,291 @@
+// Package podspec builds the Kubernetes objects of an Agent's session runtime:
+// the session pod, its ServiceAccount, Role and RoleBinding, the namespace's
+// NetworkPolicy and connection Secret. Every function is pure (inputs in,
+// object out) so the rules are table-tested without a cluster.
+package podspec
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+)
+
+// Labels and names shared by the operator and the runtime.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelComponent = "app.kubernetes.io/component"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelTenant    = "agents.picobot.io/tenant"
+	// LabelSession is set on a busy pod: a hash of the chat it serves
+	// (label values cannot hold the chat id itself).
+	LabelSession = "agents.picobot.io/session"
+
+	ComponentSession = "session"
+	// ConnectionSecret holds the shared services' connection settings in each
+	// tenant namespace with agents; session pods read it with envFrom, so no
+	// credential appears in a pod spec.
+	ConnectionSecret = "picobot-runtime-connection"
+	// NetworkPolicyName is the policy of session pods in a namespace.
+	NetworkPolicyName = "picobot-session-pods"
+
+	workspaceDir = "/workspace"
+	runtimeUID   = 65532 // distroless "nonroot"
+)
+
+// Names of an Agent's runtime objects.
+func ServiceAccountName(agent string) string { return "picobot-agent-" + agent }
+
+// SessionLabels select an agent's session pods.
+func SessionLabels(a *picobotv1alpha1.Agent) map[string]string {
+	return map[string]string{
+		LabelName:                  "picobot",
+		LabelComponent:             ComponentSession,
+		LabelManagedBy:             "picobot-operator",
+		picobotv1alpha1.LabelAgent: a.Name,
+		LabelTenant:                a.Namespace,
+	}
+}
+
+// SessionValue is the LabelSession value of a chat.
+func SessionValue(channel, chatKey string) string {
+	sum := sha256.Sum256([]byte(channel + ":" + chatKey))
+	return hex.EncodeToString(sum[:])[:32]
+}
+
+// Input is what a session pod is built from.
+type Input struct {
+	Agent *picobotv1alpha1.Agent
+	// Name of the pod (the operator generates a unique one).
+	Name string
+	// Image is the operator's runtime image, used when the Agent sets none.
+	Image string
+	// SecretKeys are the Secret keys the agent needs (model keys, MCP
+	// environment); each becomes a PICOBOT_SECRET_<NAME>_<KEY> variable.
+	SecretKeys []corev1.SecretKeySelector
+	// Env adds settings (lease TTL, idle timeout overrides); never secrets.
+	Env []corev1.EnvVar
+}
+
+// SecretEnvName mirrors agenthost.SecretEnvName (the operator must not import
+// the runtime's agent assembly); a test checks that both agree.
+func SecretEnvName(name, key string) string {
+	return "PICOBOT_SECRET_" + envName(name) + "_" + envName(key)
+}
+
+func envName(s string) string {
+	var b strings.Builder
+	under := false
+	for _, r := range strings.ToUpper(s) {
+		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			under = false
+		} else if !under {
+			b.WriteByte('_')
+			under = true
+		}
+	}
+	return b.String()
+}
+
+// SessionPod returns the pod of one session runtime.
+func SessionPod(in Input) *corev1.Pod {
+	a := in.Agent
+	image := in.Image
+	var rt picobotv1alpha1.RuntimeSpec
+	if a.Spec.Runtime != nil {
+		rt = *a.Spec.Runtime
+	}
+	if rt.Image != "" {
+		image = rt.Image
+	}
+	env := []corev1.EnvVar{
+		{Name: "PICOBOT_TENANT", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: "PICOBOT_POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "PICOBOT_AGENT", Value: a.Name},
+		{Name: "PICOBOT_STATE_DIR", Value: workspaceDir},
+		{Name: "HOME", Value: workspaceDir},
+	}
+	keys := append([]corev1.SecretKeySelector(nil), in.SecretKeys...)
+	sort.Slice(keys, func(i, j int) bool {
+		return SecretEnvName(keys[i].Name, keys[i].Key) < SecretEnvName(keys[j].Name, keys[j].Key)
+	})
+	seen := map[string]bool{}
+	for _, k := range keys {
+		name := SecretEnvName(k.Name, k.Key)
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		env = append(env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: k.Name}, Key: k.Key}}})
+	}
+	env = append(env, in.Env...)
+	var resources corev1.ResourceRequirements
+	if rt.Resources != nil {
+		resources = *rt.Resources
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            in.Name,
+			Namespace:       a.Namespace,
+			Labels:          SessionLabels(a),
+			OwnerReferences: []metav1.OwnerReference{ownerRef(a)},
+		},
+		Spec: corev1.PodSpec{
+			ServiceAccountName:            ServiceAccountName(a.Name),
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			RuntimeClassName:              rt.RuntimeClassName,
+			TerminationGracePeriodSeconds: ptr.To[int64](30),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](runtimeUID),
+				RunAsGroup:     ptr.To[int64](runtimeUID),
+				FSGroup:        ptr.To[int64](runtimeUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:    "runtime",
+				Image:   image,
+				Command: []string{"/picobot", "session"},
+				Env:     env,
+				EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: ConnectionSecret}}}},
+				Resources: resources,
+				SecurityContext: &corev1.SecurityContext{
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					AllowPrivilegeEscalation: ptr.To(false),
+					Privileged:               ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir}, {Name: "tmp", MountPath: "/tmp"}},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity64Mi)}}},
+			},
+		},
+	}
+}
+
+func ownerRef(a *picobotv1alpha1.Agent) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: picobotv1alpha1.GroupVersion.String(), Kind: "Agent", Name: a.Name, UID: a.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+}
+
+func meta(a *picobotv1alpha1.Agent, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: a.Namespace, Labels: map[string]string{
+		LabelName: "picobot", LabelManagedBy: "picobot-operator", picobotv1alpha1.LabelAgent: a.Name},
+		OwnerReferences: []metav1.OwnerReference{ownerRef(a)}}
+}
+
+// ServiceAccount is the identity of an agent's session pods.
+func ServiceAccount(a *picobotv1alpha1.Agent) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{ObjectMeta: meta(a, ServiceAccountName(a.Name)), AutomountServiceAccountToken: ptr.To(true)}
+}
+
+// Role grants a session pod exactly what its runtime and tools need: read its
+// own Agent and the namespace defaults, watch skill ConfigMaps, and manage the
+// CronJobs and BrowserProfiles its tools create (the tools label them
+// agent-made; the label is what GitOps tools ignore).
+func Role(a *picobotv1alpha1.Agent) *rbacv1.Role {
+	return &rbacv1.Role{ObjectMeta: meta(a, ServiceAccountName(a.Name)), Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"agents"}, ResourceNames: []string{a.Name}, Verbs: []string{"get", "watch"}},
+		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"cronjobs", "browserprofiles"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+	}}
+}
+
+// RoleBinding binds the Role to the ServiceAccount.
+func RoleBinding(a *picobotv1alpha1.Agent) *rbacv1.RoleBinding {
+	name := ServiceAccountName(a.Name)
+	return &rbacv1.RoleBinding{ObjectMeta: meta(a, name),
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: a.Namespace}}}
+}
+
+// Network says where the shared services live, for the NetworkPolicy.
+type Network struct {
+	// SystemNamespace runs PostgreSQL, Redis and S3 (or proxies to them);
+	// session pods may reach it on ServicePorts.
+	SystemNamespace string
+	ServicePorts    []int32
+	// ServiceCIDRs are extra destinations for external services (managed
+	// databases), reached on ServicePorts.
+	ServiceCIDRs []string
+	// PrivateCIDRs are excluded from the internet egress rule, so pods reach
+	// model endpoints but not other pods, nodes or metadata addresses.
+	PrivateCIDRs []string
+}
+
+// DefaultPrivateCIDRs are RFC 1918, CGNAT, link-local (cloud metadata) and
+// loopback ranges.
+var DefaultPrivateCIDRs = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}
+
+// NetworkPolicy isolates the session pods of a namespace: no ingress; egress
+// to DNS, the shared services and the public internet only (model endpoints,
+// web tools), never to other tenants' pods.
+func NetworkPolicy(namespace string, n Network) *networkingv1.NetworkPolicy {
+	private := n.PrivateCIDRs
+	if len(private) == 0 {
+		private = DefaultPrivateCIDRs
+	}
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	dns := intstr.FromInt32(53)
+	var svcPorts []networkingv1.NetworkPolicyPort
+	for _, p := range n.ServicePorts {
+		port := intstr.FromInt32(p)
+		svcPorts = append(svcPorts, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &port})
+	}
+	egress := []networkingv1.NetworkPolicyEgressRule{
+		{ // DNS in kube-system
+			To:    []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
+		},
+		{ // the public internet: model endpoints and web tools
+			To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: private}}},
+		},
+	}
+	if n.SystemNamespace != "" {
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
+			To:    []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": n.SystemNamespace}}}},
+			Ports: svcPorts,
+		})
+	}
+	for _, cidr := range n.ServiceCIDRs {
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: cidr}}}, Ports: svcPorts})
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: NetworkPolicyName, Namespace: namespace,
+			Labels: map[string]string{LabelName: "picobot", LabelManagedBy: "picobot-operator"}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelName: "picobot", LabelComponent: ComponentSession}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Egress:      egress,
+		},
+	}
+}
+
+// Connection returns the connection Secret of a namespace.
+func Connection(namespace string, data map[string]string) *corev1.Secret {
+	d := make(map[string][]byte, len(data))
+	for k, v := range data {
+		d[k] = []byte(v)
+	}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ConnectionSecret, Namespace: namespace,
+		Labels: map[string]string{LabelName: "picobot", LabelManagedBy: "picobot-operator"}}, Data: d}
+}
+
+var resourceQuantity64Mi = resource.MustParse("64Mi")
