@@ -1,0 +1,130 @@
+package podrunner
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/picobot/picobot/test/controlplane"
+)
+
+func TestPodsRunAsLocalProcesses(t *testing.T) {
+	env, err := controlplane.Start()
+	if err != nil {
+		reason, fatal := controlplane.Unavailable(err)
+		if fatal {
+			t.Fatal(reason)
+		}
+		t.Skip(reason)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	g := NewWithT(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	work := t.TempDir()
+	r := New(Config{Client: cs, Images: map[string]string{"local/sh": "/bin/sh"}, WorkDir: work})
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ns := "runner-test"
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "keys"},
+		Data: map[string][]byte{"token": []byte("s3cret"), "CONN": []byte("redis://x")}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	pod := func(name, image, script string, env ...corev1.EnvVar) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: image, Command: []string{"/bin/sh", "-c", script}, Env: env,
+				EnvFrom:      []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "keys"}}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: "/workspace"}}}},
+			Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}}}
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return p
+	}
+	get := func(name string) func() *corev1.Pod {
+		return func() *corev1.Pod {
+			p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil
+			}
+			return p
+		}
+	}
+	phase := func(p *corev1.Pod) corev1.PodPhase {
+		if p == nil {
+			return "Gone"
+		}
+		return p.Status.Phase
+	}
+
+	// Env from values, field refs, Secret keys and envFrom; the mount path
+	// is the pod's own folder.
+	pod("ok", "local/sh", `echo "$POD $NS $TOKEN $CONN" > "$OUT/result"`,
+		corev1.EnvVar{Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		corev1.EnvVar{Name: "NS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		corev1.EnvVar{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "keys"}, Key: "token"}}},
+		corev1.EnvVar{Name: "OUT", Value: "/workspace"})
+	g.Eventually(get("ok"), 20*time.Second, 50*time.Millisecond).Should(WithTransform(phase, Equal(corev1.PodSucceeded)))
+	p := get("ok")()
+	g.Expect(p.Spec.NodeName).To(Equal("local-runner"))
+	out, err := os.ReadFile(filepath.Join(work, ns+"_ok", "volumes", "work", "result"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(out)).To(Equal("ok runner-test s3cret redis://x\n"))
+
+	// A failing process reports its exit code and last stderr line.
+	pod("fails", "local/sh", `echo "boom: no model" >&2; exit 3`)
+	g.Eventually(get("fails"), 20*time.Second, 50*time.Millisecond).Should(WithTransform(phase, Equal(corev1.PodFailed)))
+	term := get("fails")().Status.ContainerStatuses[0].State.Terminated
+	g.Expect(term.ExitCode).To(Equal(int32(3)))
+	g.Expect(term.Message).To(Equal("boom: no model"))
+
+	// An unknown image waits with ErrImagePull; a missing Secret key with
+	// CreateContainerConfigError.
+	pod("noimage", "registry.example/nope:1", "true")
+	g.Eventually(func() string {
+		if p := get("noimage")(); p != nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil {
+			return p.Status.ContainerStatuses[0].State.Waiting.Reason
+		}
+		return ""
+	}, 20*time.Second, 50*time.Millisecond).Should(Equal("ErrImagePull"))
+	pod("nokey", "local/sh", "true", corev1.EnvVar{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "keys"}, Key: "missing"}}})
+	g.Eventually(func() string {
+		if p := get("nokey")(); p != nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil {
+			return p.Status.ContainerStatuses[0].State.Waiting.Message
+		}
+		return ""
+	}, 20*time.Second, 50*time.Millisecond).Should(ContainSubstring("couldn't find key missing in Secret runner-test/keys"))
+
+	// A long-running pod: Kill makes it Failed (137); deleting another stops
+	// its process and the pod goes away.
+	pod("killme", "local/sh", "sleep 300")
+	g.Eventually(get("killme"), 20*time.Second, 50*time.Millisecond).Should(WithTransform(phase, Equal(corev1.PodRunning)))
+	g.Expect(r.Kill(get("killme")().UID)).To(BeTrue())
+	g.Eventually(get("killme"), 20*time.Second, 50*time.Millisecond).Should(WithTransform(phase, Equal(corev1.PodFailed)))
+	g.Expect(get("killme")().Status.ContainerStatuses[0].State.Terminated.ExitCode).To(Equal(int32(137)))
+
+	pod("deleteme", "local/sh", "sleep 300")
+	g.Eventually(get("deleteme"), 20*time.Second, 50*time.Millisecond).Should(WithTransform(phase, Equal(corev1.PodRunning)))
+	g.Expect(r.Running()).To(Equal(1))
+	g.Expect(cs.CoreV1().Pods(ns).Delete(ctx, "deleteme", metav1.DeleteOptions{})).To(Succeed())
+	g.Eventually(func() bool {
+		_, err := cs.CoreV1().Pods(ns).Get(ctx, "deleteme", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, 30*time.Second, 50*time.Millisecond).Should(BeTrue())
+	g.Expect(r.Running()).To(Equal(0))
+}
