@@ -16,6 +16,10 @@ const (
 	// (delegate Agents, BrowserProfile, skill ConfigMaps, channel Secrets, the
 	// CronJob's Agent) exists.
 	ConditionReferencesResolved = "ReferencesResolved"
+	// ConditionRuntimeReady says whether the Agent's session pods can run
+	// (operator with a runtime configured only): image pulls, the pod's
+	// configuration and the namespace quota.
+	ConditionRuntimeReady = "RuntimeReady"
 	// ConditionScheduleValid says whether a CronJob's schedule parses and will fire.
 	ConditionScheduleValid = "ScheduleValid"
 )
@@ -56,6 +60,18 @@ const (
 	// ReasonInvalidReference: a reference is not allowed (e.g. an Agent delegating
 	// to itself).
 	ReasonInvalidReference = "InvalidReference"
+
+	// ReasonPodsReady: session pods start and claim sessions.
+	ReasonPodsReady = "PodsReady"
+	// ReasonImagePullFailed: the runtime image cannot be pulled.
+	ReasonImagePullFailed = "ImagePullFailed"
+	// ReasonPodConfigError: a session pod cannot be configured (typically a
+	// missing Secret or key it references).
+	ReasonPodConfigError = "PodConfigError"
+	// ReasonPodFailed: session pods exit with an error before serving.
+	ReasonPodFailed = "PodFailed"
+	// ReasonQuotaExceeded: the namespace's ResourceQuota forbids more pods.
+	ReasonQuotaExceeded = "QuotaExceeded"
 
 	// ReasonScheduled: the schedule is valid and the next run time is known.
 	ReasonScheduled = "Scheduled"

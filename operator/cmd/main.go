@@ -30,6 +30,7 @@ type options struct {
 	concurrency      int
 	secureMetrics    bool
 	zapOpts          zap.Options
+	runtime          runtimeOptions
 }
 
 func main() {
@@ -42,6 +43,7 @@ func main() {
 	flag.Float64Var(&o.qps, "kube-api-qps", 100, "Client-side rate limit for requests to the API server.")
 	flag.IntVar(&o.burst, "kube-api-burst", 200, "Burst above kube-api-qps.")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "Parallel reconciles per controller.")
+	o.runtime.bindFlags(flag.CommandLine)
 	o.zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zapOpts)))
@@ -87,7 +89,12 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("failed to create manager: %w", err)
 	}
-	if err := controller.Setup(ctx, mgr, controller.Config{Catalog: policy.DefaultCatalog(), Concurrency: o.concurrency}); err != nil {
+	rc, closeRuntime, err := o.runtime.config(mgr)
+	if err != nil {
+		return err
+	}
+	defer closeRuntime()
+	if err := controller.Setup(ctx, mgr, controller.Config{Catalog: policy.DefaultCatalog(), Concurrency: o.concurrency, Runtime: rc}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

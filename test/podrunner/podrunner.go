@@ -66,7 +66,6 @@ type Runner struct {
 type proc struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
-	killed  bool
 	stopped bool
 }
 

@@ -10,9 +10,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/tool/policy"
@@ -27,6 +29,8 @@ type AgentReconciler struct {
 	Catalog policy.Catalog
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
+	// Runtime, when set, makes the reconciler keep session pods.
+	Runtime *RuntimeConfig
 }
 
 // +kubebuilder:rbac:groups=agents.picobot.io,resources=agents,verbs=get;list;watch
@@ -48,6 +52,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		r.resolveModelPhase,
 		r.resolveToolsPhase,
 		r.resolveReferencesPhase,
+		r.runtimePhase,
 	} {
 		if err := phase(ctx, s); err != nil {
 			// A failed read says nothing about the Agent: keep the old status and
@@ -60,6 +65,9 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	r.emitEvents(agent, changed)
+	if s.runtime != nil && s.runtime.requeue > 0 {
+		return ctrl.Result{RequeueAfter: s.runtime.requeue}, nil
+	}
 	return ctrl.Result{}, nil
 }
 
@@ -98,7 +106,16 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return reqs
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Runtime != nil {
+		wakes := make(chan event.TypedGenericEvent[*picobotv1alpha1.Agent], 1024)
+		if err := mgr.Add(wakeNotices(r.Runtime.Bus, wakes)); err != nil {
+			return err
+		}
+		b = b.Owns(&corev1.Pod{}).
+			WatchesRawSource(source.Channel(wakes, &handler.TypedEnqueueRequestForObject[*picobotv1alpha1.Agent]{}))
+	}
+	if err := b.
 		For(&picobotv1alpha1.Agent{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(secretMap), builder.WithPredicates(keysChanged{})).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(c, &picobotv1alpha1.AgentList{}, indexAgentConfigMaps)), builder.WithPredicates(keysChanged{})).

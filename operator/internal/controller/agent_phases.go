@@ -23,6 +23,11 @@ type agentScope struct {
 	toolsErr error
 	missing  []string
 	invalid  []string
+	// defaults is the namespace's picobot-defaults ConfigMap, if any.
+	defaults *corev1.ConfigMap
+	// secretKeys are the keys session pods get in their environment.
+	secretKeys []corev1.SecretKeySelector
+	runtime    *runtimeResult
 }
 
 // lookupSecrets reads Secrets of ns from the cache, remembering each answer for
@@ -61,6 +66,8 @@ func (r *AgentReconciler) resolveModelPhase(ctx context.Context, s *agentScope) 
 		}
 	}
 	s.model = agentspec.ResolveModel(s.agent.Spec.Model, defaults, r.lookupSecrets(ctx, s.agent.Namespace, &readErr))
+	s.defaults = defaults
+	s.secretKeys = secretKeysOf(s.agent, defaults)
 	return readErr
 }
 
@@ -128,6 +135,11 @@ func applyAgentStatus(s *agentScope) []metav1.Condition {
 		modelCondition(s.model),
 		toolsCondition(s.toolsErr, s.tools.Warnings, len(s.tools.Tools)),
 		referencesCondition(s.missing, s.invalid),
+	}
+	if s.runtime != nil {
+		conds = append(conds, s.runtime.cond)
+		a.Status.ActiveSessions = &s.runtime.active
+		a.Status.WarmPods = &s.runtime.warm
 	}
 	conds = append(conds, readySummary(conds))
 	a.Status.ObservedGeneration = a.Generation

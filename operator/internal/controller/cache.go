@@ -2,11 +2,13 @@ package controller
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/podspec"
 )
 
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
@@ -67,6 +69,9 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}:    {Transform: toolscache.TransformFunc(StripSecretValues)},
 			&corev1.ConfigMap{}: {Transform: toolscache.TransformFunc(StripConfigMapValues)},
+			// Only session pods: clusters run many pods the operator has
+			// nothing to do with.
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelComponent: podspec.ComponentSession, podspec.LabelName: "picobot"})},
 		},
 	}
 }

@@ -19,6 +19,8 @@ type Config struct {
 	Concurrency int
 	// Clock is injected so tests can move time; the real clock by default.
 	Clock clock.PassiveClock
+	// Runtime turns on session pods (nil: status only).
+	Runtime *RuntimeConfig
 }
 
 // Setup registers the field indexes and every reconciler with mgr. main and
@@ -35,6 +37,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		Recorder:                mgr.GetEventRecorder("picobot-operator"),
 		Catalog:                 cfg.Catalog,
 		MaxConcurrentReconciles: cfg.Concurrency,
+		Runtime:                 cfg.Runtime,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

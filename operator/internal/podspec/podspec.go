@@ -43,7 +43,7 @@ const (
 	runtimeUID   = 65532 // distroless "nonroot"
 )
 
-// Names of an Agent's runtime objects.
+// ServiceAccountName names the ServiceAccount, Role and RoleBinding of an agent.
 func ServiceAccountName(agent string) string { return "picobot-agent-" + agent }
 
 // SessionLabels select an agent's session pods.

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/picobot/picobot/operator/internal/controller"
+	"github.com/picobot/picobot/operator/internal/podspec"
+	"github.com/picobot/picobot/runtime/bus/redisbus"
+	"github.com/picobot/picobot/runtime/cluster/wake"
+)
+
+// runtimeOptions are the flags of session pods. Without --runtime-image the
+// operator only publishes status (no Redis needed).
+type runtimeOptions struct {
+	image           string
+	redisURL        string
+	leaseTTL        time.Duration
+	idleTimeout     time.Duration
+	systemNamespace string
+	servicePorts    string
+	serviceCIDRs    string
+}
+
+func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&r.image, "runtime-image", os.Getenv("PICOBOT_RUNTIME_IMAGE"), "Image of session pods (default $PICOBOT_RUNTIME_IMAGE); empty disables session pods.")
+	fs.StringVar(&r.redisURL, "redis-url", os.Getenv(wake.ConnectionEnv[1]), "Redis of the wake streams (default $PICOBOT_REDIS_URL).")
+	fs.DurationVar(&r.leaseTTL, "session-lease-ttl", 0, "Lease TTL of session pods (0: the runtime's default, 30s); a dead pod's chat moves after it.")
+	fs.DurationVar(&r.idleTimeout, "session-idle-timeout", 0, "Override every Agent's runtime.idleTimeout (0: use the Agent's).")
+	fs.StringVar(&r.systemNamespace, "system-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of PostgreSQL/Redis/S3 that session pods may reach.")
+	fs.StringVar(&r.servicePorts, "service-ports", "5432,6379,8333,9000,443", "Ports session pods may reach in the system namespace.")
+	fs.StringVar(&r.serviceCIDRs, "service-cidrs", "", "Comma-separated CIDRs of external PostgreSQL/Redis/S3 that session pods may reach.")
+}
+
+func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, func(), error) {
+	if r.image == "" {
+		return nil, func() {}, nil
+	}
+	if r.redisURL == "" {
+		return nil, nil, fmt.Errorf("--runtime-image needs --redis-url or $PICOBOT_REDIS_URL")
+	}
+	b, err := redisbus.Open(r.redisURL, redisbus.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to connect to Redis: %w", err)
+	}
+	conn := map[string]string{}
+	for _, k := range wake.ConnectionEnv {
+		if v := os.Getenv(k); v != "" {
+			conn[k] = v
+		}
+	}
+	var ports []int32
+	for _, p := range strings.Split(r.servicePorts, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(p, 10, 32)
+		if err != nil {
+			_ = b.Close()
+			return nil, nil, fmt.Errorf("--service-ports: %q is not a port", p)
+		}
+		ports = append(ports, int32(n))
+	}
+	var cidrs []string
+	for _, c := range strings.Split(r.serviceCIDRs, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			cidrs = append(cidrs, c)
+		}
+	}
+	var env []corev1.EnvVar
+	if r.leaseTTL > 0 {
+		env = append(env, corev1.EnvVar{Name: "PICOBOT_LEASE_TTL", Value: r.leaseTTL.String()})
+	}
+	if r.idleTimeout > 0 {
+		env = append(env, corev1.EnvVar{Name: "PICOBOT_IDLE_TIMEOUT", Value: r.idleTimeout.String()})
+	}
+	return &controller.RuntimeConfig{Image: r.image, Redis: b.Client(), Bus: b, Connection: conn, Env: env,
+		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second,
+		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs}}, func() { _ = b.Close() }, nil
+}
