@@ -26,6 +26,7 @@ generate: ## Generate deepcopy code for the API types.
 .PHONY: manifests
 manifests: ## Generate CRDs (config/crd/bases) and RBAC (config/rbac/role.yaml) from markers.
 	$(CONTROLLER_GEN) rbac:roleName=operator crd paths=./... output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	hack/chart-manifests.sh
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -49,8 +50,12 @@ verify: ## Fail when generated files, formatting or go.mod are stale.
 controlplane: ## Build (once, cached) kube-apiserver and etcd for tests.
 	@hack/controlplane.sh >/dev/null
 
+.PHONY: chromium
+chromium: ## Install headless Chromium (Debian's package) once, for the browser tests.
+	@hack/chromium.sh >/dev/null
+
 .PHONY: test
-test: controlplane ## Run every test (unit, integration on real servers, e2e with kubectl and picobot serve) with -race.
+test: controlplane chromium ## Run every test (unit, integration on real servers, e2e with kubectl and picobot serve) with -race.
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./...
 	node --test runtime/gateway/web/
 
@@ -63,8 +68,8 @@ test-e2e: controlplane ## Run end-to-end tests (operator binary, kubectl).
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./test/e2e/...
 
 .PHONY: bench
-bench: controlplane ## Run the benchmarks and print their figures.
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test -run '^$$' -bench . -benchmem -benchtime=1x ./test/e2e/...
+bench: controlplane chromium ## Run the benchmarks and print their figures.
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test -run '^$$' -bench . -benchmem -benchtime=1x ./test/e2e/... ./operator/...
 	go test -run '^$$' -bench . -benchmem ./runtime/...
 
 ##@ Build and run
@@ -83,3 +88,27 @@ run: ## Embedded mode: an example agent with the web UI on http://127.0.0.1:8080
 .PHONY: run-operator
 run-operator: controlplane build ## Cluster mode locally: control plane, samples applied, the operator reconciling them.
 	hack/run-local.sh
+
+##@ Packaging
+
+IMG_REGISTRY ?= ghcr.io/picobot
+IMG_TAG ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/picobot/Chart.yaml)
+PLATFORMS ?= linux/amd64,linux/arm64
+
+.PHONY: helm-lint
+helm-lint: ## Lint the Helm chart (helm installed once into the cache).
+	"$$(hack/tool.sh helm)" lint --strict charts/picobot
+
+.PHONY: helm-test
+helm-test: controlplane ## Chart, kustomize and image tests: lint, render, snapshots, server-side dry run, Dockerfile builds.
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./test/helm/...
+
+.PHONY: docker-build
+docker-build: ## Build the picobot and picobot-browser images for this machine (Docker with BuildKit).
+	docker build -f images/picobot/Dockerfile -t $(IMG_REGISTRY)/picobot:$(IMG_TAG) .
+	docker build -f images/picobot-browser/Dockerfile -t $(IMG_REGISTRY)/picobot-browser:$(IMG_TAG) .
+
+.PHONY: docker-push
+docker-push: ## Build and push multi-arch images (PLATFORMS, default amd64 and arm64) with docker buildx.
+	docker buildx build --platform $(PLATFORMS) -f images/picobot/Dockerfile -t $(IMG_REGISTRY)/picobot:$(IMG_TAG) --push .
+	docker buildx build --platform $(PLATFORMS) -f images/picobot-browser/Dockerfile -t $(IMG_REGISTRY)/picobot-browser:$(IMG_TAG) --push .

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fails when generated files (deepcopy, CRDs, RBAC), formatting or go.mod/go.sum
+# Fails when generated files (deepcopy, CRDs, RBAC, the chart's copies of them), formatting or go.mod/go.sum
 # are stale: regenerates them and compares checksums before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +8,7 @@ unformatted=$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go
 if [ -n "$unformatted" ]; then
   echo "verify: not gofmt-ed: $unformatted" >&2; fail=1
 fi
-sums() { find api config/crd config/rbac -type f -print0 | sort -z | xargs -0 sha256sum; sha256sum go.mod go.sum; }
+sums() { find api config/crd config/rbac charts/picobot/templates -type f -print0 | sort -z | xargs -0 sha256sum; sha256sum go.mod go.sum; }
 before=$(sums)
 make -s generate manifests >/dev/null
 go mod tidy

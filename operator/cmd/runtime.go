@@ -21,6 +21,7 @@ import (
 // operator only publishes status (no Redis needed).
 type runtimeOptions struct {
 	image           string
+	browserImage    string
 	redisURL        string
 	leaseTTL        time.Duration
 	idleTimeout     time.Duration
@@ -31,6 +32,7 @@ type runtimeOptions struct {
 
 func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&r.image, "runtime-image", os.Getenv("PICOBOT_RUNTIME_IMAGE"), "Image of session pods (default $PICOBOT_RUNTIME_IMAGE); empty disables session pods.")
+	fs.StringVar(&r.browserImage, "browser-image", os.Getenv("PICOBOT_BROWSER_IMAGE"), "Image of browser pods (default $PICOBOT_BROWSER_IMAGE).")
 	fs.StringVar(&r.redisURL, "redis-url", os.Getenv(wake.ConnectionEnv[1]), "Redis of the wake streams (default $PICOBOT_REDIS_URL).")
 	fs.DurationVar(&r.leaseTTL, "session-lease-ttl", 0, "Lease TTL of session pods (0: the runtime's default, 30s); a dead pod's chat moves after it.")
 	fs.DurationVar(&r.idleTimeout, "session-idle-timeout", 0, "Override every Agent's runtime.idleTimeout (0: use the Agent's).")
@@ -81,7 +83,7 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 	if r.idleTimeout > 0 {
 		env = append(env, corev1.EnvVar{Name: "PICOBOT_IDLE_TIMEOUT", Value: r.idleTimeout.String()})
 	}
-	return &controller.RuntimeConfig{Image: r.image, Redis: b.Client(), Bus: b, Connection: conn, Env: env,
+	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, Env: env,
 		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second,
 		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs}}, func() { _ = b.Close() }, nil
 }

@@ -35,6 +35,8 @@ import (
 type RuntimeConfig struct {
 	// Image is the default runtime image of session pods.
 	Image string
+	// BrowserImage runs browser pods (Chromium behind `picobot browser`).
+	BrowserImage string
 	// Redis and Bus reach the wake streams and pod registry.
 	Redis *redis.Client
 	Bus   bus.Bus
