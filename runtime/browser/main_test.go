@@ -1,0 +1,7 @@
+package browser
+
+import (
+	"os"
+)
+
+func testingCI() bool { return os.Getenv("CI") != "" }
