@@ -301,7 +301,8 @@ type Channel struct {
 
 	// secretRef names a Secret (same namespace) with the channel's credentials:
 	// telegram: token, webhookSecret; feishu: appID, appSecret, verificationToken,
-	// encryptKey; slack: botToken, signingSecret; webhook: signingSecret.
+	// encryptKey; slack: botToken, signingSecret; webhook: signingSecret, url (where
+	// replies are POSTed).
 	// +optional
 	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,6 +58,9 @@ type Host struct {
 	StateDir string
 	// Holder identifies this process in session leases.
 	Holder string
+	// LeaseTTL of session leases (session.DefaultLeaseTTL when zero); cluster
+	// mode sets it to the chat lease's TTL so both expire together.
+	LeaseTTL time.Duration
 	// Secrets returns a Secret by name (values included), nil when missing.
 	Secrets func(name string) *corev1.Secret
 	// SecretHint, when set, explains how to provide a missing Secret key; it
@@ -332,7 +336,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	ws := filepath.Join(h.StateDir, "workspaces")
 	b.Loop = loop
 	b.Session = session.Config{Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
-		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, Timeline: session.StoreTimeline{Store: h.Store},
+		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, LeaseTTL: h.LeaseTTL, Timeline: session.StoreTimeline{Store: h.Store},
 		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(b.MCP),
 		Workspace: func(id session.ID) string {
 			dir := filepath.Join(ws, a.Name, envUnsafe.ReplaceAllString(strings.ToUpper(id.String()), "_"))

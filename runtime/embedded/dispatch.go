@@ -10,6 +10,7 @@ import (
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/store"
 )
 
 // worker is the goroutine of one chat: it runs the chat's messages in order,
@@ -52,16 +53,17 @@ func (w *worker) dropQueued() []bus.Message {
 	return dropped
 }
 
-// dispatch reads an agent's inbound stream and hands each message to its
-// chat's worker. Messages are acknowledged after the turn is persisted.
-func (r *Runtime) dispatch(a *agentRuntime) {
+// dispatch reads a tenant's inbound stream of an agent and hands each
+// message to its chat's worker. Messages are acknowledged after the turn is
+// persisted.
+func (r *Runtime) dispatch(a *agentRuntime, ta *tenantAgent) {
 	for r.ctx.Err() == nil {
-		msgs, err := r.bus.Fetch(r.ctx, a.stream, consumerGroup, "embedded", bus.FetchOptions{Count: 100, Block: time.Second})
+		msgs, err := r.bus.Fetch(r.ctx, ta.stream, consumerGroup, "embedded", bus.FetchOptions{Count: 100, Block: time.Second})
 		if err != nil {
 			if r.ctx.Err() != nil || errors.Is(err, bus.ErrClosed) {
 				return
 			}
-			r.log.Error("Failed to read inbound stream", "agent", a.name, "err", err)
+			r.log.Error("Failed to read inbound stream", "agent", a.name, "tenant", ta.tenant, "err", err)
 			select {
 			case <-r.ctx.Done():
 				return
@@ -73,16 +75,19 @@ func (r *Runtime) dispatch(a *agentRuntime) {
 			var in inbound
 			if err := json.Unmarshal(m.Payload, &in); err != nil {
 				r.log.Error("Dropping malformed inbound message", "id", m.ID, "err", err)
-				_ = r.bus.Ack(r.ctx, a.stream, consumerGroup, m.Seq)
+				_ = r.bus.Ack(r.ctx, ta.stream, consumerGroup, m.Seq)
 				continue
 			}
-			r.workerFor(a, in.ChatID).push(m)
+			if in.Channel == "" {
+				in.Channel = Channel // queued before channels were recorded
+			}
+			r.workerFor(a, ta, in.Channel, in.ChatID).push(m)
 		}
 	}
 }
 
-func (r *Runtime) workerFor(a *agentRuntime, chatID string) *worker {
-	key := chatOf(a.name, chatID)
+func (r *Runtime) workerFor(a *agentRuntime, ta *tenantAgent, channel, chatID string) *worker {
+	key := workerKey(ta.tenant, channel, chatOf(a.name, chatID))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w := r.workers[key]; w != nil {
@@ -90,17 +95,17 @@ func (r *Runtime) workerFor(a *agentRuntime, chatID string) *worker {
 	}
 	w := &worker{wake: make(chan struct{}, 1)}
 	r.workers[key] = w
-	r.wg.Go(func() { r.runWorker(a, key, w) })
+	r.wg.Go(func() { r.runWorker(a, ta, key, w) })
 	return w
 }
 
-func (r *Runtime) runWorker(a *agentRuntime, key string, w *worker) {
+func (r *Runtime) runWorker(a *agentRuntime, ta *tenantAgent, key string, w *worker) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		m, ok := w.pop()
 		if ok {
-			r.process(a, m)
+			r.process(a, ta, m)
 			idle.Reset(workerIdle)
 			continue
 		}
@@ -124,19 +129,23 @@ func (r *Runtime) runWorker(a *agentRuntime, key string, w *worker) {
 	}
 }
 
-// process runs one message through the session manager, answers the waiting
-// gateway call, and acknowledges the bus entry.
-func (r *Runtime) process(a *agentRuntime, m bus.Message) {
+// process runs one message through the tenant's session manager, answers
+// the waiting gateway call, and acknowledges the bus entry.
+func (r *Runtime) process(a *agentRuntime, ta *tenantAgent, m bus.Message) {
 	var in inbound
 	_ = json.Unmarshal(m.Payload, &in)
+	if in.Channel == "" {
+		in.Channel = Channel
+	}
+	key := waiterKey(ta.stream, in.Channel, m.ID)
 	r.mu.Lock()
-	wt := r.waiters[m.ID]
+	wt := r.waiters[key]
 	r.mu.Unlock()
-	inb := session.Inbound{Channel: Channel, ChatID: chatOf(a.name, in.ChatID), MessageID: m.ID, Text: in.Text, Stream: true}
+	inb := session.Inbound{Channel: in.Channel, ChatID: chatOf(a.name, in.ChatID), MessageID: m.ID, Text: in.Text, Stream: true}
 	if wt != nil {
 		inb.Sink = wt.sink
 	}
-	reply, err := a.manager.Handle(r.ctx, inb)
+	reply, err := ta.manager.Handle(store.WithTenant(r.ctx, ta.tenant), inb)
 	if errors.Is(err, context.Canceled) && r.ctx.Err() != nil {
 		return // shutting down: the entry stays pending and is redelivered
 	}
@@ -146,17 +155,17 @@ func (r *Runtime) process(a *agentRuntime, m bus.Message) {
 	case errors.Is(err, context.Canceled):
 		err = &gateway.CodedError{Code: gateway.CodeStopped, Err: errors.New("stopped; what was done so far is kept")}
 	}
-	if ackErr := r.bus.Ack(r.ctx, a.stream, consumerGroup, m.Seq); ackErr != nil {
+	if ackErr := r.bus.Ack(r.ctx, ta.stream, consumerGroup, m.Seq); ackErr != nil {
 		r.log.Error("Failed to acknowledge inbound message", "id", m.ID, "err", ackErr)
 	}
-	r.answer(m.ID, result{out: gateway.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate}, err: err})
+	r.answer(key, result{out: gateway.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate}, err: err})
 }
 
-// answer hands a result to the gateway call waiting for message id, if any
+// answer hands a result to the gateway call waiting for a message, if any
 // (the client may have gone; the turn is persisted either way).
-func (r *Runtime) answer(id string, res result) {
+func (r *Runtime) answer(key string, res result) {
 	r.mu.Lock()
-	wt := r.waiters[id]
+	wt := r.waiters[key]
 	r.mu.Unlock()
 	if wt != nil {
 		select {
@@ -164,4 +173,14 @@ func (r *Runtime) answer(id string, res result) {
 		default:
 		}
 	}
+}
+
+// messageWaiterKey is the waiter key of a queued message.
+func messageWaiterKey(stream string, m bus.Message) string {
+	var in inbound
+	_ = json.Unmarshal(m.Payload, &in)
+	if in.Channel == "" {
+		in.Channel = Channel
+	}
+	return waiterKey(stream, in.Channel, m.ID)
 }

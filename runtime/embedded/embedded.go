@@ -2,6 +2,12 @@
 // of a manifests folder, sessions as goroutines on SQLite, the in-process bus
 // and a local artifact folder, behind the same gateway protocol as cluster
 // mode.
+//
+// A Runtime implements gateway.Backend. Each request acts for the tenant in
+// its context (store.WithTenant, set by the gateway from the API key), which
+// must be one the runtime serves (Options.Tenant and Options.Tenants): the
+// tenants share the agents and the SQLite file, and have their own sessions,
+// artifacts, inbound streams and workspace folders.
 package embedded
 
 import (
@@ -13,7 +19,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,8 +43,9 @@ import (
 	"github.com/picobot/picobot/runtime/store/sqlite"
 )
 
-// Channel is the channel name of gateway clients.
-const Channel = "web"
+// Channel is the channel name of WebSocket and REST clients of the gateway
+// (OpenAI-compatible clients use gateway.ChannelOpenAI).
+const Channel = gateway.ChannelWeb
 
 const (
 	consumerGroup = "runtime"
@@ -51,7 +61,15 @@ type Options struct {
 	// (Dir/.picobot when empty).
 	StateDir string
 	// Tenant scopes all state; the manifests' namespace in cluster terms.
+	// Requests name their tenant in ctx (store.WithTenant); this one is the
+	// tenant of gateway.New and of in-process callers.
 	Tenant string
+	// Tenants are further tenants served besides Tenant, over the same
+	// agents (shared) and the same SQLite file: each has its own sessions,
+	// messages, artifacts, inbound streams and workspace folders
+	// (StateDir/workspaces/<tenant>/...). A request of any other tenant is
+	// refused.
+	Tenants []string
 	// Env looks up environment variables (os.Getenv when nil): a secretKeyRef
 	// {name: N, key: K} with no Secret manifest in Dir is read from
 	// PICOBOT_SECRET_<N>_<K> (upper-case, other characters as '_').
@@ -76,9 +94,11 @@ type Runtime struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	tenants map[string]bool // tenants served
+
 	mu      sync.Mutex
-	waiters map[string]*waiter // bus message id -> the gateway call waiting for it
-	workers map[string]*worker // agent/chat -> its session goroutine
+	waiters map[string]*waiter // stream + channel + bus message id -> the gateway call waiting for it
+	workers map[string]*worker // tenant + channel + agent/chat -> its session goroutine
 }
 
 type waiter struct {
@@ -93,15 +113,27 @@ type result struct {
 
 type agentRuntime struct {
 	*agenthost.Built
-	name    string
-	info    gateway.AgentInfo
+	name string
+	info gateway.AgentInfo
+	// manager and stream are those of the default tenant (Options.Tenant).
+	manager *session.Manager
+	stream  string
+	// byTenant holds the session manager and inbound stream of every
+	// tenant served.
+	byTenant map[string]*tenantAgent
+}
+
+// tenantAgent is an agent as one tenant uses it: its own sessions (the
+// manager's workspaces include the tenant) and its own inbound stream.
+type tenantAgent struct {
+	tenant  string
 	manager *session.Manager
 	stream  string
 }
 
 // inbound is the bus payload of a client message.
 type inbound struct {
-	Agent, ChatID, ClientID, Text string
+	Channel, Agent, ChatID, ClientID, Text string
 }
 
 // Open loads the manifests and starts the runtime.
@@ -140,8 +172,15 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &Runtime{opts: opts, store: st, bus: membus.New(membus.Options{}), agents: map[string]*agentRuntime{},
 		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel, blobs: blobs,
-		artifacts: artifact.Store{Blobs: blobs, State: st},
-		waiters:   map[string]*waiter{}, workers: map[string]*worker{}}
+		artifacts: artifact.Store{Blobs: blobs, State: st}, tenants: map[string]bool{opts.Tenant: true},
+		waiters: map[string]*waiter{}, workers: map[string]*worker{}}
+	for _, t := range opts.Tenants {
+		if err := checkTenant(t); err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.tenants[t] = true
+	}
 	secrets, defaults := otherObjects(set)
 	// One process per state folder: a holder stable across restarts lets a
 	// restarted (even crashed) process take its sessions back at once.
@@ -165,11 +204,58 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			r.Close()
 			return nil, err
 		}
-		ar := &agentRuntime{Built: built, name: a.Name, info: built.Info, manager: built.Manager, stream: bus.Key(opts.Tenant, a.Name, "in")}
+		ar := &agentRuntime{Built: built, name: a.Name, info: built.Info, byTenant: map[string]*tenantAgent{}}
+		for t := range r.tenants {
+			cfg := built.Session
+			cfg.Workspace = workspaceFunc(opts.StateDir, t, a.Name)
+			ar.byTenant[t] = &tenantAgent{tenant: t, manager: session.NewManager(cfg), stream: bus.Key(t, a.Name, "in")}
+		}
+		ar.manager, ar.stream = ar.byTenant[opts.Tenant].manager, ar.byTenant[opts.Tenant].stream
 		r.agents[a.Name] = ar
-		r.wg.Go(func() { r.dispatch(ar) })
+		for _, ta := range ar.byTenant {
+			r.wg.Go(func() { r.dispatch(ar, ta) })
+		}
 	}
 	return r, nil
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// workspaceFunc returns where a tenant's sessions of an agent work:
+// StateDir/workspaces/<tenant>/<agent>/<session id, made safe>.
+func workspaceFunc(stateDir, tenant, agentName string) func(session.ID) string {
+	base := filepath.Join(stateDir, "workspaces", tenant, agentName)
+	var made sync.Map // folders created, so a turn costs no syscall
+	return func(id session.ID) string {
+		dir := filepath.Join(base, unsafeName.ReplaceAllString(id.String(), "_"))
+		if _, ok := made.Load(dir); !ok {
+			if err := os.MkdirAll(dir, 0o700); err == nil {
+				made.Store(dir, struct{}{})
+			}
+		}
+		return dir
+	}
+}
+
+// checkTenant accepts tenant names that are Kubernetes namespace names.
+func checkTenant(t string) error {
+	if t == "" || len(t) > 63 || strings.Trim(t, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || strings.HasPrefix(t, "-") || strings.HasSuffix(t, "-") {
+		return fmt.Errorf("tenant %q is not a namespace name (lower-case letters, digits and '-', at most 63)", t)
+	}
+	return nil
+}
+
+// Tenant is the default tenant: gateway.New serves it.
+func (r *Runtime) Tenant() string { return r.opts.Tenant }
+
+// Tenants lists the tenants served, sorted.
+func (r *Runtime) Tenants() []string {
+	out := make([]string, 0, len(r.tenants))
+	for t := range r.tenants {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // otherObjects picks the Secrets and the picobot-defaults ConfigMap out of the
@@ -209,9 +295,11 @@ func (r *Runtime) Close() {
 	r.cancel()
 	r.wg.Wait()
 	for _, a := range r.agents {
-		a.Built.Close()
-		if err := a.manager.ReleaseAll(store.WithTenant(context.Background(), r.opts.Tenant)); err != nil {
-			r.log.Error("Failed to release session leases", "agent", a.name, "err", err)
+		a.Close()
+		for _, ta := range a.byTenant {
+			if err := ta.manager.ReleaseAll(store.WithTenant(context.Background(), ta.tenant)); err != nil {
+				r.log.Error("Failed to release session leases", "agent", a.name, "tenant", ta.tenant, "err", err)
+			}
 		}
 	}
 	_ = r.bus.Close()
@@ -219,7 +307,7 @@ func (r *Runtime) Close() {
 	_ = r.store.Close()
 }
 
-// Agents implements gateway.Backend.
+// Agents returns every agent (all tenants share them), by name.
 func (r *Runtime) Agents() []gateway.AgentInfo {
 	out := make([]gateway.AgentInfo, 0, len(r.agents))
 	for _, a := range r.agents {
@@ -227,6 +315,40 @@ func (r *Runtime) Agents() []gateway.AgentInfo {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// ListAgents implements gateway.Backend.
+func (r *Runtime) ListAgents(ctx context.Context) ([]gateway.AgentInfo, error) {
+	if _, err := r.tenantOf(ctx); err != nil {
+		return nil, err
+	}
+	return r.Agents(), nil
+}
+
+// tenantOf returns the tenant of a request, which must be one this runtime
+// serves.
+func (r *Runtime) tenantOf(ctx context.Context) (string, error) {
+	t, err := store.TenantFrom(ctx)
+	if err != nil {
+		return "", &gateway.CodedError{Code: gateway.CodeForbidden, Err: errors.New("the request carries no tenant")}
+	}
+	if !r.tenants[t] {
+		return "", &gateway.CodedError{Code: gateway.CodeForbidden, Err: fmt.Errorf("tenant %q is not served by this runtime", t)}
+	}
+	return t, nil
+}
+
+// scope resolves the tenant of ctx and the agent of a chat.
+func (r *Runtime) scope(ctx context.Context, agentName string) (*agentRuntime, *tenantAgent, error) {
+	t, err := r.tenantOf(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := r.agent(agentName)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, a.byTenant[t], nil
 }
 
 func (r *Runtime) agent(name string) (*agentRuntime, error) {
@@ -239,37 +361,55 @@ func (r *Runtime) agent(name string) (*agentRuntime, error) {
 
 func chatOf(agentName, chatID string) string { return agentName + "/" + chatID }
 
-// Handle implements gateway.Backend: the message goes through the in-process
-// bus to the chat's session goroutine; /stop bypasses the queue.
+// workerKey names a chat's worker: chats of different tenants and channels
+// never share one.
+func workerKey(tenant, channel, chatKey string) string {
+	return tenant + "\x00" + channel + "\x00" + chatKey
+}
+
+// waiterKey names the gateway call waiting for a bus message.
+func waiterKey(stream, channel, id string) string { return stream + "\x00" + channel + "\x00" + id }
+
+// Handle implements gateway.Backend: the message goes through the tenant's
+// inbound stream of the agent to the chat's session goroutine; /stop
+// bypasses the queue.
 func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, error) {
-	a, err := r.agent(s.Agent)
+	_, ta, err := r.scope(ctx, s.Agent)
 	if err != nil {
 		return gateway.Outcome{}, err
 	}
+	c := s.Chat()
 	if cmd, ok := session.ParseCommand(s.Text); ok && cmd.Name == "stop" {
-		stopped := r.Stop(s.Agent, s.ChatID)
+		stopped, err := r.Stop(ctx, c)
+		if err != nil {
+			return gateway.Outcome{}, err
+		}
 		text := "Nothing is running."
 		if stopped {
 			text = "Stopped."
 		}
 		return gateway.Outcome{Command: "stop", Text: text}, nil
 	}
-	id := chatOf(s.Agent, s.ChatID) + "/" + s.ID
+	id := c.Key() + "/" + s.ID
+	key := waiterKey(ta.stream, c.ChannelName(), id)
 	w := &waiter{sink: s.Sink, done: make(chan result, 1)}
 	r.mu.Lock()
-	if _, busy := r.waiters[id]; busy {
+	if _, busy := r.waiters[key]; busy {
 		r.mu.Unlock()
 		return gateway.Outcome{}, &gateway.CodedError{Code: gateway.CodeBusy, Err: fmt.Errorf("message %q is already being processed", s.ID)}
 	}
-	r.waiters[id] = w
+	r.waiters[key] = w
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		delete(r.waiters, id)
+		delete(r.waiters, key)
 		r.mu.Unlock()
 	}()
-	payload, _ := json.Marshal(inbound{Agent: s.Agent, ChatID: s.ChatID, ClientID: s.ID, Text: s.Text})
-	if err := r.bus.Publish(ctx, a.stream, bus.Message{ID: id, Payload: payload}); err != nil {
+	payload, err := json.Marshal(inbound{Channel: c.ChannelName(), Agent: s.Agent, ChatID: s.ChatID, ClientID: s.ID, Text: s.Text})
+	if err != nil {
+		return gateway.Outcome{}, fmt.Errorf("failed to encode message: %w", err)
+	}
+	if err := r.bus.Publish(ctx, ta.stream, bus.Message{ID: id, Payload: payload}); err != nil {
 		return gateway.Outcome{}, fmt.Errorf("failed to queue message: %w", err)
 	}
 	select {
@@ -282,50 +422,144 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 
 // Stop implements gateway.Backend: it cancels the chat's running turn and
 // drops its queued messages.
-func (r *Runtime) Stop(agentName, chatID string) bool {
-	a := r.agents[agentName]
-	if a == nil {
-		return false
+func (r *Runtime) Stop(ctx context.Context, c gateway.Chat) (bool, error) {
+	_, ta, err := r.scope(ctx, c.Agent)
+	if err != nil {
+		return false, err
 	}
 	r.mu.Lock()
-	w := r.workers[chatOf(agentName, chatID)]
+	w := r.workers[workerKey(ta.tenant, c.ChannelName(), c.Key())]
 	r.mu.Unlock()
 	if w != nil {
 		for _, m := range w.dropQueued() {
-			if err := r.bus.Ack(r.ctx, a.stream, consumerGroup, m.Seq); err != nil {
+			if err := r.bus.Ack(r.ctx, ta.stream, consumerGroup, m.Seq); err != nil {
 				r.log.Error("Failed to acknowledge dropped message", "id", m.ID, "err", err)
 			}
-			r.answer(m.ID, result{out: gateway.Outcome{Command: "stop", Text: "Dropped by /stop before it ran."}})
+			r.answer(messageWaiterKey(ta.stream, m), result{out: gateway.Outcome{Command: "stop", Text: "Dropped by /stop before it ran."}})
 		}
 	}
-	id, err := a.manager.Resolve(r.ctx, Channel, chatOf(agentName, chatID))
+	// The running turn may be in any dialog of the chat (/new during a
+	// turn); looking them up creates none.
+	list, err := r.store.ListSessions(store.WithTenant(r.ctx, ta.tenant), store.SessionFilter{Channel: c.ChannelName(), ChatID: c.Key(),
+		IncludeArchived: true, IncludeDeleted: true})
 	if err != nil {
-		return false
+		return false, fmt.Errorf("failed to list dialogs of %s: %w", c.Key(), err)
 	}
-	return a.manager.Stop(id.String())
+	stopped := false
+	for _, s := range list {
+		stopped = ta.manager.Stop(s.ID) || stopped
+	}
+	return stopped, nil
 }
 
-// Sessions implements gateway.Backend.
-func (r *Runtime) Sessions(ctx context.Context, agentName, chatID string) (string, []store.Session, error) {
-	a, err := r.agent(agentName)
+// Dialogs implements gateway.Backend.
+func (r *Runtime) Dialogs(ctx context.Context, c gateway.Chat) (string, []store.Session, error) {
+	_, ta, err := r.scope(ctx, c.Agent)
 	if err != nil {
 		return "", nil, err
 	}
-	ctx = store.WithTenant(ctx, r.opts.Tenant)
-	cur, err := r.store.CurrentDialog(ctx, Channel, chatOf(agentName, chatID))
+	cur, err := r.store.CurrentDialog(ctx, c.ChannelName(), c.Key())
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return "", nil, err
 	}
-	list, err := a.manager.List(ctx, Channel, chatOf(agentName, chatID))
+	if cur != "" {
+		if s, err := r.store.GetSession(ctx, c.SessionID(cur)); err != nil || s.DeletedAt != nil {
+			cur = "" // the next message goes to the most recent remaining dialog
+		}
+	}
+	list, err := ta.manager.List(ctx, c.ChannelName(), c.Key())
 	return cur, list, err
+}
+
+// liveDialog returns a dialog of the chat that exists and is not deleted.
+func (r *Runtime) liveDialog(ctx context.Context, c gateway.Chat, dialogID string) (*tenantAgent, session.ID, error) {
+	_, ta, err := r.scope(ctx, c.Agent)
+	if err != nil {
+		return nil, session.ID{}, err
+	}
+	id := session.ID{Channel: c.ChannelName(), ChatID: c.Key(), DialogID: dialogID}
+	if err := id.Validate(); err != nil {
+		return nil, session.ID{}, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
+	}
+	s, err := r.store.GetSession(ctx, id.String())
+	if errors.Is(err, store.ErrNotFound) || err == nil && s.DeletedAt != nil {
+		return nil, session.ID{}, &gateway.CodedError{Code: gateway.CodeUnknownDialog,
+			Err: fmt.Errorf("no dialog %q in chat %s of agent %s", dialogID, c.ChatID, c.Agent)}
+	}
+	if err != nil {
+		return nil, session.ID{}, fmt.Errorf("failed to read session %q: %w", id, err)
+	}
+	return ta, id, nil
+}
+
+// CreateDialog implements gateway.Backend.
+func (r *Runtime) CreateDialog(ctx context.Context, c gateway.Chat, title string) (store.Session, error) {
+	_, ta, err := r.scope(ctx, c.Agent)
+	if err != nil {
+		return store.Session{}, err
+	}
+	id, err := ta.manager.Create(ctx, c.ChannelName(), c.Key())
+	if err != nil {
+		return store.Session{}, err
+	}
+	if title != "" {
+		if err := ta.manager.Rename(ctx, id, title); err != nil {
+			return store.Session{}, fmt.Errorf("failed to title dialog %q: %w", id, err)
+		}
+	}
+	return r.store.GetSession(ctx, id.String())
+}
+
+// SwitchDialog implements gateway.Backend.
+func (r *Runtime) SwitchDialog(ctx context.Context, c gateway.Chat, dialogID string) (store.Session, error) {
+	ta, id, err := r.liveDialog(ctx, c, dialogID)
+	if err != nil {
+		return store.Session{}, err
+	}
+	return ta.manager.Switch(ctx, id.Channel, id.ChatID, id.DialogID)
+}
+
+// RenameDialog implements gateway.Backend.
+func (r *Runtime) RenameDialog(ctx context.Context, c gateway.Chat, dialogID, title string) (store.Session, error) {
+	ta, id, err := r.liveDialog(ctx, c, dialogID)
+	if err != nil {
+		return store.Session{}, err
+	}
+	if err := ta.manager.Rename(ctx, id, title); err != nil {
+		return store.Session{}, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
+	}
+	return r.store.GetSession(ctx, id.String())
+}
+
+// ArchiveDialog implements gateway.Backend.
+func (r *Runtime) ArchiveDialog(ctx context.Context, c gateway.Chat, dialogID string) (store.Session, error) {
+	ta, id, err := r.liveDialog(ctx, c, dialogID)
+	if err != nil {
+		return store.Session{}, err
+	}
+	if err := ta.manager.Archive(ctx, id); err != nil {
+		return store.Session{}, fmt.Errorf("failed to archive %q: %w", id, err)
+	}
+	return r.store.GetSession(ctx, id.String())
+}
+
+// DeleteDialog implements gateway.Backend.
+func (r *Runtime) DeleteDialog(ctx context.Context, c gateway.Chat, dialogID string) error {
+	ta, id, err := r.liveDialog(ctx, c, dialogID)
+	if err != nil {
+		return err
+	}
+	return ta.manager.Delete(ctx, id)
 }
 
 // Messages implements gateway.Backend.
 func (r *Runtime) Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error) {
+	if _, err := r.tenantOf(ctx); err != nil {
+		return nil, err
+	}
 	if _, err := session.ParseID(sessionID); err != nil {
 		return nil, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
 	}
-	ctx = store.WithTenant(ctx, r.opts.Tenant)
 	if _, err := r.store.GetSession(ctx, sessionID); err != nil {
 		return nil, err
 	}
@@ -334,12 +568,17 @@ func (r *Runtime) Messages(ctx context.Context, sessionID string, last int) ([]s
 
 // Artifact implements gateway.Backend.
 func (r *Runtime) Artifact(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error) {
-	return r.artifacts.Open(store.WithTenant(ctx, r.opts.Tenant), id)
+	if _, err := r.tenantOf(ctx); err != nil {
+		return nil, store.Artifact{}, err
+	}
+	return r.artifacts.Open(ctx, id)
 }
 
 // Health implements gateway.Backend.
 func (r *Runtime) Health(ctx context.Context) []gateway.Check {
-	ctx = store.WithTenant(ctx, r.opts.Tenant)
+	if _, err := store.TenantFrom(ctx); err != nil {
+		ctx = store.WithTenant(ctx, r.opts.Tenant) // probes carry no tenant
+	}
 	checks := []gateway.Check{}
 	_, err := r.store.ListSessions(ctx, store.SessionFilter{Limit: 1})
 	checks = append(checks, check("state database", err == nil, errText(err, "SQLite at "+filepath.Join(r.opts.StateDir, sqlite.FileName)),

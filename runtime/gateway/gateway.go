@@ -1,41 +1,48 @@
 // Package gateway serves PicoBot's client protocol (docs/protocol.md): a JSON
-// WebSocket that streams turn events, a small REST API, and the web UI. It
-// knows nothing of LLMs or storage: everything goes through a Backend.
+// WebSocket that streams turn events and carries the control channel (dialog
+// operations), a REST API for the same, an OpenAI-compatible chat completions
+// endpoint, and the web UI. It knows nothing of LLMs or storage: everything
+// goes through a Backend, and every request is scoped to the tenant its API key
+// belongs to (store.WithTenant on the request context).
 package gateway
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/store"
 )
 
-// ProtocolVersion is the "v" of every frame.
+// ProtocolVersion is the "v" of every frame and REST answer.
 const ProtocolVersion = 1
 
 // Limits of client input.
 const (
 	MaxFrameBytes   = 256 << 10 // a WebSocket frame
 	MaxTextBytes    = 64 << 10  // the text of one message
+	MaxBodyBytes    = 1 << 20   // a REST request body
+	MaxTitleRunes   = 200       // a dialog title
 	maxIDBytes      = 128
 	maxChatIDBytes  = 200
+	maxDialogBytes  = 64
 	writeTimeout    = 10 * time.Second
 	defaultHistory  = 50
 	maxHistoryLimit = 500
+)
+
+// Channels of gateway clients: session ids are
+// "<channel>:<agent>/<chat_id>:<dialog_id>".
+const (
+	ChannelWeb    = "web"
+	ChannelOpenAI = "openai"
 )
 
 // AgentInfo is an agent as clients see it.
@@ -63,12 +70,44 @@ type Check struct {
 	Fix     string `json:"fix,omitempty"`
 }
 
+// Chat is a client's conversation with an agent on one gateway channel; it
+// has dialogs, one of them current. Its sessions are
+// "<Channel>:<Agent>/<ChatID>:<dialog_id>".
+type Chat struct {
+	// Channel is ChannelWeb (WebSocket and REST clients) or ChannelOpenAI;
+	// empty means ChannelWeb.
+	Channel string
+	Agent   string
+	ChatID  string
+}
+
+// Key is the chat id sessions know the chat by: "<agent>/<chat_id>".
+func (c Chat) Key() string { return c.Agent + "/" + c.ChatID }
+
+// ChannelName is the chat's channel, ChannelWeb when unset.
+func (c Chat) ChannelName() string {
+	if c.Channel == "" {
+		return ChannelWeb
+	}
+	return c.Channel
+}
+
+// SessionID is the id of one of the chat's dialogs.
+func (c Chat) SessionID(dialogID string) string {
+	return c.ChannelName() + ":" + c.Key() + ":" + dialogID
+}
+
 // Send is a message from a client.
 type Send struct {
-	ID, Agent, ChatID, Text string
+	ID string
+	// Channel is the chat's channel (ChannelWeb when empty).
+	Channel, Agent, ChatID, Text string
 	// Sink receives the turn's events; it is called from another goroutine.
 	Sink func(agent.Event)
 }
+
+// Chat is the chat the message goes to.
+func (s Send) Chat() Chat { return Chat{Channel: s.Channel, Agent: s.Agent, ChatID: s.ChatID} }
 
 // Outcome is how a send ended.
 type Outcome struct {
@@ -78,29 +117,78 @@ type Outcome struct {
 	Duplicate bool
 }
 
-// Backend is what the gateway needs from the runtime.
+// Backend is what the gateway needs from the runtime: embedded.Runtime in
+// embedded mode, the cluster gateway backend in cluster mode. Every method
+// acts for the tenant in ctx (store.TenantFrom) and must not see or touch
+// another tenant's state: a session, dialog or artifact of another tenant is
+// reported as not found. Errors carry protocol codes through CodedError;
+// store.ErrNotFound is reported as the endpoint's "unknown_*" code.
 type Backend interface {
-	Agents() []AgentInfo
+	// ListAgents returns the agents the tenant may talk to.
+	ListAgents(ctx context.Context) ([]AgentInfo, error)
 	// Handle processes a send to the end and returns its outcome.
 	Handle(ctx context.Context, s Send) (Outcome, error)
-	Stop(agent, chatID string) bool
-	Sessions(ctx context.Context, agent, chatID string) (current string, list []store.Session, err error)
+	// Stop cancels the chat's running turn and drops its queued messages;
+	// it reports whether a turn was running.
+	Stop(ctx context.Context, c Chat) (bool, error)
+	// Messages returns the last messages of a session.
 	Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error)
-	Health(ctx context.Context) []Check
-	// Artifact opens a stored artifact of the caller's tenant.
+	// Artifact opens a stored artifact.
 	Artifact(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error)
+	// Health reports the runtime's checks (no tenant in ctx: probes).
+	Health(ctx context.Context) []Check
+
+	// Dialogs lists the chat's most recent dialogs (not archived, not
+	// deleted) and the current dialog id ("" when none).
+	Dialogs(ctx context.Context, c Chat) (current string, list []store.Session, err error)
+	// CreateDialog starts a new dialog, titled when title is not empty, and
+	// makes it current.
+	CreateDialog(ctx context.Context, c Chat, title string) (store.Session, error)
+	// SwitchDialog makes an existing dialog current.
+	SwitchDialog(ctx context.Context, c Chat, dialogID string) (store.Session, error)
+	// RenameDialog sets a dialog's title.
+	RenameDialog(ctx context.Context, c Chat, dialogID, title string) (store.Session, error)
+	// ArchiveDialog hides a dialog from the list without deleting it.
+	ArchiveDialog(ctx context.Context, c Chat, dialogID string) (store.Session, error)
+	// DeleteDialog soft-deletes a dialog.
+	DeleteDialog(ctx context.Context, c Chat, dialogID string) error
 }
 
 // Error codes of the protocol.
 const (
-	CodeBadRequest   = "bad_request"
-	CodeUnknownAgent = "unknown_agent"
-	CodeNoModel      = "no_model"
-	CodeBusy         = "busy"
-	CodeStopped      = "stopped"
-	CodeInternal     = "internal"
-	CodeUnauthorized = "unauthorized"
+	CodeBadRequest      = "bad_request"
+	CodeUnauthorized    = "unauthorized"
+	CodeForbidden       = "forbidden"
+	CodeNotFound        = "not_found"
+	CodeUnknownAgent    = "unknown_agent"
+	CodeUnknownSession  = "unknown_session"
+	CodeUnknownDialog   = "unknown_dialog"
+	CodeUnknownArtifact = "unknown_artifact"
+	CodeBusy            = "busy"
+	CodeStopped         = "stopped"
+	CodeTooLarge        = "too_large"
+	CodeRateLimited     = "rate_limited"
+	CodeNoModel         = "no_model"
+	CodeInternal        = "internal"
 )
+
+// statusOf maps protocol codes to HTTP statuses.
+var statusOf = map[string]int{
+	CodeBadRequest:      http.StatusBadRequest,
+	CodeUnauthorized:    http.StatusUnauthorized,
+	CodeForbidden:       http.StatusForbidden,
+	CodeNotFound:        http.StatusNotFound,
+	CodeUnknownAgent:    http.StatusNotFound,
+	CodeUnknownSession:  http.StatusNotFound,
+	CodeUnknownDialog:   http.StatusNotFound,
+	CodeUnknownArtifact: http.StatusNotFound,
+	CodeBusy:            http.StatusConflict,
+	CodeStopped:         http.StatusConflict,
+	CodeTooLarge:        http.StatusRequestEntityTooLarge,
+	CodeRateLimited:     http.StatusTooManyRequests,
+	CodeNoModel:         http.StatusServiceUnavailable,
+	CodeInternal:        http.StatusInternalServerError,
+}
 
 // CodedError carries a protocol error code.
 type CodedError struct {
@@ -111,318 +199,200 @@ type CodedError struct {
 func (e *CodedError) Error() string { return e.Err.Error() }
 func (e *CodedError) Unwrap() error { return e.Err }
 
+// Errorf returns a CodedError with a formatted message.
+func Errorf(code, format string, args ...any) error {
+	return &CodedError{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// Config configures a Server.
+type Config struct {
+	Backend Backend
+	// Auth resolves requests to principals. Required.
+	Auth Authenticator
+	// UI is served at "/" when set.
+	UI  fs.FS
+	Log *slog.Logger
+	// DefaultLimit applies to principals that carry no limit of their own;
+	// DefaultRateLimit when zero.
+	DefaultLimit RateLimit
+	// MaxBodyBytes caps REST request bodies; MaxBodyBytes when zero.
+	MaxBodyBytes int64
+	// OriginPatterns are the browser origins allowed to open a WebSocket
+	// besides the gateway's own (localhost and 127.0.0.1 on any port when
+	// nil).
+	OriginPatterns []string
+}
+
 // Server is the gateway's HTTP handler.
 type Server struct {
 	backend Backend
-	key     string // "" = no authentication (embedded mode on loopback)
+	auth    Authenticator
+	limits  *limiters
+	maxBody int64
+	origins []string
 	ui      fs.FS
 	log     *slog.Logger
 	mux     *http.ServeMux
 }
 
-// New returns the gateway handler. ui may be nil (no web UI).
+// New returns a gateway for one tenant, the way embedded mode serves: with an
+// API key, clients must send it; without one, only loopback clients are
+// served. The tenant is the backend's Tenant() when it has that method, else
+// "default". NewServer configures everything else.
 func New(b Backend, apiKey string, ui fs.FS, log *slog.Logger) *Server {
-	if log == nil {
-		log = slog.Default()
+	tenant := "default"
+	if t, ok := b.(interface{ Tenant() string }); ok && t.Tenant() != "" {
+		tenant = t.Tenant()
 	}
-	s := &Server{backend: b, key: apiKey, ui: ui, log: log, mux: http.NewServeMux()}
-	s.mux.HandleFunc("GET /api/v1/health", s.health)
-	s.mux.HandleFunc("GET /api/v1/agents", s.auth(s.agents))
-	s.mux.HandleFunc("GET /api/v1/sessions", s.auth(s.sessions))
-	s.mux.HandleFunc("GET /api/v1/sessions/{id}/messages", s.auth(s.messages))
-	s.mux.HandleFunc("GET /api/v1/ws", s.auth(s.ws))
-	s.mux.HandleFunc("GET /api/v1/artifacts/{id}", s.auth(s.artifact))
-	if ui != nil {
-		s.mux.Handle("GET /", http.FileServerFS(ui))
+	var auth Authenticator = Loopback{Tenant: tenant}
+	if apiKey != "" {
+		auth = MustStaticKeys(StaticKey{ID: "api-key", Token: apiKey, Tenant: tenant})
+	}
+	s, err := NewServer(Config{Backend: b, Auth: auth, UI: ui, Log: log})
+	if err != nil {
+		panic(err) // unreachable: the config above is complete
 	}
 	return s
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// NewServer returns the gateway handler.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Backend == nil || cfg.Auth == nil {
+		return nil, errors.New("gateway: Backend and Auth are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.DefaultLimit == (RateLimit{}) {
+		cfg.DefaultLimit = DefaultRateLimit
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = MaxBodyBytes
+	}
+	if cfg.OriginPatterns == nil {
+		cfg.OriginPatterns = []string{"localhost:*", "127.0.0.1:*"}
+	}
+	s := &Server{backend: cfg.Backend, auth: cfg.Auth, limits: newLimiters(cfg.DefaultLimit), maxBody: cfg.MaxBodyBytes,
+		origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log, mux: http.NewServeMux()}
+	s.routes()
+	return s, nil
+}
 
-func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.key != "" {
-			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if got == "" {
-				got = r.URL.Query().Get("key")
-			}
-			if subtle.ConstantTimeCompare([]byte(got), []byte(s.key)) != 1 {
-				writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or wrong API key")
+func (s *Server) routes() {
+	api := func(pattern string, h func(http.ResponseWriter, *http.Request)) {
+		s.mux.HandleFunc(pattern, s.guard(styleProtocol, h))
+	}
+	s.mux.HandleFunc("GET /api/v1/health", s.health)
+	api("GET /api/v1/agents", s.agents)
+	api("GET /api/v1/ws", s.ws)
+	api("POST /api/v1/send", s.send)
+	api("POST /api/v1/stop", s.stop)
+	api("GET /api/v1/sessions", s.listDialogs) // the list of docs/protocol.md v1; same as GET /api/v1/dialogs
+	api("GET /api/v1/sessions/{id}/messages", s.messages)
+	api("GET /api/v1/artifacts/{id}", s.artifact)
+	api("GET /api/v1/dialogs", s.listDialogs)
+	api("POST /api/v1/dialogs", s.createDialog)
+	api("POST /api/v1/dialogs/{dialog}/switch", s.switchDialog)
+	api("PATCH /api/v1/dialogs/{dialog}", s.renameDialog)
+	api("POST /api/v1/dialogs/{dialog}/archive", s.archiveDialog)
+	api("DELETE /api/v1/dialogs/{dialog}", s.deleteDialog)
+	s.mux.HandleFunc("/api/", s.guard(styleProtocol, func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s (see docs/protocol.md)", r.Method, r.URL.Path))
+	}))
+
+	oa := func(pattern string, h func(http.ResponseWriter, *http.Request)) {
+		s.mux.HandleFunc(pattern, s.guard(styleOpenAI, h))
+	}
+	oa("POST /v1/chat/completions", s.chatCompletions)
+	oa("GET /v1/models", s.models)
+	oa("GET /v1/models/{model}", s.model)
+	oa("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeOpenAIError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "",
+			fmt.Sprintf("Unknown request URL: %s %s. PicoBot serves POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
+	})
+	if s.ui != nil {
+		// "/" without a method: "GET /" would conflict with the method-less
+		// "/api/" and "/v1/" catch-alls above.
+		files := http.FileServerFS(s.ui)
+		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				w.Header().Set("Allow", "GET, HEAD")
+				http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 				return
 			}
-		}
-		next(w, r)
+			files.ServeHTTP(w, r)
+		})
 	}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v map[string]any) {
-	v["v"] = ProtocolVersion
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
-}
-
-func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	checks := s.backend.Health(r.Context())
-	status := "ok"
-	for _, c := range checks {
-		if !c.OK {
-			status = "degraded"
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": status, "checks": checks})
-}
-
-func (s *Server) agents(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"agents": s.backend.Agents()})
-}
-
-func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if err := checkChat(q.Get("agent"), q.Get("chat_id")); err != nil {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
-		return
-	}
-	cur, list, err := s.backend.Sessions(r.Context(), q.Get("agent"), q.Get("chat_id"))
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	out := make([]map[string]any, 0, len(list))
-	for _, ss := range list {
-		out = append(out, map[string]any{"id": ss.ID, "dialog_id": ss.DialogID, "title": ss.Title, "last_message_at": ss.LastMessageAt})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"current": cur, "sessions": out})
-}
-
-func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
-	last := defaultHistory
-	if v := r.URL.Query().Get("last"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxHistoryLimit {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("last must be a number from 1 to %d", maxHistoryLimit))
-			return
-		}
-		last = n
-	}
-	msgs, err := s.backend.Messages(r.Context(), r.PathValue("id"), last)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	out := make([]map[string]any, 0, len(msgs))
-	for _, m := range msgs {
-		out = append(out, map[string]any{"seq": m.Seq, "role": m.Role, "content": m.Content, "tool_calls": m.ToolCalls,
-			"tool_call_id": m.ToolCallID, "name": m.Name, "is_error": m.IsError, "created_at": m.CreatedAt})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
-}
-
-// artifact serves a stored file. Only images and plain text render inline;
-// everything else downloads, and nothing may run script in the UI's origin.
-func (s *Server) artifact(w http.ResponseWriter, r *http.Request) {
-	rc, a, err := s.backend.Artifact(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	defer func() { _ = rc.Close() }()
-	ct := a.MediaType
-	disposition := "attachment"
-	switch {
-	case strings.HasPrefix(ct, "image/") && ct != "image/svg+xml":
-		disposition = "inline"
-	case strings.HasPrefix(ct, "text/"):
-		ct, disposition = "text/plain; charset=utf-8", "inline"
-	}
-	w.Header().Set("Content-Type", ct)
-	w.Header().Set("Content-Disposition", fmt.Sprintf("%s; filename=%q", disposition, a.Name))
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'")
-	w.Header().Set("Content-Length", strconv.FormatInt(a.Size, 10))
-	_, _ = io.Copy(w, rc)
-}
-
-func (s *Server) fail(w http.ResponseWriter, err error) {
+// errorCode returns the protocol code of err, with notFound for
+// store.ErrNotFound and CodeInternal for anything uncoded.
+func errorCode(err error, notFound string) string {
 	var ce *CodedError
 	switch {
-	case errors.As(err, &ce) && ce.Code == CodeUnknownAgent:
-		writeError(w, http.StatusNotFound, ce.Code, err.Error())
 	case errors.As(err, &ce):
-		writeError(w, http.StatusBadRequest, ce.Code, err.Error())
+		return ce.Code
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", "no such session")
-	default:
-		s.log.Error("Request failed", "err", err)
-		writeError(w, http.StatusInternalServerError, CodeInternal, "internal error")
+		return notFound
+	case errors.Is(err, store.ErrInvalid):
+		return CodeBadRequest
+	case errors.Is(err, store.ErrNoTenant):
+		return CodeForbidden
 	}
+	return CodeInternal
 }
 
-func checkChat(agentName, chatID string) error {
+// errorMessage is what a client is told of err: internal details stay in
+// the log.
+func errorMessage(code string, err error) string {
+	switch code {
+	case CodeInternal:
+		return "internal error"
+	case CodeUnknownSession:
+		return "no such session"
+	case CodeUnknownArtifact:
+		return "no such artifact"
+	case CodeUnknownDialog:
+		var ce *CodedError
+		if errors.As(err, &ce) {
+			return err.Error()
+		}
+		return "no such dialog in this chat"
+	}
+	return err.Error()
+}
+
+// validChatPart checks an agent name or chat id.
+func checkChat(c Chat) error {
 	switch {
-	case agentName == "" || chatID == "":
+	case c.Agent == "" || c.ChatID == "":
 		return errors.New("agent and chat_id are required")
-	case len(chatID) > maxChatIDBytes || strings.ContainsAny(chatID, ":/\x00\n\r") || strings.ContainsAny(agentName, ":/\x00\n\r"):
-		return fmt.Errorf("agent and chat_id must not contain ':', '/' or control characters; chat_id at most %d bytes", maxChatIDBytes)
+	case len(c.ChatID) > maxChatIDBytes || len(c.Agent) > maxChatIDBytes ||
+		strings.ContainsAny(c.ChatID, ":/\x00\n\r") || strings.ContainsAny(c.Agent, ":/\x00\n\r"):
+		return fmt.Errorf("agent and chat_id must not contain ':', '/' or control characters and have at most %d bytes", maxChatIDBytes)
+	}
+	switch c.Channel {
+	case "", ChannelWeb, ChannelOpenAI:
+	default:
+		return fmt.Errorf("channel %q is not a gateway channel (want %s or %s)", c.Channel, ChannelWeb, ChannelOpenAI)
 	}
 	return nil
 }
 
-// frame is a WebSocket frame in either direction.
-type frame struct {
-	V       int        `json:"v"`
-	Type    string     `json:"type"`
-	ID      string     `json:"id,omitempty"`
-	Agent   string     `json:"agent,omitempty"`
-	ChatID  string     `json:"chat_id,omitempty"`
-	Text    string     `json:"text,omitempty"`
-	Session string     `json:"session,omitempty"`
-	Event   *eventBody `json:"event,omitempty"`
-	Code    string     `json:"code,omitempty"`
-	Message string     `json:"message,omitempty"`
+func checkDialogID(id string) error {
+	if id == "" || len(id) > maxDialogBytes || strings.ContainsAny(id, ":/\x00\n\r\t ") {
+		return fmt.Errorf("dialog_id %q is not a dialog id (1 to %d bytes, no ':', '/', spaces or control characters)", id, maxDialogBytes)
+	}
+	return nil
 }
 
-type eventBody struct {
-	Kind         string `json:"kind"`
-	Text         string `json:"text,omitempty"`
-	CallID       string `json:"call_id,omitempty"`
-	Name         string `json:"name,omitempty"`
-	Arguments    string `json:"arguments,omitempty"`
-	Content      string `json:"content,omitempty"`
-	IsError      bool   `json:"is_error,omitempty"`
-	InputTokens  int    `json:"input_tokens,omitempty"`
-	OutputTokens int    `json:"output_tokens,omitempty"`
-}
-
-func toEventBody(e agent.Event) *eventBody {
-	switch e.Kind {
-	case agent.EventDelta, agent.EventFinal:
-		return &eventBody{Kind: string(e.Kind), Text: e.Text}
-	case agent.EventToolCall:
-		return &eventBody{Kind: string(e.Kind), CallID: e.ToolCall.ID, Name: e.ToolCall.Name, Arguments: e.ToolCall.Arguments}
-	case agent.EventToolResult:
-		return &eventBody{Kind: string(e.Kind), CallID: e.ToolResult.CallID, Name: e.ToolResult.Name, Content: e.ToolResult.Content, IsError: e.ToolResult.IsError}
-	case agent.EventUsage:
-		return &eventBody{Kind: string(e.Kind), InputTokens: e.Usage.InputTokens, OutputTokens: e.Usage.OutputTokens}
+func checkTitle(title string) error {
+	t := strings.TrimSpace(title)
+	if t == "" || len([]rune(t)) > MaxTitleRunes || strings.ContainsAny(t, "\x00\n\r") {
+		return fmt.Errorf("title must have 1 to %d characters on one line", MaxTitleRunes)
 	}
-	return nil // compressed and future kinds are internal
-}
-
-// conn is one WebSocket client; writes are serialised.
-type conn struct {
-	ws  *websocket.Conn
-	mu  sync.Mutex
-	ctx context.Context
-}
-
-func (c *conn) send(f frame) {
-	f.V = ProtocolVersion
-	b, err := json.Marshal(f)
-	if err != nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
-	defer cancel()
-	_ = c.ws.Write(ctx, websocket.MessageText, b) // a failed write ends the read loop too
-}
-
-func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: []string{"localhost:*", "127.0.0.1:*"}})
-	if err != nil {
-		return
-	}
-	ws.SetReadLimit(MaxFrameBytes)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	c := &conn{ws: ws, ctx: ctx}
-	var turns sync.WaitGroup
-	defer turns.Wait()
-	for {
-		_, data, err := ws.Read(ctx)
-		if err != nil {
-			cancel()
-			_ = ws.CloseNow()
-			return
-		}
-		var f frame
-		if err := json.Unmarshal(data, &f); err != nil {
-			c.send(frame{Type: "error", Code: CodeBadRequest, Message: "frame is not valid JSON: " + err.Error()})
-			continue
-		}
-		switch {
-		case f.V != ProtocolVersion:
-			c.send(frame{Type: "error", ID: f.ID, Code: CodeBadRequest, Message: fmt.Sprintf("unsupported protocol version %d (want %d)", f.V, ProtocolVersion)})
-		case f.Type == "stop":
-			if err := checkChat(f.Agent, f.ChatID); err != nil {
-				c.send(frame{Type: "error", ID: f.ID, Code: CodeBadRequest, Message: err.Error()})
-				continue
-			}
-			s.backend.Stop(f.Agent, f.ChatID)
-		case f.Type == "send":
-			if msg := validateSend(f); msg != "" {
-				c.send(frame{Type: "error", ID: f.ID, Code: CodeBadRequest, Message: msg})
-				c.send(frame{Type: "done", ID: f.ID})
-				continue
-			}
-			c.send(frame{Type: "ack", ID: f.ID})
-			turns.Go(func() { s.turn(ctx, c, f) })
-		default:
-			c.send(frame{Type: "error", ID: f.ID, Code: CodeBadRequest, Message: fmt.Sprintf("unknown frame type %q (want send or stop)", f.Type)})
-		}
-	}
-}
-
-func validateSend(f frame) string {
-	switch {
-	case f.ID == "" || len(f.ID) > maxIDBytes:
-		return fmt.Sprintf("id is required (at most %d bytes)", maxIDBytes)
-	case strings.TrimSpace(f.Text) == "":
-		return "text is required"
-	case len(f.Text) > MaxTextBytes:
-		return fmt.Sprintf("text is %d bytes; the limit is %d", len(f.Text), MaxTextBytes)
-	}
-	if err := checkChat(f.Agent, f.ChatID); err != nil {
-		return err.Error()
-	}
-	return ""
-}
-
-func (s *Server) turn(ctx context.Context, c *conn, f frame) {
-	var session string
-	var smu sync.Mutex
-	sink := func(e agent.Event) {
-		if b := toEventBody(e); b != nil {
-			smu.Lock()
-			sid := session
-			smu.Unlock()
-			c.send(frame{Type: "event", ID: f.ID, Session: sid, Event: b})
-		}
-	}
-	out, err := s.backend.Handle(ctx, Send{ID: f.ID, Agent: f.Agent, ChatID: f.ChatID, Text: f.Text, Sink: sink})
-	smu.Lock()
-	session = out.SessionID
-	smu.Unlock()
-	switch {
-	case err != nil:
-		code := CodeInternal
-		var ce *CodedError
-		if errors.As(err, &ce) {
-			code = ce.Code
-		}
-		msg := err.Error()
-		if code == CodeInternal {
-			s.log.Error("Turn failed", "agent", f.Agent, "session", out.SessionID, "err", err)
-		}
-		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: msg})
-	case out.Command != "":
-		c.send(frame{Type: "event", ID: f.ID, Session: out.SessionID, Event: &eventBody{Kind: "command", Text: out.Text}})
-	}
-	c.send(frame{Type: "done", ID: f.ID, Session: out.SessionID})
+	return nil
 }

@@ -82,7 +82,7 @@ type Manager struct {
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex
 	running map[string]context.CancelFunc // session id -> cancel of its turn
-	held    map[string]struct{}           // sessions whose lease this manager took
+	held    map[string]time.Time          // sessions whose lease this manager took -> when it last took or renewed it
 }
 
 // NewManager returns a manager.
@@ -96,7 +96,7 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Workspace == nil {
 		cfg.Workspace = func(ID) string { return "" }
 	}
-	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelFunc{}, held: map[string]struct{}{}}
+	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelFunc{}, held: map[string]time.Time{}}
 }
 
 func (m *Manager) lock(id string) func() {
@@ -159,17 +159,19 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 
 	// Phase 1.
 	unlock := m.lock(sid)
-	ok, err := m.cfg.Store.AcquireLease(ctx, sid, m.cfg.Holder, m.cfg.LeaseTTL)
-	if err != nil || !ok {
-		unlock()
-		if err == nil {
-			err = fmt.Errorf("%w: %s", ErrBusy, sid)
+	// A lease taken or renewed less than a third of its TTL ago is still
+	// ours: taking it again would only cost a write per turn.
+	if !m.leaseFresh(sid) {
+		ok, err := m.cfg.Store.AcquireLease(ctx, sid, m.cfg.Holder, m.cfg.LeaseTTL)
+		if err != nil || !ok {
+			unlock()
+			if err == nil {
+				err = fmt.Errorf("%w: %s", ErrBusy, sid)
+			}
+			return Reply{SessionID: sid}, err
 		}
-		return Reply{SessionID: sid}, err
+		m.markLeased(sid)
 	}
-	m.mu.Lock()
-	m.held[sid] = struct{}{}
-	m.mu.Unlock()
 	stored, err := m.cfg.Store.AppendMessages(ctx, sid, store.Message{ID: in.MessageID, Role: llm.RoleUser, Content: in.Text})
 	if err != nil {
 		unlock()
@@ -273,9 +275,16 @@ func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.Canc
 			case <-ctx.Done():
 				return
 			case <-t.C():
-				if err := m.cfg.Store.RenewLease(ctx, sid, m.cfg.Holder, m.cfg.LeaseTTL); errors.Is(err, store.ErrLeaseLost) {
+				err := m.cfg.Store.RenewLease(ctx, sid, m.cfg.Holder, m.cfg.LeaseTTL)
+				if errors.Is(err, store.ErrLeaseLost) {
+					m.mu.Lock()
+					delete(m.held, sid)
+					m.mu.Unlock()
 					cancel()
 					return
+				}
+				if err == nil {
+					m.markLeased(sid)
 				}
 			}
 		}
@@ -298,6 +307,21 @@ func (m *Manager) unfinished(ctx context.Context, sid, messageID string) (bool, 
 		return false, fmt.Errorf("failed to load session %q: %w", sid, err)
 	}
 	return len(last) == 1 && last[0].ID == messageID && last[0].Role == llm.RoleUser, nil
+}
+
+// leaseFresh reports whether this manager took or renewed the session's
+// lease less than a third of its TTL ago.
+func (m *Manager) leaseFresh(sid string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.held[sid]
+	return ok && m.cfg.Clock.Since(at) < m.cfg.LeaseTTL/3
+}
+
+func (m *Manager) markLeased(sid string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held[sid] = m.cfg.Clock.Now()
 }
 
 func (m *Manager) setRunning(sid string, cancel context.CancelFunc) {

@@ -277,6 +277,16 @@ func (r *Runner) Kill(uid types.UID) bool {
 	return true
 }
 
+// PID returns the process id of a pod's process, 0 when it has none.
+func (r *Runner) PID(uid types.UID) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pr := r.run[uid]; pr != nil {
+		return pr.cmd.Process.Pid
+	}
+	return 0
+}
+
 // Running returns the number of pod processes alive.
 func (r *Runner) Running() int {
 	r.mu.Lock()

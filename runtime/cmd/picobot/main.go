@@ -30,6 +30,20 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = serve(os.Args[2:])
+	case "session":
+		err = session(os.Args[2:])
+	case "gateway":
+		err = gatewayCmd(os.Args[2:])
+	case "migrate":
+		err = migrate(os.Args[2:])
+	case "ask":
+		os.Exit(askCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	case "chat":
+		os.Exit(chatCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	case "browser":
+		err = browserCmd(os.Args[2:])
+	case "health":
+		err = healthCmd(os.Args[2:])
 	case "help", "-h", "--help":
 		usage()
 		return
@@ -49,6 +63,13 @@ func usage() {
 
 Commands:
   serve   run the agents of a manifests folder with the gateway and web UI (embedded mode)
+  browser run headless Chromium behind an authenticating DevTools proxy (browser pods)
+  health  check requirements and say how to fix what is missing (--json; exit 1 on failures)
+  session run one session pod (cluster mode; started by the operator)
+  gateway run the cluster-mode gateway (API keys from Secrets, Redis, PostgreSQL, S3)
+  migrate bring the PostgreSQL schema up to date and create the S3 bucket (cluster mode)
+  ask     send one message to an agent and print the reply ('picobot ask -h')
+  chat    talk to an agent in a full-screen terminal UI ('picobot chat -h')
 
 Run 'picobot serve -h' for its flags.
 `)
@@ -67,7 +88,9 @@ func serve(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	rt, err := embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *state, Log: log})
+	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir})
+	defer closeFeatures()
+	rt, err := embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *state, Log: log, Features: feats})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,402 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/artifact"
+	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/channel"
+	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// codeNotReady answers a message for an agent the operator reports not
+// ready for another reason than its model (image, quota, references).
+const codeNotReady = "not_ready"
+
+// BackendConfig configures the gateway side of cluster mode.
+type BackendConfig struct {
+	Bus       bus.Bus
+	Redis     *redis.Client
+	Store     store.Store
+	Artifacts artifact.Store
+	// Kube reads Agents (a cache-backed client in the gateway).
+	Kube client.Reader
+	// ReplyTimeout bounds how long a send waits for its reply.
+	ReplyTimeout time.Duration
+	// Rewake is how often a waiting send checks that its chat still has a
+	// runtime, waking a new one when the owner died.
+	Rewake time.Duration
+	Log    *slog.Logger
+}
+
+// Backend implements gateway.Backend for cluster mode: it never runs a turn
+// itself; it queues messages and relays the events of the session pods. The
+// tenant of every call is the one in ctx (store.WithTenant), set by the
+// gateway from the caller's API key.
+type Backend struct {
+	cfg  BackendConfig
+	sig  signals
+	read *session.Manager // dialog listing only; never runs a turn
+}
+
+// NewBackend returns the cluster backend.
+func NewBackend(cfg BackendConfig) *Backend {
+	if cfg.ReplyTimeout <= 0 {
+		cfg.ReplyTimeout = 10 * time.Minute
+	}
+	if cfg.Rewake <= 0 {
+		cfg.Rewake = 2 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Backend{cfg: cfg, sig: signals{cfg.Redis}, read: session.NewManager(session.Config{Store: cfg.Store})}
+}
+
+// ListAgents implements gateway.Backend: the agents of the tenant in ctx.
+func (b *Backend) ListAgents(ctx context.Context) ([]gateway.AgentInfo, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var list picobotv1alpha1.AgentList
+	if err := b.cfg.Kube.List(ctx, &list, client.InNamespace(tenant)); err != nil {
+		return nil, fmt.Errorf("failed to list agents: %w", err)
+	}
+	out := make([]gateway.AgentInfo, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, agentInfo(&list.Items[i]))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func agentInfo(a *picobotv1alpha1.Agent) gateway.AgentInfo {
+	info := gateway.AgentInfo{Name: a.Name, Tools: a.Status.EffectiveTools}
+	if c := meta.FindStatusCondition(a.Status.Conditions, picobotv1alpha1.ConditionReady); c != nil {
+		info.Ready = c.Status == "True"
+		info.Reason, info.Message = c.Reason, c.Message
+	} else {
+		info.Reason, info.Message = "Pending", "the operator has not reconciled this agent yet"
+	}
+	if e := a.Status.EffectiveModel; e != nil {
+		info.Model = &gateway.ModelInfo{Provider: string(e.Provider), Model: e.Model, Source: string(e.Source)}
+	}
+	return info
+}
+
+// agent checks that the agent exists in the tenant and can answer.
+func (b *Backend) agent(ctx context.Context, tenant, name string) error {
+	var a picobotv1alpha1.Agent
+	if err := b.cfg.Kube.Get(ctx, client.ObjectKey{Namespace: tenant, Name: name}, &a); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &gateway.CodedError{Code: gateway.CodeUnknownAgent, Err: fmt.Errorf("no agent %q", name)}
+		}
+		return fmt.Errorf("failed to read agent %q: %w", name, err)
+	}
+	info := agentInfo(&a)
+	if !info.Ready {
+		code := codeNotReady
+		if c := meta.FindStatusCondition(a.Status.Conditions, picobotv1alpha1.ConditionModelResolved); c != nil && c.Status != "True" {
+			code = gateway.CodeNoModel
+		}
+		return &gateway.CodedError{Code: code, Err: fmt.Errorf("agent %s is not ready (%s): %s", name, info.Reason, info.Message)}
+	}
+	return nil
+}
+
+// Handle queues the message for the chat's runtime, wakes one when the chat
+// has none, and relays the turn's events until it is done.
+func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return gateway.Outcome{}, err
+	}
+	if err := b.agent(ctx, tenant, s.Agent); err != nil {
+		return gateway.Outcome{}, err
+	}
+	c := s.Chat()
+	channel, chat := c.ChannelName(), c.Key()
+	if cmd, ok := session.ParseCommand(s.Text); ok && cmd.Name == "stop" {
+		text := "Stopped."
+		if !b.stop(ctx, tenant, s.Agent, channel, chat) {
+			text = "Nothing is running."
+		}
+		return gateway.Outcome{Command: "stop", Text: text}, nil
+	}
+	msgID := chat + "/" + s.ID
+	ps, events, err := b.sig.subscribe(ctx, eventChannel(tenant, s.Agent, channel, chat))
+	if err != nil {
+		return gateway.Outcome{}, err
+	}
+	defer func() { _ = ps.Close() }()
+	payload, _ := json.Marshal(Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text})
+	if err := b.cfg.Bus.Publish(ctx, chatStream(tenant, s.Agent, channel, chat), bus.Message{ID: msgID, Payload: payload}); err != nil {
+		return gateway.Outcome{}, fmt.Errorf("failed to queue message: %w", err)
+	}
+	if err := b.ensureRuntime(ctx, tenant, s.Agent, channel, chat); err != nil {
+		return gateway.Outcome{}, err
+	}
+	deadline := time.NewTimer(b.cfg.ReplyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(b.cfg.Rewake)
+	defer tick.Stop()
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				return gateway.Outcome{}, errors.New("lost the event subscription; the reply will be in the history")
+			}
+			if e.MessageID != msgID {
+				continue
+			}
+			switch e.Kind {
+			case kindDone:
+				return *e.Outcome, nil
+			case kindError:
+				out := gateway.Outcome{}
+				if e.Outcome != nil {
+					out = *e.Outcome
+				}
+				return out, &gateway.CodedError{Code: e.Code, Err: errors.New(e.Message)}
+			default:
+				if e.Event != nil && s.Sink != nil {
+					s.Sink(*e.Event)
+				}
+			}
+		case <-tick.C:
+			// The owner may have died mid-turn: its lease and hint expire,
+			// and a new runtime reclaims the message.
+			if err := b.agent(ctx, tenant, s.Agent); err != nil {
+				return gateway.Outcome{}, err // e.g. its pods cannot start
+			}
+			if err := b.ensureRuntime(ctx, tenant, s.Agent, channel, chat); err != nil {
+				b.cfg.Log.Error("Failed to re-wake chat", "chat", chat, "err", err)
+			}
+		case <-deadline.C:
+			return gateway.Outcome{}, fmt.Errorf("no reply within %s; the reply will be in the history when it comes", b.cfg.ReplyTimeout)
+		case <-ctx.Done():
+			return gateway.Outcome{}, ctx.Err()
+		}
+	}
+}
+
+// ensureRuntime wakes a runtime for the chat unless one owns it.
+func (b *Backend) ensureRuntime(ctx context.Context, tenant, agentName, channel, chat string) error {
+	owned, err := b.sig.owned(ctx, ownerKey(tenant, agentName, channel, chat))
+	if err != nil {
+		return fmt.Errorf("failed to check chat owner: %w", err)
+	}
+	if owned {
+		return nil
+	}
+	return wake.Publish(ctx, b.cfg.Bus, Wake{Tenant: tenant, Agent: agentName, Channel: channel, ChatKey: chat})
+}
+
+func (b *Backend) stop(ctx context.Context, tenant, agentName, channel, chat string) bool {
+	owned, _ := b.sig.owned(ctx, ownerKey(tenant, agentName, channel, chat))
+	if !owned {
+		return false
+	}
+	return b.sig.publish(ctx, controlChannel(tenant, agentName, channel, chat), Event{Kind: kindStop}) == nil
+}
+
+// Stop implements gateway.Backend: the chat's runtime cancels its turn.
+func (b *Backend) Stop(ctx context.Context, c gateway.Chat) (bool, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := b.known(ctx, tenant, c.Agent); err != nil {
+		return false, err
+	}
+	return b.stop(ctx, tenant, c.Agent, c.ChannelName(), c.Key()), nil
+}
+
+// Dialogs implements gateway.Backend.
+func (b *Backend) Dialogs(ctx context.Context, c gateway.Chat) (string, []store.Session, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := b.known(ctx, tenant, c.Agent); err != nil {
+		return "", nil, err
+	}
+	cur, err := b.cfg.Store.CurrentDialog(ctx, c.ChannelName(), c.Key())
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return "", nil, err
+	}
+	if cur != "" {
+		if s, err := b.cfg.Store.GetSession(ctx, c.SessionID(cur)); err != nil || s.DeletedAt != nil {
+			cur = ""
+		}
+	}
+	list, err := b.read.List(ctx, c.ChannelName(), c.Key())
+	return cur, list, err
+}
+
+// liveDialog checks that a dialog of the chat exists and is not deleted.
+func (b *Backend) liveDialog(ctx context.Context, c gateway.Chat, dialogID string) (session.ID, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return session.ID{}, err
+	}
+	if err := b.known(ctx, tenant, c.Agent); err != nil {
+		return session.ID{}, err
+	}
+	id := session.ID{Channel: c.ChannelName(), ChatID: c.Key(), DialogID: dialogID}
+	if err := id.Validate(); err != nil {
+		return session.ID{}, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
+	}
+	s, err := b.cfg.Store.GetSession(ctx, id.String())
+	if errors.Is(err, store.ErrNotFound) || err == nil && s.DeletedAt != nil {
+		return session.ID{}, &gateway.CodedError{Code: gateway.CodeUnknownDialog,
+			Err: fmt.Errorf("no dialog %q in chat %s of agent %s", dialogID, c.ChatID, c.Agent)}
+	}
+	return id, err
+}
+
+// CreateDialog implements gateway.Backend.
+func (b *Backend) CreateDialog(ctx context.Context, c gateway.Chat, title string) (store.Session, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return store.Session{}, err
+	}
+	if err := b.known(ctx, tenant, c.Agent); err != nil {
+		return store.Session{}, err
+	}
+	id, err := b.read.Create(ctx, c.ChannelName(), c.Key())
+	if err != nil {
+		return store.Session{}, err
+	}
+	if title != "" {
+		if err := b.read.Rename(ctx, id, title); err != nil {
+			return store.Session{}, fmt.Errorf("failed to title dialog %q: %w", id, err)
+		}
+	}
+	return b.cfg.Store.GetSession(ctx, id.String())
+}
+
+// SwitchDialog implements gateway.Backend.
+func (b *Backend) SwitchDialog(ctx context.Context, c gateway.Chat, dialogID string) (store.Session, error) {
+	id, err := b.liveDialog(ctx, c, dialogID)
+	if err != nil {
+		return store.Session{}, err
+	}
+	return b.read.Switch(ctx, id.Channel, id.ChatID, id.DialogID)
+}
+
+// RenameDialog implements gateway.Backend.
+func (b *Backend) RenameDialog(ctx context.Context, c gateway.Chat, dialogID, title string) (store.Session, error) {
+	id, err := b.liveDialog(ctx, c, dialogID)
+	if err != nil {
+		return store.Session{}, err
+	}
+	if err := b.read.Rename(ctx, id, title); err != nil {
+		return store.Session{}, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
+	}
+	return b.cfg.Store.GetSession(ctx, id.String())
+}
+
+// ArchiveDialog implements gateway.Backend.
+func (b *Backend) ArchiveDialog(ctx context.Context, c gateway.Chat, dialogID string) (store.Session, error) {
+	id, err := b.liveDialog(ctx, c, dialogID)
+	if err != nil {
+		return store.Session{}, err
+	}
+	if err := b.read.Archive(ctx, id); err != nil {
+		return store.Session{}, fmt.Errorf("failed to archive %q: %w", id, err)
+	}
+	return b.cfg.Store.GetSession(ctx, id.String())
+}
+
+// DeleteDialog implements gateway.Backend.
+func (b *Backend) DeleteDialog(ctx context.Context, c gateway.Chat, dialogID string) error {
+	id, err := b.liveDialog(ctx, c, dialogID)
+	if err != nil {
+		return err
+	}
+	return b.read.Delete(ctx, id)
+}
+
+func (b *Backend) known(ctx context.Context, tenant, name string) error {
+	var a picobotv1alpha1.Agent
+	if err := b.cfg.Kube.Get(ctx, client.ObjectKey{Namespace: tenant, Name: name}, &a); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &gateway.CodedError{Code: gateway.CodeUnknownAgent, Err: fmt.Errorf("no agent %q", name)}
+		}
+		return err
+	}
+	return nil
+}
+
+// Messages implements gateway.Backend.
+func (b *Backend) Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error) {
+	if _, err := session.ParseID(sessionID); err != nil {
+		return nil, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
+	}
+	if _, err := b.cfg.Store.GetSession(ctx, sessionID); err != nil {
+		return nil, err
+	}
+	return b.cfg.Store.LoadMessages(ctx, sessionID, store.LoadOptions{Last: last})
+}
+
+// Artifact implements gateway.Backend.
+func (b *Backend) Artifact(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error) {
+	return b.cfg.Artifacts.Open(ctx, id)
+}
+
+// Health implements gateway.Backend: the shared services' reachability.
+func (b *Backend) Health(ctx context.Context) []gateway.Check {
+	var checks []gateway.Check
+	err := b.cfg.Redis.Ping(ctx).Err()
+	checks = append(checks, check("redis", err, "reachable", "check PICOBOT_REDIS_URL and that Redis is up"))
+	_, err = b.cfg.Store.ListSessions(store.WithTenant(ctx, "picobot-health"), store.SessionFilter{Limit: 1})
+	checks = append(checks, check("postgresql", err, "reachable", "check PICOBOT_POSTGRES_URL and that PostgreSQL is up"))
+	return checks
+}
+
+var _ gateway.Backend = (*Backend)(nil)
+
+func check(name string, err error, ok, fix string) gateway.Check {
+	if err != nil {
+		return gateway.Check{Name: name, OK: false, Message: err.Error(), Fix: fix}
+	}
+	return gateway.Check{Name: name, OK: true, Message: ok}
+}
+
+// Inbound queues a message from a chat platform for its chat's runtime and
+// wakes one if needed; it returns once the message is durable in Redis, so
+// an error makes the platform deliver it again. The reply goes back through
+// the outbound dispatcher. ctx carries the tenant.
+func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbound) error {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return err
+	}
+	// A platform chat is one chat of the agent's channel: the session is
+	// "<channel>:<platform chat id>:<dialog>".
+	chat := in.ChatID
+	id := in.Channel + "/" + in.ChatID + "/" + in.MessageID
+	payload, _ := json.Marshal(Inbound{ID: id, Channel: in.Channel, ChatKey: chat, Text: in.Text})
+	if err := b.cfg.Bus.Publish(ctx, chatStream(tenant, agentName, in.Channel, chat), bus.Message{ID: id, Payload: payload}); err != nil {
+		return fmt.Errorf("failed to queue message: %w", err)
+	}
+	return b.ensureRuntime(ctx, tenant, agentName, in.Channel, chat)
+}

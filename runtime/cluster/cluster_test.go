@@ -1,0 +1,278 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/bus/redisbus"
+	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/provider"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/test/services"
+)
+
+var redisURL, skipReason string
+
+func TestMain(m *testing.M) {
+	url, stop, err := services.Redis()
+	if err != nil {
+		reason, fatal := services.Unavailable("Redis", err)
+		if fatal {
+			fmt.Fprintln(os.Stderr, reason)
+			os.Exit(1)
+		}
+		skipReason = reason
+	} else {
+		redisURL = url
+	}
+	code := m.Run()
+	if stop != nil {
+		stop()
+	}
+	os.Exit(code)
+}
+
+type fixture struct {
+	bus    *redisbus.Bus
+	rdb    *redis.Client
+	store  store.Store
+	llm    *fakellm.Server
+	tenant string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip("SKIPPED LOUDLY: " + skipReason)
+	}
+	g := NewWithT(t)
+	b, err := redisbus.Open(redisURL, redisbus.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = b.Close() })
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "picobot.db"))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = st.Close() })
+	llm := fakellm.New()
+	t.Cleanup(llm.Close)
+	return &fixture{bus: b, rdb: b.Client(), store: st, llm: llm, tenant: fmt.Sprintf("t%d", time.Now().UnixNano())}
+}
+
+func (f *fixture) runtime(t *testing.T, pod string, idle, ttl time.Duration) *Runtime {
+	t.Helper()
+	p, err := provider.New(provider.Config{Provider: provider.OpenAI, Model: "m", BaseURL: f.llm.URL(), APIKey: "k"})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	mgr := session.NewManager(session.Config{Store: f.store, Loop: &agent.Loop{Provider: p}, Agent: "helper", Holder: pod,
+		Timeline: session.StoreTimeline{Store: f.store}, LeaseTTL: ttl})
+	return NewRuntime(RuntimeConfig{Tenant: f.tenant, Agent: "helper", Pod: pod, Bus: f.bus, Redis: f.rdb, Store: f.store,
+		Manager: mgr, IdleTimeout: idle, LeaseTTL: ttl})
+}
+
+// queue publishes a user message to the chat and a wake, as the gateway does.
+func (f *fixture) queue(t *testing.T, chat, id, text string) {
+	t.Helper()
+	ctx := context.Background()
+	payload, _ := json.Marshal(Inbound{ID: id, Channel: "web", ChatKey: chat, Text: text})
+	g := NewWithT(t)
+	g.Expect(f.bus.Publish(ctx, chatStream(f.tenant, "helper", "web", chat), bus.Message{ID: id, Payload: payload})).To(Succeed())
+	g.Expect(wake.Publish(ctx, f.bus, Wake{Tenant: f.tenant, Agent: "helper", Channel: "web", ChatKey: chat})).To(Succeed())
+}
+
+// events collects a chat's event channel.
+func (f *fixture) events(t *testing.T, chat string) func() []Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ps, ch, err := signals{f.rdb}.subscribe(ctx, eventChannel(f.tenant, "helper", "web", chat))
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	var mu sync.Mutex
+	var got []Event
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range ch {
+			mu.Lock()
+			got = append(got, e)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); _ = ps.Close(); <-done })
+	return func() []Event {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+func kinds(es []Event) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func TestWarmRuntimeServesAChatUntilIdle(t *testing.T) {
+	f := newFixture(t)
+	g := NewWithT(t)
+	f.llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		return fakellm.Turn{Text: fmt.Sprintf("answer %d", len(r.Messages))}
+	})
+	got := f.events(t, "helper/bob")
+	rt := f.runtime(t, "pod-a", 1500*time.Millisecond, 3*time.Second)
+	done := make(chan error, 1)
+	runCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(func() { stop(); _ = <-done })
+	go func() { done <- rt.Run(runCtx); done <- nil }()
+	g.Eventually(func() string {
+		return f.rdb.HGet(context.Background(), wake.PodsKey(f.tenant, "helper"), "pod-a").Val()
+	}).Should(Equal("warm"))
+
+	f.queue(t, "helper/bob", "helper/bob/1", "hi")
+	g.Eventually(got, 10*time.Second).Should(ContainElement(HaveField("Kind", kindDone)))
+	g.Expect(f.rdb.HGet(context.Background(), wake.PodsKey(f.tenant, "helper"), "pod-a").Val()).To(Equal("busy web helper/bob"))
+	owner := f.rdb.Get(context.Background(), ownerKey(f.tenant, "helper", "web", "helper/bob")).Val()
+	g.Expect(owner).To(Equal("pod-a"))
+	f.queue(t, "helper/bob", "helper/bob/2", "again")
+	g.Eventually(func() int {
+		n := 0
+		for _, e := range got() {
+			if e.Kind == kindDone {
+				n++
+			}
+		}
+		return n
+	}, 10*time.Second).Should(Equal(2))
+	es := got()
+	g.Expect(kinds(es)).To(ContainElements("delta", "final", kindDone))
+	last := es[len(es)-1]
+	g.Expect(last.MessageID).To(Equal("helper/bob/2"))
+	g.Expect(last.Outcome.Text).To(Equal("answer 3")) // no system prompt: hi, answer 1, again
+
+	// Idle: the runtime gives the chat up and returns; the registry entry,
+	// owner hint and lease go with it.
+	g.Eventually(done, 20*time.Second).Should(Receive(BeNil()))
+	g.Expect(f.rdb.Exists(context.Background(), ownerKey(f.tenant, "helper", "web", "helper/bob")).Val()).To(BeZero())
+	g.Expect(f.rdb.HExists(context.Background(), wake.PodsKey(f.tenant, "helper"), "pod-a").Val()).To(BeFalse())
+	ok, err := f.store.AcquireLease(store.WithTenant(context.Background(), f.tenant), leaseKey("web", "helper/bob"), "someone-else", time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ok).To(BeTrue())
+}
+
+// A runtime that died after fetching a message (never acknowledged) leaves it
+// pending; once its lease expires the next runtime reclaims it and the turn
+// runs exactly once.
+func TestNextRuntimeReclaimsTheMessageOfADeadOne(t *testing.T) {
+	f := newFixture(t)
+	g := NewWithT(t)
+	ctx := store.WithTenant(context.Background(), f.tenant)
+	f.llm.Respond(func(r fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "done once"} })
+	got := f.events(t, "helper/eve")
+	ttl := 2 * time.Second
+
+	// The dead runtime: took the lease, fetched the message, stored the user
+	// message (phase 1), then vanished.
+	chat := "helper/eve"
+	payload, _ := json.Marshal(Inbound{ID: "helper/eve/1", Channel: "web", ChatKey: chat, Text: "do it"})
+	stream := chatStream(f.tenant, "helper", "web", chat)
+	g.Expect(f.bus.Publish(ctx, stream, bus.Message{ID: "helper/eve/1", Payload: payload})).To(Succeed())
+	ok, err := f.store.AcquireLease(ctx, leaseKey("web", chat), "pod-dead", ttl)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ok).To(BeTrue())
+	fetched, err := f.bus.Fetch(ctx, stream, groupRuntime, "pod-dead", bus.FetchOptions{Count: 1})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fetched).To(HaveLen(1))
+	_, err = f.store.CreateSession(ctx, store.Session{Channel: "web", ChatID: chat, DialogID: "default", Agent: "helper", Title: "New conversation", TitleIsDefault: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = f.store.AppendMessages(ctx, "web:helper/eve:default", store.Message{ID: "helper/eve/1", Role: "user", Content: "do it"})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	rt := f.runtime(t, "pod-next", time.Second, ttl)
+	done := make(chan error, 1)
+	runCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(func() { stop(); _ = <-done })
+	go func() { done <- rt.Run(runCtx); done <- nil }()
+	// Wakes arrive (the operator's and the gateway's re-wakes); the first
+	// ones find the dead pod's lease and are set aside.
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && !slices.Contains(kinds(got()), kindDone) {
+		g.Expect(wake.Publish(ctx, f.bus, Wake{Tenant: f.tenant, Agent: "helper", Channel: "web", ChatKey: chat})).To(Succeed())
+		time.Sleep(500 * time.Millisecond)
+	}
+	es := got()
+	g.Expect(kinds(es)).To(ContainElement(kindDone))
+	g.Eventually(done, 20*time.Second).Should(Receive(BeNil()))
+	msgs, err := f.store.LoadMessages(ctx, "web:helper/eve:default", store.LoadOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(msgs).To(HaveLen(2))
+	g.Expect(msgs[1].Content).To(Equal("done once"))
+	g.Expect(f.llm.Requests()).To(HaveLen(1))
+	pending, err := f.bus.Pending(ctx, stream, groupRuntime, 10)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pending).To(BeEmpty())
+}
+
+// BenchmarkWakeClaim measures a wake's trip through Redis to a warm pod:
+// XADD by the gateway to XREADGROUP returning in one of the waiting pods.
+func BenchmarkWakeClaim(b *testing.B) {
+	if skipReason != "" {
+		b.Skip(skipReason)
+	}
+	bs, err := redisbus.Open(redisURL, redisbus.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = bs.Close() }()
+	tenant := fmt.Sprintf("bench%d", time.Now().UnixNano())
+	stream := wakeStream(tenant, "helper")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lat := make(chan time.Duration, b.N+16)
+	var wg sync.WaitGroup
+	for i := range 8 { // eight warm pods
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				msgs, err := bs.Fetch(ctx, stream, groupPods, fmt.Sprintf("pod-%d", i), bus.FetchOptions{Count: 1, Block: time.Second})
+				if err != nil {
+					continue
+				}
+				for _, m := range msgs {
+					var w Wake
+					_ = json.Unmarshal(m.Payload, &w)
+					lat <- time.Since(w.At)
+					_ = bs.Ack(ctx, stream, groupPods, m.Seq)
+				}
+			}
+		})
+	}
+	// Let every pod join the group before timing.
+	_ = wake.Publish(ctx, bs, Wake{Tenant: tenant, Agent: "helper", ChatKey: "warmup"})
+	<-lat
+	b.ResetTimer()
+	all := make([]time.Duration, 0, b.N)
+	for i := range b.N {
+		if err := wake.Publish(ctx, bs, Wake{Tenant: tenant, Agent: "helper", Channel: "web", ChatKey: fmt.Sprint(i)}); err != nil {
+			b.Fatal(err)
+		}
+		all = append(all, <-lat)
+	}
+	b.StopTimer()
+	cancel()
+	wg.Wait()
+	slices.Sort(all)
+	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+}

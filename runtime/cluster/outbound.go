@@ -1,0 +1,248 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/channel"
+	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// Outbound messages leave a session pod through the gateway: only the
+// gateway holds channel credentials. Pods queue requests on OutboundStream;
+// any gateway replica delivers them with its outbound.Dispatcher and
+// publishes the result for a waiting send_message.
+const (
+	// OutboundStream carries delivery requests of every tenant.
+	OutboundStream = "picobot/outbound"
+	groupGateway   = "gateway"
+	// resultWait bounds a send_message's wait: the dispatcher's own cap plus
+	// the trip.
+	resultWait = outbound.DefaultMaxWait + 15*time.Second
+)
+
+func resultChannel(id string) string { return "picobot/outbound-result/" + id }
+
+// outboundRequest is one queued delivery.
+type outboundRequest struct {
+	ID      string         `json:"id"`
+	Tenant  string         `json:"tenant"`
+	Message outboundWire   `json:"message"`
+	Wait    bool           `json:"wait"`
+	Files   []outboundFile `json:"files,omitempty"`
+}
+
+type outboundWire struct {
+	Agent, Target, Text, Origin string
+}
+
+type outboundFile struct {
+	Name      string `json:"name"`
+	MediaType string `json:"media_type"`
+	Data      []byte `json:"data"`
+}
+
+type outboundResult struct {
+	Result outbound.Result `json:"result"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// RemoteSender is the pods' messaging.Sender: it queues the message for the
+// gateway and waits for the real delivery result.
+type RemoteSender struct {
+	Bus   bus.Bus
+	Redis *redis.Client
+}
+
+// Deliver implements messaging.Sender.
+func (s RemoteSender) Deliver(ctx context.Context, m outbound.Message) (outbound.Result, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return outbound.Result{}, err
+	}
+	req := outboundRequest{ID: bus.NewID(), Tenant: tenant, Wait: true,
+		Message: outboundWire{Agent: m.Agent, Target: m.Target, Text: m.Text, Origin: m.Origin}}
+	for _, f := range m.Files {
+		req.Files = append(req.Files, outboundFile{Name: f.Name, MediaType: f.MediaType, Data: f.Data})
+	}
+	ps, events, err := subscribeRaw(ctx, s.Redis, resultChannel(req.ID))
+	if err != nil {
+		return outbound.Result{}, err
+	}
+	defer func() { _ = ps.Close() }()
+	if err := queueOutbound(ctx, s.Bus, req); err != nil {
+		return outbound.Result{}, err
+	}
+	wait := time.NewTimer(resultWait)
+	defer wait.Stop()
+	select {
+	case raw, ok := <-events:
+		if !ok {
+			return outbound.Result{}, errors.New("lost the delivery result subscription; see cron_runs or the session for the outcome")
+		}
+		var r outboundResult
+		if err := json.Unmarshal([]byte(raw), &r); err != nil {
+			return outbound.Result{}, fmt.Errorf("malformed delivery result: %w", err)
+		}
+		if r.Error != "" {
+			return r.Result, &outbound.DeliveryError{Result: r.Result, Err: errors.New(r.Error)}
+		}
+		return r.Result, nil
+	case <-wait.C:
+		return outbound.Result{}, fmt.Errorf("no delivery result within %s; the delivery is still recorded and retried", resultWait)
+	case <-ctx.Done():
+		return outbound.Result{}, ctx.Err()
+	}
+}
+
+// QueueReply hands the final reply of a turn that came from an external
+// channel to the gateway, without waiting.
+func QueueReply(ctx context.Context, b bus.Bus, tenant string, m outbound.Message) error {
+	return queueOutbound(ctx, b, outboundRequest{ID: bus.NewID(), Tenant: tenant,
+		Message: outboundWire{Agent: m.Agent, Target: m.Target, Text: m.Text, Origin: m.Origin}})
+}
+
+func queueOutbound(ctx context.Context, b bus.Bus, req outboundRequest) error {
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if err := b.Publish(ctx, OutboundStream, bus.Message{ID: req.ID, Payload: payload}); err != nil {
+		return fmt.Errorf("failed to queue outbound message: %w", err)
+	}
+	return nil
+}
+
+func subscribeRaw(ctx context.Context, rdb *redis.Client, ch string) (*redis.PubSub, <-chan string, error) {
+	ps := rdb.Subscribe(ctx, ch)
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, nil, fmt.Errorf("failed to subscribe to %s: %w", ch, err)
+	}
+	out := make(chan string, 1)
+	go func() {
+		defer close(out)
+		for m := range ps.Channel() {
+			select {
+			case out <- m.Payload:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ps, out, nil
+}
+
+// Deliverer is what the relay delivers with (*outbound.Dispatcher).
+type Deliverer interface {
+	Deliver(ctx context.Context, m outbound.Message) (outbound.Result, error)
+}
+
+// OutboundRelay is the gateway's consumer of OutboundStream.
+type OutboundRelay struct {
+	Bus        bus.Bus
+	Redis      *redis.Client
+	Dispatcher Deliverer
+	// Consumer names this replica in the consumer group (hostname).
+	Consumer string
+	// Parallel bounds concurrent deliveries (16 when zero).
+	Parallel int
+	Log      *slog.Logger
+}
+
+// Start runs the relay until ctx ends; it is a manager.Runnable that every
+// replica runs.
+func (o *OutboundRelay) Start(ctx context.Context) error {
+	if o.Consumer == "" {
+		o.Consumer, _ = os.Hostname()
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 16
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	sem := make(chan struct{}, o.Parallel)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	lastClaim := time.Time{}
+	for ctx.Err() == nil {
+		var msgs []bus.Message
+		var err error
+		// Requests a dead replica took are taken over after the longest a
+		// delivery may take.
+		if time.Since(lastClaim) > time.Minute {
+			lastClaim = time.Now()
+			msgs, err = o.Bus.Claim(ctx, OutboundStream, groupGateway, o.Consumer, resultWait+time.Minute, 100)
+		}
+		if err == nil && len(msgs) == 0 {
+			msgs, err = o.Bus.Fetch(ctx, OutboundStream, groupGateway, o.Consumer, bus.FetchOptions{Count: 16, Block: 5 * time.Second})
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			o.Log.Error("Failed to read outbound requests; retrying", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		for _, m := range msgs {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				o.deliver(ctx, m)
+			})
+		}
+	}
+	return nil
+}
+
+// NeedLeaderElection: every gateway replica relays.
+func (o *OutboundRelay) NeedLeaderElection() bool { return false }
+
+func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) {
+	var req outboundRequest
+	if err := json.Unmarshal(m.Payload, &req); err != nil || req.Tenant == "" {
+		o.Log.Error("Dropping malformed outbound request", "id", m.ID)
+		_ = o.Bus.Ack(ctx, OutboundStream, groupGateway, m.Seq)
+		return
+	}
+	msg := outbound.Message{Agent: req.Message.Agent, Target: req.Message.Target, Text: req.Message.Text, Origin: req.Message.Origin}
+	for _, f := range req.Files {
+		msg.Files = append(msg.Files, channel.File{Name: f.Name, MediaType: f.MediaType, Size: int64(len(f.Data)), Data: f.Data})
+	}
+	res, err := o.Dispatcher.Deliver(store.WithTenant(ctx, req.Tenant), msg)
+	if ctx.Err() != nil {
+		return // shutting down: another replica takes the request over
+	}
+	if err != nil {
+		o.Log.Warn("Outbound delivery failed", "tenant", req.Tenant, "target", msg.Target, "err", err)
+	}
+	if req.Wait {
+		out := outboundResult{Result: res}
+		if err != nil {
+			out.Error = err.Error()
+		}
+		b, _ := json.Marshal(out)
+		if perr := o.Redis.Publish(ctx, resultChannel(req.ID), b).Err(); perr != nil {
+			o.Log.Error("Failed to publish delivery result", "err", perr)
+		}
+	}
+	if err := o.Bus.Ack(ctx, OutboundStream, groupGateway, m.Seq); err != nil {
+		o.Log.Error("Failed to acknowledge outbound request", "err", err)
+	}
+}

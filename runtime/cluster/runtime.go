@@ -1,0 +1,337 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// Defaults of a session runtime.
+const (
+	DefaultIdleTimeout = 10 * time.Minute
+	DefaultLeaseTTL    = 30 * time.Second
+	fetchBlock         = time.Second
+)
+
+// RuntimeConfig configures a session runtime.
+type RuntimeConfig struct {
+	Tenant, Agent string
+	// Pod names this runtime: lease holder and consumer name.
+	Pod   string
+	Bus   bus.Bus
+	Redis *redis.Client
+	Store store.Store
+	// Manager runs the agent's turns (agenthost.Built.Manager); its Holder
+	// must be Pod.
+	Manager *session.Manager
+	// IdleTimeout ends the runtime after a chat had no message that long.
+	IdleTimeout time.Duration
+	// LeaseTTL bounds how long a dead runtime keeps a chat.
+	LeaseTTL time.Duration
+	Log      *slog.Logger
+}
+
+// Runtime is a session pod's main loop: wait as a warm pod for a wake, claim
+// it, serve that chat until it is idle, and return (the pod then exits and the
+// operator replaces it).
+type Runtime struct {
+	cfg RuntimeConfig
+	sig signals
+	ctx context.Context // tenant-scoped
+}
+
+// NewRuntime returns a runtime.
+func NewRuntime(cfg RuntimeConfig) *Runtime {
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Runtime{cfg: cfg, sig: signals{cfg.Redis}}
+}
+
+// Run waits for a wake and serves its chat. It returns nil after the chat went
+// idle, or the context's error when cancelled while warm.
+func (r *Runtime) Run(ctx context.Context) error {
+	ctx = store.WithTenant(ctx, r.cfg.Tenant)
+	r.ctx = ctx
+	pods := podsKey(r.cfg.Tenant, r.cfg.Agent)
+	if err := r.cfg.Redis.HSet(ctx, pods, r.cfg.Pod, "warm").Err(); err != nil {
+		return fmt.Errorf("failed to register pod: %w", err)
+	}
+	defer r.cfg.Redis.HDel(context.WithoutCancel(ctx), pods, r.cfg.Pod)
+	wakes := wakeStream(r.cfg.Tenant, r.cfg.Agent)
+	for {
+		msgs, err := r.cfg.Bus.Fetch(ctx, wakes, groupPods, r.cfg.Pod, bus.FetchOptions{Count: 1, Block: 5 * time.Second})
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.cfg.Log.Error("Failed to read wakes; retrying", "err", err)
+			if !sleep(ctx, time.Second) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		m := msgs[0]
+		var w Wake
+		if err := json.Unmarshal(m.Payload, &w); err != nil || w.ChatKey == "" {
+			r.cfg.Log.Error("Dropping malformed wake", "id", m.ID)
+			_ = r.cfg.Bus.Ack(ctx, wakes, groupPods, m.Seq)
+			continue
+		}
+		served, err := r.serve(ctx, w, func() { _ = r.cfg.Bus.Ack(ctx, wakes, groupPods, m.Seq) })
+		if err != nil {
+			return err
+		}
+		if served {
+			return nil
+		}
+		// The chat had an owner or nothing to do: stay warm.
+		if err := r.cfg.Redis.HSet(ctx, pods, r.cfg.Pod, "warm").Err(); err != nil {
+			r.cfg.Log.Error("Failed to mark pod warm", "err", err)
+		}
+	}
+}
+
+// serve owns the chat of w until it is idle. It reports false when it did not
+// serve it (another runtime owns it, or nothing was waiting).
+func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
+	lease := leaseKey(w.Channel, w.ChatKey)
+	ok, err := r.cfg.Store.AcquireLease(ctx, lease, r.cfg.Pod, r.cfg.LeaseTTL)
+	if err != nil {
+		return false, fmt.Errorf("failed to take chat lease: %w", err)
+	}
+	if !ok {
+		ack() // someone serves the chat; it will see the message
+		return false, nil
+	}
+	ack()
+	owner := ownerKey(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey)
+	if err := r.sig.setOwner(ctx, owner, r.cfg.Pod, r.cfg.LeaseTTL); err != nil {
+		r.cfg.Log.Error("Failed to record chat owner", "err", err)
+	}
+	_ = r.cfg.Redis.HSet(ctx, podsKey(r.cfg.Tenant, r.cfg.Agent), r.cfg.Pod, "busy "+w.Channel+" "+w.ChatKey).Err()
+
+	chatCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	startHeartbeat := func() (stop func()) {
+		hbCtx, hbCancel := context.WithCancel(chatCtx)
+		var wg sync.WaitGroup
+		wg.Go(func() { r.heartbeat(hbCtx, cancel, lease, owner) })
+		return func() { hbCancel(); wg.Wait() }
+	}
+	stopHeartbeat := startHeartbeat()
+	defer func() { stopHeartbeat() }()
+	stopSub, err := r.watchStops(chatCtx, w)
+	if err != nil {
+		return false, err
+	}
+	defer stopSub()
+
+	stream := chatStream(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey)
+	// Messages a dead owner fetched but never acknowledged come first; only
+	// the lease holder reads the chat, so everything pending is orphaned.
+	orphans, err := r.cfg.Bus.Claim(chatCtx, stream, groupRuntime, r.cfg.Pod, 0, bus.DefaultBatch)
+	if err != nil {
+		return false, fmt.Errorf("failed to reclaim chat messages: %w", err)
+	}
+	served := false
+	for _, m := range orphans {
+		r.process(chatCtx, w, stream, m)
+		served = true
+	}
+	idle := time.Now()
+	for chatCtx.Err() == nil { // until the lease is lost or we shut down
+		msgs, err := r.cfg.Bus.Fetch(chatCtx, stream, groupRuntime, r.cfg.Pod, bus.FetchOptions{Count: 10, Block: fetchBlock})
+		if err != nil {
+			if chatCtx.Err() != nil {
+				break
+			}
+			r.cfg.Log.Error("Failed to read chat stream; retrying", "chat", w.ChatKey, "err", err)
+			sleep(chatCtx, time.Second)
+			continue
+		}
+		for _, m := range msgs {
+			r.process(chatCtx, w, stream, m)
+			served = true
+		}
+		if len(msgs) > 0 {
+			idle = time.Now()
+			continue
+		}
+		if !served || time.Since(idle) >= r.cfg.IdleTimeout {
+			// Give the chat up, then look once more: a message queued
+			// before the owner hint went away is ours to serve, one queued
+			// after it woke another runtime.
+			stopHeartbeat()
+			_ = r.sig.clearOwner(context.WithoutCancel(ctx), owner, r.cfg.Pod)
+			if err := r.cfg.Store.ReleaseLease(context.WithoutCancel(ctx), lease, r.cfg.Pod); err != nil {
+				r.cfg.Log.Error("Failed to release chat lease", "err", err)
+			}
+			_ = r.cfg.Manager.ReleaseAll(context.WithoutCancel(ctx))
+			late, err := r.cfg.Bus.Fetch(ctx, stream, groupRuntime, r.cfg.Pod, bus.FetchOptions{Count: 10})
+			if err != nil || len(late) == 0 {
+				return served, nil
+			}
+			if ok, _ := r.cfg.Store.AcquireLease(ctx, lease, r.cfg.Pod, r.cfg.LeaseTTL); !ok {
+				return served, nil // the new owner reclaims them
+			}
+			_ = r.sig.setOwner(ctx, owner, r.cfg.Pod, r.cfg.LeaseTTL)
+			stopHeartbeat = startHeartbeat()
+			for _, m := range late {
+				r.process(chatCtx, w, stream, m)
+			}
+			served, idle = true, time.Now()
+		}
+	}
+	_ = r.cfg.Manager.ReleaseAll(context.WithoutCancel(ctx))
+	return served, nil
+}
+
+// heartbeat renews the chat lease and owner hint; a lost lease ends serving.
+func (r *Runtime) heartbeat(ctx context.Context, cancel context.CancelFunc, lease, owner string) {
+	t := time.NewTicker(r.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := r.cfg.Store.RenewLease(ctx, lease, r.cfg.Pod, r.cfg.LeaseTTL); errors.Is(err, store.ErrLeaseLost) {
+				r.cfg.Log.Error("Lost chat lease; stopping", "lease", lease)
+				cancel()
+				return
+			} else if err != nil {
+				r.cfg.Log.Error("Failed to renew chat lease", "err", err)
+			}
+			_ = r.sig.setOwner(ctx, owner, r.cfg.Pod, r.cfg.LeaseTTL)
+		}
+	}
+}
+
+// watchStops cancels the chat's running turn when the gateway sends a stop.
+func (r *Runtime) watchStops(ctx context.Context, w Wake) (func(), error) {
+	ps, events, err := r.sig.subscribe(ctx, controlChannel(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey))
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range events {
+			if e.Kind != kindStop {
+				continue
+			}
+			if id, err := r.cfg.Manager.Resolve(ctx, w.Channel, w.ChatKey); err == nil {
+				r.cfg.Manager.Stop(id.String())
+			}
+		}
+	}()
+	return func() { _ = ps.Close(); <-done }, nil
+}
+
+// process runs one message and acknowledges it once its turn is stored.
+func (r *Runtime) process(ctx context.Context, w Wake, stream string, m bus.Message) {
+	var in Inbound
+	if err := json.Unmarshal(m.Payload, &in); err != nil {
+		r.cfg.Log.Error("Dropping malformed chat message", "id", m.ID, "err", err)
+		_ = r.cfg.Bus.Ack(ctx, stream, groupRuntime, m.Seq)
+		return
+	}
+	events := eventChannel(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey)
+	pub := func(e Event) {
+		e.MessageID = m.ID
+		if err := r.sig.publish(context.WithoutCancel(ctx), events, e); err != nil {
+			r.cfg.Log.Error("Failed to publish turn event", "err", err)
+		}
+	}
+	var reply session.Reply
+	var err error
+	for {
+		reply, err = r.cfg.Manager.Handle(ctx, session.Inbound{Channel: w.Channel, ChatID: w.ChatKey, MessageID: m.ID, Text: in.Text,
+			Stream: true, Sink: func(e agent.Event) { pub(Event{Kind: string(e.Kind), Event: wireEvent(e)}) }})
+		// We own the chat, so a busy session is the lease of a dead owner
+		// that has not expired yet: wait for it rather than fail the turn.
+		if !errors.Is(err, session.ErrBusy) || !sleep(ctx, r.cfg.LeaseTTL/6) {
+			break
+		}
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Lease lost or shutting down: leave the message pending for the
+		// next owner.
+		return
+	}
+	if ackErr := r.cfg.Bus.Ack(context.WithoutCancel(ctx), stream, groupRuntime, m.Seq); ackErr != nil {
+		r.cfg.Log.Error("Failed to acknowledge chat message", "id", m.ID, "err", ackErr)
+	}
+	out := gateway.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate}
+	if err != nil {
+		code := gateway.CodeInternal
+		var ce *gateway.CodedError
+		switch {
+		case errors.As(err, &ce):
+			code = ce.Code
+		case errors.Is(err, session.ErrBusy):
+			code = gateway.CodeBusy
+		case errors.Is(err, context.Canceled):
+			code, err = gateway.CodeStopped, errors.New("stopped; what was done so far is kept")
+		default:
+			r.cfg.Log.Error("Turn failed", "chat", w.ChatKey, "err", err)
+		}
+		pub(Event{Kind: kindError, Code: code, Message: err.Error(), Outcome: &out})
+		return
+	}
+	pub(Event{Kind: kindDone, Outcome: &out})
+	// A message from a chat platform is answered there, through the
+	// gateway's dispatcher (which alone holds the channel's credentials).
+	if replyByDispatcher(w.Channel) && out.Text != "" && !out.Duplicate {
+		err := QueueReply(context.WithoutCancel(ctx), r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent,
+			Target: w.Channel + ":" + w.ChatKey, Text: out.Text, Origin: out.SessionID})
+		if err != nil {
+			r.cfg.Log.Error("Failed to queue the reply for delivery", "chat", w.ChatKey, "err", err)
+		}
+	}
+}
+
+// replyByDispatcher tells the channels whose replies go out through the
+// outbound dispatcher: every chat platform, not the gateway's own clients
+// (which get the turn's events) nor scheduled runs (delivered by policy).
+func replyByDispatcher(channel string) bool {
+	switch channel {
+	case gateway.ChannelWeb, gateway.ChannelOpenAI, "terminal", "cron":
+		return false
+	}
+	return true
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,143 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// Environment of a session pod, set by the operator's pod spec.
+const (
+	EnvTenant      = "PICOBOT_TENANT"
+	EnvAgent       = "PICOBOT_AGENT"
+	EnvPod         = "PICOBOT_POD"
+	EnvStateDir    = "PICOBOT_STATE_DIR"
+	EnvIdleTimeout = "PICOBOT_IDLE_TIMEOUT"
+	EnvLeaseTTL    = "PICOBOT_LEASE_TTL"
+)
+
+// NewScheme returns a scheme with the Kubernetes and PicoBot types.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = picobotv1alpha1.AddToScheme(s)
+	return s
+}
+
+// SessionOptions configure RunSession.
+type SessionOptions struct {
+	// Env reads the pod's environment (os.Getenv when nil).
+	Env func(string) string
+	// Kube reaches the API server; built from the in-cluster config or
+	// KUBECONFIG when nil (a watching client: skills follow ConfigMaps live).
+	Kube client.Client
+	// Features returns the agent's features (memory, skills, schedules,
+	// messaging, browser) once the shared services are connected.
+	Features func(*Services) []agenthost.Feature
+	Log      *slog.Logger
+}
+
+// RunSession is `picobot session`: it assembles the pod's agent, waits as a
+// warm pod for a wake, serves that chat until idle and returns.
+func RunSession(ctx context.Context, opts SessionOptions) error {
+	env := opts.Env
+	if env == nil {
+		env = os.Getenv
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	tenant, agentName, pod := env(EnvTenant), env(EnvAgent), env(EnvPod)
+	if tenant == "" || agentName == "" || pod == "" {
+		return fmt.Errorf("a session pod needs %s, %s and %s", EnvTenant, EnvAgent, EnvPod)
+	}
+	idle, err := durationEnv(env, EnvIdleTimeout, 0)
+	if err != nil {
+		return err
+	}
+	ttl, err := durationEnv(env, EnvLeaseTTL, DefaultLeaseTTL)
+	if err != nil {
+		return err
+	}
+	kube := opts.Kube
+	if kube == nil {
+		cfg, err := ctrl.GetConfig()
+		if err != nil {
+			return fmt.Errorf("failed to configure the Kubernetes client: %w", err)
+		}
+		if kube, err = client.NewWithWatch(cfg, client.Options{Scheme: NewScheme()}); err != nil {
+			return fmt.Errorf("failed to create the Kubernetes client: %w", err)
+		}
+	}
+	var a picobotv1alpha1.Agent
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: tenant, Name: agentName}, &a); err != nil {
+		return fmt.Errorf("failed to read agent %s/%s: %w", tenant, agentName, err)
+	}
+	var defaults *corev1.ConfigMap
+	cm := &corev1.ConfigMap{}
+	switch err := kube.Get(ctx, client.ObjectKey{Namespace: tenant, Name: picobotv1alpha1.NamespaceDefaultsConfigMap}, cm); {
+	case err == nil:
+		defaults = cm
+	case !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
+		return fmt.Errorf("failed to read %s: %w", picobotv1alpha1.NamespaceDefaultsConfigMap, err)
+	}
+	svc, err := OpenServices(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Close() }()
+	stateDir := env(EnvStateDir)
+	if stateDir == "" {
+		stateDir = filepath.Join(os.TempDir(), "picobot-"+pod)
+	}
+	var feats []agenthost.Feature
+	if opts.Features != nil {
+		feats = opts.Features(svc)
+	}
+	host := &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
+		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
+		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log,
+		Secrets: agenthost.EnvSecrets(nil, env, &a),
+		SecretHint: func(sel corev1.SecretKeySelector) string {
+			return fmt.Sprintf("the operator passes Secret %q key %q to the pod as %s; check that the Secret exists", sel.Name, sel.Key, agenthost.SecretEnvName(sel.Name, sel.Key))
+		}}
+	built, err := host.Build(store.WithTenant(ctx, tenant), &a)
+	if err != nil {
+		return err
+	}
+	defer built.Close()
+	if idle == 0 && a.Spec.Runtime != nil && a.Spec.Runtime.IdleTimeout != nil {
+		idle = a.Spec.Runtime.IdleTimeout.Duration
+	}
+	log.Info("Session runtime ready", "tenant", tenant, "agent", agentName, "pod", pod, "idleTimeout", idle)
+	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
+		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Log: log})
+	return rt.Run(ctx)
+}
+
+func durationEnv(env func(string) string, name string, def time.Duration) (time.Duration, error) {
+	v := env(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q is not a positive duration (e.g. 30s, 10m)", name, v)
+	}
+	return d, nil
+}

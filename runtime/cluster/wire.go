@@ -1,0 +1,90 @@
+// Package cluster is the data plane of cluster mode: the gateway side that
+// queues a chat's messages in Redis and wakes a runtime when the chat has none,
+// the session runtime (`picobot session`) that claims wakes and serves one chat
+// at a time, and the Redis channels that carry turn events back to the
+// gateway.
+//
+// The unit a runtime owns is a chat (channel + chat id): a chat talks to one
+// dialog at a time (its session), and /new or /switch change dialogs inside
+// the chat, so the runtime that owns the chat owns whichever session is
+// current. Ownership is a lease in the store ("chat:" + chat key) renewed by
+// heartbeat; a dead runtime's lease expires and its unacknowledged messages
+// are reclaimed by the next one.
+//
+// Streams (bus keys, all prefixed by tenant):
+//
+//	<tenant>/<agent>/chat/<channel>/<chat>   inbound messages of one chat (group "runtime")
+//	<tenant>/<agent>/wake                    wakes: chats with no runtime (group "pods")
+//	picobot/wakes                            every wake, for the operator to size pools
+//
+// Events of a turn travel on the Redis Pub/Sub channel of the chat; the final
+// outcome is also recoverable from the store, so a lost event only delays a
+// reply, never loses it.
+package cluster
+
+import (
+	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/gateway"
+)
+
+const (
+	groupRuntime = wake.GroupRuntime
+	groupPods    = wake.GroupPods
+)
+
+// Aliases of the wake protocol (runtime/cluster/wake).
+var (
+	chatStream     = wake.ChatStream
+	wakeStream     = wake.Stream
+	eventChannel   = wake.EventChannel
+	controlChannel = wake.ControlChannel
+	leaseKey       = wake.LeaseKey
+	ownerKey       = wake.OwnerKey
+	podsKey        = wake.PodsKey
+)
+
+// Wake asks for a runtime for a chat.
+type Wake = wake.Wake
+
+// Inbound is a queued user message.
+type Inbound struct {
+	// ID is the client's message id, the idempotency key.
+	ID      string `json:"id"`
+	Channel string `json:"channel"`
+	// ChatKey is the chat as sessions know it (web: "<agent>/<chat_id>").
+	ChatKey string `json:"chat_key"`
+	Text    string `json:"text"`
+}
+
+// Event kinds on a chat's event channel besides agent event kinds.
+const (
+	kindDone  = "done"
+	kindError = "error"
+	kindStop  = "stop"
+)
+
+// Event is one frame on a chat's event channel.
+type Event struct {
+	// MessageID is the inbound message the event belongs to.
+	MessageID string `json:"message_id"`
+	Kind      string `json:"kind"`
+	// Event is set for agent events (deltas, tool calls and results, final).
+	Event *agent.Event `json:"event,omitempty"`
+	// Outcome is set on done.
+	Outcome *gateway.Outcome `json:"outcome,omitempty"`
+	// Code and Message are set on error.
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// wireEvent strips what must not travel (artifact bytes: they are in the
+// artifact store) from an agent event.
+func wireEvent(e agent.Event) *agent.Event {
+	if e.ToolResult != nil && len(e.ToolResult.Artifacts) > 0 {
+		tr := *e.ToolResult
+		tr.Artifacts = nil
+		e.ToolResult = &tr
+	}
+	return &e
+}

@@ -1,0 +1,420 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/picobot/picobot/runtime/agent"
+)
+
+// HeaderChatID names the chat of an OpenAI-compatible request; without it the
+// request's "user" field does, and without that the chat "default".
+const HeaderChatID = "X-PicoBot-Chat-Id"
+
+// defaultOpenAIChat is the chat of OpenAI requests that name none.
+const defaultOpenAIChat = "default"
+
+// OpenAI request shapes (only what PicoBot reads; other fields are ignored).
+type (
+	oaRequest struct {
+		Model         string      `json:"model"`
+		Messages      []oaMessage `json:"messages"`
+		Stream        bool        `json:"stream"`
+		StreamOptions *struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+		User string `json:"user"`
+		N    *int   `json:"n"`
+	}
+	oaMessage struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	oaPart struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+)
+
+// OpenAI reply shapes.
+type (
+	oaUsage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	}
+	oaReplyMessage struct {
+		Role    string  `json:"role"`
+		Content string  `json:"content"`
+		Refusal *string `json:"refusal"`
+	}
+	oaDelta struct {
+		Role    string  `json:"role,omitempty"`
+		Content *string `json:"content,omitempty"`
+	}
+	oaChoice struct {
+		Index        int             `json:"index"`
+		Message      *oaReplyMessage `json:"message,omitempty"`
+		Delta        *oaDelta        `json:"delta,omitempty"`
+		Logprobs     *struct{}       `json:"logprobs"`
+		FinishReason *string         `json:"finish_reason"`
+	}
+	oaCompletion struct {
+		ID      string     `json:"id"`
+		Object  string     `json:"object"`
+		Created int64      `json:"created"`
+		Model   string     `json:"model"`
+		Choices []oaChoice `json:"choices"`
+		Usage   *oaUsage   `json:"usage,omitempty"`
+	}
+	oaModel struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+)
+
+// writeOpenAIError writes OpenAI's error JSON.
+func writeOpenAIError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	body := map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}
+	if code != "" {
+		body["code"] = code
+	}
+	if param != "" {
+		body["param"] = param
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": body})
+}
+
+// openAIError maps a protocol code to OpenAI's status, type and code.
+func openAIError(code string) (status int, typ, oaCode string) {
+	status = statusOf[code]
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	switch code {
+	case CodeUnauthorized:
+		return status, "invalid_request_error", "invalid_api_key"
+	case CodeUnknownAgent:
+		return status, "invalid_request_error", "model_not_found"
+	case CodeRateLimited:
+		return status, "requests", "rate_limit_exceeded"
+	case CodeTooLarge:
+		return status, "invalid_request_error", "request_too_large"
+	}
+	if status >= 500 {
+		return status, "server_error", code
+	}
+	return status, "invalid_request_error", code
+}
+
+func writeOpenAIErrorCode(w http.ResponseWriter, code, msg string) {
+	status, typ, oaCode := openAIError(code)
+	writeOpenAIError(w, status, typ, oaCode, "", msg)
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	agents, err := s.backend.ListAgents(r.Context())
+	if err != nil {
+		s.log.Error("Failed to list agents", "err", err)
+		writeOpenAIErrorCode(w, errorCode(err, CodeNotFound), "failed to list agents")
+		return
+	}
+	data := make([]oaModel, 0, len(agents))
+	for _, a := range agents {
+		data = append(data, oaModel{ID: a.Name, Object: "model", OwnedBy: "picobot"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	if _, err := s.findAgent(r, name); err != nil {
+		s.openAIFail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(oaModel{ID: name, Object: "model", OwnedBy: "picobot"})
+}
+
+func (s *Server) findAgent(r *http.Request, name string) (AgentInfo, error) {
+	agents, err := s.backend.ListAgents(r.Context())
+	if err != nil {
+		return AgentInfo{}, err
+	}
+	for _, a := range agents {
+		if a.Name == name {
+			return a, nil
+		}
+	}
+	return AgentInfo{}, Errorf(CodeUnknownAgent, "The model `%s` does not exist: PicoBot's models are its agents (GET /v1/models lists them).", name)
+}
+
+func (s *Server) openAIFail(w http.ResponseWriter, r *http.Request, err error) {
+	code := errorCode(err, CodeUnknownSession)
+	if code == CodeInternal {
+		s.log.Error("OpenAI request failed", "path", r.URL.Path, "err", err)
+	}
+	status, typ, oaCode := openAIError(code)
+	param := ""
+	if code == CodeUnknownAgent {
+		param = "model"
+	}
+	writeOpenAIError(w, status, typ, oaCode, param, err.Error())
+}
+
+func badOpenAI(w http.ResponseWriter, param, format string, args ...any) {
+	writeOpenAIError(w, http.StatusBadRequest, "invalid_request_error", "", param, fmt.Sprintf(format, args...))
+}
+
+// lastUserText returns the text of the request's last message, which must be
+// the user's: the session keeps its own history, so earlier messages, which
+// OpenAI clients resend every time, are not given to the agent again.
+func lastUserText(msgs []oaMessage) (string, string) {
+	if len(msgs) == 0 {
+		return "", "messages must hold at least one message"
+	}
+	m := msgs[len(msgs)-1]
+	if m.Role != "user" {
+		return "", fmt.Sprintf("the last message must be the user's (got role %q): PicoBot keeps the conversation and answers the last user message", m.Role)
+	}
+	var text string
+	if err := json.Unmarshal(m.Content, &text); err == nil {
+		return text, ""
+	}
+	var parts []oaPart
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", "the last message's content must be a string or an array of text parts"
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Sprintf("content part type %q is not supported; send text", p.Type)
+		}
+		if b.Len() > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), ""
+}
+
+// chatCompletions is POST /v1/chat/completions: the last user message goes to
+// the agent named by "model", in the chat named by X-PicoBot-Chat-Id or
+// "user" (channel "openai").
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(r.Body)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		writeOpenAIErrorCode(w, CodeTooLarge, fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit))
+		return
+	case err != nil:
+		badOpenAI(w, "", "failed to read request body: %v", err)
+		return
+	}
+	var req oaRequest
+	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&req); err != nil {
+		badOpenAI(w, "", "request body is not valid JSON: %v", err)
+		return
+	}
+	if req.Model == "" {
+		badOpenAI(w, "model", "model is required: the name of a PicoBot agent (GET /v1/models)")
+		return
+	}
+	if req.N != nil && *req.N != 1 {
+		badOpenAI(w, "n", "n must be 1")
+		return
+	}
+	text, msg := lastUserText(req.Messages)
+	if msg == "" && strings.TrimSpace(text) == "" {
+		msg = "the last user message is empty"
+	}
+	if msg == "" && len(text) > MaxTextBytes {
+		msg = fmt.Sprintf("the last user message is %d bytes; the limit is %d", len(text), MaxTextBytes)
+	}
+	if msg != "" {
+		badOpenAI(w, "messages", "%s", msg)
+		return
+	}
+	chatID := r.Header.Get(HeaderChatID)
+	param := "header " + HeaderChatID
+	if chatID == "" {
+		chatID, param = req.User, "user"
+	}
+	if chatID == "" {
+		chatID = defaultOpenAIChat
+	}
+	if err := checkChat(Chat{Agent: req.Model, ChatID: chatID}); err != nil {
+		badOpenAI(w, param, "chat id %q: %v", chatID, err)
+		return
+	}
+	if _, err := s.findAgent(r, req.Model); err != nil {
+		s.openAIFail(w, r, err)
+		return
+	}
+	id := newRequestID("chatcmpl-")
+	send := Send{ID: "oa-" + id[len("chatcmpl-"):], Channel: ChannelOpenAI, Agent: req.Model, ChatID: chatID, Text: text}
+	if req.Stream {
+		s.streamCompletion(w, r, req, id, send)
+		return
+	}
+	var mu sync.Mutex
+	var usage oaUsage
+	send.Sink = func(e agent.Event) {
+		if e.Kind == agent.EventUsage && e.Usage != nil {
+			mu.Lock()
+			usage.PromptTokens += e.Usage.InputTokens
+			usage.CompletionTokens += e.Usage.OutputTokens
+			mu.Unlock()
+		}
+	}
+	out, err := s.backend.Handle(r.Context(), send)
+	if err != nil {
+		s.openAIFail(w, r, err)
+		return
+	}
+	mu.Lock()
+	u := usage
+	mu.Unlock()
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	stop := "stop"
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-PicoBot-Session", out.SessionID)
+	_ = json.NewEncoder(w).Encode(oaCompletion{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
+		Choices: []oaChoice{{Message: &oaReplyMessage{Role: "assistant", Content: out.Text}, FinishReason: &stop}}, Usage: &u})
+}
+
+// sseWriter writes server-sent events until closed; the agent's sink may call
+// it from another goroutine after the handler gave up on a gone client.
+type sseWriter struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	first   []byte // the first event, written with the header
+	started bool
+	closed  bool
+}
+
+func (s *sseWriter) data(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	s.raw(b)
+}
+
+func (s *sseWriter) raw(b []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if !s.started {
+		s.started = true
+		s.w.WriteHeader(http.StatusOK)
+		if _, err := fmt.Fprintf(s.w, "data: %s\n\n", s.first); err != nil {
+			s.closed = true
+			return
+		}
+	}
+	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", b); err != nil {
+		s.closed = true
+		return
+	}
+	_ = s.rc.Flush()
+}
+
+// begun reports whether the stream has started (the status is sent).
+func (s *sseWriter) begun() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+func (s *sseWriter) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// streamCompletion answers with OpenAI's chunk stream: a role chunk, a chunk
+// per text delta, a finish chunk, the usage chunk when asked for, and
+// "data: [DONE]".
+func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oaRequest, id string, send Send) {
+	created := time.Now().Unix()
+	chunk := func(d *oaDelta, finish *string) oaCompletion {
+		return oaCompletion{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model,
+			Choices: []oaChoice{{Delta: d, FinishReason: finish}}}
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	empty := ""
+	first, _ := json.Marshal(chunk(&oaDelta{Role: "assistant", Content: &empty}, nil))
+	sse := &sseWriter{w: w, rc: http.NewResponseController(w), first: first}
+	defer sse.close()
+	var mu sync.Mutex
+	var usage oaUsage
+	streamed, afterTool := false, false
+	send.Sink = func(e agent.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e.Kind {
+		case agent.EventDelta:
+			if e.Text == "" {
+				return
+			}
+			text := e.Text
+			if afterTool && streamed {
+				text = "\n\n" + text // text of a later step, after tool calls
+			}
+			afterTool, streamed = false, true
+			sse.data(chunk(&oaDelta{Content: &text}, nil))
+		case agent.EventToolCall:
+			afterTool = true
+		case agent.EventUsage:
+			if e.Usage != nil {
+				usage.PromptTokens += e.Usage.InputTokens
+				usage.CompletionTokens += e.Usage.OutputTokens
+			}
+		}
+	}
+	out, err := s.backend.Handle(r.Context(), send)
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil && !sse.begun() {
+		sse.close()
+		s.openAIFail(w, r, err)
+		return
+	}
+	if err != nil {
+		_, typ, oaCode := openAIError(errorCode(err, CodeUnknownSession))
+		sse.data(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "param": nil, "code": oaCode}})
+		return
+	}
+	if !streamed && out.Text != "" { // a slash command's reply, or a duplicate
+		text := out.Text
+		sse.data(chunk(&oaDelta{Content: &text}, nil))
+	}
+	stop := "stop"
+	sse.data(chunk(&oaDelta{}, &stop))
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		u := usage
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		sse.data(oaCompletion{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []oaChoice{}, Usage: &u})
+	}
+	sse.raw([]byte("[DONE]"))
+}

@@ -1,0 +1,192 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
+)
+
+func sdk(e *env, key string, opts ...option.RequestOption) openai.Client {
+	return openai.NewClient(append([]option.RequestOption{option.WithBaseURL(e.url + "/v1"), option.WithAPIKey(key), option.WithMaxRetries(0)}, opts...)...)
+}
+
+// TestOpenAISDK drives the OpenAI-compatible endpoint with the official
+// openai-go SDK over real HTTP, backed by the embedded runtime.
+func TestOpenAISDK(t *testing.T) {
+	g := NewWithT(t)
+	e := start(t, nil)
+	e.echo()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // hang guard only
+	defer cancel()
+	client := sdk(e, keyA)
+
+	// Non-streaming: the client sends its whole history; the agent gets
+	// only the last user message, the session keeps its own history.
+	res, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: "assistant", User: openai.String("user-1"),
+		Messages: []openai.ChatCompletionMessageParamUnion{
+			openai.SystemMessage("client system prompt"), openai.UserMessage("old question"),
+			openai.AssistantMessage("old answer"), openai.UserMessage("hello"),
+		},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Object).To(BeEquivalentTo("chat.completion"))
+	g.Expect(res.Model).To(Equal("assistant"))
+	g.Expect(res.ID).To(HavePrefix("chatcmpl-"))
+	g.Expect(res.Choices).To(HaveLen(1))
+	g.Expect(res.Choices[0].Message.Content).To(Equal("echo: hello"))
+	g.Expect(res.Choices[0].FinishReason).To(Equal("stop"))
+	g.Expect(res.Usage.TotalTokens).To(BeNumerically(">", 0))
+	g.Expect(contents(e.llm.Requests()[0])).To(Equal([]string{"user:hello"}))
+	g.Expect(e.llm.Requests()[0].System).To(HavePrefix("You are a test assistant."), "the agent's instructions, not the client's")
+
+	// Streaming, accumulated by the SDK, with usage.
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model: "assistant", User: openai.String("user-1"),
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello"), openai.AssistantMessage("echo: hello"), openai.UserMessage("again")},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	})
+	acc := openai.ChatCompletionAccumulator{}
+	chunks := 0
+	for stream.Next() {
+		g.Expect(acc.AddChunk(stream.Current())).To(BeTrue())
+		chunks++
+	}
+	g.Expect(stream.Err()).NotTo(HaveOccurred())
+	g.Expect(stream.Close()).To(Succeed())
+	g.Expect(chunks).To(BeNumerically(">=", 4), "role, content, finish, usage")
+	g.Expect(acc.Choices).To(HaveLen(1))
+	g.Expect(acc.Choices[0].Message.Content).To(Equal("echo: again"))
+	g.Expect(acc.Choices[0].FinishReason).To(Equal("stop"))
+	g.Expect(acc.Usage.TotalTokens).To(BeNumerically(">", 0))
+	g.Expect(contents(e.llm.Requests()[1])).To(Equal([]string{"user:hello", "assistant:echo: hello", "user:again"}))
+
+	// The X-PicoBot-Chat-Id header picks another chat; slash commands work.
+	other := sdk(e, keyA, option.WithHeader(gateway.HeaderChatID, "user-2"))
+	_, err = other.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "assistant", User: openai.String("user-1"),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("fresh")}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(contents(e.llm.Requests()[2])).To(Equal([]string{"user:fresh"}))
+	res, err = other.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "assistant",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("/new")}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Choices[0].Message.Content).To(HavePrefix("Started a new conversation (d_"))
+	status, body := e.a.Do(t, http.MethodGet, "/api/v1/dialogs?agent=assistant&chat_id=user-2&channel=openai", nil)
+	g.Expect(status).To(Equal(http.StatusOK))
+	g.Expect(body["dialogs"]).To(HaveLen(2))
+
+	// Models are the agents.
+	page, err := client.Models.List(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	g.Expect(ids).To(Equal([]string{"assistant", "keyless"}))
+	m, err := client.Models.Get(ctx, "assistant")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m.OwnedBy).To(Equal("picobot"))
+
+	// Errors in OpenAI's shape.
+	apiErr := func(err error) *openai.Error {
+		var e *openai.Error
+		g.ExpectWithOffset(1, errors.As(err, &e)).To(BeTrue(), "%v", err)
+		return e
+	}
+	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-nope", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	ae := apiErr(err)
+	g.Expect(ae.StatusCode).To(Equal(http.StatusNotFound))
+	g.Expect(ae.Code).To(Equal("model_not_found"))
+	g.Expect(ae.Param).To(Equal("model"))
+	g.Expect(ae.Type).To(Equal("invalid_request_error"))
+	_, err = client.Models.Get(ctx, "gpt-nope")
+	g.Expect(apiErr(err).Code).To(Equal("model_not_found"))
+	bad := sdk(e, "wrong-key")
+	_, err = bad.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "assistant", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	ae = apiErr(err)
+	g.Expect(ae.StatusCode).To(Equal(http.StatusUnauthorized))
+	g.Expect(ae.Code).To(Equal("invalid_api_key"))
+	_, err = bad.Models.List(ctx)
+	g.Expect(apiErr(err).StatusCode).To(Equal(http.StatusUnauthorized))
+	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "keyless", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	ae = apiErr(err)
+	g.Expect(ae.StatusCode).To(Equal(http.StatusServiceUnavailable))
+	g.Expect(ae.Code).To(Equal("no_model"))
+	g.Expect(ae.Message).To(ContainSubstring("agent keyless has no usable model"))
+	// A stream whose agent cannot answer fails before it starts.
+	stream = client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "keyless", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	g.Expect(stream.Next()).To(BeFalse())
+	g.Expect(apiErr(stream.Err()).StatusCode).To(Equal(http.StatusServiceUnavailable))
+	g.Expect(e.llm.Requests()).To(HaveLen(3), "no failed request reached the model")
+}
+
+// TestOpenAIBadInput checks malformed requests get OpenAI-shaped 400s and
+// write nothing.
+func TestOpenAIBadInput(t *testing.T) {
+	g := NewWithT(t)
+	e := start(t, nil)
+	e.echo()
+	cases := []struct {
+		body  string
+		param string
+		msg   string
+	}{
+		{`{"model":`, "", "not valid JSON"},
+		{`{"messages":[{"role":"user","content":"hi"}]}`, "model", "model is required"},
+		{`{"model":"assistant","messages":[]}`, "messages", "at least one message"},
+		{`{"model":"assistant","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x"}]}`, "messages", "the last message must be the user's"},
+		{`{"model":"assistant","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}}]}]}`, "messages", `content part type "image_url"`},
+		{`{"model":"assistant","messages":[{"role":"user","content":"  "}]}`, "messages", "empty"},
+		{`{"model":"assistant","n":2,"messages":[{"role":"user","content":"hi"}]}`, "n", "n must be 1"},
+		{`{"model":"assistant","user":"a:b","messages":[{"role":"user","content":"hi"}]}`, "user", "must not contain ':'"},
+	}
+	for _, tc := range cases {
+		status, body := e.a.Do(t, http.MethodPost, "/v1/chat/completions", tc.body)
+		g.Expect(status).To(Equal(http.StatusBadRequest), tc.body)
+		errBody, _ := body["error"].(map[string]any)
+		g.Expect(errBody).To(HaveKeyWithValue("type", "invalid_request_error"), tc.body)
+		g.Expect(errBody["message"]).To(ContainSubstring(tc.msg), tc.body)
+		if tc.param != "" {
+			g.Expect(errBody).To(HaveKeyWithValue("param", tc.param), tc.body)
+		}
+	}
+	// Parts of text are joined.
+	status, body := e.a.Do(t, http.MethodPost, "/v1/chat/completions",
+		`{"model":"assistant","messages":[{"role":"user","content":[{"type":"text","text":"one"},{"type":"text","text":"two"}]}]}`)
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	g.Expect(contents(e.llm.Requests()[0])).To(ContainElement("user:one\ntwo"))
+	// Oversize bodies are refused before they are read.
+	big := `{"model":"assistant","messages":[{"role":"user","content":"` + strings.Repeat("a", gateway.MaxBodyBytes) + `"}]}`
+	status, body = e.a.Do(t, http.MethodPost, "/v1/chat/completions", big)
+	g.Expect(status).To(Equal(http.StatusRequestEntityTooLarge))
+	g.Expect(body["error"]).To(HaveKeyWithValue("code", "request_too_large"))
+	status, _ = e.a.Do(t, http.MethodGet, "/v1/embeddings", nil)
+	g.Expect(status).To(Equal(http.StatusNotFound))
+	g.Expect(e.llm.Requests()).To(HaveLen(1), "no bad request reached the model")
+	// A stream of a tool-using turn carries the text of every step; the
+	// last step's is the final answer.
+	e.llm.Script(
+		fakellm.Turn{Text: "Let me compute.", ToolCalls: []fakellm.Call{{Name: "calculator", Args: `{"function":"evaluate","expression":"6*7"}`}}},
+		fakellm.Turn{Text: "It is 42."},
+	)
+	client := sdk(e, keyA)
+	stream := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "assistant",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("6*7?")}})
+	acc := openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	g.Expect(stream.Err()).NotTo(HaveOccurred())
+	g.Expect(acc.Choices[0].Message.Content).To(Equal("Let me compute.\n\nIt is 42."))
+	g.Expect(acc.Choices[0].Message.ToolCalls).To(BeEmpty(), "the agent's own tool calls are not the client's to run")
+}

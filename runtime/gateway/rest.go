@@ -1,0 +1,402 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// errStyle is the error body shape of an endpoint family.
+type errStyle int
+
+const (
+	styleProtocol errStyle = iota // {"v":1,"error":{"code","message"}}
+	styleOpenAI                   // {"error":{"message","type","param","code"}}
+)
+
+// guard authenticates a request, applies its key's rate limit and the body
+// size limit, and scopes its context to the principal's tenant.
+func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		fail := func(code, msg string) {
+			if style == styleOpenAI {
+				writeOpenAIErrorCode(w, code, msg)
+				return
+			}
+			writeError(w, statusOf[code], code, msg)
+		}
+		p, err := s.auth.Authenticate(r, bearer(r, style == styleProtocol))
+		if err == nil && p.Tenant == "" {
+			err = errors.New("authenticator returned a principal without a tenant")
+		}
+		if err != nil {
+			if !errors.Is(err, ErrUnauthorized) {
+				s.log.Error("Failed to authenticate request", "path", r.URL.Path, "err", err)
+			}
+			fail(CodeUnauthorized, "missing or wrong API key: send Authorization: Bearer <key>")
+			return
+		}
+		if ok, wait := s.limits.allow(p); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+			fail(CodeRateLimited, fmt.Sprintf("rate limit of this API key exceeded; retry in %s", wait.Round(time.Millisecond)))
+			return
+		}
+		if r.ContentLength > s.maxBody {
+			fail(CodeTooLarge, fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, s.maxBody))
+			return
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		}
+		next(w, r.WithContext(WithPrincipal(store.WithTenant(r.Context(), p.Tenant), p)))
+	}
+}
+
+func retryAfterSeconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seconds()))) }
+
+func writeJSON(w http.ResponseWriter, status int, v map[string]any) {
+	v["v"] = ProtocolVersion
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+// fail answers a backend error; notFound is the code of store.ErrNotFound.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, notFound string) {
+	code := errorCode(err, notFound)
+	if code == CodeInternal {
+		s.log.Error("Request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, statusOf[code], code, errorMessage(code, err))
+}
+
+// decode reads a JSON body into v. A missing body decodes nothing when
+// optional. It answers the error itself and reports false on failure.
+func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	data, err := io.ReadAll(r.Body)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit))
+		return false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "failed to read request body: "+err.Error())
+		return false
+	case len(bytes.TrimSpace(data)) == 0 && optional:
+		return true
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "request body is not the expected JSON: "+err.Error())
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "request body holds more than one JSON value")
+		return false
+	}
+	return true
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	checks := s.backend.Health(r.Context())
+	status := "ok"
+	for _, c := range checks {
+		if !c.OK {
+			status = "degraded"
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": status, "checks": checks})
+}
+
+func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
+	list, err := s.backend.ListAgents(r.Context())
+	if err != nil {
+		s.fail(w, r, err, CodeNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"agents": list})
+}
+
+// sendRequest is the body of POST /api/v1/send.
+type sendRequest struct {
+	ID     string `json:"id"`
+	Agent  string `json:"agent"`
+	ChatID string `json:"chat_id"`
+	Text   string `json:"text"`
+}
+
+// send runs a message to the end and answers with its final reply.
+func (s *Server) send(w http.ResponseWriter, r *http.Request) {
+	var req sendRequest
+	if !decode(w, r, &req, false) {
+		return
+	}
+	if req.ID == "" {
+		req.ID = newRequestID("r-")
+	}
+	f := frame{ID: req.ID, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text}
+	if msg := validateSend(f); msg != "" {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
+		return
+	}
+	out, err := s.backend.Handle(r.Context(), Send{ID: req.ID, Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text})
+	if err != nil {
+		code := errorCode(err, CodeUnknownSession)
+		if code == CodeInternal {
+			s.log.Error("Turn failed", "agent", req.Agent, "session", out.SessionID, "err", err)
+		}
+		writeJSON(w, statusOf[code], map[string]any{"id": req.ID, "session": out.SessionID,
+			"error": map[string]string{"code": code, "message": err.Error()}})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": req.ID, "session": out.SessionID, "command": out.Command,
+		"text": out.Text, "duplicate": out.Duplicate})
+}
+
+func newRequestID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// stopRequest is the body of POST /api/v1/stop.
+type stopRequest struct {
+	Agent  string `json:"agent"`
+	ChatID string `json:"chat_id"`
+}
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
+	var req stopRequest
+	if !decode(w, r, &req, false) {
+		return
+	}
+	c := Chat{Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID}
+	if err := checkChat(c); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	stopped, err := s.backend.Stop(r.Context(), c)
+	if err != nil {
+		s.fail(w, r, err, CodeUnknownSession)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"stopped": stopped})
+}
+
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	last := defaultHistory
+	if v := r.URL.Query().Get("last"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxHistoryLimit {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("last must be a number from 1 to %d", maxHistoryLimit))
+			return
+		}
+		last = n
+	}
+	msgs, err := s.backend.Messages(r.Context(), r.PathValue("id"), last)
+	if err != nil {
+		s.fail(w, r, err, CodeUnknownSession)
+		return
+	}
+	out := make([]map[string]any, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, map[string]any{"seq": m.Seq, "role": m.Role, "content": m.Content, "tool_calls": m.ToolCalls,
+			"tool_call_id": m.ToolCallID, "name": m.Name, "is_error": m.IsError, "created_at": m.CreatedAt})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
+}
+
+// artifact serves a stored file. Only images and plain text render inline;
+// everything else downloads, and nothing may run script in the UI's origin.
+func (s *Server) artifact(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if id == "" || len(id) > maxIDBytes || strings.ContainsAny(id, "/\\\x00") {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "not an artifact id")
+		return
+	}
+	rc, a, err := s.backend.Artifact(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err, CodeUnknownArtifact)
+		return
+	}
+	defer func() { _ = rc.Close() }()
+	ct := a.MediaType
+	disposition := "attachment"
+	switch {
+	case strings.HasPrefix(ct, "image/") && ct != "image/svg+xml":
+		disposition = "inline"
+	case strings.HasPrefix(ct, "text/"):
+		ct, disposition = "text/plain; charset=utf-8", "inline"
+	case ct == "":
+		ct = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Disposition", fmt.Sprintf("%s; filename=%q", disposition, a.Name))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	w.Header().Set("Content-Length", strconv.FormatInt(a.Size, 10))
+	_, _ = io.Copy(w, rc)
+}
+
+// Dialog is a dialog as clients see it.
+type Dialog struct {
+	// ID is the session id.
+	ID            string    `json:"id"`
+	DialogID      string    `json:"dialog_id"`
+	Title         string    `json:"title"`
+	CreatedAt     time.Time `json:"created_at"`
+	LastMessageAt time.Time `json:"last_message_at"`
+	Archived      bool      `json:"archived"`
+}
+
+func toDialog(s store.Session) Dialog {
+	return Dialog{ID: s.ID, DialogID: s.DialogID, Title: s.Title, CreatedAt: s.CreatedAt, LastMessageAt: s.LastMessageAt, Archived: s.ArchivedAt != nil}
+}
+
+func toDialogs(list []store.Session) []Dialog {
+	out := make([]Dialog, 0, len(list))
+	for _, s := range list {
+		out = append(out, toDialog(s))
+	}
+	return out
+}
+
+// chatOf reads the chat of a dialog request from its query (?agent=&chat_id=,
+// optionally &channel=).
+func chatOf(w http.ResponseWriter, r *http.Request) (Chat, bool) {
+	q := r.URL.Query()
+	c := Chat{Channel: q.Get("channel"), Agent: q.Get("agent"), ChatID: q.Get("chat_id")}
+	if err := checkChat(c); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return Chat{}, false
+	}
+	return c, true
+}
+
+// dialogOf reads the chat and the {dialog} path value.
+func dialogOf(w http.ResponseWriter, r *http.Request) (Chat, string, bool) {
+	c, ok := chatOf(w, r)
+	if !ok {
+		return Chat{}, "", false
+	}
+	id := r.PathValue("dialog")
+	if err := checkDialogID(id); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return Chat{}, "", false
+	}
+	return c, id, true
+}
+
+func (s *Server) listDialogs(w http.ResponseWriter, r *http.Request) {
+	c, ok := chatOf(w, r)
+	if !ok {
+		return
+	}
+	cur, list, err := s.backend.Dialogs(r.Context(), c)
+	if err != nil {
+		s.fail(w, r, err, CodeUnknownDialog)
+		return
+	}
+	// "sessions" is the name of docs/protocol.md v1's list; "dialogs" the
+	// same list under the control channel's name.
+	d := toDialogs(list)
+	writeJSON(w, http.StatusOK, map[string]any{"current": cur, "dialogs": d, "sessions": d})
+}
+
+type titleBody struct {
+	Title string `json:"title"`
+}
+
+func (s *Server) createDialog(w http.ResponseWriter, r *http.Request) {
+	c, ok := chatOf(w, r)
+	if !ok {
+		return
+	}
+	var body titleBody
+	if !decode(w, r, &body, true) {
+		return
+	}
+	if body.Title != "" {
+		if err := checkTitle(body.Title); err != nil {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+			return
+		}
+	}
+	d, err := s.backend.CreateDialog(r.Context(), c, body.Title)
+	if err != nil {
+		s.fail(w, r, err, CodeUnknownDialog)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"dialog": toDialog(d), "current": d.DialogID})
+}
+
+// dialogOp runs an operation on the {dialog} of a request and answers with
+// the dialog (and the chat's current dialog when current is set).
+func (s *Server) dialogOp(w http.ResponseWriter, r *http.Request, current bool,
+	op func(ctx context.Context, c Chat, id string) (store.Session, error)) {
+	c, id, ok := dialogOf(w, r)
+	if !ok {
+		return
+	}
+	d, err := op(r.Context(), c, id)
+	if err != nil {
+		s.fail(w, r, err, CodeUnknownDialog)
+		return
+	}
+	out := map[string]any{"dialog": toDialog(d)}
+	if current {
+		out["current"] = d.DialogID
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) switchDialog(w http.ResponseWriter, r *http.Request) {
+	s.dialogOp(w, r, true, s.backend.SwitchDialog)
+}
+
+func (s *Server) archiveDialog(w http.ResponseWriter, r *http.Request) {
+	s.dialogOp(w, r, false, s.backend.ArchiveDialog)
+}
+
+func (s *Server) renameDialog(w http.ResponseWriter, r *http.Request) {
+	var body titleBody
+	if !decode(w, r, &body, false) {
+		return
+	}
+	if err := checkTitle(body.Title); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	s.dialogOp(w, r, false, func(ctx context.Context, c Chat, id string) (store.Session, error) {
+		return s.backend.RenameDialog(ctx, c, id, strings.TrimSpace(body.Title))
+	})
+}
+
+func (s *Server) deleteDialog(w http.ResponseWriter, r *http.Request) {
+	c, id, ok := dialogOf(w, r)
+	if !ok {
+		return
+	}
+	if err := s.backend.DeleteDialog(r.Context(), c, id); err != nil {
+		s.fail(w, r, err, CodeUnknownDialog)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": id})
+}

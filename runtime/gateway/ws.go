@@ -1,0 +1,281 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/coder/websocket"
+
+	"github.com/picobot/picobot/runtime/agent"
+)
+
+// Dialog operations of the control channel.
+const (
+	OpCreate  = "create"
+	OpSwitch  = "switch"
+	OpRename  = "rename"
+	OpArchive = "archive"
+	OpDelete  = "delete"
+	OpList    = "list"
+)
+
+// frame is a WebSocket frame in either direction.
+type frame struct {
+	V       int        `json:"v"`
+	Type    string     `json:"type"`
+	ID      string     `json:"id,omitempty"`
+	Agent   string     `json:"agent,omitempty"`
+	ChatID  string     `json:"chat_id,omitempty"`
+	Text    string     `json:"text,omitempty"`
+	Session string     `json:"session,omitempty"`
+	Event   *eventBody `json:"event,omitempty"`
+	Code    string     `json:"code,omitempty"`
+	Message string     `json:"message,omitempty"`
+	// Control channel.
+	Op       string    `json:"op,omitempty"`
+	DialogID string    `json:"dialog_id,omitempty"`
+	Title    string    `json:"title,omitempty"`
+	Current  *string   `json:"current,omitempty"`
+	Dialog   *Dialog   `json:"dialog,omitempty"`
+	Dialogs  *[]Dialog `json:"dialogs,omitempty"`
+	Stopped  *bool     `json:"stopped,omitempty"`
+	// RetryAfterMS is set on rate_limited errors.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+}
+
+type eventBody struct {
+	Kind         string `json:"kind"`
+	Text         string `json:"text,omitempty"`
+	CallID       string `json:"call_id,omitempty"`
+	Name         string `json:"name,omitempty"`
+	Arguments    string `json:"arguments,omitempty"`
+	Content      string `json:"content,omitempty"`
+	IsError      bool   `json:"is_error,omitempty"`
+	InputTokens  int    `json:"input_tokens,omitempty"`
+	OutputTokens int    `json:"output_tokens,omitempty"`
+}
+
+func toEventBody(e agent.Event) *eventBody {
+	switch e.Kind {
+	case agent.EventDelta, agent.EventFinal:
+		return &eventBody{Kind: string(e.Kind), Text: e.Text}
+	case agent.EventToolCall:
+		return &eventBody{Kind: string(e.Kind), CallID: e.ToolCall.ID, Name: e.ToolCall.Name, Arguments: e.ToolCall.Arguments}
+	case agent.EventToolResult:
+		return &eventBody{Kind: string(e.Kind), CallID: e.ToolResult.CallID, Name: e.ToolResult.Name, Content: e.ToolResult.Content, IsError: e.ToolResult.IsError}
+	case agent.EventUsage:
+		return &eventBody{Kind: string(e.Kind), InputTokens: e.Usage.InputTokens, OutputTokens: e.Usage.OutputTokens}
+	}
+	return nil // compressed and future kinds are internal
+}
+
+// conn is one WebSocket client; writes are serialised.
+type conn struct {
+	ws  *websocket.Conn
+	mu  sync.Mutex
+	ctx context.Context
+}
+
+func (c *conn) send(f frame) {
+	f.V = ProtocolVersion
+	b, err := json.Marshal(f)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
+	defer cancel()
+	_ = c.ws.Write(ctx, websocket.MessageText, b) // a failed write ends the read loop too
+}
+
+func (c *conn) fail(id, code, msg string) {
+	c.send(frame{Type: "error", ID: id, Code: code, Message: msg})
+}
+
+func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.origins})
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(MaxFrameBytes)
+	p, _ := PrincipalFrom(r.Context())
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	c := &conn{ws: ws, ctx: ctx}
+	var turns sync.WaitGroup
+	defer turns.Wait()
+	for {
+		_, data, err := ws.Read(ctx)
+		if err != nil {
+			cancel()
+			_ = ws.CloseNow()
+			return
+		}
+		var f frame
+		jsonErr := json.Unmarshal(data, &f)
+		if ok, wait := s.limits.allow(p); !ok { // every frame counts, valid or not
+			c.send(frame{Type: "error", ID: f.ID, Code: CodeRateLimited, RetryAfterMS: wait.Milliseconds() + 1,
+				Message: fmt.Sprintf("rate limit of this API key exceeded; retry in %dms", wait.Milliseconds()+1)})
+			if f.Type == "send" {
+				c.send(frame{Type: "done", ID: f.ID})
+			}
+			continue
+		}
+		if jsonErr != nil {
+			c.fail("", CodeBadRequest, "frame is not valid JSON: "+jsonErr.Error())
+			continue
+		}
+		switch {
+		case f.V != ProtocolVersion:
+			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unsupported protocol version %d (want %d)", f.V, ProtocolVersion))
+		case f.Type == "stop":
+			s.wsStop(ctx, c, f)
+		case f.Type == "dialog":
+			s.wsDialog(ctx, c, f)
+		case f.Type == "send":
+			if msg := validateSend(f); msg != "" {
+				c.fail(f.ID, CodeBadRequest, msg)
+				c.send(frame{Type: "done", ID: f.ID})
+				continue
+			}
+			c.send(frame{Type: "ack", ID: f.ID})
+			turns.Go(func() { s.turn(ctx, c, f) })
+		default:
+			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown frame type %q (want send, stop or dialog)", f.Type))
+		}
+	}
+}
+
+func validateSend(f frame) string {
+	switch {
+	case f.ID == "" || len(f.ID) > maxIDBytes:
+		return fmt.Sprintf("id is required (at most %d bytes)", maxIDBytes)
+	case strings.TrimSpace(f.Text) == "":
+		return "text is required"
+	case len(f.Text) > MaxTextBytes:
+		return fmt.Sprintf("text is %d bytes; the limit is %d", len(f.Text), MaxTextBytes)
+	case strings.ContainsRune(f.Text, 0):
+		return "text must not contain NUL bytes"
+	}
+	if err := checkChat(Chat{Agent: f.Agent, ChatID: f.ChatID}); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func (s *Server) wsStop(ctx context.Context, c *conn, f frame) {
+	chat := Chat{Channel: ChannelWeb, Agent: f.Agent, ChatID: f.ChatID}
+	if err := checkChat(chat); err != nil {
+		c.fail(f.ID, CodeBadRequest, err.Error())
+		return
+	}
+	stopped, err := s.backend.Stop(ctx, chat)
+	if err != nil {
+		s.wsError(c, f, err, CodeUnknownSession)
+		return
+	}
+	c.send(frame{Type: "stopped", ID: f.ID, Stopped: &stopped})
+}
+
+// wsError answers a backend error on the socket.
+func (s *Server) wsError(c *conn, f frame, err error, notFound string) {
+	code := errorCode(err, notFound)
+	if code == CodeInternal {
+		s.log.Error("Request failed", "frame", f.Type, "op", f.Op, "agent", f.Agent, "err", err)
+	}
+	c.fail(f.ID, code, errorMessage(code, err))
+}
+
+// wsDialog runs a control-channel operation. Every dialog frame gets one
+// reply: a "dialog" frame or an "error" frame with the same id.
+func (s *Server) wsDialog(ctx context.Context, c *conn, f frame) {
+	chat := Chat{Channel: ChannelWeb, Agent: f.Agent, ChatID: f.ChatID}
+	if err := checkChat(chat); err != nil {
+		c.fail(f.ID, CodeBadRequest, err.Error())
+		return
+	}
+	if f.Op != OpList && f.Op != OpCreate {
+		if err := checkDialogID(f.DialogID); err != nil {
+			c.fail(f.ID, CodeBadRequest, err.Error())
+			return
+		}
+	}
+	if f.Op == OpRename || f.Op == OpCreate && f.Title != "" {
+		if err := checkTitle(f.Title); err != nil {
+			c.fail(f.ID, CodeBadRequest, err.Error())
+			return
+		}
+	}
+	reply := frame{Type: "dialog", ID: f.ID, Op: f.Op}
+	var err error
+	one := func(d Dialog) { reply.Dialog = &d }
+	switch f.Op {
+	case OpList:
+		var cur string
+		var list []Dialog
+		cur, raw, e := s.backend.Dialogs(ctx, chat)
+		list, err = toDialogs(raw), e
+		reply.Current, reply.Dialogs = &cur, &list
+	case OpCreate:
+		d, e := s.backend.CreateDialog(ctx, chat, f.Title)
+		one(toDialog(d))
+		reply.Current, err = &d.DialogID, e
+	case OpSwitch:
+		d, e := s.backend.SwitchDialog(ctx, chat, f.DialogID)
+		one(toDialog(d))
+		reply.Current, err = &d.DialogID, e
+	case OpRename:
+		d, e := s.backend.RenameDialog(ctx, chat, f.DialogID, strings.TrimSpace(f.Title))
+		one(toDialog(d))
+		err = e
+	case OpArchive:
+		d, e := s.backend.ArchiveDialog(ctx, chat, f.DialogID)
+		one(toDialog(d))
+		err = e
+	case OpDelete:
+		err = s.backend.DeleteDialog(ctx, chat, f.DialogID)
+		reply.DialogID = f.DialogID
+	default:
+		c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown dialog op %q (want create, switch, rename, archive, delete or list)", f.Op))
+		return
+	}
+	if err != nil {
+		s.wsError(c, f, err, CodeUnknownDialog)
+		return
+	}
+	c.send(reply)
+}
+
+func (s *Server) turn(ctx context.Context, c *conn, f frame) {
+	var session string
+	var smu sync.Mutex
+	sink := func(e agent.Event) {
+		if b := toEventBody(e); b != nil {
+			smu.Lock()
+			sid := session
+			smu.Unlock()
+			c.send(frame{Type: "event", ID: f.ID, Session: sid, Event: b})
+		}
+	}
+	out, err := s.backend.Handle(ctx, Send{ID: f.ID, Channel: ChannelWeb, Agent: f.Agent, ChatID: f.ChatID, Text: f.Text, Sink: sink})
+	smu.Lock()
+	session = out.SessionID
+	smu.Unlock()
+	switch {
+	case err != nil:
+		code := errorCode(err, CodeUnknownSession)
+		if code == CodeInternal && !errors.Is(err, context.Canceled) {
+			s.log.Error("Turn failed", "agent", f.Agent, "session", out.SessionID, "err", err)
+		}
+		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: err.Error()})
+	case out.Command != "":
+		c.send(frame{Type: "event", ID: f.ID, Session: out.SessionID, Event: &eventBody{Kind: "command", Text: out.Text}})
+	}
+	c.send(frame{Type: "done", ID: f.ID, Session: out.SessionID})
+}

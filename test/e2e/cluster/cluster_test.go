@@ -1,0 +1,350 @@
+// Package cluster runs cluster mode end to end on one machine: the real
+// kube-apiserver + etcd, the operator and gateway binaries as processes,
+// session pods run by the local pod runner as processes of the picobot
+// binary, real PostgreSQL, Redis and an S3-protocol server, and the scripted
+// fake LLM. Agents and API keys are applied with the real kubectl.
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/cluster"
+	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/test/controlplane"
+	"github.com/picobot/picobot/test/podrunner"
+	"github.com/picobot/picobot/test/services"
+)
+
+// image is the runtime image name the pod runner maps to the picobot binary.
+const image = "local/picobot:e2e"
+
+// stack is everything a cluster-mode test talks to.
+type stack struct {
+	env        *controlplane.Environment
+	kube       client.Client
+	cs         kubernetes.Interface
+	redis      *redis.Client
+	llm        *fakellm.Server
+	runner     *podrunner.Runner
+	gatewayURL string
+	conn       []string // connection environment of gateway, operator and pods
+	dir        string
+	kubectl    string
+	picobot    string
+	operator   string
+	logs       []string
+}
+
+var (
+	st         *stack
+	skipReason string
+)
+
+func TestMain(m *testing.M) {
+	s, stop, err := start()
+	if err != nil {
+		var unavailable unavailableError
+		if errors.As(err, &unavailable) && os.Getenv("CI") == "" {
+			skipReason = err.Error()
+			fmt.Fprintln(os.Stderr, "SKIPPING cluster e2e:", skipReason)
+			os.Exit(m.Run())
+		}
+		fmt.Fprintln(os.Stderr, "cluster e2e set-up failed:", err)
+		os.Exit(1)
+	}
+	st = s
+	code := m.Run()
+	if code != 0 {
+		for _, l := range s.logs {
+			fmt.Fprintf(os.Stderr, "==== %s (tail)\n%s\n", l, tail(l, 40))
+		}
+	}
+	stop()
+	os.Exit(code)
+}
+
+type unavailableError struct{ error }
+
+func start() (*stack, func(), error) {
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	fail := func(err error) (*stack, func(), error) { stopAll(); return nil, nil, err }
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return fail(err)
+	}
+	dir, err := os.MkdirTemp("", "picobot-cluster-e2e-")
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, func() { _ = os.RemoveAll(dir) })
+	s := &stack{dir: dir, picobot: filepath.Join(dir, "picobot"), operator: filepath.Join(dir, "operator")}
+	for bin, pkg := range map[string]string{s.picobot: "./runtime/cmd/picobot", s.operator: "./operator/cmd"} {
+		b := exec.Command("go", "build", "-o", bin, pkg)
+		b.Dir, b.Stdout, b.Stderr = root, os.Stderr, os.Stderr
+		if err := b.Run(); err != nil {
+			return fail(fmt.Errorf("failed to build %s: %w", pkg, err))
+		}
+	}
+	if s.kubectl, err = exec.LookPath("kubectl"); err != nil {
+		assets, aerr := controlplane.AssetsDir()
+		if aerr != nil {
+			return fail(aerr)
+		}
+		s.kubectl = filepath.Join(assets, "kubectl")
+	}
+
+	s.env, err = controlplane.Start()
+	if err != nil {
+		reason, _ := controlplane.Unavailable(err)
+		return fail(unavailableError{errors.New(reason)})
+	}
+	stops = append(stops, func() { _ = s.env.Stop() })
+	if s.kube, err = client.New(s.env.Config, client.Options{Scheme: cluster.NewScheme()}); err != nil {
+		return fail(err)
+	}
+	if s.cs, err = kubernetes.NewForConfig(s.env.Config); err != nil {
+		return fail(err)
+	}
+
+	pgDSN, stopPG, err := services.Postgres()
+	if err != nil {
+		reason, _ := services.Unavailable("PostgreSQL", err)
+		return fail(unavailableError{errors.New(reason)})
+	}
+	stops = append(stops, stopPG)
+	redisURL, stopRedis, err := services.Redis()
+	if err != nil {
+		reason, _ := services.Unavailable("Redis", err)
+		return fail(unavailableError{errors.New(reason)})
+	}
+	stops = append(stops, stopRedis)
+	s3URL, stopS3, err := services.S3()
+	if err != nil {
+		reason, _ := services.Unavailable("S3", err)
+		return fail(unavailableError{errors.New(reason)})
+	}
+	stops = append(stops, stopS3)
+	ropt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return fail(err)
+	}
+	s.redis = redis.NewClient(ropt)
+	stops = append(stops, func() { _ = s.redis.Close() })
+
+	appDSN, ownerDSN, err := database(pgDSN)
+	if err != nil {
+		return fail(err)
+	}
+	s3u, err := url.Parse(s3URL)
+	if err != nil {
+		return fail(err)
+	}
+	s3Key, s3Secret := "e2e", "e2e-secret"
+	if s3u.User != nil {
+		s3Key = s3u.User.Username()
+		s3Secret, _ = s3u.User.Password()
+		s3u.User = nil
+	}
+	s.conn = []string{
+		"PICOBOT_POSTGRES_URL=" + appDSN, "PICOBOT_REDIS_URL=" + redisURL,
+		"PICOBOT_S3_ENDPOINT=" + s3u.String(), "PICOBOT_S3_BUCKET=picobot-e2e", "PICOBOT_S3_REGION=us-east-1", "PICOBOT_S3_PATH_STYLE=true",
+		"AWS_ACCESS_KEY_ID=" + s3Key, "AWS_SECRET_ACCESS_KEY=" + s3Secret,
+	}
+	mig := exec.Command(s.picobot, "migrate", "--app-role=picobot_e2e")
+	mig.Env = append(append(os.Environ(), s.conn...), "PICOBOT_POSTGRES_OWNER_URL="+ownerDSN)
+	if out, err := mig.CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("picobot migrate: %w\n%s", err, out))
+	}
+
+	s.llm = fakellm.New()
+	stops = append(stops, s.llm.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s.runner = podrunner.New(podrunner.Config{Client: s.cs, Images: map[string]string{image: s.picobot}, WorkDir: filepath.Join(dir, "pods"),
+		Env: []string{"KUBECONFIG=" + s.env.KubeconfigPath}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	_ = os.MkdirAll(filepath.Join(dir, "pods"), 0o700)
+	runDone := make(chan struct{})
+	go func() { _ = s.runner.Run(ctx); close(runDone) }()
+	stops = append(stops, func() { cancel(); <-runDone })
+
+	opLog := filepath.Join(dir, "operator.log")
+	s.logs = append(s.logs, opLog)
+	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--session-lease-ttl=3s", "--zap-log-level=info")
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopOp)
+	gwLog := filepath.Join(dir, "gateway.log")
+	s.logs = append(s.logs, gwLog)
+	urlc := make(chan string, 1)
+	stopGW, err := s.spawn(gwLog, func(line string) {
+		if m := servingRE.FindStringSubmatch(line); m != nil {
+			urlc <- m[1]
+		}
+	}, s.picobot, "gateway", "--addr=127.0.0.1:0", "--reply-timeout=2m")
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopGW)
+	select {
+	case s.gatewayURL = <-urlc:
+	case <-time.After(2 * time.Minute):
+		return fail(fmt.Errorf("the gateway did not start; log:\n%s", tail(gwLog, 40)))
+	}
+	return s, stopAll, nil
+}
+
+var servingRE = regexp.MustCompile(`PicoBot gateway is serving (http://\S+)/`)
+
+// spawn starts a process with the connection environment, logging to path;
+// onLine sees each stderr line.
+func (s *stack) spawn(path string, onLine func(string), bin string, args ...string) (func(), error) {
+	logf, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(append(os.Environ(), s.conn...), "KUBECONFIG="+s.env.KubeconfigPath)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = logf, pw
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			_, _ = logf.WriteString(sc.Text() + "\n")
+			if onLine != nil {
+				onLine(sc.Text())
+			}
+		}
+	})
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = pw.Close(); close(done) }()
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		wg.Wait()
+		_ = logf.Close()
+	}, nil
+}
+
+// database creates a fresh database and an application role, returning the
+// role's DSN and the owner's.
+func database(adminDSN string) (app, owner string, err error) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return "", "", err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	name := fmt.Sprintf("picobot_e2e_%d", os.Getpid())
+	if _, err := conn.Exec(ctx, `DO $$ BEGIN CREATE ROLE picobot_e2e LOGIN PASSWORD 'e2e'; EXCEPTION WHEN duplicate_object THEN NULL; END $$`); err != nil {
+		return "", "", err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", "", err
+	}
+	u, err := url.Parse(adminDSN)
+	if err != nil {
+		return "", "", err
+	}
+	u.Path = "/" + name
+	owner = u.String()
+	u.User = url.UserPassword("picobot_e2e", "e2e")
+	return u.String(), owner, nil
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func needStack(tb testing.TB) {
+	tb.Helper()
+	if skipReason != "" {
+		tb.Skip("SKIPPED LOUDLY: " + skipReason)
+	}
+}
+
+// apply runs kubectl apply with a manifest.
+func (s *stack) apply(tb testing.TB, manifest string) {
+	tb.Helper()
+	cmd := exec.Command(s.kubectl, "--kubeconfig", s.env.KubeconfigPath, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+}
+
+// pods lists an agent's session pods that are not finished.
+func (s *stack) pods(tb testing.TB, ns, agentName string) []corev1.Pod {
+	tb.Helper()
+	var list corev1.PodList
+	if err := s.kube.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{picobotv1alpha1.LabelAgent: agentName}); err != nil {
+		tb.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// busyPod returns the pod serving a chat, from the pods' registry.
+func (s *stack) busyPod(ns, agentName, chatKey string) string {
+	reg, err := s.redis.HGetAll(context.Background(), wake.PodsKey(ns, agentName)).Result()
+	if err != nil {
+		return ""
+	}
+	for pod, state := range reg {
+		if strings.HasSuffix(state, " "+chatKey) {
+			return pod
+		}
+	}
+	return ""
+}
