@@ -210,8 +210,8 @@ func (b *Backend) ensureRuntime(ctx context.Context, tenant, agentName, channel,
 }
 
 func (b *Backend) stop(ctx context.Context, tenant, agentName, channel, chat string) bool {
-	owned, _ := b.sig.owned(ctx, ownerKey(tenant, agentName, channel, chat))
-	if !owned {
+	running, _ := b.sig.owned(ctx, runningKey(tenant, agentName, channel, chat))
+	if !running {
 		return false
 	}
 	return b.sig.publish(ctx, controlChannel(tenant, agentName, channel, chat), Event{Kind: kindStop}) == nil

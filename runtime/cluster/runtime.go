@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,9 +49,10 @@ type RuntimeConfig struct {
 // it, serve that chat until it is idle, and return (the pod then exits and the
 // operator replaces it).
 type Runtime struct {
-	cfg RuntimeConfig
-	sig signals
-	ctx context.Context // tenant-scoped
+	cfg     RuntimeConfig
+	sig     signals
+	ctx     context.Context // tenant-scoped
+	running atomic.Value    // string: the running marker of the turn in progress
 }
 
 // NewRuntime returns a runtime.
@@ -226,6 +228,9 @@ func (r *Runtime) heartbeat(ctx context.Context, cancel context.CancelFunc, leas
 				r.cfg.Log.Error("Failed to renew chat lease", "err", err)
 			}
 			_ = r.sig.setOwner(ctx, owner, r.cfg.Pod, r.cfg.LeaseTTL)
+			if key, _ := r.running.Load().(string); key != "" {
+				_ = r.cfg.Redis.Expire(ctx, key, r.cfg.LeaseTTL).Err()
+			}
 		}
 	}
 }
@@ -266,6 +271,15 @@ func (r *Runtime) process(ctx context.Context, w Wake, stream string, m bus.Mess
 			r.cfg.Log.Error("Failed to publish turn event", "err", err)
 		}
 	}
+	// The running marker tells the gateway whether a /stop has anything
+	// to stop; the heartbeat keeps it alive while the turn runs.
+	running := runningKey(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey)
+	_ = r.cfg.Redis.Set(ctx, running, m.ID, r.cfg.LeaseTTL).Err()
+	r.running.Store(running)
+	defer func() {
+		r.running.Store("")
+		_ = r.cfg.Redis.Del(context.WithoutCancel(ctx), running).Err()
+	}()
 	var reply session.Reply
 	var err error
 	for {

@@ -24,6 +24,7 @@ package cluster
 
 import (
 	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/gateway"
 )
@@ -43,6 +44,11 @@ var (
 	ownerKey       = wake.OwnerKey
 	podsKey        = wake.PodsKey
 )
+
+// runningKey marks a chat whose turn is running (the message id).
+func runningKey(tenant, agentName, channel, chatKey string) string {
+	return bus.Key(tenant, agentName, "running", channel, chatKey)
+}
 
 // Wake asks for a runtime for a chat.
 type Wake = wake.Wake

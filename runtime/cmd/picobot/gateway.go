@@ -58,7 +58,8 @@ func gatewayCmd(args []string) error {
 		return err
 	}
 	// Agents are read from an informer cache: every send checks its agent.
-	agents, err := cache.New(cfg, cache.Options{Scheme: cluster.NewScheme(),
+	resync := 5 * time.Minute // channel credentials are re-read this often
+	agents, err := cache.New(cfg, cache.Options{Scheme: cluster.NewScheme(), SyncPeriod: &resync,
 		ByObject: map[client.Object]cache.ByObject{&picobotv1alpha1.Agent{}: {}}})
 	if err != nil {
 		return fmt.Errorf("failed to create the agent cache: %w", err)
@@ -147,7 +148,7 @@ func followAgentChannels(ctx context.Context, agents cache.Cache, cs kubernetes.
 			log.Warn("Some channels of an agent are not usable", "tenant", a.Namespace, "agent", a.Name, "err", err)
 		}
 	}
-	_, err = inf.AddEventHandlerWithResyncPeriod(toolscache.ResourceEventHandlerFuncs{
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    set,
 		UpdateFunc: func(_, n any) { set(n) },
 		DeleteFunc: func(obj any) {
@@ -158,7 +159,7 @@ func followAgentChannels(ctx context.Context, agents cache.Cache, cs kubernetes.
 				channels.RemoveAgent(a.Namespace, a.Name)
 			}
 		},
-	}, 5*time.Minute)
+	})
 	return err
 }
 

@@ -31,20 +31,36 @@
  *       .typing          "thinking" indicator while waiting
  *       .usage           token counts after the turn
  *     .msg.system        command replies (`command` events) and notes
- *     .msg.error         `error` frames (data-code); .stopped for code "stopped",
- *                        .interrupted when the connection dropped mid-turn
+ *       .attachments     files attached to the answer (event `attachments`)
+ *     .msg.error         `error` frames (data-code) and failed operations:
+ *                        .error-title, .error-message, .error-hint (and a
+ *                        .error-action button to the Health page for no_model);
+ *                        .stopped for code "stopped", .interrupted when the
+ *                        connection dropped mid-turn
  *     .empty-state       shown when the dialog has no messages
  *     img.artifact-img   inline image of an /api/v1/artifacts/... url
- *   #input               message textarea (Enter sends, Shift+Enter new line)
+ *     a.artifact-file    link to a non-image artifact (a download)
+ *   #input               message textarea (Enter sends, Shift+Enter new line,
+ *                        Escape stops a running turn); slash commands typed
+ *                        here go to the runtime as messages
  *   #send, #stop         buttons; #send is disabled while a turn runs or offline,
  *                        #stop is enabled only while a turn runs
  *   #composer-hint       short feedback under the input (empty when idle; then
  *                        .composer-idle shows the keyboard help)
- *   #sessions            <ul> of the chat's dialogs; each li > button.session
- *                        with data-dialog-id; the current one has class .current
- *                        and aria-current="true"
- *   #new-dialog, #rename-dialog, #delete-dialog, #compact-dialog, #info-dialog
- *                        send /new, /rename <title>, /delete, /compact, /info
+ *   #sessions            <ul> of the chat's dialogs (control channel `list`);
+ *                        each li.session-row[data-dialog-id] holds
+ *                        button.session (switch) and .session-actions with
+ *                        button.session-rename / .session-archive /
+ *                        .session-delete; the current row and its button have
+ *                        class .current, the button aria-current="true".
+ *                        Renaming shows form.rename-form > input.rename-input.
+ *   #sessions-status     outcome of the last dialog operation (role=status)
+ *   #new-dialog          control channel `create`; rename/archive/delete/switch
+ *                        are control-channel operations too
+ *   #info-dialog, #compact-dialog, #dump-dialog
+ *                        send /info, /compact, /dump
+ *   #confirm-dialog      modal <dialog> confirming a delete (#confirm-ok,
+ *                        #confirm-cancel)
  *   #chat-id             this browser's chat id
  *   #sidebar, #sidebar-toggle   conversations sidebar (a drawer on small screens)
  *   #chat-tab, #health-tab      view tabs; #chat-view, #config-view their panels
@@ -84,11 +100,15 @@
     stop: $('stop'),
     hint: $('composer-hint'),
     sessions: $('sessions'),
+    sessionsStatus: $('sessions-status'),
     newDialog: $('new-dialog'),
-    renameDialog: $('rename-dialog'),
-    deleteDialog: $('delete-dialog'),
     compactDialog: $('compact-dialog'),
     infoDialog: $('info-dialog'),
+    dumpDialog: $('dump-dialog'),
+    confirm: $('confirm-dialog'),
+    confirmTitle: $('confirm-title'),
+    confirmText: $('confirm-text'),
+    confirmOk: $('confirm-ok'),
     chatId: $('chat-id'),
     sidebar: $('sidebar'),
     sidebarToggle: $('sidebar-toggle'),
@@ -172,9 +192,16 @@
     agents: [],
     agentsError: null,
     agent: '',
-    sessions: [],
+    sessions: [],          // rows of UI.dialogView: the list as shown
+    known: {},             // dialog id → dialog last seen (titles of archived ones)
     currentDialog: '',
+    currentImplicit: false, // no current dialog: the most recent one gets the next message
     currentSessionId: '',
+    renaming: '',          // dialog id whose title is being edited
+    renameDraft: '',       // the title typed so far (kept when the list is redrawn)
+    renameStart: false,    // the rename field still has to take focus
+    opBusy: false,         // a dialog operation is in flight
+    pending: new Map(),    // control/stop frame id → {resolve, reject, timer}
     sessionsToken: 0,
     historyToken: 0,
     ws: null,
@@ -187,6 +214,7 @@
     needsReload: false,
     turnEls: new Map(), // live turn id → render record
     noticeCount: 0,
+    atBottom: true,        // the conversation is scrolled to its end
   };
 
   // ------------------------------------------------------------ REST
@@ -222,6 +250,7 @@
     app.authNeeded = true;
     clearTimeout(app.retryTimer);
     if (app.ws) { const ws = app.ws; app.ws = null; try { ws.close(); } catch (_) { /* ignore */ } }
+    rejectPending();
     dispatch({ type: 'conn', state: 'closed' });
     setConn('auth');
     if (app.agents.length === 0) els.agentSelect.replaceChildren(h('option', { value: '' }, '—'));
@@ -277,7 +306,8 @@
     b.append(
       h('strong', null, 'Agent “' + a.name + '” is not ready' + (a.reason ? ' (' + a.reason + ')' : '') + '. '),
       h('span', { class: 'banner-message' }, a.message || a.reason || 'The agent cannot answer yet.'),
-      h('span', { class: 'banner-note' }, ' Slash commands such as /help still work.'),
+      h('span', { class: 'banner-note' }, ' Slash commands such as /help still work. '),
+      h('a', { href: '#health', class: 'banner-link' }, 'Configuration → Health'),
     );
     b.hidden = false;
   }
@@ -343,15 +373,80 @@
     selectAgent(els.agentSelect.value);
   });
 
-  // ------------------------------------------------------------ sessions
+  // ------------------------------------------------------------ sessions (control channel)
 
+  /** wsOpen: the WebSocket is connected and usable. */
+  function wsOpen() {
+    return !!app.ws && app.ws.readyState === WebSocket.OPEN && app.state.conn === 'open' && !app.authNeeded;
+  }
+
+  /**
+   * request writes a frame with an id (a control-channel `dialog` frame or a
+   * `stop`) and resolves with the server's answer of the same id; an `error`
+   * frame rejects with an Error carrying .code.
+   */
+  function request(frame) {
+    return new Promise((resolve, reject) => {
+      if (!wsOpen()) {
+        reject(Object.assign(new Error('Not connected to the gateway.'), { code: 'offline' }));
+        return;
+      }
+      const timer = setTimeout(() => {
+        app.pending.delete(frame.id);
+        reject(Object.assign(new Error('The gateway did not answer in time.'), { code: 'timeout' }));
+      }, 20000);
+      app.pending.set(frame.id, { resolve, reject, timer });
+      try {
+        app.ws.send(JSON.stringify(frame));
+      } catch (e) {
+        clearTimeout(timer);
+        app.pending.delete(frame.id);
+        reject(Object.assign(new Error('Could not send: ' + e.message), { code: 'offline' }));
+      }
+    });
+  }
+
+  /** settle hands an answer to the request waiting for its id; it reports whether one was. */
+  function settle(f) {
+    const p = f.id ? app.pending.get(f.id) : null;
+    if (!p) return false;
+    app.pending.delete(f.id);
+    clearTimeout(p.timer);
+    if (f.type === 'error') {
+      const err = new Error(f.message || 'The gateway refused the operation.');
+      err.code = f.code || 'internal';
+      err.retryAfterMs = f.retry_after_ms;
+      p.reject(err);
+    } else p.resolve(f);
+    return true;
+  }
+
+  function rejectPending() {
+    for (const [id, p] of app.pending) {
+      clearTimeout(p.timer);
+      p.reject(Object.assign(new Error('The connection to the gateway dropped.'), { code: 'offline' }));
+      app.pending.delete(id);
+    }
+  }
+
+  /** control runs a dialog operation of the control channel for the current agent and chat. */
+  function control(op, fields) {
+    return request(UI.dialogFrame(UI.newControlId(), op, app.agent, chatId, fields));
+  }
+
+  /**
+   * refreshSessions reloads the conversation list: over the control channel
+   * (`list`) when connected, else over REST (GET /api/v1/dialogs, the same
+   * list). It reports whether the list was updated.
+   */
   async function refreshSessions() {
     if (!app.agent) return false;
     const agent = app.agent;
     const token = ++app.sessionsToken;
     let r;
     try {
-      r = await api('/api/v1/sessions?agent=' + encodeURIComponent(agent) + '&chat_id=' + encodeURIComponent(chatId));
+      if (wsOpen()) r = await control('list');
+      else r = await api('/api/v1/dialogs?agent=' + encodeURIComponent(agent) + '&chat_id=' + encodeURIComponent(chatId));
     } catch (e) {
       if (token === app.sessionsToken && e.status !== 401) {
         els.sessions.replaceChildren(h('li', { class: 'sessions-error' }, 'Could not load conversations: ' + e.message));
@@ -359,67 +454,252 @@
       return false;
     }
     if (token !== app.sessionsToken || agent !== app.agent) return false;
-    app.currentDialog = r.current || '';
-    app.sessions = Array.isArray(r.sessions) ? r.sessions : [];
-    const cur = app.sessions.find((s) => s.dialog_id === app.currentDialog);
-    app.currentSessionId = cur ? cur.id : app.currentDialog ? UI.sessionIdFor(agent, chatId, app.currentDialog) : '';
-    renderSessions();
+    applyDialogs(r.current || '', Array.isArray(r.dialogs) ? r.dialogs : Array.isArray(r.sessions) ? r.sessions : []);
     return true;
   }
 
+  function remember(d) {
+    if (d && d.dialog_id) app.known[d.dialog_id] = d;
+  }
+
+  function applyDialogs(current, list) {
+    for (const d of list) remember(d);
+    const view = UI.dialogView(current, list, app.known);
+    app.currentDialog = view.current;
+    app.currentImplicit = view.implicit;
+    app.sessions = view.rows;
+    const cur = view.rows.find((r) => r.current);
+    app.currentSessionId = cur && cur.id ? cur.id : view.current ? UI.sessionIdFor(app.agent, chatId, view.current) : '';
+    if (app.renaming && !view.rows.some((r) => r.dialog_id === app.renaming)) app.renaming = '';
+    renderSessions();
+  }
+
   function currentTitle() {
-    const cur = app.sessions.find((s) => s.dialog_id === app.currentDialog);
-    return cur && cur.title ? cur.title : app.currentDialog;
+    return UI.dialogLabel(app.sessions.find((s) => s.current)) || app.currentDialog;
+  }
+
+  function sessionsStatus(text, isError) {
+    els.sessionsStatus.textContent = text || '';
+    els.sessionsStatus.classList.toggle('error', !!isError);
+    clearTimeout(sessionsStatus.timer);
+    if (text) sessionsStatus.timer = setTimeout(() => { els.sessionsStatus.textContent = ''; }, 8000);
   }
 
   function renderSessions() {
     const ul = els.sessions;
+    const focused = document.activeElement && ul.contains(document.activeElement) ? focusKey(document.activeElement) : null;
     ul.replaceChildren();
-    const list = app.sessions.slice();
-    if (app.currentDialog && !list.some((s) => s.dialog_id === app.currentDialog)) {
-      list.unshift({ id: '', dialog_id: app.currentDialog, title: 'New conversation', last_message_at: '' });
-    }
-    if (list.length === 0) {
-      ul.append(h('li', { class: 'sessions-empty' }, app.agent ? 'No conversations yet.' : ''));
+    if (app.sessions.length === 0) {
+      ul.append(h('li', { class: 'sessions-empty' }, app.agent ? 'No conversations yet. Your first message starts one.' : ''));
+      updateControls();
       return;
     }
-    for (const s of list) {
-      const current = s.dialog_id === app.currentDialog;
-      const meta = [s.dialog_id, relTime(s.last_message_at)].filter(Boolean).join(' · ');
-      const btn = h('button', {
-        type: 'button',
-        class: 'session' + (current ? ' current' : ''),
-        'data-dialog-id': s.dialog_id,
-        'data-session-id': s.id || null,
-        'aria-current': current ? 'true' : null,
-        title: s.title || s.dialog_id,
-      }, h('span', { class: 'session-title' }, s.title || s.dialog_id || '(untitled)'), h('span', { class: 'session-meta' }, meta));
-      ul.append(h('li', null, btn));
-    }
+    for (const s of app.sessions) ul.append(sessionRow(s));
     updateControls();
+    if (focused) {
+      const el = ul.querySelector(focused);
+      if (el) el.focus();
+    }
+  }
+
+  /** focusKey: a selector finding the same control after the list is rebuilt. */
+  function focusKey(el) {
+    const row = el.closest('li.session-row');
+    if (!row) return null;
+    const cls = ['rename-input', 'session-rename', 'session-archive', 'session-delete', 'session'].find((c) => el.classList.contains(c));
+    return cls ? 'li.session-row[data-dialog-id="' + CSS.escape(row.dataset.dialogId) + '"] .' + cls : null;
+  }
+
+  function sessionRow(s) {
+    const label = UI.dialogLabel(s);
+    const meta = [s.dialog_id, relTime(s.last_message_at), s.archived ? 'archived' : ''].filter(Boolean).join(' · ');
+    const badge = s.current && app.currentImplicit ? 'Your next message goes here' : '';
+    const li = h('li', { class: 'session-row' + (s.current ? ' current' : '') + (s.archived ? ' archived' : ''), 'data-dialog-id': s.dialog_id });
+    if (app.renaming === s.dialog_id) {
+      const input = h('input', { class: 'rename-input', type: 'text', maxlength: UI.MAX_TITLE_CHARS, required: true, 'aria-label': 'New title for “' + label + '”' });
+      input.value = app.renameDraft;
+      input.addEventListener('input', () => { app.renameDraft = input.value; });
+      const form = h('form', { class: 'rename-form', 'data-dialog-id': s.dialog_id },
+        input,
+        h('div', { class: 'rename-buttons' },
+          h('button', { type: 'submit', class: 'primary rename-save' }, 'Save'),
+          h('button', { type: 'button', class: 'rename-cancel' }, 'Cancel')));
+      li.append(form);
+      if (app.renameStart) { // focus and select the old title once, when the edit starts
+        app.renameStart = false;
+        setTimeout(() => { if (input.isConnected) { input.focus(); input.select(); } }, 0);
+      }
+      return li;
+    }
+    li.append(h('button', {
+      type: 'button',
+      class: 'session' + (s.current ? ' current' : ''),
+      'data-dialog-id': s.dialog_id,
+      'data-session-id': s.id || null,
+      'aria-current': s.current ? 'true' : null,
+      title: s.current ? 'Current conversation: ' + label : 'Switch to “' + label + '”',
+    }, h('span', { class: 'session-title' }, label), h('span', { class: 'session-meta' }, meta),
+    badge ? h('span', { class: 'session-badge' }, badge) : null));
+    li.append(h('div', { class: 'session-actions', role: 'group', 'aria-label': 'Actions for “' + label + '”' },
+      h('button', { type: 'button', class: 'session-rename', 'aria-label': 'Rename “' + label + '”', title: 'Rename' }, 'Rename'),
+      s.archived ? null : h('button', { type: 'button', class: 'session-archive', 'aria-label': 'Archive “' + label + '”', title: 'Hide it from the list (reachable with /switch ' + s.dialog_id + ')' }, 'Archive'),
+      h('button', { type: 'button', class: 'session-delete danger', 'aria-label': 'Delete “' + label + '”', title: 'Delete' }, 'Delete')));
+    return li;
+  }
+
+  /** dialogOp runs one control-channel operation with the list locked, reporting failures. */
+  async function dialogOp(what, fn) {
+    if (app.opBusy) return false;
+    if (app.state.active) { sessionsStatus('Wait for the running reply to finish, or press Stop.', true); return false; }
+    app.opBusy = true;
+    updateControls();
+    try {
+      await fn();
+      return true;
+    } catch (e) {
+      const d = UI.describeError(e.code, e.message, e.retryAfterMs);
+      sessionsStatus('Could not ' + what + ': ' + (d.message || d.title) + (d.hint ? ' ' + d.hint : ''), true);
+      if (e.code === 'unknown_dialog') await refreshSessions();
+      return false;
+    } finally {
+      app.opBusy = false;
+      updateControls();
+    }
+  }
+
+  function newDialog() {
+    return dialogOp('start a conversation', async () => {
+      const r = await control('create');
+      if (r.dialog) remember(r.dialog);
+      app.currentDialog = r.current || '';
+      await refreshSessions();
+      await loadHistory();
+      sessionsStatus('Started a new conversation.');
+      els.input.focus();
+    });
+  }
+
+  function switchDialog(id) {
+    return dialogOp('switch', async () => {
+      const r = await control('switch', { dialogId: id });
+      if (r.dialog) remember(r.dialog);
+      await refreshSessions();
+      await loadHistory();
+      sessionsStatus('Switched to “' + currentTitle() + '”.');
+    });
+  }
+
+  async function renameDialog(id, title) {
+    const t = UI.cleanTitle(title);
+    if (!t) { sessionsStatus('A title needs at least one character.', true); return false; }
+    const ok = await dialogOp('rename', async () => {
+      const r = await control('rename', { dialogId: id, title: t });
+      if (r.dialog) remember(r.dialog);
+      app.renaming = '';
+      await refreshSessions();
+      sessionsStatus('Renamed to “' + t + '”.');
+    });
+    if (ok) focusRow(id, '.session-rename');
+    return ok;
+  }
+
+  async function archiveDialog(id) {
+    const label = UI.dialogLabel(app.sessions.find((s) => s.dialog_id === id)) || id;
+    const ok = await dialogOp('archive', async () => {
+      const r = await control('archive', { dialogId: id });
+      if (r.dialog) remember(r.dialog);
+      await refreshSessions();
+      sessionsStatus('Archived “' + label + '”; /switch ' + id + ' reaches it again.');
+    });
+    if (ok) focusCurrentRow();
+    return ok;
+  }
+
+  async function deleteDialog(id) {
+    const label = UI.dialogLabel(app.sessions.find((s) => s.dialog_id === id)) || id;
+    if (!(await confirmDelete(label))) return false;
+    const wasCurrent = id === app.currentDialog;
+    const ok = await dialogOp('delete', async () => {
+      await control('delete', { dialogId: id });
+      delete app.known[id];
+      await refreshSessions();
+      if (wasCurrent) await loadHistory();
+      sessionsStatus('Deleted “' + label + '”.');
+    });
+    if (ok) focusCurrentRow();
+    return ok;
+  }
+
+  /** confirmDelete asks in a modal <dialog>; it resolves true when the user confirms. */
+  function confirmDelete(label) {
+    const d = els.confirm;
+    if (typeof d.showModal !== 'function') return Promise.resolve(window.confirm('Delete the conversation “' + label + '”?'));
+    els.confirmTitle.textContent = 'Delete conversation?';
+    els.confirmText.textContent = '“' + label + '” disappears from the list. Its messages are kept on the server.';
+    d.returnValue = '';
+    const opener = document.activeElement;
+    return new Promise((resolve) => {
+      d.addEventListener('close', () => {
+        resolve(d.returnValue === 'ok');
+        if (opener && opener.isConnected) opener.focus();
+      }, { once: true });
+      d.showModal();
+    });
   }
 
   els.sessions.addEventListener('click', (e) => {
-    const btn = e.target.closest('button.session');
-    if (!btn) return;
-    const id = btn.dataset.dialogId;
-    closeSidebar();
-    if (id === app.currentDialog) { loadHistory(); return; }
-    submit('/switch ' + id, { quiet: true });
+    const row = e.target.closest('li.session-row');
+    if (!row) return;
+    const id = row.dataset.dialogId;
+    if (e.target.closest('.rename-cancel')) { app.renaming = ''; renderSessions(); focusRow(id, '.session-rename'); return; }
+    if (e.target.closest('.session-rename')) {
+      app.renaming = id;
+      app.renameDraft = (app.sessions.find((s) => s.dialog_id === id) || {}).title || '';
+      app.renameStart = true;
+      renderSessions();
+      return;
+    }
+    if (e.target.closest('.session-archive')) { archiveDialog(id); return; }
+    if (e.target.closest('.session-delete')) { deleteDialog(id); return; }
+    if (e.target.closest('button.session')) {
+      closeSidebar();
+      if (id === app.currentDialog && !app.currentImplicit) { loadHistory(); return; }
+      switchDialog(id);
+    }
   });
 
-  els.newDialog.addEventListener('click', () => { closeSidebar(); submit('/new', { quiet: true }); });
-  els.renameDialog.addEventListener('click', () => {
-    const t = window.prompt('New title for this conversation:', currentTitle());
-    if (t == null) return;
-    const title = t.replace(/\s+/g, ' ').trim();
-    if (title) submit('/rename ' + title, { quiet: true });
+  els.sessions.addEventListener('submit', (e) => {
+    const form = e.target.closest('form.rename-form');
+    if (!form) return;
+    e.preventDefault();
+    renameDialog(form.dataset.dialogId, form.querySelector('.rename-input').value);
   });
-  els.deleteDialog.addEventListener('click', () => {
-    if (window.confirm('Delete the conversation “' + currentTitle() + '”?')) submit('/delete', { quiet: true });
+
+  els.sessions.addEventListener('keydown', (e) => {
+    if (e.key !== 'Escape' || !e.target.closest('form.rename-form')) return;
+    e.stopPropagation();
+    const id = app.renaming;
+    app.renaming = '';
+    renderSessions();
+    focusRow(id, '.session-rename');
   });
+
+  /** focusCurrentRow moves focus to the current conversation (or New) after its row went away. */
+  function focusCurrentRow() {
+    if (document.activeElement && document.activeElement !== document.body && document.activeElement.isConnected) return;
+    const el = els.sessions.querySelector('li.session-row.current button.session') || els.newDialog;
+    el.focus();
+  }
+
+  function focusRow(id, sel) {
+    const el = els.sessions.querySelector('li.session-row[data-dialog-id="' + CSS.escape(id) + '"] ' + sel);
+    if (el) el.focus();
+  }
+
+  els.newDialog.addEventListener('click', () => { closeSidebar(); newDialog(); });
   els.compactDialog.addEventListener('click', () => submit('/compact', { quiet: true }));
   els.infoDialog.addEventListener('click', () => submit('/info', { quiet: true }));
+  els.dumpDialog.addEventListener('click', () => submit('/dump', { quiet: true }));
 
   // ------------------------------------------------------------ history
 
@@ -484,7 +764,7 @@
   function newRec(turn) {
     return {
       el: h('article', { class: 'turn', 'data-turn-id': turn.id }),
-      user: null, asst: null, activity: null, content: null, typing: null, usage: null,
+      user: null, asst: null, activity: null, content: null, typing: null, usage: null, files: null, fileCount: 0,
       items: new Map(), contentHtml: null, notes: 0, errors: 0, interrupted: null,
     };
   }
@@ -497,7 +777,9 @@
     rec.typing = h('div', { class: 'typing' }, h('span', { class: 'dot' }), h('span', { class: 'dot' }), h('span', { class: 'dot' }),
       h('span', { class: 'sr-only' }, 'PicoBot is working…'));
     rec.usage = h('div', { class: 'usage' });
-    rec.asst = h('div', { class: 'msg assistant' }, rec.activity, rec.content, rec.typing, rec.usage);
+    rec.files = h('div', { class: 'attachments' });
+    rec.files.hidden = true;
+    rec.asst = h('div', { class: 'msg assistant' }, rec.activity, rec.content, rec.files, rec.typing, rec.usage);
     if (rec.user) rec.user.after(rec.asst);
     else rec.el.prepend(rec.asst);
   }
@@ -536,18 +818,54 @@
       const html = UI.renderPlain(item.content, Object.assign(mdOpts(), { noImages: true }));
       if (html) r.resPre.innerHTML = html; // renderPlain escapes all text
       else r.resPre.textContent = '(empty)';
-      const imgs = UI.extractArtifactImages(item.content);
-      r.media.replaceChildren(...imgs.map((im) => {
-        const src = UI.withKey(im.url, apiKey);
-        return h('a', { class: 'artifact-link', href: src, target: '_blank', rel: 'noopener' },
-          h('img', { class: 'artifact-img', src, alt: im.alt, loading: 'lazy' }));
-      }));
-      r.media.hidden = imgs.length === 0;
+      const files = mergeArtifacts(UI.extractArtifacts(item.content), item.attachments);
+      r.media.replaceChildren(...files.map(artifactEl));
+      r.media.hidden = files.length === 0;
     } else {
       r.resPre.textContent = turnDone ? '(no result)' : 'Running…';
     }
     r.item = item;
     r.done = turnDone;
+  }
+
+  /** mergeArtifacts joins artifact lists, each url once. */
+  function mergeArtifacts(...lists) {
+    const seen = new Set();
+    const out = [];
+    for (const list of lists) {
+      for (const a of list || []) {
+        if (seen.has(a.url)) continue;
+        seen.add(a.url);
+        out.push(a);
+      }
+    }
+    return out;
+  }
+
+  /** artifactEl shows one artifact: an image inline (linked to the full file) or a file link. */
+  function artifactEl(a) {
+    const href = UI.withKey(a.url, apiKey);
+    if (a.image) {
+      return h('a', { class: 'artifact-link', href, target: '_blank', rel: 'noopener' },
+        h('img', { class: 'artifact-img', src: href, alt: a.name || 'image', loading: 'lazy' }));
+    }
+    return h('a', { class: 'artifact-file', href, target: '_blank', rel: 'noopener' }, a.name || 'file');
+  }
+
+  /** errorEl renders an error: what happened, the server's message, what to do. */
+  function errorEl(err, extraClass) {
+    const d = UI.describeError(err.code, err.message, err.retryAfterMs);
+    const stopped = err.code === 'stopped';
+    const el = h('div', { class: 'msg error' + (stopped ? ' stopped' : '') + (extraClass ? ' ' + extraClass : ''), 'data-code': err.code, role: stopped ? null : 'alert' },
+      h('strong', { class: 'error-title' }, d.title + (d.message || d.hint ? '. ' : '')),
+      d.message ? h('span', { class: 'error-message' }, d.message + ' ') : null,
+      d.hint ? h('span', { class: 'error-hint' }, d.hint) : null);
+    if (err.code === 'no_model') {
+      const b = h('button', { type: 'button', class: 'error-action' }, 'Open Configuration → Health');
+      b.addEventListener('click', () => { setHash('#health'); showView('config', true); });
+      el.append(' ', b);
+    }
+    return el;
   }
 
   function renderItems(turn, rec) {
@@ -580,7 +898,7 @@
       rec.el.prepend(rec.user);
     }
     const answerText = turn.final != null ? turn.final : turn.stream;
-    const hasAnswer = turn.items.length > 0 || answerText !== '' || turn.final != null;
+    const hasAnswer = turn.items.length > 0 || answerText !== '' || turn.final != null || turn.attachments.length > 0;
     const waiting = !turn.done && !UI.isKnownCommand(turn.text);
     if ((hasAnswer || waiting) && !rec.asst) createAssistant(rec);
     if (rec.asst) {
@@ -598,6 +916,11 @@
           rec.contentHtml = html;
         }
         rec.content.hidden = html === '';
+        if (rec.fileCount !== turn.attachments.length) {
+          rec.files.replaceChildren(...turn.attachments.map(artifactEl));
+          rec.files.hidden = turn.attachments.length === 0;
+          rec.fileCount = turn.attachments.length;
+        }
         rec.asst.classList.toggle('streaming', !turn.done && turn.final == null && turn.stream !== '');
         rec.typing.hidden = turn.done || answerText !== '' || turn.final != null;
         if (turn.done && turn.usage && (turn.usage.input || turn.usage.output)) {
@@ -611,12 +934,7 @@
       note.innerHTML = UI.renderPlain(turn.commands[rec.notes], mdOpts());
       rec.el.append(note);
     }
-    for (; rec.errors < turn.errors.length; rec.errors++) {
-      const err = turn.errors[rec.errors];
-      const stopped = err.code === 'stopped';
-      rec.el.append(h('div', { class: 'msg error' + (stopped ? ' stopped' : ''), 'data-code': err.code, role: stopped ? null : 'alert' },
-        stopped ? 'Stopped. ' : '', err.message));
-    }
+    for (; rec.errors < turn.errors.length; rec.errors++) rec.el.append(errorEl(turn.errors[rec.errors]));
     if (turn.status === 'interrupted' && !rec.interrupted) {
       rec.interrupted = h('div', { class: 'msg error interrupted', 'data-code': 'disconnected' },
         'The connection dropped before this reply finished; it may still complete on the server. The conversation reloads when the connection is back.');
@@ -661,13 +979,20 @@
 
   function scrollToBottom() {
     els.messages.scrollTop = els.messages.scrollHeight;
+    app.atBottom = true;
   }
+
+  // An image that loads below a reader at the bottom keeps them there.
+  els.messages.addEventListener('scroll', () => { app.atBottom = nearBottom(); }, { passive: true });
+  els.messages.addEventListener('load', (e) => {
+    if (e.target instanceof HTMLImageElement && app.atBottom) scrollToBottom();
+  }, true);
 
   function renderNotices() {
     const notices = app.state.notices;
     for (; app.noticeCount < notices.length; app.noticeCount++) {
       const n = notices[app.noticeCount];
-      els.messages.append(h('div', { class: 'msg error', 'data-code': n.code, role: 'alert' }, n.message));
+      els.messages.append(errorEl(n));
     }
     if (notices.length < app.noticeCount) app.noticeCount = notices.length;
     showEmptyState();
@@ -691,12 +1016,12 @@
   function updateControls() {
     const busy = !!app.state.active;
     const online = app.state.conn === 'open' && !app.authNeeded;
+    const locked = busy || !online || app.opBusy;
     els.send.disabled = busy || !online;
     els.stop.disabled = !busy || !online;
-    for (const b of [els.newDialog, els.renameDialog, els.deleteDialog, els.compactDialog, els.infoDialog]) {
-      b.disabled = busy || !online || !app.agent;
-    }
-    for (const b of els.sessions.querySelectorAll('button.session')) b.disabled = busy || !online;
+    for (const b of [els.newDialog, els.compactDialog, els.infoDialog, els.dumpDialog]) b.disabled = locked || !app.agent;
+    for (const b of els.sessions.querySelectorAll('button')) b.disabled = locked;
+    els.sessions.setAttribute('aria-busy', app.opBusy ? 'true' : 'false');
     els.agentSelect.disabled = busy || app.agents.length === 0;
     els.app.dataset.busy = busy ? 'true' : 'false';
   }
@@ -747,10 +1072,12 @@
   }
 
   function stopTurn() {
-    if (!app.ws || app.ws.readyState !== WebSocket.OPEN || !app.state.active) return;
+    if (!wsOpen() || !app.state.active) return;
     const turn = app.state.turns[app.state.active];
-    app.ws.send(JSON.stringify(UI.stopFrame(turn ? turn.agent : app.agent, chatId)));
     hint('Stopping…');
+    request(UI.stopFrame(turn ? turn.agent : app.agent, chatId, UI.newControlId('s')))
+      .then((f) => { if (!f.stopped && app.state.active) hint('Nothing was running on the server; the reply should end by itself.'); })
+      .catch((e) => hint('Could not stop: ' + e.message));
   }
 
   els.composer.addEventListener('submit', (e) => {
@@ -831,6 +1158,7 @@
       setConn('open');
       dispatch({ type: 'conn', state: 'open' });
       if (!first || app.agentsError) onReconnected();
+      else if (app.agent) refreshSessions(); // the list again, now over the control channel
     };
     ws.onmessage = (ev) => {
       if (app.ws !== ws) return;
@@ -841,6 +1169,7 @@
     ws.onclose = () => {
       if (app.ws !== ws) return;
       app.ws = null;
+      rejectPending();
       if (app.state.active) app.needsReload = true;
       dispatch({ type: 'conn', state: 'closed' });
       scheduleReconnect(opened);
@@ -877,6 +1206,7 @@
 
   function handleFrame(f) {
     if (!f || typeof f !== 'object') return;
+    if (settle(f)) return; // the answer to a control-channel or stop request
     dispatch({ type: 'frame', frame: f });
     if (f.type === 'done' && f.id && app.state.turns[f.id]) onTurnDone(app.state.turns[f.id]);
   }

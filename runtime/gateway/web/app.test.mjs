@@ -177,6 +177,48 @@ test('renderPlain escapes everything but links and artifact images', () => {
     [{ alt: 'p', url: '/api/v1/artifacts/p.png' }, { alt: 'r', url: '/api/v1/artifacts/r.jpg' }]);
 });
 
+test('artifact links: images inline, other files as download links', () => {
+  assert.equal(UI.renderMarkdown('[notes.md](/api/v1/artifacts/a1)', { key: 'k' }),
+    '<p><a class="artifact-file" href="/api/v1/artifacts/a1?key=k" target="_blank" rel="noopener">notes.md</a></p>');
+  assert.equal(UI.renderMarkdown('[chart.PNG](/api/v1/artifacts/a2)'),
+    '<p><a class="artifact-link" href="/api/v1/artifacts/a2" target="_blank" rel="noopener">' +
+    '<img class="artifact-img" src="/api/v1/artifacts/a2" alt="chart.PNG" loading="lazy"></a></p>');
+  // /dump's reply is rendered as plain text: the link still becomes a file link.
+  assert.equal(UI.renderPlain('Saved 4 messages as markdown: [default.md](/api/v1/artifacts/x9)'),
+    'Saved 4 messages as markdown: <a class="artifact-file" href="/api/v1/artifacts/x9" target="_blank" rel="noopener">default.md</a>');
+  // An empty link text names the file by its id; hostile text stays text.
+  for (const empty of ['[](/api/v1/artifacts/x1)', '[ ](/api/v1/artifacts/x1)']) {
+    assert.equal(UI.renderMarkdown(empty), '<p><a class="artifact-file" href="/api/v1/artifacts/x1" target="_blank" rel="noopener">x1</a></p>');
+  }
+  assertSafeHtml(UI.renderMarkdown('[<b>x</b>.png"](/api/v1/artifacts/x1) [a"b](/api/v1/artifacts/y)'), 'artifact link text');
+  // Links elsewhere are ordinary links, never images.
+  assert.equal(UI.renderMarkdown('[a.png](https://example.com/a.png)'),
+    '<p><a href="https://example.com/a.png" target="_blank" rel="noopener">a.png</a></p>');
+  assert.ok(UI.isImageName('x.jpeg') && UI.isImageName(' y.webp ') && !UI.isImageName('x.svg') && !UI.isImageName('png'));
+});
+
+test('extractArtifacts and normalizeAttachments', () => {
+  assert.deepEqual(UI.extractArtifacts('![p](/api/v1/artifacts/p) [r.md](/api/v1/artifacts/r) [s.png](/api/v1/artifacts/s) [w](https://x/y) ![p2](/api/v1/artifacts/p)'),
+    [{ name: 'p', url: '/api/v1/artifacts/p', image: true }, { name: 'r.md', url: '/api/v1/artifacts/r', image: false },
+      { name: 's.png', url: '/api/v1/artifacts/s', image: true }]);
+  assert.deepEqual(UI.extractArtifacts(null), []);
+  assert.deepEqual(UI.normalizeAttachments([
+    { id: 'a1', name: 'shot.png', media_type: 'image/png' },
+    { url: '/api/v1/artifacts/a2', name: 'report.pdf', media_type: 'application/pdf' },
+    { id: 'a3', name: 'logo.svg', media_type: 'image/svg+xml' },
+    { id: 'a/4', name: 'odd' },
+    { url: 'https://evil.example/x.png', name: 'x.png' },
+    { url: 'javascript:alert(1)' },
+    null, 'x',
+  ]), [
+    { name: 'shot.png', url: '/api/v1/artifacts/a1', image: true },
+    { name: 'report.pdf', url: '/api/v1/artifacts/a2', image: false },
+    { name: 'logo.svg', url: '/api/v1/artifacts/a3', image: false },
+    { name: 'odd', url: '/api/v1/artifacts/a%2F4', image: false },
+  ]);
+  assert.deepEqual(UI.normalizeAttachments(undefined), []);
+});
+
 test('shortArgs and prettyArgs', () => {
   assert.equal(UI.shortArgs('{"url":"https://example.com","depth":2}'), 'url: https://example.com, depth: 2');
   assert.equal(UI.shortArgs('not json\n at all'), 'not json at all');
@@ -207,6 +249,73 @@ test('parseCommand and isKnownCommand', () => {
   assert.equal(UI.parseCommand('/etc/hosts is broken'), null);
   assert.ok(UI.isKnownCommand('/switch d_1'));
   assert.ok(!UI.isKnownCommand('/unknown thing'));
+});
+
+test('control-channel frames', () => {
+  assert.deepEqual(UI.dialogFrame('d-1', 'list', 'assistant', 'c1'), { v: 1, type: 'dialog', id: 'd-1', op: 'list', agent: 'assistant', chat_id: 'c1' });
+  assert.deepEqual(UI.dialogFrame('d-2', 'create', 'a', 'c', { title: ' Trip\n to Hangzhou ', dialogId: 'ignored' }),
+    { v: 1, type: 'dialog', id: 'd-2', op: 'create', agent: 'a', chat_id: 'c', title: 'Trip to Hangzhou' });
+  assert.deepEqual(UI.dialogFrame('d-3', 'create', 'a', 'c', { title: '   ' }), { v: 1, type: 'dialog', id: 'd-3', op: 'create', agent: 'a', chat_id: 'c' });
+  for (const op of ['switch', 'archive', 'delete']) {
+    assert.deepEqual(UI.dialogFrame('d-4', op, 'a', 'c', { dialogId: 'd_k3', title: 'x' }), { v: 1, type: 'dialog', id: 'd-4', op, agent: 'a', chat_id: 'c', dialog_id: 'd_k3' });
+  }
+  assert.deepEqual(UI.dialogFrame('d-5', 'rename', 'a', 'c', { dialogId: 'd_k3', title: 'New name' }),
+    { v: 1, type: 'dialog', id: 'd-5', op: 'rename', agent: 'a', chat_id: 'c', dialog_id: 'd_k3', title: 'New name' });
+  assert.throws(() => UI.dialogFrame('d-6', 'purge', 'a', 'c'), /unknown dialog op/);
+  assert.deepEqual(UI.stopFrame('a', 'c1', 's-1'), { v: 1, type: 'stop', agent: 'a', chat_id: 'c1', id: 's-1' });
+  assert.match(UI.newControlId(), /^d-/);
+  assert.match(UI.newControlId('s'), /^s-/);
+  assert.notEqual(UI.newControlId(), UI.newControlId());
+  assert.equal(UI.cleanTitle('x'.repeat(300)).length, 200);
+  assert.equal(UI.cleanTitle('\u{1F600}'.repeat(250)), '\u{1F600}'.repeat(200), 'characters, not UTF-16 units');
+  assert.equal(UI.cleanTitle('a\u0000b'), 'a b');
+});
+
+test('dialogView marks the current dialog', () => {
+  const list = [
+    { id: 'web:a/c:d_2', dialog_id: 'd_2', title: 'Trip', last_message_at: '2025-01-02T00:00:00Z', archived: false },
+    { id: 'web:a/c:default', dialog_id: 'default', title: 'hello', last_message_at: '2025-01-01T00:00:00Z', archived: false },
+  ];
+  let v = UI.dialogView('default', list);
+  assert.equal(v.current, 'default');
+  assert.equal(v.implicit, false);
+  assert.deepEqual(v.rows.map((r) => [r.dialog_id, r.current]), [['d_2', false], ['default', true]]);
+  // No current dialog (none chosen, or it was deleted): the most recent one gets the next message.
+  v = UI.dialogView('', list);
+  assert.equal(v.current, 'd_2');
+  assert.equal(v.implicit, true);
+  assert.deepEqual(v.rows.map((r) => r.current), [true, false]);
+  // A current dialog missing from the list (archived) is shown on top, titled from what was seen before.
+  v = UI.dialogView('d_old', list, { d_old: { dialog_id: 'd_old', title: 'Old', archived: true, id: 'web:a/c:d_old' } });
+  assert.deepEqual(v.rows.map((r) => [r.dialog_id, r.current, r.title, !!r.archived]), [['d_old', true, 'Old', true], ['d_2', false, 'Trip', false], ['default', false, 'hello', false]]);
+  v = UI.dialogView('d_new', []);
+  assert.deepEqual(v.rows, [{ id: '', title: '', last_message_at: '', archived: false, dialog_id: 'd_new', current: true }]);
+  assert.deepEqual(UI.dialogView('', null), { current: '', implicit: false, rows: [] });
+  assert.deepEqual(UI.dialogView('', [null, { dialog_id: '' }, {}]).rows, []);
+  assert.equal(UI.dialogLabel({ dialog_id: 'd_2', title: ' Trip ' }), 'Trip');
+  assert.equal(UI.dialogLabel({ dialog_id: 'default', title: '' }), 'Default conversation');
+  assert.equal(UI.dialogLabel({ dialog_id: 'd_9', title: '' }), 'd_9');
+  assert.equal(UI.dialogLabel(null), '');
+});
+
+test('describeError explains every protocol error code', () => {
+  for (const code of ['bad_request', 'unauthorized', 'forbidden', 'not_found', 'unknown_agent', 'unknown_session', 'unknown_dialog',
+    'unknown_artifact', 'busy', 'stopped', 'too_large', 'rate_limited', 'no_model', 'internal']) {
+    const d = UI.describeError(code, 'server text');
+    assert.ok(d.title && !d.title.startsWith('Error ('), code);
+  }
+  assert.deepEqual(UI.describeError('no_model', 'Agent a has no usable model: set OPENAI_API_KEY'),
+    { title: 'The agent has no model', message: 'Agent a has no usable model: set OPENAI_API_KEY', hint: 'Give it one (see Configuration → Health for the exact fix), then send again.' });
+  assert.equal(UI.describeError('rate_limited', 'slow down', 2500).hint, 'Try again in 3 s.');
+  assert.equal(UI.describeError('rate_limited', 'slow down').hint, 'Try again in 1 s.');
+  assert.equal(UI.describeError('busy', '').title, 'Busy');
+  assert.deepEqual(UI.describeError('stopped', 'stopped; what was done so far is kept'),
+    { title: 'Stopped', message: 'What was done so far is kept', hint: '' }, 'neither the title nor the hint repeated');
+  assert.equal(UI.describeError('busy', 'busy').message, 'busy', 'a message that is only the title stays');
+  assert.equal(UI.describeError('stopped', '').hint, 'What was done so far is kept.');
+  assert.equal(UI.describeError('internal', 'internal error').message, '', 'no empty detail');
+  assert.equal(UI.describeError('teapot', 'short and stout').title, 'Error (teapot)');
+  assert.equal(UI.describeError(undefined, undefined).title, 'Something went wrong on the gateway');
 });
 
 test('wsUrl, sessionIdFor, dialogOf', () => {
@@ -281,6 +390,23 @@ test('command, error and stopped turns', () => {
   assert.equal(s.turns['c-4'].status, 'stopped');
   assert.equal(s.turns['c-4'].stream, 'Working', 'partial text is kept');
   assert.deepEqual(UI.stopFrame('a', 'c1'), { v: 1, type: 'stop', agent: 'a', chat_id: 'c1' });
+
+  s = UI.reduce(s, { type: 'send', turn: UI.newTurn('c-5', 'again', { agent: 'a' }) });
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'error', id: 'c-5', code: 'rate_limited', message: 'rate limit', retry_after_ms: 1500 } });
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'done', id: 'c-5' } });
+  assert.deepEqual(s.turns['c-5'].errors, [{ code: 'rate_limited', message: 'rate limit', retryAfterMs: 1500 }]);
+});
+
+test('attachments of tool results and final answers', () => {
+  let t = UI.newTurn('c-9', 'screenshot please');
+  t = UI.reduceTurn(t, ev('c-9', { kind: 'tool_call', call_id: 'call_1', name: 'browser', arguments: '{"action":"screenshot"}' }));
+  t = UI.reduceTurn(t, ev('c-9', { kind: 'tool_result', call_id: 'call_1', name: 'browser', content: 'saved',
+    attachments: [{ id: 'art1', name: 'page.png', media_type: 'image/png' }] }));
+  assert.deepEqual(t.items[0].attachments, [{ name: 'page.png', url: '/api/v1/artifacts/art1', image: true }]);
+  t = UI.reduceTurn(t, ev('c-9', { kind: 'final', text: 'Here it is.', attachments: [{ id: 'art2', name: 'page.pdf', media_type: 'application/pdf' }] }));
+  assert.deepEqual(t.attachments, [{ name: 'page.pdf', url: '/api/v1/artifacts/art2', image: false }]);
+  t = UI.reduceTurn(t, ev('c-9', { kind: 'tool_result', call_id: 'call_2', name: 'x', content: 'no files' }));
+  assert.deepEqual(t.items[1].attachments, []);
 });
 
 test('frames for unknown ids, errors without id, unknown kinds', () => {
@@ -364,11 +490,22 @@ test('ui-core.js also works as a browser script (global PicoBotUI)', () => {
 
 test('index.html has the documented ids and loads only local files', () => {
   const html = readFileSync(new URL('./index.html', import.meta.url), 'utf8');
-  for (const id of ['agent-select', 'messages', 'input', 'send', 'stop', 'sessions', 'new-dialog', 'banner', 'health-tab', 'health',
-    'rename-dialog', 'delete-dialog', 'compact-dialog', 'info-dialog', 'conn-status', 'chat-view', 'config-view']) {
+  for (const id of ['agent-select', 'messages', 'input', 'send', 'stop', 'sessions', 'sessions-status', 'new-dialog', 'banner', 'health-tab', 'health',
+    'compact-dialog', 'info-dialog', 'dump-dialog', 'confirm-dialog', 'confirm-ok', 'confirm-cancel', 'conn-status', 'chat-view', 'config-view']) {
     assert.match(html, new RegExp(`id="${id}"`), id);
   }
   assert.ok(!/(src|href)="(https?:)?\/\//.test(html), 'no external resources');
+  assert.ok(!/<script(?![^>]*\ssrc=)[^>]*>/.test(html), 'no inline script');
+  assert.ok(!/\son[a-z]+=/i.test(html), 'no inline event handlers');
+  assert.ok(!/\sstyle=/i.test(html), 'no inline styles');
+  const csp = /<meta http-equiv="Content-Security-Policy" content="([^"]+)">/.exec(html);
+  assert.ok(csp, 'index.html declares a Content-Security-Policy');
+  assert.match(csp[1], /default-src 'none'/);
+  assert.match(csp[1], /script-src 'self'(;|$)/);
+  assert.ok(!/unsafe-inline|unsafe-eval/.test(csp[1]), 'no unsafe-* sources');
+  // Every label points at a control that exists; every button has a type.
+  for (const m of html.matchAll(/<label for="([^"]+)"/g)) assert.match(html, new RegExp(`id="${m[1]}"`), 'label for ' + m[1]);
+  for (const m of html.matchAll(/<button\b[^>]*>/g)) assert.match(m[0], /type="(button|submit)"/, m[0]);
   assert.ok(html.indexOf('ui-core.js') < html.indexOf('app.js'), 'ui-core.js loads first');
   const app = readFileSync(new URL('./app.js', import.meta.url), 'utf8');
   for (const m of app.matchAll(/\.innerHTML = ([^;]+);/g)) {

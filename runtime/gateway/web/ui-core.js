@@ -6,15 +6,22 @@
  * free of browser globals so `node --test` can exercise it.
  *
  * Contents:
- *   - HTML escaping and URL safety (escapeHtml, safeUrl, isArtifactUrl, withKey)
+ *   - HTML escaping and URL safety (escapeHtml, safeUrl, isArtifactUrl, withKey,
+ *     isImageName)
  *   - a small, safe markdown renderer (renderMarkdown, renderInline, renderPlain):
  *     every piece of model text is escaped; only the tags it builds itself
  *     (p, br, pre, code, strong, em, del, a, img, h3-h6, ul, ol, li, blockquote,
  *     hr, table) are emitted, links only to http(s)/mailto/relative urls.
- *   - tool-call helpers (shortArgs, prettyArgs, extractArtifactImages)
+ *     Links to artifacts ([name](/api/v1/artifacts/ID)) become file links
+ *     (class artifact-file), or inline images when the name is an image file.
+ *   - tool-call and artifact helpers (shortArgs, prettyArgs, extractArtifacts,
+ *     extractArtifactImages, normalizeAttachments)
  *   - the state reducer for the WebSocket protocol (newTurn, reduceTurn,
  *     initialState, reduce) and history grouping (historyToTurns)
- *   - ids (newChatId, isValidChatId, newMessageId), parseCommand, wsUrl.
+ *   - control-channel frames and the conversation list (dialogFrame,
+ *     stopFrame, cleanTitle, dialogView, dialogLabel)
+ *   - error texts (describeError)
+ *   - ids (newChatId, isValidChatId, newMessageId, newControlId), parseCommand, wsUrl.
  */
 (function (root, factory) {
   'use strict';
@@ -26,6 +33,7 @@
 
   const PROTOCOL_VERSION = 1;
   const MAX_TEXT_BYTES = 64 << 10;
+  const MAX_TITLE_CHARS = 200;
 
   // ---------------------------------------------------------------- escaping
 
@@ -59,6 +67,13 @@
   function isArtifactUrl(url) {
     return typeof url === 'string' && url.startsWith(ARTIFACT_PREFIX) && url.length > ARTIFACT_PREFIX.length &&
       !/[\s\x00-\x1f\x7f"'<>\\]/.test(url) && !/(^|\/)\.\.(\/|$|\?)/.test(url);
+  }
+
+  const IMAGE_NAME_RE = /\.(png|jpe?g|gif|webp|avif|bmp)$/i;
+
+  /** isImageName: a file name (or link text) that names a raster image the browser can show inline. */
+  function isImageName(name) {
+    return typeof name === 'string' && IMAGE_NAME_RE.test(name.trim());
   }
 
   /** withKey adds ?key= to an artifact url (an <img> cannot send an Authorization header). */
@@ -114,6 +129,12 @@
     const target = withKey(href, opts.key);
     return '<a' + (cls ? ' class="' + cls + '"' : '') + ' href="' + escapeHtml(target) +
       '" target="_blank" rel="noopener">' + inner + '</a>';
+  }
+
+  /** fileLinkHtml: a link to a non-image artifact (a download), named by its link text. */
+  function fileLinkHtml(text, url, opts) {
+    const name = String(text || '').trim() || url.slice(url.lastIndexOf('/') + 1);
+    return linkHtml(url, escapeHtml(name), opts, 'artifact-file');
   }
 
   function imageHtml(alt, url, opts) {
@@ -207,6 +228,14 @@
       }
       if (c === '[' && !opts.noLinks) {
         const m = matchLink(s, i);
+        if (m && isArtifactUrl(m.url)) {
+          // A link to an artifact: an image file shows inline, anything
+          // else is a file link (the gateway serves it as a download).
+          flush();
+          out += isImageName(m.text) ? imageHtml(m.text, m.url, opts) : fileLinkHtml(m.text, m.url, opts);
+          i = m.end;
+          continue;
+        }
         if (m) {
           const href = safeUrl(m.url);
           const inner = opts.plain ? escapeHtml(m.text) : renderInline(m.text, Object.assign({}, opts, { noLinks: true }), depth + 1);
@@ -406,12 +435,51 @@
 
   /** extractArtifactImages lists the artifact images ![alt](/api/v1/artifacts/...) in text. */
   function extractArtifactImages(text) {
+    return extractArtifacts(text).filter((a) => a.image).map((a) => ({ alt: a.name, url: a.url }));
+  }
+
+  /**
+   * extractArtifacts lists the artifacts text links to, in order and without
+   * repeats: ![alt](/api/v1/artifacts/ID) and [name](/api/v1/artifacts/ID).
+   * Each is {name, url, image}; image is true for ![..] and for links whose
+   * text is an image file name.
+   */
+  function extractArtifacts(text) {
     const out = [];
+    const seen = new Set();
     const s = String(text == null ? '' : text);
     let i = 0;
-    while ((i = s.indexOf('![', i)) !== -1) {
-      const m = matchLink(s, i + 1);
-      if (m && isArtifactUrl(m.url)) { out.push({ alt: m.text, url: m.url }); i = m.end; } else i += 2;
+    while ((i = s.indexOf('[', i)) !== -1) {
+      const m = matchLink(s, i);
+      if (!m) { i++; continue; }
+      const bang = i > 0 && s[i - 1] === '!';
+      if (isArtifactUrl(m.url) && !seen.has(m.url)) {
+        seen.add(m.url);
+        out.push({ name: m.text, url: m.url, image: bang || isImageName(m.text) });
+      }
+      i = m.end;
+    }
+    return out;
+  }
+
+  /**
+   * normalizeAttachments turns an event's optional `attachments` list
+   * ([{id, name, media_type, url}], a field a gateway may add within protocol
+   * version 1) into [{name, url, image}], dropping entries that do not point
+   * into the gateway's artifact store.
+   */
+  function normalizeAttachments(list) {
+    if (!Array.isArray(list)) return [];
+    const out = [];
+    for (const a of list) {
+      if (!a || typeof a !== 'object') continue;
+      let url = typeof a.url === 'string' ? a.url : '';
+      if (!url && typeof a.id === 'string' && a.id) url = ARTIFACT_PREFIX + encodeURIComponent(a.id);
+      if (!isArtifactUrl(url)) continue;
+      const name = typeof a.name === 'string' && a.name ? a.name : url.slice(url.lastIndexOf('/') + 1);
+      const mt = typeof a.media_type === 'string' ? a.media_type.toLowerCase() : '';
+      const image = mt ? mt.startsWith('image/') && !mt.startsWith('image/svg') : isImageName(name);
+      out.push({ name, url, image });
     }
     return out;
   }
@@ -479,9 +547,14 @@
 
   let seq = 0;
   /** newMessageId: a client message id unique across reloads. */
-  function newMessageId(now) {
+  function newMessageId(now, prefix) {
     seq = (seq + 1) % 1e6;
-    return 'c-' + (now || Date.now()).toString(36) + '-' + hex(randomBytes(3)) + '-' + seq;
+    return (prefix || 'c') + '-' + (now || Date.now()).toString(36) + '-' + hex(randomBytes(3)) + '-' + seq;
+  }
+
+  /** newControlId: the id of a control-channel (`dialog`) or `stop` frame. */
+  function newControlId(prefix) {
+    return newMessageId(0, prefix || 'd');
   }
 
   /** parseCommand: {name, args} for "/name args", else null (names lower-cased). */
@@ -556,6 +629,7 @@
       final: null,
       commands: [],
       errors: [],
+      attachments: [],
       usage: null,
       session: '',
       done: false,
@@ -566,8 +640,116 @@
     return { v: PROTOCOL_VERSION, type: 'send', id: turn.id, agent: turn.agent, chat_id: chatId, text: turn.text };
   }
 
-  function stopFrame(agent, chatId) {
-    return { v: PROTOCOL_VERSION, type: 'stop', agent, chat_id: chatId };
+  /** stopFrame: the `stop` frame of a chat; id ties the server's `stopped` answer to it. */
+  function stopFrame(agent, chatId, id) {
+    const f = { v: PROTOCOL_VERSION, type: 'stop', agent, chat_id: chatId };
+    if (id) f.id = id;
+    return f;
+  }
+
+  /** The dialog operations of the control channel (docs/protocol.md). */
+  const DIALOG_OPS = new Set(['list', 'create', 'switch', 'rename', 'archive', 'delete']);
+
+  /**
+   * dialogFrame builds a control-channel frame: {v, type:'dialog', id, op,
+   * agent, chat_id} plus dialog_id (switch, rename, archive, delete) and
+   * title (create, rename) when given. It throws on an unknown op.
+   */
+  function dialogFrame(id, op, agent, chatId, fields) {
+    if (!DIALOG_OPS.has(op)) throw new Error('unknown dialog op ' + JSON.stringify(op));
+    const f = { v: PROTOCOL_VERSION, type: 'dialog', id, op, agent, chat_id: chatId };
+    const x = fields || {};
+    if (op !== 'list' && op !== 'create' && x.dialogId) f.dialog_id = x.dialogId;
+    if ((op === 'create' || op === 'rename') && typeof x.title === 'string') {
+      const t = cleanTitle(x.title);
+      if (t) f.title = t;
+    }
+    return f;
+  }
+
+  /** cleanTitle makes a dialog title the protocol accepts: one line, trimmed, at most 200 characters. */
+  function cleanTitle(title) {
+    const t = String(title == null ? '' : title).replace(/[\x00-\x1f\x7f\s]+/g, ' ').trim();
+    return Array.from(t).slice(0, MAX_TITLE_CHARS).join('');
+  }
+
+  /**
+   * dialogView decides what the conversation list shows from a `list`
+   * answer: {current, implicit, rows}. rows are the dialogs (most recent
+   * first) with {dialog_id, id, title, last_message_at, archived, current};
+   * when the chat has no current dialog (none yet, or it was deleted) its
+   * next message goes to the most recent dialog, which is marked current
+   * with implicit = true; a current dialog missing from the list (archived,
+   * or older than the 10 listed) is shown on top. known maps dialog ids to
+   * dialogs seen before (to title a missing current one).
+   */
+  function dialogView(current, dialogs, known) {
+    const list = (Array.isArray(dialogs) ? dialogs : []).filter((d) => d && typeof d.dialog_id === 'string' && d.dialog_id);
+    let cur = typeof current === 'string' ? current : '';
+    let implicit = false;
+    if (!cur && list.length) { cur = list[0].dialog_id; implicit = true; }
+    const rows = list.map((d) => Object.assign({}, d, { current: d.dialog_id === cur }));
+    if (cur && !rows.some((r) => r.current)) {
+      const k = known && known[cur];
+      rows.unshift(Object.assign({ id: '', title: '', last_message_at: '', archived: false }, k || {}, { dialog_id: cur, current: true }));
+    }
+    return { current: cur, implicit, rows };
+  }
+
+  /** dialogLabel: how a dialog is named in the UI (its title, else its id). */
+  function dialogLabel(d) {
+    if (!d) return '';
+    return (typeof d.title === 'string' && d.title.trim()) ? d.title.trim() : d.dialog_id === 'default' ? 'Default conversation' : (d.dialog_id || 'New conversation');
+  }
+
+  // ---------------------------------------------------------------- errors
+
+  const ERROR_TEXT = {
+    no_model: ['The agent has no model', 'Give it one (see Configuration → Health for the exact fix), then send again.'],
+    busy: ['Busy', 'This conversation is still working on a message. Wait for it to finish, or press Stop.'],
+    rate_limited: ['Too many requests', 'This API key hit its rate limit.'],
+    stopped: ['Stopped', 'What was done so far is kept.'],
+    too_large: ['Too large', 'Shorten the message and send it again.'],
+    bad_request: ['Not accepted', ''],
+    unauthorized: ['API key refused', 'Enter a valid API key.'],
+    forbidden: ['Not allowed', 'This API key is not served by this gateway.'],
+    unknown_agent: ['Unknown agent', 'Pick another agent, or reload the page.'],
+    unknown_dialog: ['Unknown conversation', 'It may have been deleted; the list was refreshed.'],
+    unknown_session: ['Unknown conversation', ''],
+    unknown_artifact: ['File not found', ''],
+    not_found: ['Not found', ''],
+    internal: ['Something went wrong on the gateway', 'Its log has the details; try again.'],
+    offline: ['Not connected', 'The gateway cannot be reached; the page reconnects by itself.'],
+    timeout: ['No answer', 'The gateway did not answer in time; try again.'],
+  };
+
+  /**
+   * describeError turns an error frame into what the UI shows:
+   * {title, message, hint}. message is the server's own text (it often
+   * says exactly what to fix); hint adds what to do. retryAfterMs (from
+   * rate_limited) becomes "Try again in N s".
+   */
+  function describeError(code, message, retryAfterMs) {
+    const c = typeof code === 'string' && code ? code : 'internal';
+    const known = ERROR_TEXT[c];
+    const title = known ? known[0] : 'Error (' + c + ')';
+    let hint = known ? known[1] : '';
+    if (c === 'rate_limited') {
+      const secs = Math.max(1, Math.ceil((Number(retryAfterMs) || 1000) / 1000));
+      hint = 'Try again in ' + secs + ' s.';
+    }
+    let msg = String(message == null ? '' : message).trim();
+    if (c === 'internal' && (!msg || msg === 'internal error')) msg = '';
+    // The server's message often repeats the title or the hint
+    // ("stopped; what was done so far is kept").
+    const lead = msg.toLowerCase().indexOf(title.toLowerCase());
+    if (lead === 0 && /^\s*[;:,.]\s*\S/.test(msg.slice(title.length))) {
+      msg = msg.slice(title.length).replace(/^\s*[;:,.]\s*/, '');
+      msg = msg.charAt(0).toUpperCase() + msg.slice(1);
+    }
+    const bare = (x) => x.toLowerCase().replace(/[.!\s]+$/, '');
+    if (hint && msg && bare(msg).includes(bare(hint))) hint = '';
+    return { title, message: msg, hint };
   }
 
   function applyEvent(t, ev, frame) {
@@ -588,7 +770,7 @@
         let k = -1;
         if (ev.call_id) k = items.findIndex((x) => x.type === 'tool' && x.callId === ev.call_id);
         if (k === -1) k = items.findIndex((x) => x.type === 'tool' && !x.hasResult && x.name === ev.name && !x.callId);
-        const res = { content: ev.content || '', isError: !!ev.is_error, hasResult: true };
+        const res = { content: ev.content || '', isError: !!ev.is_error, hasResult: true, attachments: normalizeAttachments(ev.attachments) };
         if (k === -1) items.push(Object.assign({ type: 'tool', callId: ev.call_id || '', name: ev.name || 'tool', arguments: '' }, res));
         else items[k] = Object.assign({}, items[k], res);
         t.items = items;
@@ -602,6 +784,7 @@
       case 'final':
         t.final = ev.text || '';
         t.stream = '';
+        t.attachments = t.attachments.concat(normalizeAttachments(ev.attachments));
         break;
       case 'command':
         t.commands = t.commands.concat([ev.text || '']);
@@ -610,6 +793,13 @@
         break; // future kinds are ignored
     }
     if (frame.session) t.session = frame.session;
+  }
+
+  /** errorOf: the {code, message, retryAfterMs} of an error frame. */
+  function errorOf(frame) {
+    const e = { code: frame.code || 'internal', message: frame.message || 'Something went wrong.' };
+    if (frame.retry_after_ms) e.retryAfterMs = frame.retry_after_ms;
+    return e;
   }
 
   /** reduceTurn applies one server frame (already matched by id) to a turn; returns a new turn. */
@@ -626,7 +816,7 @@
         if (t.status === 'sending') t.status = 'running';
         break;
       case 'error':
-        t.errors = t.errors.concat([{ code: frame.code || 'internal', message: frame.message || 'Something went wrong.' }]);
+        t.errors = t.errors.concat([errorOf(frame)]);
         t.status = frame.code === 'stopped' ? 'stopped' : 'error';
         if (frame.session) t.session = frame.session;
         break;
@@ -679,7 +869,7 @@
         const turn = f.id ? state.turns[f.id] : undefined;
         if (!turn) {
           if (f.type === 'error') {
-            return Object.assign({}, state, { notices: state.notices.concat([{ code: f.code || 'internal', message: f.message || 'Something went wrong.' }]) });
+            return Object.assign({}, state, { notices: state.notices.concat([errorOf(f)]) });
           }
           return state;
         }
@@ -777,6 +967,7 @@
   return {
     PROTOCOL_VERSION,
     MAX_TEXT_BYTES,
+    MAX_TITLE_CHARS,
     DIALOG_COMMANDS,
     escapeHtml,
     safeUrl,
@@ -786,12 +977,16 @@
     renderMarkdown,
     renderPlain,
     extractArtifactImages,
+    extractArtifacts,
+    normalizeAttachments,
+    isImageName,
     shortArgs,
     prettyArgs,
     truncate,
     newChatId,
     isValidChatId,
     newMessageId,
+    newControlId,
     parseCommand,
     isKnownCommand,
     KNOWN_COMMANDS,
@@ -802,6 +997,11 @@
     newTurn,
     sendFrame,
     stopFrame,
+    dialogFrame,
+    cleanTitle,
+    dialogView,
+    dialogLabel,
+    describeError,
     reduceTurn,
     interruptTurn,
     initialState,

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -347,4 +348,19 @@ func (s *stack) busyPod(ns, agentName, chatKey string) string {
 		}
 	}
 	return ""
+}
+
+// waitReady waits for an Agent's Ready condition.
+func (s *stack) waitReady(tb testing.TB, ns, name string) {
+	tb.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		var a picobotv1alpha1.Agent
+		if err := s.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &a); err == nil &&
+			meta.IsStatusConditionTrue(a.Status.Conditions, picobotv1alpha1.ConditionReady) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	tb.Fatalf("agent %s/%s did not become Ready", ns, name)
 }

@@ -40,6 +40,8 @@ metadata:
   namespace: %[1]s
   labels:
     gateway.picobot.io/api-key: "true"
+  annotations:
+    gateway.picobot.io/rate-limit: unlimited # the tests send in bursts
 stringData:
   key: %[2]s
 ---
