@@ -31,6 +31,7 @@ type options struct {
 	secureMetrics    bool
 	zapOpts          zap.Options
 	runtime          runtimeOptions
+	scheduler        schedulerOptions
 }
 
 func main() {
@@ -44,6 +45,7 @@ func main() {
 	flag.IntVar(&o.burst, "kube-api-burst", 200, "Burst above kube-api-qps.")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "Parallel reconciles per controller.")
 	o.runtime.bindFlags(flag.CommandLine)
+	o.scheduler.bindFlags(flag.CommandLine)
 	o.zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zapOpts)))
@@ -97,6 +99,11 @@ func run(ctx context.Context, o options) error {
 	if err := controller.Setup(ctx, mgr, controller.Config{Catalog: policy.DefaultCatalog(), Concurrency: o.concurrency, Runtime: rc}); err != nil {
 		return err
 	}
+	closeScheduler, err := o.scheduler.setup(ctx, mgr, rc)
+	if err != nil {
+		return err
+	}
+	defer closeScheduler()
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("failed to add health check: %w", err)
 	}

@@ -36,6 +36,63 @@ type Event struct {
 	ToolCall   *llm.ToolCall
 	ToolResult *ToolResult
 	Usage      *llm.Usage
+	// Attachments are the stored files shown with a tool_result (the files
+	// its tool presented) or a final event (every file of the turn). The
+	// loop stores nothing and leaves it empty; the session runtime fills it
+	// in as it stores the tools' artifacts.
+	Attachments []Attachment
+}
+
+// Attachment is a reference to a stored file (an artifact) shown to the user
+// with a turn's events and reply; the bytes stay in the artifact store.
+type Attachment struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	MediaType string `json:"media_type,omitempty"`
+	// URL is where clients fetch the file ("/api/v1/artifacts/<id>"); empty
+	// when the runtime has no artifact URLs.
+	URL string `json:"url,omitempty"`
+}
+
+// Image reports whether clients show the file inline as an image (SVG is
+// not: it can carry script).
+func (a Attachment) Image() bool {
+	mt := strings.ToLower(a.MediaType)
+	return strings.HasPrefix(mt, "image/") && !strings.HasPrefix(mt, "image/svg")
+}
+
+// Markdown is the attachment as a markdown link, an image link for images:
+// how stored messages and plain-text clients show it.
+func (a Attachment) Markdown() string {
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r == '[' || r == ']':
+			return '_'
+		case r < ' ' || r == 0x7f:
+			return -1
+		}
+		return r
+	}, a.Name)
+	if name == "" {
+		name = "file"
+	}
+	if a.URL == "" {
+		return fmt.Sprintf("%s (artifact %s)", name, a.ID)
+	}
+	link := "[" + name + "](" + a.URL + ")"
+	if a.Image() {
+		return "!" + link
+	}
+	return link
+}
+
+// AttachmentsMarkdown lists attachments as markdown, one per line.
+func AttachmentsMarkdown(list []Attachment) string {
+	lines := make([]string, len(list))
+	for i, a := range list {
+		lines[i] = a.Markdown()
+	}
+	return strings.Join(lines, "\n")
 }
 
 // ToolResult is a finished tool call as the client sees it.
@@ -101,6 +158,11 @@ type Output struct {
 	// Compressed reports that History was compressed during the turn.
 	Compressed bool
 	Artifacts  []tool.Artifact
+	// Partial is the text a cancelled turn's interrupted model call had
+	// streamed (not in New: the call never finished). The caller decides
+	// whether to keep it (the session runtime does when the user stopped
+	// the turn).
+	Partial string
 }
 
 // SystemPrompt is the system prompt sent to the model: the agent's prompt and
@@ -141,18 +203,25 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	defs := reg.Definitions()
 	var onDelta func(llm.Delta)
 	step := 0
+	// partial is the text the current model call streamed so far; providers
+	// call onDelta synchronously, inside Complete.
+	var partial strings.Builder
 	if in.Stream {
-		onDelta = func(d llm.Delta) { emit(Event{Kind: EventDelta, Step: step, Text: d.Text}) }
+		onDelta = func(d llm.Delta) {
+			partial.WriteString(d.Text)
+			emit(Event{Kind: EventDelta, Step: step, Text: d.Text})
+		}
 	}
 	overflowRetried, truncRetried := false, false
 
 	for step = 1; step <= maxSteps; step++ {
 		req := llm.Request{System: system, Messages: out.History, Tools: defs, MaxTokens: l.MaxTokens}
+		partial.Reset()
 		resp, err := l.Provider.Complete(ctx, req, onDelta)
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
-			out.StopReason = StopCancelled
+			out.StopReason, out.Partial = StopCancelled, partial.String()
 			return out, fmt.Errorf("turn cancelled: %w", ctx.Err())
 		case errors.Is(err, llm.ErrContextOverflow) && !overflowRetried && l.Compressor != nil:
 			overflowRetried = true

@@ -304,15 +304,20 @@ func TestLoopStopCancelsCleanly(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				var once sync.Once
+				rec := &recorder{}
 				l := &Loop{Provider: newProvider(t, s, proto)}
 				out, err := l.Run(ctx, Input{History: []llm.Message{user("talk")}, Stream: true,
 					Sink: func(e Event) {
+						rec.sink(e)
 						if e.Kind == EventDelta {
 							once.Do(cancel) // the user sends /stop after the first words
 						}
 					}})
 				g.Expect(errors.Is(err, context.Canceled)).To(BeTrue(), "%v", err)
 				g.Expect(out.StopReason).To(Equal(StopCancelled))
+				g.Expect(out.Partial).To(HavePrefix("word"))
+				g.Expect(out.Partial).To(Equal(rec.text()), "the partial text is what was streamed")
+				g.Expect(out.New).To(BeEmpty(), "the cut answer is not a message of the turn")
 				validChain(g, out.History)
 			})
 		}
@@ -336,6 +341,7 @@ func TestLoopStopCancelsCleanly(t *testing.T) {
 		g.Expect(out.New).To(HaveLen(3))
 		g.Expect(out.New[1].Content).To(Equal("error: wait was cancelled: context canceled"))
 		g.Expect(out.New[2].Content).To(Equal("error: echo was not run: the turn was cancelled"))
+		g.Expect(out.Partial).To(BeEmpty(), "no model call was cut")
 		validChain(g, out.History)
 	})
 }

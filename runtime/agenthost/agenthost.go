@@ -174,7 +174,17 @@ func EnvSecrets(given map[string]*corev1.Secret, env func(string) string, a *pic
 	}
 }
 
-// referencedKeys lists the secretKeyRefs of an agent's models and MCP servers.
+// channelKeys are the Secret keys each channel type reads (see the Channel
+// type's secretRef).
+var channelKeys = map[picobotv1alpha1.ChannelType][]string{
+	"telegram": {"token", "webhookSecret"},
+	"feishu":   {"appID", "appSecret", "verificationToken", "encryptKey"},
+	"slack":    {"botToken", "signingSecret"},
+	"webhook":  {"signingSecret", "url"},
+}
+
+// referencedKeys lists the secretKeyRefs of an agent's models, channels and
+// MCP servers.
 func referencedKeys(a *picobotv1alpha1.Agent) []corev1.SecretKeySelector {
 	var out []corev1.SecretKeySelector
 	if m := a.Spec.Model; m != nil {
@@ -182,6 +192,14 @@ func referencedKeys(a *picobotv1alpha1.Agent) []corev1.SecretKeySelector {
 			if ref.APIKeySecretRef != nil {
 				out = append(out, *ref.APIKeySecretRef)
 			}
+		}
+	}
+	for _, c := range a.Spec.Channels {
+		if c.SecretRef == nil {
+			continue
+		}
+		for _, k := range channelKeys[c.Type] {
+			out = append(out, corev1.SecretKeySelector{LocalObjectReference: *c.SecretRef, Key: k})
 		}
 	}
 	for _, s := range a.Spec.MCPServers {

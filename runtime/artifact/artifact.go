@@ -7,6 +7,7 @@ package artifact
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -22,9 +23,23 @@ type Store struct {
 	State store.Store
 }
 
+// ErrNotConfigured is returned by a Store without blob or state store (a
+// runtime started without artifact storage).
+var ErrNotConfigured = errors.New("no artifact store is configured")
+
+func (s Store) configured() error {
+	if s.Blobs == nil || s.State == nil {
+		return ErrNotConfigured
+	}
+	return nil
+}
+
 // Save stores data as an artifact of a session and returns its record. The
 // tenant comes from ctx, like every store call.
 func (s Store) Save(ctx context.Context, sessionID, name, mediaType string, data []byte) (store.Artifact, error) {
+	if err := s.configured(); err != nil {
+		return store.Artifact{}, fmt.Errorf("failed to store artifact %q: %w", name, err)
+	}
 	tenant, err := store.TenantFrom(ctx)
 	if err != nil {
 		return store.Artifact{}, err
@@ -49,6 +64,9 @@ func (s Store) Save(ctx context.Context, sessionID, name, mediaType string, data
 // Open returns an artifact's bytes; only artifacts of the tenant in ctx are
 // found.
 func (s Store) Open(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error) {
+	if err := s.configured(); err != nil {
+		return nil, store.Artifact{}, fmt.Errorf("failed to open artifact %q: %w", id, err)
+	}
 	a, err := s.State.GetArtifact(ctx, id)
 	if err != nil {
 		return nil, store.Artifact{}, err

@@ -14,48 +14,17 @@ import (
 
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/channel"
+	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/store"
 )
 
-// Outbound messages leave a session pod through the gateway: only the
-// gateway holds channel credentials. Pods queue requests on OutboundStream;
-// any gateway replica delivers them with its outbound.Dispatcher and
-// publishes the result for a waiting send_message.
-const (
-	// OutboundStream carries delivery requests of every tenant.
-	OutboundStream = "picobot/outbound"
-	groupGateway   = "gateway"
-	// resultWait bounds a send_message's wait: the dispatcher's own cap plus
-	// the trip.
-	resultWait = outbound.DefaultMaxWait + 15*time.Second
-)
+// resultWait bounds a send_message's wait: the dispatcher's own cap plus
+// the trip.
+const resultWait = outbound.DefaultMaxWait + 15*time.Second
 
-func resultChannel(id string) string { return "picobot/outbound-result/" + id }
-
-// outboundRequest is one queued delivery.
-type outboundRequest struct {
-	ID      string         `json:"id"`
-	Tenant  string         `json:"tenant"`
-	Message outboundWire   `json:"message"`
-	Wait    bool           `json:"wait"`
-	Files   []outboundFile `json:"files,omitempty"`
-}
-
-type outboundWire struct {
-	Agent, Target, Text, Origin string
-}
-
-type outboundFile struct {
-	Name      string `json:"name"`
-	MediaType string `json:"media_type"`
-	Data      []byte `json:"data"`
-}
-
-type outboundResult struct {
-	Result outbound.Result `json:"result"`
-	Error  string          `json:"error,omitempty"`
-}
+// groupGateway is the gateway replicas' group on wake.OutboundStream.
+const groupGateway = "gateway"
 
 // RemoteSender is the pods' messaging.Sender: it queues the message for the
 // gateway and waits for the real delivery result.
@@ -70,17 +39,17 @@ func (s RemoteSender) Deliver(ctx context.Context, m outbound.Message) (outbound
 	if err != nil {
 		return outbound.Result{}, err
 	}
-	req := outboundRequest{ID: bus.NewID(), Tenant: tenant, Wait: true,
-		Message: outboundWire{Agent: m.Agent, Target: m.Target, Text: m.Text, Origin: m.Origin}}
+	req := wake.OutboundRequest{ID: bus.NewID(), Tenant: tenant, Wait: true,
+		Message: wake.OutboundMessage{Agent: m.Agent, Target: m.Target, Text: m.Text, Origin: m.Origin}}
 	for _, f := range m.Files {
-		req.Files = append(req.Files, outboundFile{Name: f.Name, MediaType: f.MediaType, Data: f.Data})
+		req.Files = append(req.Files, wake.OutboundFile{Name: f.Name, MediaType: f.MediaType, Data: f.Data})
 	}
-	ps, events, err := subscribeRaw(ctx, s.Redis, resultChannel(req.ID))
+	ps, events, err := subscribeRaw(ctx, s.Redis, wake.ResultChannel(req.ID))
 	if err != nil {
 		return outbound.Result{}, err
 	}
 	defer func() { _ = ps.Close() }()
-	if err := queueOutbound(ctx, s.Bus, req); err != nil {
+	if err := wake.QueueOutbound(ctx, s.Bus, req); err != nil {
 		return outbound.Result{}, err
 	}
 	wait := time.NewTimer(resultWait)
@@ -90,14 +59,15 @@ func (s RemoteSender) Deliver(ctx context.Context, m outbound.Message) (outbound
 		if !ok {
 			return outbound.Result{}, errors.New("lost the delivery result subscription; see cron_runs or the session for the outcome")
 		}
-		var r outboundResult
-		if err := json.Unmarshal([]byte(raw), &r); err != nil {
-			return outbound.Result{}, fmt.Errorf("malformed delivery result: %w", err)
+		var r wake.OutboundResult
+		var res outbound.Result
+		if err := json.Unmarshal([]byte(raw), &r); err != nil || json.Unmarshal(r.Result, &res) != nil {
+			return outbound.Result{}, fmt.Errorf("malformed delivery result: %s", raw)
 		}
 		if r.Error != "" {
-			return r.Result, &outbound.DeliveryError{Result: r.Result, Err: errors.New(r.Error)}
+			return res, &outbound.DeliveryError{Result: res, Err: errors.New(r.Error)}
 		}
-		return r.Result, nil
+		return res, nil
 	case <-wait.C:
 		return outbound.Result{}, fmt.Errorf("no delivery result within %s; the delivery is still recorded and retried", resultWait)
 	case <-ctx.Done():
@@ -108,19 +78,8 @@ func (s RemoteSender) Deliver(ctx context.Context, m outbound.Message) (outbound
 // QueueReply hands the final reply of a turn that came from an external
 // channel to the gateway, without waiting.
 func QueueReply(ctx context.Context, b bus.Bus, tenant string, m outbound.Message) error {
-	return queueOutbound(ctx, b, outboundRequest{ID: bus.NewID(), Tenant: tenant,
-		Message: outboundWire{Agent: m.Agent, Target: m.Target, Text: m.Text, Origin: m.Origin}})
-}
-
-func queueOutbound(ctx context.Context, b bus.Bus, req outboundRequest) error {
-	payload, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	if err := b.Publish(ctx, OutboundStream, bus.Message{ID: req.ID, Payload: payload}); err != nil {
-		return fmt.Errorf("failed to queue outbound message: %w", err)
-	}
-	return nil
+	return wake.QueueOutbound(ctx, b, wake.OutboundRequest{ID: bus.NewID(), Tenant: tenant,
+		Message: wake.OutboundMessage{Agent: m.Agent, Target: m.Target, Text: m.Text, Origin: m.Origin, Stored: m.Stored}})
 }
 
 func subscribeRaw(ctx context.Context, rdb *redis.Client, ch string) (*redis.PubSub, <-chan string, error) {
@@ -148,7 +107,7 @@ type Deliverer interface {
 	Deliver(ctx context.Context, m outbound.Message) (outbound.Result, error)
 }
 
-// OutboundRelay is the gateway's consumer of OutboundStream.
+// OutboundRelay is the gateway's consumer of wake.OutboundStream.
 type OutboundRelay struct {
 	Bus        bus.Bus
 	Redis      *redis.Client
@@ -183,10 +142,10 @@ func (o *OutboundRelay) Start(ctx context.Context) error {
 		// delivery may take.
 		if time.Since(lastClaim) > time.Minute {
 			lastClaim = time.Now()
-			msgs, err = o.Bus.Claim(ctx, OutboundStream, groupGateway, o.Consumer, resultWait+time.Minute, 100)
+			msgs, err = o.Bus.Claim(ctx, wake.OutboundStream, groupGateway, o.Consumer, resultWait+time.Minute, 100)
 		}
 		if err == nil && len(msgs) == 0 {
-			msgs, err = o.Bus.Fetch(ctx, OutboundStream, groupGateway, o.Consumer, bus.FetchOptions{Count: 16, Block: 5 * time.Second})
+			msgs, err = o.Bus.Fetch(ctx, wake.OutboundStream, groupGateway, o.Consumer, bus.FetchOptions{Count: 16, Block: 5 * time.Second})
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -215,13 +174,14 @@ func (o *OutboundRelay) Start(ctx context.Context) error {
 func (o *OutboundRelay) NeedLeaderElection() bool { return false }
 
 func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) {
-	var req outboundRequest
+	var req wake.OutboundRequest
 	if err := json.Unmarshal(m.Payload, &req); err != nil || req.Tenant == "" {
 		o.Log.Error("Dropping malformed outbound request", "id", m.ID)
-		_ = o.Bus.Ack(ctx, OutboundStream, groupGateway, m.Seq)
+		_ = o.Bus.Ack(ctx, wake.OutboundStream, groupGateway, m.Seq)
 		return
 	}
-	msg := outbound.Message{Agent: req.Message.Agent, Target: req.Message.Target, Text: req.Message.Text, Origin: req.Message.Origin}
+	msg := outbound.Message{Agent: req.Message.Agent, Target: req.Message.Target, Text: req.Message.Text, Origin: req.Message.Origin,
+		Stored: req.Message.Stored}
 	for _, f := range req.Files {
 		msg.Files = append(msg.Files, channel.File{Name: f.Name, MediaType: f.MediaType, Size: int64(len(f.Data)), Data: f.Data})
 	}
@@ -233,16 +193,17 @@ func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) {
 		o.Log.Warn("Outbound delivery failed", "tenant", req.Tenant, "target", msg.Target, "err", err)
 	}
 	if req.Wait {
-		out := outboundResult{Result: res}
+		out := wake.OutboundResult{}
+		out.Result, _ = json.Marshal(res)
 		if err != nil {
 			out.Error = err.Error()
 		}
 		b, _ := json.Marshal(out)
-		if perr := o.Redis.Publish(ctx, resultChannel(req.ID), b).Err(); perr != nil {
+		if perr := o.Redis.Publish(ctx, wake.ResultChannel(req.ID), b).Err(); perr != nil {
 			o.Log.Error("Failed to publish delivery result", "err", perr)
 		}
 	}
-	if err := o.Bus.Ack(ctx, OutboundStream, groupGateway, m.Seq); err != nil {
+	if err := o.Bus.Ack(ctx, wake.OutboundStream, groupGateway, m.Seq); err != nil {
 		o.Log.Error("Failed to acknowledge outbound request", "err", err)
 	}
 }

@@ -14,8 +14,10 @@ import (
 
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 )
@@ -42,7 +44,10 @@ type RuntimeConfig struct {
 	IdleTimeout time.Duration
 	// LeaseTTL bounds how long a dead runtime keeps a chat.
 	LeaseTTL time.Duration
-	Log      *slog.Logger
+	// Runs executes scheduled runs carried by wakes (localrun's Runner);
+	// without it such wakes are answered with an error.
+	Runs scheduler.Runner
+	Log  *slog.Logger
 }
 
 // Runtime is a session pod's main loop: wait as a warm pod for a wake, claim
@@ -101,6 +106,13 @@ func (r *Runtime) Run(ctx context.Context) error {
 			r.cfg.Log.Error("Dropping malformed wake", "id", m.ID)
 			_ = r.cfg.Bus.Ack(ctx, wakes, groupPods, m.Seq)
 			continue
+		}
+		if w.Run != nil {
+			// A scheduled run: a fresh session, then the pod exits like
+			// after a chat.
+			_ = r.cfg.Bus.Ack(ctx, wakes, groupPods, m.Seq)
+			r.run(ctx, w)
+			return nil
 		}
 		served, err := r.serve(ctx, w, func() { _ = r.cfg.Bus.Ack(ctx, wakes, groupPods, m.Seq) })
 		if err != nil {
@@ -209,6 +221,26 @@ func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
 	}
 	_ = r.cfg.Manager.ReleaseAll(context.WithoutCancel(ctx))
 	return served, nil
+}
+
+// run executes a scheduled run and publishes its result for the operator.
+func (r *Runtime) run(ctx context.Context, w Wake) {
+	_ = r.cfg.Redis.HSet(ctx, podsKey(r.cfg.Tenant, r.cfg.Agent), r.cfg.Pod, "busy "+w.Channel+" "+w.ChatKey).Err()
+	out := wake.RunResult{}
+	if r.cfg.Runs == nil {
+		out.Error = "this session pod cannot execute scheduled runs"
+	} else {
+		res, err := r.cfg.Runs.Run(ctx, scheduler.RunRequest{Tenant: r.cfg.Tenant, Job: w.Run.Job, JobName: w.Run.JobName,
+			RunID: w.Run.RunID, ScheduledTime: w.Run.ScheduledTime, Agent: r.cfg.Agent, Prompt: w.Run.Prompt})
+		out.Result = res
+		if err != nil {
+			out.Error = err.Error()
+		}
+	}
+	b, _ := json.Marshal(out)
+	if err := r.cfg.Redis.Publish(context.WithoutCancel(ctx), wake.RunResultChannel(w.Run.RunID), b).Err(); err != nil {
+		r.cfg.Log.Error("Failed to publish the run's result", "run", w.Run.RunID, "err", err)
+	}
 }
 
 // heartbeat renews the chat lease and owner hint; a lost lease ends serving.
@@ -321,7 +353,7 @@ func (r *Runtime) process(ctx context.Context, w Wake, stream string, m bus.Mess
 	// gateway's dispatcher (which alone holds the channel's credentials).
 	if replyByDispatcher(w.Channel) && out.Text != "" && !out.Duplicate {
 		err := QueueReply(context.WithoutCancel(ctx), r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent,
-			Target: w.Channel + ":" + w.ChatKey, Text: out.Text, Origin: out.SessionID})
+			Target: w.Channel + ":" + w.ChatKey, Text: out.Text, Origin: out.SessionID, Stored: true})
 		if err != nil {
 			r.cfg.Log.Error("Failed to queue the reply for delivery", "chat", w.ChatKey, "err", err)
 		}

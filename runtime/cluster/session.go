@@ -17,6 +17,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/scheduler/localrun"
 	"github.com/picobot/picobot/runtime/store"
 )
 
@@ -125,8 +126,9 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		idle = a.Spec.Runtime.IdleTimeout.Duration
 	}
 	log.Info("Session runtime ready", "tenant", tenant, "agent", agentName, "pod", pod, "idleTimeout", idle)
+	runs := localrun.New(func(name string) (*agenthost.Built, bool) { return built, name == agentName })
 	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
-		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Log: log})
+		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, Log: log})
 	return rt.Run(ctx)
 }
 

@@ -87,7 +87,7 @@ func (r *Runtime) dispatch(a *agentRuntime, ta *tenantAgent) {
 }
 
 func (r *Runtime) workerFor(a *agentRuntime, ta *tenantAgent, channel, chatID string) *worker {
-	key := workerKey(ta.tenant, channel, chatOf(a.name, chatID))
+	key := workerKey(ta.tenant, channel, gateway.Chat{Channel: channel, Agent: a.name, ChatID: chatID}.Key())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w := r.workers[key]; w != nil {
@@ -141,7 +141,7 @@ func (r *Runtime) process(a *agentRuntime, ta *tenantAgent, m bus.Message) {
 	r.mu.Lock()
 	wt := r.waiters[key]
 	r.mu.Unlock()
-	inb := session.Inbound{Channel: in.Channel, ChatID: chatOf(a.name, in.ChatID), MessageID: m.ID, Text: in.Text, Stream: true}
+	inb := session.Inbound{Channel: in.Channel, ChatID: gateway.Chat{Channel: in.Channel, Agent: a.name, ChatID: in.ChatID}.Key(), MessageID: m.ID, Text: in.Text, Stream: true}
 	if wt != nil {
 		inb.Sink = wt.sink
 	}

@@ -78,6 +78,9 @@ type Options struct {
 	// Features add tools and prompt sections to every agent (memory,
 	// skills, schedules, messaging, browser).
 	Features []agenthost.Feature
+	// Scheduler, when set, fires scheduled jobs in this process and gives
+	// agents the cron tools (scheduler.go).
+	Scheduler *SchedulerOptions
 }
 
 // Runtime is a running embedded PicoBot. It implements gateway.Backend.
@@ -95,6 +98,7 @@ type Runtime struct {
 	wg     sync.WaitGroup
 
 	tenants map[string]bool // tenants served
+	sched   *schedulerHost  // nil without Options.Scheduler
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // stream + channel + bus message id -> the gateway call waiting for it
@@ -121,6 +125,9 @@ type agentRuntime struct {
 	// byTenant holds the session manager and inbound stream of every
 	// tenant served.
 	byTenant map[string]*tenantAgent
+	// spec and secrets configure the agent's chat platform channels.
+	spec    *picobotv1alpha1.Agent
+	secrets func(string) *corev1.Secret
 }
 
 // tenantAgent is an agent as one tenant uses it: its own sessions (the
@@ -181,6 +188,10 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		}
 		r.tenants[t] = true
 	}
+	if opts.Features, err = r.prepareScheduler(set); err != nil {
+		r.Close()
+		return nil, err
+	}
 	secrets, defaults := otherObjects(set)
 	// One process per state folder: a holder stable across restarts lets a
 	// restarted (even crashed) process take its sessions back at once.
@@ -204,7 +215,8 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			r.Close()
 			return nil, err
 		}
-		ar := &agentRuntime{Built: built, name: a.Name, info: built.Info, byTenant: map[string]*tenantAgent{}}
+		ar := &agentRuntime{Built: built, name: a.Name, info: built.Info, byTenant: map[string]*tenantAgent{},
+			spec: a, secrets: host.Secrets}
 		for t := range r.tenants {
 			cfg := built.Session
 			cfg.Workspace = workspaceFunc(opts.StateDir, t, a.Name)
@@ -215,6 +227,10 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		for _, ta := range ar.byTenant {
 			r.wg.Go(func() { r.dispatch(ar, ta) })
 		}
+	}
+	if err := r.startScheduler(); err != nil {
+		r.Close()
+		return nil, err
 	}
 	return r, nil
 }
@@ -359,7 +375,6 @@ func (r *Runtime) agent(name string) (*agentRuntime, error) {
 	return a, nil
 }
 
-func chatOf(agentName, chatID string) string { return agentName + "/" + chatID }
 
 // workerKey names a chat's worker: chats of different tenants and channels
 // never share one.

@@ -82,7 +82,18 @@ type Chat struct {
 }
 
 // Key is the chat id sessions know the chat by: "<agent>/<chat_id>".
-func (c Chat) Key() string { return c.Agent + "/" + c.ChatID }
+//
+// On a chat platform's channel (Telegram, Slack...) the channel belongs to
+// one agent and the key is the platform's chat id alone, so the session is
+// "<channel>:<platform chat id>:<dialog>" and replies and send_message
+// targets name the chat the way the platform does.
+func (c Chat) Key() string {
+	switch c.ChannelName() {
+	case ChannelWeb, ChannelOpenAI, "terminal":
+		return c.Agent + "/" + c.ChatID
+	}
+	return c.ChatID
+}
 
 // ChannelName is the chat's channel, ChannelWeb when unset.
 func (c Chat) ChannelName() string {

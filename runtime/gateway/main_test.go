@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
@@ -61,13 +62,20 @@ type env struct {
 // gateway's configuration.
 func start(tb testing.TB, configure func(*gateway.Config)) *env {
 	tb.Helper()
+	return startAgents(tb, func(llmURL string) string { return fmt.Sprintf(agentYAML, llmURL, llmURL) }, nil, configure)
+}
+
+// startAgents is start with the agents of manifests (given the fake model's
+// URL) and features.
+func startAgents(tb testing.TB, manifests func(llmURL string) string, features []agenthost.Feature, configure func(*gateway.Config)) *env {
+	tb.Helper()
 	llm := fakellm.New()
 	tb.Cleanup(llm.Close)
 	dir := tb.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, agentYAML, llm.URL(), llm.URL()), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(manifests(llm.URL())), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Tenant: "tenant-a", Tenants: []string{"tenant-b"},
+	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Tenant: "tenant-a", Tenants: []string{"tenant-b"}, Features: features,
 		Env: func(name string) string {
 			if name == embedded.SecretEnvName("llm", "apiKey") {
 				return "sk-test"

@@ -272,7 +272,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	var mu sync.Mutex
 	var usage oaUsage
+	files := &finalFiles{}
 	send.Sink = func(e agent.Event) {
+		files.sink(e)
 		if e.Kind == agent.EventUsage && e.Usage != nil {
 			mu.Lock()
 			usage.PromptTokens += e.Usage.InputTokens
@@ -293,7 +295,19 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-PicoBot-Session", out.SessionID)
 	_ = json.NewEncoder(w).Encode(oaCompletion{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
-		Choices: []oaChoice{{Message: &oaReplyMessage{Role: "assistant", Content: out.Text}, FinishReason: &stop}}, Usage: &u})
+		Choices: []oaChoice{{Message: &oaReplyMessage{Role: "assistant", Content: joinFiles(out.Text, files.markdown())}, FinishReason: &stop}}, Usage: &u})
+}
+
+// joinFiles appends the markdown links of a reply's files to its text:
+// OpenAI messages have no attachments.
+func joinFiles(text, files string) string {
+	switch {
+	case files == "":
+		return text
+	case text == "":
+		return files
+	}
+	return text + "\n\n" + files
 }
 
 // sseWriter writes server-sent events until closed; the agent's sink may call
@@ -368,8 +382,10 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 	defer sse.close()
 	var mu sync.Mutex
 	var usage oaUsage
+	files := &finalFiles{}
 	streamed, afterTool := false, false
 	send.Sink = func(e agent.Event) {
+		files.sink(e)
 		mu.Lock()
 		defer mu.Unlock()
 		switch e.Kind {
@@ -408,6 +424,13 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 	if !streamed && out.Text != "" { // a slash command's reply, or a duplicate
 		text := out.Text
 		sse.data(chunk(&oaDelta{Content: &text}, nil))
+		streamed = true
+	}
+	if md := files.markdown(); md != "" { // the reply's files, as links after its text
+		if streamed {
+			md = "\n\n" + md
+		}
+		sse.data(chunk(&oaDelta{Content: &md}, nil))
 	}
 	stop := "stop"
 	sse.data(chunk(&oaDelta{}, &stop))

@@ -13,8 +13,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/store"
 )
 
@@ -156,7 +158,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
 		return
 	}
-	out, err := s.backend.Handle(r.Context(), Send{ID: req.ID, Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text})
+	files := &finalFiles{}
+	out, err := s.backend.Handle(r.Context(), Send{ID: req.ID, Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text,
+		Sink: files.sink})
 	if err != nil {
 		code := errorCode(err, CodeUnknownSession)
 		if code == CodeInternal {
@@ -167,7 +171,48 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": req.ID, "session": out.SessionID, "command": out.Command,
-		"text": out.Text, "duplicate": out.Duplicate})
+		"text": out.Text, "duplicate": out.Duplicate, "attachments": files.list()})
+}
+
+// finalFiles keeps the attachments of a turn's final event, for answers
+// that are not streamed; its sink is called from the turn's goroutine.
+type finalFiles struct {
+	mu    sync.Mutex
+	files []agent.Attachment
+}
+
+func (f *finalFiles) sink(e agent.Event) {
+	if e.Kind == agent.EventFinal {
+		f.mu.Lock()
+		f.files = e.Attachments
+		f.mu.Unlock()
+	}
+}
+
+// list returns the attachments as clients see them (an empty list when
+// none).
+func (f *finalFiles) list() []Attachment {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.files) == 0 {
+		return []Attachment{}
+	}
+	return toAttachments(f.files)
+}
+
+// markdown returns the attachments as markdown links, "" when none.
+func (f *finalFiles) markdown() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.files) == 0 {
+		return ""
+	}
+	refs := make([]agent.Attachment, len(f.files))
+	for i, a := range f.files {
+		a.URL = artifactURL(a)
+		refs[i] = a
+	}
+	return agent.AttachmentsMarkdown(refs)
 }
 
 func newRequestID(prefix string) string {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -58,16 +59,52 @@ type eventBody struct {
 	IsError      bool   `json:"is_error,omitempty"`
 	InputTokens  int    `json:"input_tokens,omitempty"`
 	OutputTokens int    `json:"output_tokens,omitempty"`
+	// Attachments are the files of a tool_result or final event (references
+	// only: clients fetch GET /api/v1/artifacts/{id}).
+	Attachments []Attachment `json:"attachments,omitempty"`
+}
+
+// Attachment is a file shown with a turn event or a send's reply, as
+// clients see it.
+type Attachment struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	MediaType string `json:"media_type,omitempty"`
+	URL       string `json:"url"`
+}
+
+// toAttachments converts the attachments of an event; an attachment without
+// a url gets the gateway's artifact url.
+func toAttachments(list []agent.Attachment) []Attachment {
+	if len(list) == 0 {
+		return nil
+	}
+	out := make([]Attachment, len(list))
+	for i, a := range list {
+		out[i] = Attachment{ID: a.ID, Name: a.Name, MediaType: a.MediaType, URL: artifactURL(a)}
+	}
+	return out
+}
+
+// artifactURL is where clients of this gateway fetch an attachment.
+func artifactURL(a agent.Attachment) string {
+	if a.URL != "" {
+		return a.URL
+	}
+	return "/api/v1/artifacts/" + url.PathEscape(a.ID)
 }
 
 func toEventBody(e agent.Event) *eventBody {
 	switch e.Kind {
-	case agent.EventDelta, agent.EventFinal:
+	case agent.EventDelta:
 		return &eventBody{Kind: string(e.Kind), Text: e.Text}
+	case agent.EventFinal:
+		return &eventBody{Kind: string(e.Kind), Text: e.Text, Attachments: toAttachments(e.Attachments)}
 	case agent.EventToolCall:
 		return &eventBody{Kind: string(e.Kind), CallID: e.ToolCall.ID, Name: e.ToolCall.Name, Arguments: e.ToolCall.Arguments}
 	case agent.EventToolResult:
-		return &eventBody{Kind: string(e.Kind), CallID: e.ToolResult.CallID, Name: e.ToolResult.Name, Content: e.ToolResult.Content, IsError: e.ToolResult.IsError}
+		return &eventBody{Kind: string(e.Kind), CallID: e.ToolResult.CallID, Name: e.ToolResult.Name, Content: e.ToolResult.Content,
+			IsError: e.ToolResult.IsError, Attachments: toAttachments(e.Attachments)}
 	case agent.EventUsage:
 		return &eventBody{Kind: string(e.Kind), InputTokens: e.Usage.InputTokens, OutputTokens: e.Usage.OutputTokens}
 	}

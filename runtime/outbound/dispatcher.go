@@ -164,6 +164,10 @@ type Message struct {
 	// Origin says where the message comes from (the sending session's id,
 	// a cron run); it is recorded with the message.
 	Origin string
+	// Stored says the target session already holds this text (a turn's
+	// reply to a chat platform): nothing is appended, only the delivery is
+	// recorded. Such a delivery cannot be resumed after a crash.
+	Stored bool
 }
 
 // Result is what became of a message.
@@ -258,6 +262,9 @@ func (d *Dispatcher) Deliver(ctx context.Context, m Message) (Result, error) {
 			ids[i] = a.ID
 		}
 		meta[MetaFiles] = strings.Join(ids, ",")
+	}
+	if m.Stored {
+		return d.run(ctx, j, res)
 	}
 	// The message carries the delivery's creation time (the store's clock),
 	// which is where Resume looks for it.

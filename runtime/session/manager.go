@@ -39,17 +39,21 @@ type TimelineStore interface {
 	RecentTimeline(ctx context.Context, agent, sessionID string, n int) ([]string, error)
 }
 
-// ArtifactSaver stores files a session produces (/dump); artifact.Store
-// implements it.
+// ArtifactSaver stores files a session produces (/dump, and the files tools
+// present to the user); artifact.Store implements it.
 type ArtifactSaver interface {
 	Save(ctx context.Context, sessionID, name, mediaType string, data []byte) (store.Artifact, error)
 }
 
 // Config wires a Manager.
 type Config struct {
-	// Artifacts stores /dump transcripts; without it /dump says so.
+	// Artifacts stores /dump transcripts and the files tools present to the
+	// user (screenshots, send_message's files to this conversation), owned
+	// by the session; without it /dump says so and such files are not
+	// attached (the tool result says so).
 	Artifacts ArtifactSaver
-	// ArtifactURL is where clients fetch an artifact.
+	// ArtifactURL is where clients fetch an artifact; it becomes the url of
+	// attachments and of their links in stored messages.
 	ArtifactURL func(store.Artifact) string
 	// MCPStatus is the /mcp report (connection status and tools of the agent's
 	// MCP servers); without it the agent has none.
@@ -81,8 +85,8 @@ type Manager struct {
 	cfg     Config
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex
-	running map[string]context.CancelFunc // session id -> cancel of its turn
-	held    map[string]time.Time          // sessions whose lease this manager took -> when it last took or renewed it
+	running map[string]context.CancelCauseFunc // session id -> cancel of its turn
+	held    map[string]time.Time               // sessions whose lease this manager took -> when it last took or renewed it
 }
 
 // NewManager returns a manager.
@@ -96,7 +100,7 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Workspace == nil {
 		cfg.Workspace = func(ID) string { return "" }
 	}
-	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelFunc{}, held: map[string]time.Time{}}
+	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelCauseFunc{}, held: map[string]time.Time{}}
 }
 
 func (m *Manager) lock(id string) func() {
@@ -137,13 +141,19 @@ type Reply struct {
 	Command string
 	// Duplicate: the message id was processed before; nothing ran again.
 	Duplicate bool
-	Output    *agent.Output
+	// Attachments are the files the turn's tools presented to the user,
+	// stored as artifacts of the session; they belong to the reply (the
+	// final event carries them too, and the stored reply links them).
+	Attachments []agent.Attachment
+	Output      *agent.Output
 }
 
 // Handle processes one inbound message: a slash command, or a model turn in
 // three phases — (1) under the session lock: persist the user message, restore
-// history, compress; (2) without it: the agent loop; (3) under the lock:
-// persist the results and auto-title.
+// history, compress; (2) without it: the agent loop, storing the files its
+// tools present to the user as they come; (3) under the lock: persist the
+// results (with links to those files, and for a turn the user stopped, the
+// text streamed so far marked with StoppedMarker) and auto-title.
 func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	if cmd, ok := ParseCommand(in.Text); ok {
 		return m.command(ctx, in, cmd)
@@ -214,27 +224,33 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	}
 	// Marked running before the lock goes, so a redelivery of this message
 	// cannot start the same turn again (see unfinished).
-	turnCtx, cancel := context.WithCancel(ctx)
+	turnCtx, cancel := context.WithCancelCause(ctx)
 	m.setRunning(sid, cancel)
 	unlock()
 
 	// Phase 2: the lease is renewed while the loop runs.
 	stopHeartbeat := m.heartbeat(turnCtx, sid, cancel)
+	files := m.newTurnFiles(ctx, sid, in.Sink)
 	out, runErr := m.cfg.Loop.Run(turnCtx, agent.Input{
-		System: system, History: history, Stream: in.Stream, Sink: in.Sink,
+		System: system, History: history, Stream: in.Stream, Sink: files.emit,
 		Env: tool.Env{Workspace: m.cfg.Workspace(id), SessionID: sid, Agent: m.cfg.Agent},
 	})
 	stopHeartbeat()
 	m.clearRunning(sid)
-	cancel()
+	userStopped := errors.Is(context.Cause(turnCtx), errStopped)
+	cancel(nil)
 
 	// Phase 3: persist what the turn produced, even when it was cancelled, so
-	// the tool-call chain stays whole.
+	// the tool-call chain stays whole. The text a stopped turn streamed is
+	// kept only when the user stopped it: a turn cancelled by a shutdown or
+	// a lost lease stores no reply, so the next owner runs the message again
+	// when nothing else of the turn was stored (see unfinished).
 	unlock = m.lock(sid)
 	defer unlock()
-	if out != nil && len(out.New) > 0 {
-		msgs := make([]store.Message, len(out.New))
-		for i, nm := range out.New {
+	reply := Reply{SessionID: sid, Output: out, Attachments: files.attachments()}
+	if news := files.messages(out, userStopped); len(news) > 0 {
+		msgs := make([]store.Message, len(news))
+		for i, nm := range news {
 			msgs[i] = store.FromLLM(nm)
 			// Derived ids make a retried phase 3 idempotent.
 			msgs[i].ID = fmt.Sprintf("%s/%d", in.MessageID, i)
@@ -243,26 +259,27 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		// outlives the caller's.
 		pctx := context.WithoutCancel(ctx)
 		if _, err := m.cfg.Store.AppendMessages(pctx, sid, msgs...); err != nil {
-			return Reply{SessionID: sid, Output: out}, errors.Join(runErr, fmt.Errorf("failed to store turn of session %q: %w", sid, err))
+			return reply, errors.Join(runErr, fmt.Errorf("failed to store turn of session %q: %w", sid, err))
 		}
 		if out.Compressed {
 			if err := m.markCompressed(pctx, sid, stored[0].CreatedAt); err != nil {
-				return Reply{SessionID: sid, Output: out}, errors.Join(runErr, err)
+				return reply, errors.Join(runErr, err)
 			}
 		}
 		if err := m.autoTitle(pctx, sid); err != nil {
-			return Reply{SessionID: sid, Output: out}, errors.Join(runErr, err)
+			return reply, errors.Join(runErr, err)
 		}
 	}
 	if runErr != nil {
-		return Reply{SessionID: sid, Output: out}, runErr
+		return reply, runErr
 	}
-	return Reply{SessionID: sid, Text: out.Final, Output: out}, nil
+	reply.Text = out.Final
+	return reply, nil
 }
 
 // heartbeat renews the session lease every third of its TTL until stopped; a
 // lost lease cancels the turn (another runtime owns the session now).
-func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.CancelFunc) (stop func()) {
+func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.CancelCauseFunc) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -280,7 +297,7 @@ func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.Canc
 					m.mu.Lock()
 					delete(m.held, sid)
 					m.mu.Unlock()
-					cancel()
+					cancel(err)
 					return
 				}
 				if err == nil {
@@ -324,7 +341,7 @@ func (m *Manager) markLeased(sid string) {
 	m.held[sid] = m.cfg.Clock.Now()
 }
 
-func (m *Manager) setRunning(sid string, cancel context.CancelFunc) {
+func (m *Manager) setRunning(sid string, cancel context.CancelCauseFunc) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.running[sid] = cancel
@@ -337,13 +354,14 @@ func (m *Manager) clearRunning(sid string) {
 }
 
 // Stop cancels the running turn of a session (the /stop command); it reports
-// whether one was running.
+// whether one was running. The turn's work so far is stored, and the text
+// it streamed becomes its reply, marked with StoppedMarker.
 func (m *Manager) Stop(sid string) bool {
 	m.mu.Lock()
 	cancel := m.running[sid]
 	m.mu.Unlock()
 	if cancel != nil {
-		cancel()
+		cancel(errStopped)
 	}
 	return cancel != nil
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -63,13 +64,21 @@ func (r *CronJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if sched.next != nil {
 		return ctrl.Result{RequeueAfter: sched.next.Sub(now)}, nil
 	}
+	if sched.requeue > 0 {
+		return ctrl.Result{RequeueAfter: sched.requeue}, nil
+	}
 	return ctrl.Result{}, nil
 }
 
 type cronScheduleStatus struct {
 	condition metav1.Condition
 	next      *metav1.Time
+	requeue   time.Duration
 }
+
+// atFiringGrace is how long a one-shot CronJob whose time has come counts as
+// firing rather than in the past, until the scheduler publishes its lastRun.
+const atFiringGrace = 2 * time.Minute
 
 // scheduleStatus is the pure part of CronJob status: whether the schedule is
 // valid, and when it fires next after now.
@@ -87,6 +96,10 @@ func scheduleStatus(cj *picobotv1alpha1.CronJob, now time.Time) cronScheduleStat
 			return cronScheduleStatus{condition: condition(picobotv1alpha1.ConditionScheduleValid, true, picobotv1alpha1.ReasonCompleted, "The one-shot schedule has run")}
 		}
 		at := time.UnixMilli(*cj.Spec.Schedule.At).UTC()
+		if late := now.Sub(at); late < atFiringGrace && !at.Before(cj.CreationTimestamp.Time) {
+			return cronScheduleStatus{requeue: atFiringGrace - late, condition: condition(picobotv1alpha1.ConditionScheduleValid, true,
+				picobotv1alpha1.ReasonScheduled, "Due at "+at.Format(time.RFC3339)+"; waiting for the scheduler to record the run")}
+		}
 		return cronScheduleStatus{condition: condition(picobotv1alpha1.ConditionScheduleValid, false, picobotv1alpha1.ReasonAtInPast,
 			fmt.Sprintf("at %s is in the past; a one-shot schedule must lie in the future", at.Format(time.RFC3339)))}
 	}
@@ -104,7 +117,7 @@ func (r *CronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.MaxConcurrentReconciles = 1
 	}
 	err := ctrl.NewControllerManagedBy(mgr).
-		For(&picobotv1alpha1.CronJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&picobotv1alpha1.CronJob{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, oneShotRan{}))).
 		Watches(&picobotv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(mgr.GetClient(), &picobotv1alpha1.CronJobList{}, indexCronJobAgent)), builder.WithPredicates(createOrDelete{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("cronjob").
@@ -113,4 +126,15 @@ func (r *CronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("failed to set up cronjob controller: %w", err)
 	}
 	return nil
+}
+
+// oneShotRan passes the status update in which the scheduler publishes the
+// run of a one-shot (`at`) CronJob, so its condition becomes Completed.
+type oneShotRan struct{ predicate.Funcs }
+
+// Update implements predicate.Predicate.
+func (oneShotRan) Update(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*picobotv1alpha1.CronJob)
+	n, ok2 := e.ObjectNew.(*picobotv1alpha1.CronJob)
+	return ok1 && ok2 && n.Spec.Schedule.At != nil && o.Status.LastRun == nil && n.Status.LastRun != nil
 }

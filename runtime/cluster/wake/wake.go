@@ -34,6 +34,8 @@ type Wake struct {
 	Channel string    `json:"channel"`
 	ChatKey string    `json:"chat_key"`
 	At      time.Time `json:"at"`
+	// Run, when set, is a scheduled run for the pod to execute.
+	Run *Run `json:"run,omitempty"`
 }
 
 // ChatStream is the inbound stream of a chat.

@@ -1,11 +1,19 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/channel"
+	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/skill"
+	"github.com/picobot/picobot/runtime/store"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
+	"github.com/picobot/picobot/runtime/tool/cron"
 	"github.com/picobot/picobot/runtime/tool/messaging"
 )
 
@@ -18,6 +26,9 @@ type featureOptions struct {
 	// status (nil in session pods: the agent spec is listed as declared).
 	sender   messaging.Sender
 	channels messaging.ChannelStatus
+	// cron adds the cron tools (session pods; embedded mode's scheduler
+	// adds its own).
+	cron bool
 }
 
 // features are the agent features both modes run (memory, skills,
@@ -25,9 +36,59 @@ type featureOptions struct {
 // releases what they hold (the browser driver's Chromium processes).
 func features(o featureOptions) ([]agenthost.Feature, func()) {
 	browser := browsertool.NewFeature(browsertool.FeatureConfig{})
-	return []agenthost.Feature{
+	feats := []agenthost.Feature{
 		skill.NewFeature(skill.Options{ManifestsDir: o.manifestsDir, Log: o.log}),
 		messaging.NewFeature(messaging.Options{Sender: o.sender, Channels: o.channels}),
 		browser,
-	}, browser.Close
+	}
+	if o.cron {
+		feats = append(feats, cron.NewFeature(cron.Config{}))
+	}
+	return feats, browser.Close
+}
+
+// lazySender is a messaging.Sender connected after start-up.
+type lazySender struct {
+	d atomic.Pointer[outbound.Dispatcher]
+}
+
+func (l *lazySender) set(d *outbound.Dispatcher) { l.d.Store(d) }
+
+// Deliver implements messaging.Sender.
+func (l *lazySender) Deliver(ctx context.Context, m outbound.Message) (outbound.Result, error) {
+	d := l.d.Load()
+	if d == nil {
+		return outbound.Result{}, errors.New("message delivery is not ready yet; try again in a moment")
+	}
+	return d.Deliver(ctx, m)
+}
+
+// lazyChannels is a messaging.ChannelStatus connected after start-up.
+type lazyChannels struct {
+	m atomic.Pointer[channel.Manager]
+}
+
+func (l *lazyChannels) set(m *channel.Manager) { l.m.Store(m) }
+
+// Status implements messaging.ChannelStatus.
+func (l *lazyChannels) Status(tenant, agent string) []channel.Status {
+	if m := l.m.Load(); m != nil {
+		return m.Status(tenant, agent)
+	}
+	return nil
+}
+
+// notices delivers scheduled runs' outcomes through the dispatcher, from the
+// agent that owns the target channel.
+type notices struct {
+	sender *lazySender
+	owner  func(channel string) string
+}
+
+// Deliver implements scheduler.Deliverer.
+func (n notices) Deliver(ctx context.Context, no scheduler.Notice) error {
+	target := no.Channel + ":" + no.ChatID
+	_, err := n.sender.Deliver(store.WithTenant(ctx, no.Tenant), outbound.Message{Agent: n.owner(no.Channel), Target: target,
+		Text: no.Text, Origin: no.ID})
+	return err
 }

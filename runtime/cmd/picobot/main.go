@@ -81,6 +81,7 @@ func serve(args []string) error {
 	state := fs.String("state", "", "Folder for picobot.db, artifacts and workspaces (default <dir>/.picobot).")
 	addr := fs.String("addr", "127.0.0.1:8080", "Address of the gateway and web UI.")
 	key := fs.String("api-key", os.Getenv("PICOBOT_API_KEY"), "API key clients must send (default $PICOBOT_API_KEY; none on loopback when empty).")
+	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for chat platform webhooks (default $PICOBOT_PUBLIC_URL; without it Telegram bots poll).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,13 +89,26 @@ func serve(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir})
+	// send_message needs the dispatcher, which needs the runtime's store:
+	// the features get a sender that is connected once both exist.
+	sender := &lazySender{}
+	status := &lazyChannels{}
+	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir, sender: sender, channels: status})
 	defer closeFeatures()
-	rt, err := embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *state, Log: log, Features: feats})
+	var rt *embedded.Runtime
+	owner := func(channel string) string { return rt.ChannelOwner(channel) }
+	rt, err := embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *state, Log: log, Features: feats,
+		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: sender, owner: owner}}})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
+	hooks, disp, channels, err := rt.Channels(ctx, embedded.ChannelOptions{PublicURL: *publicURL})
+	if err != nil {
+		return err
+	}
+	sender.set(disp)
+	status.set(channels)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("failed to listen on %s: %w", *addr, err)
@@ -105,7 +119,10 @@ func serve(args []string) error {
 			return errors.New("refusing to serve beyond loopback without --api-key")
 		}
 	}
-	srv := &http.Server{Handler: gateway.New(rt, *key, web.FS, log), ReadHeaderTimeout: 10 * time.Second}
+	root := http.NewServeMux()
+	root.Handle("/hooks/", hooks) // chat platforms authenticate with their own signatures
+	root.Handle("/", gateway.New(rt, *key, web.FS, log))
+	srv := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second}
 	for _, a := range rt.Agents() {
 		state := "ready"
 		if !a.Ready {

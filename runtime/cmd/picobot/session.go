@@ -34,7 +34,7 @@ func session(args []string) error {
 		// Messages to chat platforms leave through the gateway, which holds
 		// the channels' credentials.
 		var feats []agenthost.Feature
-		feats, closeFeatures = features(featureOptions{log: log, sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis}})
+		feats, closeFeatures = features(featureOptions{log: log, sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis}, cron: true})
 		return feats
 	}})
 	if errors.Is(err, context.Canceled) {

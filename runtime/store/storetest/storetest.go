@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Leases", testLeases},
 		{"Memories", testMemories},
 		{"CronRuns", testCronRuns},
+		{"CronJobs", testCronJobs},
 		{"AgentRuns", testAgentRuns},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},

@@ -82,6 +82,7 @@ func BenchmarkSessionPodRSS(b *testing.B) {
 	st.llm.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
 	ns, key := "bench-rss", "bench-rss-key"
 	st.apply(b, fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "5m", 0))
+	st.waitReady(b, ns, "helper")
 	ws := gatewaytest.Client{URL: st.gatewayURL, Key: key}.Dial(b)
 	var rss []float64
 	for i := range max(b.N, 3) {

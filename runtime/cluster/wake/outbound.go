@@ -1,0 +1,61 @@
+package wake
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/picobot/picobot/runtime/bus"
+)
+
+// Outbound messages leave a session pod (send_message, replies to chat
+// platforms) and the operator (scheduled runs' outcomes) through the
+// gateway: only the gateway holds channel credentials. Requests are queued
+// on OutboundStream; a gateway replica delivers them with its outbound
+// dispatcher and, when asked, publishes the result on ResultChannel.
+const OutboundStream = "picobot/outbound"
+
+// ResultChannel is the Pub/Sub channel of one request's delivery result.
+func ResultChannel(id string) string { return "picobot/outbound-result/" + id }
+
+// OutboundRequest is one queued delivery.
+type OutboundRequest struct {
+	ID      string          `json:"id"`
+	Tenant  string          `json:"tenant"`
+	Message OutboundMessage `json:"message"`
+	// Wait asks for the result on ResultChannel(ID).
+	Wait  bool           `json:"wait"`
+	Files []OutboundFile `json:"files,omitempty"`
+}
+
+// OutboundMessage mirrors outbound.Message.
+type OutboundMessage struct {
+	Agent, Target, Text, Origin string
+	Stored                      bool
+}
+
+// OutboundFile is an attachment.
+type OutboundFile struct {
+	Name      string `json:"name"`
+	MediaType string `json:"media_type"`
+	Data      []byte `json:"data"`
+}
+
+// OutboundResult is what the gateway publishes for a waiting request:
+// Result is an outbound.Result; Error is set when the delivery failed.
+type OutboundResult struct {
+	Result json.RawMessage `json:"result"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// QueueOutbound puts a request on OutboundStream.
+func QueueOutbound(ctx context.Context, b bus.Bus, req OutboundRequest) error {
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if err := b.Publish(ctx, OutboundStream, bus.Message{ID: req.ID, Payload: payload}); err != nil {
+		return fmt.Errorf("failed to queue outbound message: %w", err)
+	}
+	return nil
+}
