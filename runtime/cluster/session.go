@@ -48,8 +48,16 @@ type SessionOptions struct {
 	Kube client.Client
 	// Features returns the agent's features (memory, skills, schedules,
 	// messaging, browser) once the shared services are connected.
-	Features func(*Services) []agenthost.Feature
+	Features func(*Services, Pod) []agenthost.Feature
 	Log      *slog.Logger
+}
+
+// Pod is what features may know of the session pod.
+type Pod struct {
+	Kube   client.Client
+	Agent  *picobotv1alpha1.Agent
+	Name   string
+	Tenant string
 }
 
 // RunSession is `picobot session`: it assembles the pod's agent, waits as a
@@ -108,7 +116,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	}
 	var feats []agenthost.Feature
 	if opts.Features != nil {
-		feats = opts.Features(svc)
+		feats = opts.Features(svc, Pod{Kube: kube, Agent: &a, Name: pod, Tenant: tenant})
 	}
 	host := &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },

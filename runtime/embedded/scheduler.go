@@ -18,6 +18,7 @@ import (
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool/bottask"
 	"github.com/picobot/picobot/runtime/tool/cron"
 )
 
@@ -105,7 +106,11 @@ func (r *Runtime) prepareScheduler(set *manifest.Set) ([]agenthost.Feature, erro
 		Manifest: func(tenant string) []picobotv1alpha1.CronJob { return h.manifest[tenant] },
 		Changed:  func(ctx context.Context, tenant, name string) { r.jobChanged(ctx, tenant, name) },
 		Agents:   func(string) []string { return agentNames }})
-	return append(slices.Clone(r.opts.Features), tools), nil
+	// bot_task and bot_agenda keep their schedules as jobs of the same
+	// scheduler.
+	tasks := bottask.NewFeature(bottask.Config{Clock: so.Clock, TimeZone: so.MaintenanceTZ,
+		Changed: func(ctx context.Context, tenant, name string) { r.jobChanged(ctx, tenant, name) }})
+	return append(slices.Clone(r.opts.Features), tools, tasks), nil
 }
 
 // startScheduler creates the maintenance jobs, schedules every job and

@@ -60,6 +60,7 @@ type RuntimeConfig struct {
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=agents.picobot.io,resources=cronjobs;browserprofiles,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // runtimeResult is what the runtime phase contributes to status.
 type runtimeResult struct {
@@ -343,22 +344,8 @@ func (r *AgentReconciler) ensureOwned(ctx context.Context, want client.Object) e
 
 // podProblem reports a pod that cannot start.
 func podProblem(p *corev1.Pod) *metav1.Condition {
-	for _, cs := range p.Status.ContainerStatuses {
-		w := cs.State.Waiting
-		if w == nil {
-			continue
-		}
-		switch w.Reason {
-		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
-			return ptrTo(condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonImagePullFailed,
-				fmt.Sprintf("session pod %s cannot pull its image: %s", p.Name, w.Message)))
-		case "CreateContainerConfigError", "CreateContainerError":
-			return ptrTo(condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPodConfigError,
-				fmt.Sprintf("session pod %s cannot start: %s", p.Name, w.Message)))
-		case "CrashLoopBackOff":
-			return ptrTo(condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPodFailed,
-				fmt.Sprintf("session pod %s keeps crashing: %s", p.Name, w.Message)))
-		}
+	if pr := waitingProblem(p, "session pod"); pr != nil {
+		return ptrTo(condition(picobotv1alpha1.ConditionRuntimeReady, false, pr.reason, pr.message))
 	}
 	return nil
 }

@@ -1,8 +1,10 @@
 package controller
 
 import (
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,9 +71,19 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}:    {Transform: toolscache.TransformFunc(StripSecretValues)},
 			&corev1.ConfigMap{}: {Transform: toolscache.TransformFunc(StripConfigMapValues)},
-			// Only session pods: clusters run many pods the operator has
-			// nothing to do with.
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelComponent: podspec.ComponentSession, podspec.LabelName: "picobot"})},
+			// Only session and browser pods: clusters run many pods the
+			// operator has nothing to do with.
+			&corev1.Pod{}: {Label: picobotSelector(podspec.ComponentSession, podspec.ComponentBrowser)},
+			// Only the Leases sessions ask for browsers with (not the
+			// node heartbeats and leader elections of the cluster).
+			&coordinationv1.Lease{}: {Label: picobotSelector(podspec.ComponentBrowser)},
 		},
 	}
+}
+
+// picobotSelector selects PicoBot objects of the given components.
+func picobotSelector(components ...string) labels.Selector {
+	name, _ := labels.NewRequirement(podspec.LabelName, selection.Equals, []string{"picobot"})
+	comp, _ := labels.NewRequirement(podspec.LabelComponent, selection.In, components)
+	return labels.NewSelector().Add(*name, *comp)
 }

@@ -48,8 +48,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&BrowserProfileReconciler{
-		Client:                  mgr.GetClient(),
-		MaxConcurrentReconciles: cfg.Concurrency,
-	}).SetupWithManager(mgr)
+	browserPods, err := BrowserPodsFromRuntime(ctx, cfg.Runtime)
+	if err != nil {
+		return err
+	}
+	return setupBrowsers(mgr, cfg, browserPods)
 }

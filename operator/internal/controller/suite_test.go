@@ -146,51 +146,57 @@ func newTestManager(ctx context.Context, wc *writeCounter, namespaces ...string)
 		}
 	}
 	if wc != nil {
-		opts.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
-			c, err := client.NewWithWatch(cfg, o)
-			if err != nil {
-				return nil, err
-			}
-			count := func() { wc.n.Add(1) }
-			return interceptor.NewClient(c, interceptor.Funcs{
-				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, o ...client.GetOption) error {
-					err := c.Get(ctx, key, obj, o...)
-					if err == nil {
-						wc.read(obj)
-					}
-					return err
-				},
-				Create: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.CreateOption) error {
-					count()
-					return c.Create(ctx, obj, o...)
-				},
-				Update: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.UpdateOption) error {
-					count()
-					return c.Update(ctx, obj, o...)
-				},
-				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, o ...client.PatchOption) error {
-					count()
-					return c.Patch(ctx, obj, p, o...)
-				},
-				Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.DeleteOption) error {
-					count()
-					return c.Delete(ctx, obj, o...)
-				},
-				SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, o ...client.SubResourceUpdateOption) error {
-					count()
-					return c.SubResource(sub).Update(ctx, obj, o...)
-				},
-				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, o ...client.SubResourcePatchOption) error {
-					count()
-					return c.SubResource(sub).Patch(ctx, obj, p, o...)
-				},
-			}), nil
-		}
+		opts.NewClient = countingNewClient(wc)
 	}
 	mgr, err := ctrl.NewManager(restConfig, opts)
 	must(err)
 	must(Setup(ctx, mgr, Config{Catalog: policy.DefaultCatalog(), Concurrency: 4}))
 	return mgr, nil
+}
+
+// countingNewClient makes a manager's client count the writes it sends and
+// record the PicoBot objects it reads, in wc.
+func countingNewClient(wc *writeCounter) func(*rest.Config, client.Options) (client.Client, error) {
+	return func(cfg *rest.Config, o client.Options) (client.Client, error) {
+		c, err := client.NewWithWatch(cfg, o)
+		if err != nil {
+			return nil, err
+		}
+		count := func() { wc.n.Add(1) }
+		return interceptor.NewClient(c, interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, o ...client.GetOption) error {
+				err := c.Get(ctx, key, obj, o...)
+				if err == nil {
+					wc.read(obj)
+				}
+				return err
+			},
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.CreateOption) error {
+				count()
+				return c.Create(ctx, obj, o...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.UpdateOption) error {
+				count()
+				return c.Update(ctx, obj, o...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, o ...client.PatchOption) error {
+				count()
+				return c.Patch(ctx, obj, p, o...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.DeleteOption) error {
+				count()
+				return c.Delete(ctx, obj, o...)
+			},
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, o ...client.SubResourceUpdateOption) error {
+				count()
+				return c.SubResource(sub).Update(ctx, obj, o...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, o ...client.SubResourcePatchOption) error {
+				count()
+				return c.SubResource(sub).Patch(ctx, obj, p, o...)
+			},
+		}), nil
+	}
 }
 
 func ptr[T any](v T) *T { return &v }

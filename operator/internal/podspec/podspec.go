@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/browser/remote/wire"
 )
 
 // Labels and names shared by the operator and the runtime.
@@ -147,13 +148,7 @@ func SessionPod(in Input) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			RuntimeClassName:              rt.RuntimeClassName,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				RunAsUser:      ptr.To[int64](runtimeUID),
-				RunAsGroup:     ptr.To[int64](runtimeUID),
-				FSGroup:        ptr.To[int64](runtimeUID),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
+			SecurityContext:               restrictedPodSecurity(),
 			Containers: []corev1.Container{{
 				Name:    "runtime",
 				Image:   image,
@@ -161,14 +156,9 @@ func SessionPod(in Input) *corev1.Pod {
 				Env:     env,
 				EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: ConnectionSecret}}}},
-				Resources: resources,
-				SecurityContext: &corev1.SecurityContext{
-					ReadOnlyRootFilesystem:   ptr.To(true),
-					AllowPrivilegeEscalation: ptr.To(false),
-					Privileged:               ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-				VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir}, {Name: "tmp", MountPath: "/tmp"}},
+				Resources:       resources,
+				SecurityContext: restrictedContainerSecurity(),
+				VolumeMounts:    []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir}, {Name: "tmp", MountPath: "/tmp"}},
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -204,6 +194,10 @@ func Role(a *picobotv1alpha1.Agent) *rbacv1.Role {
 		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"cronjobs", "browserprofiles"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+		// Browser pods: the session asks for one with a Lease and reads its
+		// endpoint and token from the agent's own endpoints Secret.
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{wire.EndpointsSecret(a.Name)}, Verbs: []string{"get"}},
 	}}
 }
 

@@ -1,6 +1,7 @@
 package podspec
 
 import (
+	"slices"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -107,11 +108,17 @@ func TestRoleGrantsOnlyWhatTheToolsNeed(t *testing.T) {
 			verbs[res] = rule.Verbs
 		}
 	}
-	g.Expect(verbs).To(HaveLen(4))
+	g.Expect(verbs).To(HaveLen(6))
 	g.Expect(verbs["agents"]).To(ConsistOf("get", "watch"))
 	g.Expect(r.Rules[0].ResourceNames).To(Equal([]string{"helper"}))
 	g.Expect(verbs["configmaps"]).NotTo(ContainElement("create"))
-	g.Expect(verbs).NotTo(HaveKey("secrets"))
+	// One Secret only: the agent's browser endpoints, read-only.
+	g.Expect(verbs["secrets"]).To(Equal([]string{"get"}))
+	for _, rule := range r.Rules {
+		if slices.Contains(rule.Resources, "secrets") {
+			g.Expect(rule.ResourceNames).To(Equal([]string{"picobot-browsers-helper"}))
+		}
+	}
 	g.Expect(verbs).NotTo(HaveKey("pods"))
 	rb := RoleBinding(agent())
 	g.Expect(rb.Subjects[0].Name).To(Equal(ServiceAccount(agent()).Name))

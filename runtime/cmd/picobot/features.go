@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/picobot/picobot/runtime/agenthost"
+	driver "github.com/picobot/picobot/runtime/browser"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/scheduler"
@@ -29,13 +30,22 @@ type featureOptions struct {
 	// cron adds the cron tools (session pods; embedded mode's scheduler
 	// adds its own).
 	cron bool
+	// browser configures the browser driver (session pods: browser pods
+	// through remote.Provider; local Chromium when zero).
+	browser driver.Config
+	// onBrowser, when set, gets the browser feature (session pods run the
+	// provider's lease heartbeat over its driver).
+	onBrowser func(*browsertool.Feature)
 }
 
 // features are the agent features both modes run (memory, skills,
 // schedules, messaging, browser), in prompt order, and a function that
 // releases what they hold (the browser driver's Chromium processes).
 func features(o featureOptions) ([]agenthost.Feature, func()) {
-	browser := browsertool.NewFeature(browsertool.FeatureConfig{})
+	browser := browsertool.NewFeature(browsertool.FeatureConfig{Driver: o.browser})
+	if o.onBrowser != nil {
+		o.onBrowser(browser)
+	}
 	feats := []agenthost.Feature{
 		skill.NewFeature(skill.Options{ManifestsDir: o.manifestsDir, Log: o.log}),
 		messaging.NewFeature(messaging.Options{Sender: o.sender, Channels: o.channels}),

@@ -10,7 +10,10 @@ import (
 	"syscall"
 
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/browser/remote"
 	"github.com/picobot/picobot/runtime/cluster"
+	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 )
 
 // session is `picobot session`, the main of a cluster-mode session pod. The
@@ -30,11 +33,29 @@ func session(args []string) error {
 	defer stop()
 	closeFeatures := func() {}
 	defer func() { closeFeatures() }()
-	err := cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Features: func(svc *cluster.Services) []agenthost.Feature {
-		// Messages to chat platforms leave through the gateway, which holds
-		// the channels' credentials.
+	err := cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
+		o := featureOptions{log: log, cron: true,
+			// Messages to chat platforms leave through the gateway, which
+			// holds the channels' credentials.
+			sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis}}
+		// Browsers run in browser pods the operator starts on request.
+		prov, perr := remote.NewProvider(remote.ProviderConfig{Client: pod.Kube, Namespace: pod.Tenant, Agent: pod.Agent.Name,
+			AgentUID: pod.Agent.UID, Holder: pod.Name})
+		if perr == nil {
+			o.browser = browser.Config{Endpoint: prov.Endpoint}
+			o.onBrowser = func(f *browsertool.Feature) { go prov.Run(ctx, f.Driver().Active) }
+		} else {
+			log.Error("Browser pods are unavailable", "err", perr)
+		}
 		var feats []agenthost.Feature
-		feats, closeFeatures = features(featureOptions{log: log, sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis}, cron: true})
+		var closeAll func()
+		feats, closeAll = features(o)
+		closeFeatures = func() {
+			closeAll()
+			if prov != nil {
+				_ = prov.Close(context.WithoutCancel(ctx))
+			}
+		}
 		return feats
 	}})
 	if errors.Is(err, context.Canceled) {

@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Memories", testMemories},
 		{"CronRuns", testCronRuns},
 		{"CronJobs", testCronJobs},
+		{"Tasks", testTasks},
 		{"AgentRuns", testAgentRuns},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},

@@ -188,7 +188,7 @@ func start() (*stack, func(), error) {
 	stops = append(stops, s.llm.Close)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	s.runner = podrunner.New(podrunner.Config{Client: s.cs, Images: map[string]string{image: s.picobot}, WorkDir: filepath.Join(dir, "pods"),
+	s.runner = podrunner.New(podrunner.Config{Client: s.cs, Images: map[string]string{image: s.picobot, browserPodImage: s.picobot}, WorkDir: filepath.Join(dir, "pods"),
 		Env: []string{"KUBECONFIG=" + s.env.KubeconfigPath}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	_ = os.MkdirAll(filepath.Join(dir, "pods"), 0o700)
 	runDone := make(chan struct{})
@@ -198,7 +198,7 @@ func start() (*stack, func(), error) {
 	opLog := filepath.Join(dir, "operator.log")
 	s.logs = append(s.logs, opLog)
 	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--session-lease-ttl=3s", "--zap-log-level=info")
+		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--browser-image="+browserPodImage, "--session-lease-ttl=3s", "--zap-log-level=info")
 	if err != nil {
 		return fail(err)
 	}

@@ -1,0 +1,57 @@
+package postgres
+
+// SQL of the store.TaskStore methods (tasks.go). $1 is always the tenant.
+
+const taskColumns = `tenant, id, agent, title, note, priority, due_at, repeat, tz, continuity, state, awaiting, result,
+	job, version, created_at, updated_at`
+
+const (
+	sqlCreateTask = `INSERT INTO tasks (tenant, id, agent, title, note, priority, due_at, repeat, tz, continuity, state,
+	awaiting, result, job, version, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 1, COALESCE($15, now()), COALESCE($15, now()))
+RETURNING ` + taskColumns
+
+	sqlGetTask = `SELECT ` + taskColumns + ` FROM tasks WHERE tenant = $1 AND id = $2`
+
+	sqlListTasks = `SELECT ` + taskColumns + ` FROM tasks WHERE tenant = $1 AND ($2 = '' OR agent = $2)
+	AND (cardinality($3::text[]) = 0 OR state = ANY($3::text[]))
+ORDER BY priority, created_at, id LIMIT $4`
+
+	// sqlUpdateTask matches no row on a version mismatch; the caller then
+	// tells a missing task from a conflict with sqlGetTask.
+	sqlUpdateTask = `UPDATE tasks SET
+	title = COALESCE($3, title),
+	note = COALESCE($4, note),
+	priority = COALESCE($5, priority),
+	due_at = CASE WHEN $7::boolean THEN NULL ELSE COALESCE($6, due_at) END,
+	repeat = COALESCE($8, repeat),
+	tz = COALESCE($9, tz),
+	continuity = COALESCE($10, continuity),
+	state = COALESCE($11, state),
+	awaiting = COALESCE($12, awaiting),
+	result = COALESCE($13, result),
+	job = COALESCE($14, job),
+	version = version + 1,
+	updated_at = now()
+WHERE tenant = $1 AND id = $2 AND ($15 = 0 OR version = $15)
+RETURNING ` + taskColumns
+)
+
+const agendaColumns = `tenant, id, agent, at, all_day, text, job, done_at, created_at`
+
+const (
+	sqlCreateAgendaItem = `INSERT INTO agenda_items (tenant, id, agent, at, all_day, text, job, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, now()))
+RETURNING ` + agendaColumns
+
+	sqlGetAgendaItem = `SELECT ` + agendaColumns + ` FROM agenda_items WHERE tenant = $1 AND id = $2`
+
+	sqlDoneAgendaItem = `UPDATE agenda_items SET done_at = COALESCE(done_at, $3) WHERE tenant = $1 AND id = $2
+RETURNING ` + agendaColumns
+
+	sqlDeleteAgendaItem = `DELETE FROM agenda_items WHERE tenant = $1 AND id = $2`
+
+	sqlListAgendaItems = `SELECT ` + agendaColumns + ` FROM agenda_items WHERE tenant = $1 AND ($2 = '' OR agent = $2)
+	AND ($3 OR done_at IS NULL)
+ORDER BY at, id LIMIT $4`
+)
