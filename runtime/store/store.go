@@ -39,6 +39,8 @@ const DefaultListLimit = 100
 // Store is PicoBot's durable state. All methods are safe for concurrent use and
 // scoped to the tenant in ctx.
 type Store interface {
+	MemorySearcher
+
 	// CreateSession stores a new session. ID may be left empty when Channel,
 	// ChatID and DialogID are set, and vice versa; both given must agree.
 	// Zero timestamps are set by the store. Fails with ErrExists on a duplicate.

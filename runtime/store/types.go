@@ -40,6 +40,8 @@ type MemoryFilter struct {
 	Agent     string
 	Category  MemoryCategory
 	SessionID string
+	// KeyPrefix keeps memories whose key starts with it.
+	KeyPrefix string
 	// Limit caps the result; 0 means DefaultListLimit.
 	Limit int
 }

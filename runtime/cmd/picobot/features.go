@@ -9,6 +9,7 @@ import (
 	"github.com/picobot/picobot/runtime/agenthost"
 	driver "github.com/picobot/picobot/runtime/browser"
 	"github.com/picobot/picobot/runtime/channel"
+	"github.com/picobot/picobot/runtime/memory"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/skill"
@@ -28,7 +29,9 @@ type featureOptions struct {
 	sender   messaging.Sender
 	channels messaging.ChannelStatus
 	// cron adds the cron tools (session pods; embedded mode's scheduler
-	// adds its own).
+	// adds its own). It also marks a session pod, which leaves memory
+	// consolidation and timeline expiry to the daily maintenance run rather
+	// than repeating them in every pod.
 	cron bool
 	// browser configures the browser driver (session pods: browser pods
 	// through remote.Provider; local Chromium when zero).
@@ -47,6 +50,7 @@ func features(o featureOptions) ([]agenthost.Feature, func()) {
 		o.onBrowser(browser)
 	}
 	feats := []agenthost.Feature{
+		memory.NewFeature(memory.Options{Log: o.log, NoConsolidation: o.cron, NoMaintenance: o.cron}),
 		skill.NewFeature(skill.Options{ManifestsDir: o.manifestsDir, Log: o.log}),
 		messaging.NewFeature(messaging.Options{Sender: o.sender, Channels: o.channels}),
 		browser,

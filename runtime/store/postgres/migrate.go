@@ -30,7 +30,8 @@ const migrationLockKey int64 = 0x7069636f626f74
 // has row-level security. schema_migrations is deliberately absent.
 var appTables = []string{
 	"sessions", "messages", "current_dialogs", "session_leases", "memories",
-	"cron_runs", "agent_runs", "deliveries", "artifacts", "cron_jobs", "tasks", "agenda_items",
+	"cron_runs", "agent_runs", "deliveries", "artifacts", "cron_jobs", "memory_postings", "memory_term_stats",
+	"tasks", "agenda_items",
 }
 
 // Migrate brings the database at ownerDSN to the newest schema and, when

@@ -125,26 +125,25 @@ WHERE tenant = $1 AND session_id = $2 AND holder = $3`
 
 const memoryColumns = `tenant, agent, id, key, content, category, kind, source, session_id, importance, created_at, updated_at`
 
+// memoryColumnsM is memoryColumns of the table aliased m.
+const memoryColumnsM = `m.tenant, m.agent, m.id, m.key, m.content, m.category, m.kind, m.source, m.session_id,
+	m.importance, m.created_at, m.updated_at`
+
 const (
 	// sqlPutMemory replaces the memory of the same (agent, key), keeping its
 	// id and created_at.
+	// $11 is the search terms as a tsvector literal (memsearch.go).
 	sqlPutMemory = `INSERT INTO memories (tenant, agent, id, key, content, category, kind, source, session_id, importance,
-	created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), now())
-ON CONFLICT (tenant, agent, key) DO UPDATE SET
-	content = EXCLUDED.content,
-	category = EXCLUDED.category,
-	kind = EXCLUDED.kind,
-	source = EXCLUDED.source,
-	session_id = EXCLUDED.session_id,
-	importance = EXCLUDED.importance,
-	updated_at = EXCLUDED.updated_at
+	created_at, updated_at, terms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), now(), $11::tsvector)
+` + memoryUpsert + `
 RETURNING ` + memoryColumns
 
 	sqlGetMemory    = `SELECT ` + memoryColumns + ` FROM memories WHERE tenant = $1 AND agent = $2 AND key = $3`
 	sqlDeleteMemory = `DELETE FROM memories WHERE tenant = $1 AND agent = $2 AND key = $3`
 	sqlListMemories = `SELECT ` + memoryColumns + ` FROM memories WHERE tenant = $1 AND agent = $2
   AND ($3 = '' OR category = $3) AND ($4 = '' OR session_id = $4)
+  AND ($6 = '' OR starts_with(key, $6))
 ORDER BY created_at DESC, id DESC LIMIT $5`
 )
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/store/internal/memindex"
 )
 
 // PutMemory implements store.Store.
@@ -16,7 +17,7 @@ func (s *Store) PutMemory(ctx context.Context, m store.Memory) (store.Memory, er
 		m.ID = store.NewID()
 	}
 	out, err := one(ctx, s, scanMemory, sqlPutMemory, m.Agent, m.ID, m.Key, m.Content, string(m.Category),
-		string(m.Kind), string(m.Source), m.SessionID, m.Importance)
+		string(m.Kind), string(m.Source), m.SessionID, m.Importance, memindex.Of(m).TSVector())
 	if err != nil {
 		return store.Memory{}, fmt.Errorf("failed to put memory %q: %w", m.Key, err)
 	}
@@ -46,7 +47,8 @@ func (s *Store) DeleteMemory(ctx context.Context, agent, key string) error {
 
 // ListMemories implements store.Store.
 func (s *Store) ListMemories(ctx context.Context, f store.MemoryFilter) ([]store.Memory, error) {
-	out, err := many(ctx, s, scanMemory, sqlListMemories, f.Agent, string(f.Category), f.SessionID, store.ListLimit(f.Limit))
+	out, err := many(ctx, s, scanMemory, sqlListMemories, f.Agent, string(f.Category), f.SessionID, store.ListLimit(f.Limit),
+		f.KeyPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list memories of agent %q: %w", f.Agent, err)
 	}

@@ -111,10 +111,11 @@ const memoryColumns = `tenant, agent, id, key, content, category, kind, source, 
 
 const (
 	// sqlPutMemory replaces the memory of the same (agent, key), keeping its
-	// id and created_at. ?11 is now.
+	// id, created_at and rowid (which keys its search terms, memsearch.go).
+	// ?11 is created_at, ?12 updated_at.
 	sqlPutMemory = `INSERT INTO memories (tenant, agent, id, key, content, category, kind, source, session_id, importance,
 	created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
 ON CONFLICT (tenant, agent, key) DO UPDATE SET
 	content = excluded.content,
 	category = excluded.category,
@@ -123,12 +124,13 @@ ON CONFLICT (tenant, agent, key) DO UPDATE SET
 	session_id = excluded.session_id,
 	importance = excluded.importance,
 	updated_at = excluded.updated_at
-RETURNING ` + memoryColumns
+RETURNING rowid, ` + memoryColumns
 
 	sqlGetMemory    = `SELECT ` + memoryColumns + ` FROM memories WHERE tenant = ?1 AND agent = ?2 AND key = ?3`
 	sqlDeleteMemory = `DELETE FROM memories WHERE tenant = ?1 AND agent = ?2 AND key = ?3`
 	sqlListMemories = `SELECT ` + memoryColumns + ` FROM memories WHERE tenant = ?1 AND agent = ?2
   AND (?3 = '' OR category = ?3) AND (?4 = '' OR session_id = ?4)
+  AND (?6 = '' OR substr(key, 1, length(?6)) = ?6)
 ORDER BY created_at DESC, id DESC LIMIT ?5`
 )
 

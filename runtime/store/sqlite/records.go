@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/picobot/picobot/runtime/store"
 )
@@ -16,9 +17,16 @@ func (s *Store) PutMemory(ctx context.Context, m store.Memory) (store.Memory, er
 	if m.ID == "" {
 		m.ID = store.NewID()
 	}
-	out, err := one(ctx, s, true, scanMemory, sqlPutMemory, m.Agent, m.ID, m.Key, m.Content, string(m.Category),
-		string(m.Kind), string(m.Source), m.SessionID, m.Importance, s.now())
-	if err != nil {
+	// The store stamps the times; the terms are indexed in the same
+	// transaction (memsearch.go).
+	m.CreatedAt, m.UpdatedAt = time.Time{}, time.Time{}
+	var out store.Memory
+	err := s.write(ctx, func(tx *sql.Tx, tenant string) error {
+		var err error
+		out, err = putMemory(ctx, tx, tenant, m, s.now())
+		return err
+	})
+	if err = classify(err); err != nil {
 		return store.Memory{}, fmt.Errorf("failed to put memory %q: %w", m.Key, err)
 	}
 	return out, nil
@@ -47,7 +55,8 @@ func (s *Store) DeleteMemory(ctx context.Context, agent, key string) error {
 
 // ListMemories implements store.Store.
 func (s *Store) ListMemories(ctx context.Context, f store.MemoryFilter) ([]store.Memory, error) {
-	out, err := many(ctx, s, scanMemory, sqlListMemories, f.Agent, string(f.Category), f.SessionID, store.ListLimit(f.Limit))
+	out, err := many(ctx, s, scanMemory, sqlListMemories, f.Agent, string(f.Category), f.SessionID, store.ListLimit(f.Limit),
+		f.KeyPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list memories of agent %q: %w", f.Agent, err)
 	}

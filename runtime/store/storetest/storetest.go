@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Messages", testMessages},
 		{"Leases", testLeases},
 		{"Memories", testMemories},
+		{"MemorySearch", testMemorySearch},
 		{"CronRuns", testCronRuns},
 		{"CronJobs", testCronJobs},
 		{"Tasks", testTasks},

@@ -248,3 +248,35 @@ func BenchmarkServeRSS100Sessions(b *testing.B) {
 		p.stop()
 	}
 }
+
+// BenchmarkHelloBytes reports what a plain "hello" costs on the wire to the
+// model with an agent's default tool set (every built-in tool and feature
+// `picobot serve` gives an agent without a tool policy): request bytes and
+// about 4 bytes per token.
+func BenchmarkHelloBytes(b *testing.B) {
+	s := fakellm.New()
+	defer s.Close()
+	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "hi"} })
+	dir := b.TempDir()
+	yaml := fmt.Sprintf(`apiVersion: agents.picobot.io/v1alpha1
+kind: Agent
+metadata: {name: assistant}
+spec:
+  model: {provider: openai, model: fake, baseURL: %s, apiKeySecretRef: {name: model-api-key, key: apiKey}}
+`, s.URL())
+	if err := os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(yaml), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	p := serve(b, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test", "HOME="+b.TempDir())
+	defer p.stop()
+	for i := 0; i < b.N; i++ {
+		if _, err := say(b, p.url, fmt.Sprintf("hello%d", i), "h", "hello"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reqs := s.Requests()
+	last := reqs[len(reqs)-1]
+	b.ReportMetric(float64(len(last.Body)), "request-bytes")
+	b.ReportMetric(float64(len(last.Body))/4, "approx-tokens")
+	b.ReportMetric(float64(len(last.Tools)), "tools")
+}
