@@ -375,7 +375,6 @@ func (r *Runtime) agent(name string) (*agentRuntime, error) {
 	return a, nil
 }
 
-
 // workerKey names a chat's worker: chats of different tenants and channels
 // never share one.
 func workerKey(tenant, channel, chatKey string) string {
