@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -135,7 +136,12 @@ func TestWarmRuntimeServesAChatUntilIdle(t *testing.T) {
 	rt := f.runtime(t, "pod-a", 1500*time.Millisecond, 3*time.Second)
 	done := make(chan error, 1)
 	runCtx, stop := context.WithCancel(context.Background())
-	t.Cleanup(func() { stop(); _ = <-done })
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Logf("runtime ended: %v", err)
+		}
+	})
 	go func() { done <- rt.Run(runCtx); done <- nil }()
 	g.Eventually(func() string {
 		return f.rdb.HGet(context.Background(), wake.PodsKey(f.tenant, "helper"), "pod-a").Val()
@@ -203,7 +209,12 @@ func TestNextRuntimeReclaimsTheMessageOfADeadOne(t *testing.T) {
 	rt := f.runtime(t, "pod-next", time.Second, ttl)
 	done := make(chan error, 1)
 	runCtx, stop := context.WithCancel(context.Background())
-	t.Cleanup(func() { stop(); _ = <-done })
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Logf("runtime ended: %v", err)
+		}
+	})
 	go func() { done <- rt.Run(runCtx); done <- nil }()
 	// Wakes arrive (the operator's and the gateway's re-wakes); the first
 	// ones find the dead pod's lease and are set aside.

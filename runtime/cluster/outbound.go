@@ -170,7 +170,7 @@ func (o *OutboundRelay) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection: every gateway replica relays.
+// NeedLeaderElection reports false: every gateway replica relays.
 func (o *OutboundRelay) NeedLeaderElection() bool { return false }
 
 func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) {

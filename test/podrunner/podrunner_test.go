@@ -34,7 +34,12 @@ func TestPodsRunAsLocalProcesses(t *testing.T) {
 	r := New(Config{Client: cs, Images: map[string]string{"local/sh": "/bin/sh"}, WorkDir: work})
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); _ = <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Logf("runner ended: %v", err)
+		}
+	})
 
 	ns := "runner-test"
 	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})

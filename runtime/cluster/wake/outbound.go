@@ -8,11 +8,11 @@ import (
 	"github.com/picobot/picobot/runtime/bus"
 )
 
-// Outbound messages leave a session pod (send_message, replies to chat
-// platforms) and the operator (scheduled runs' outcomes) through the
-// gateway: only the gateway holds channel credentials. Requests are queued
-// on OutboundStream; a gateway replica delivers them with its outbound
-// dispatcher and, when asked, publishes the result on ResultChannel.
+// OutboundStream carries outbound messages of session pods (send_message,
+// replies to chat platforms) and of the operator (scheduled runs'
+// outcomes) to the gateway, which alone holds channel credentials: a
+// gateway replica delivers them with its outbound dispatcher and, when
+// asked, publishes the result on ResultChannel.
 const OutboundStream = "picobot/outbound"
 
 // ResultChannel is the Pub/Sub channel of one request's delivery result.

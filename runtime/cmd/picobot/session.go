@@ -21,7 +21,7 @@ import (
 func session(args []string) error {
 	fs := flag.NewFlagSet("session", flag.ContinueOnError)
 	fs.Usage = func() {
-		fs.Output().Write([]byte("Usage: picobot session\n\nRuns one session pod: waits for a wake, serves that chat until idle, exits.\n" +
+		_, _ = fs.Output().Write([]byte("Usage: picobot session\n\nRuns one session pod: waits for a wake, serves that chat until idle, exits.\n" +
 			"Configured by the operator through PICOBOT_TENANT, PICOBOT_AGENT, PICOBOT_POD, PICOBOT_POSTGRES_URL,\n" +
 			"PICOBOT_REDIS_URL, PICOBOT_S3_* and PICOBOT_SECRET_<NAME>_<KEY>.\n"))
 	}
