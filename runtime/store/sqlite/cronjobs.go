@@ -97,7 +97,7 @@ func (s *Store) ClaimCronRuns(ctx context.Context, claims []store.CronClaim) ([]
 	if len(claims) == 0 {
 		return won, nil
 	}
-	err := s.write(ctx, func(tx *sql.Tx, tenant string) error {
+	err := s.write(ctx, func(tx *txn, tenant string) error {
 		for i, c := range claims {
 			r, d := c.Run, c.Detail
 			state := r.State

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -77,7 +76,7 @@ LIMIT ?9`
 
 // putMemory upserts m and its terms in tx. Zero times take the other one,
 // or now when both are zero.
-func putMemory(ctx context.Context, tx *sql.Tx, tenant string, m store.Memory, now int64) (store.Memory, error) {
+func putMemory(ctx context.Context, tx *txn, tenant string, m store.Memory, now int64) (store.Memory, error) {
 	created, updated := now, now
 	switch {
 	case !m.CreatedAt.IsZero() && !m.UpdatedAt.IsZero():
@@ -130,7 +129,7 @@ func (s *Store) SearchMemories(ctx context.Context, q store.MemoryQuery) ([]stor
 	}
 	args := []any{q.Agent, string(q.Category), q.SessionID, kinds, optMicros(q.Since), optMicros(q.Until), store.SearchLimit(q.Limit)}
 	var hits []store.MemoryHit
-	err := s.read(ctx, func(tx *sql.Tx, tenant string) error {
+	err := s.read(ctx, func(tx *txn, tenant string) error {
 		if len(pq.Terms) > 0 {
 			docs, err := termDocs(ctx, tx, pq.Terms)
 			if err != nil {
@@ -198,7 +197,7 @@ func (c candidates) best(n int) candidates {
 // readCandidates reads the candidates that pass the query's filters (args
 // as for memoryFilters from ?3) and returns the best limit of them:
 // relevance, then importance, then the latest written.
-func readCandidates(ctx context.Context, tx *sql.Tx, tenant string, args []any, batch candidates, limit int) ([]store.MemoryHit, error) {
+func readCandidates(ctx context.Context, tx *txn, tenant string, args []any, batch candidates, limit int) ([]store.MemoryHit, error) {
 	type ranked struct {
 		rowid      int64
 		importance float64
@@ -264,7 +263,7 @@ const keyBonus = 0.5
 
 // matchTerms returns the full-text matches of plan, best first; docs holds
 // each term's document count.
-func matchTerms(ctx context.Context, tx *sql.Tx, plan memindex.Plan, docs map[string]int64) (candidates, error) {
+func matchTerms(ctx context.Context, tx *txn, plan memindex.Plan, docs map[string]int64) (candidates, error) {
 	var total int64
 	if err := tx.QueryRowContext(ctx, sqlMemoryCount).Scan(&total); err != nil {
 		return nil, fmt.Errorf("failed to count memories: %w", err)
@@ -315,7 +314,7 @@ func scanRowid(row scanner) (int64, error) {
 // termDocs returns how many memories hold each of terms, counting no
 // further than one past the posting budget: the plan needs exact counts
 // only for the terms it can afford, and FTS5 counts by walking postings.
-func termDocs(ctx context.Context, tx *sql.Tx, terms []string) (map[string]int64, error) {
+func termDocs(ctx context.Context, tx *txn, terms []string) (map[string]int64, error) {
 	docs := make(map[string]int64, len(terms))
 	for _, t := range terms {
 		var n int64
@@ -356,7 +355,7 @@ func (s *Store) ImportMemories(ctx context.Context, ms []store.Memory) (int, err
 	}
 	ms = memindex.Dedupe(ms)
 	now := s.now()
-	err := s.write(ctx, func(tx *sql.Tx, tenant string) error {
+	err := s.write(ctx, func(tx *txn, tenant string) error {
 		for _, m := range ms {
 			if m.ID == "" {
 				m.ID = store.NewID()

@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -22,7 +20,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...st
 	}
 	now := s.now()
 	var out []store.Message
-	err := s.write(ctx, func(tx *sql.Tx, tenant string) (err error) {
+	err := s.write(ctx, func(tx *txn, tenant string) (err error) {
 		var lastSeq int64
 		if err := tx.QueryRowContext(ctx, sqlSessionLastSeq, tenant, sessionID).Scan(&lastSeq); err != nil {
 			return err
@@ -43,12 +41,6 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...st
 		for _, m := range stored {
 			seen[m.ID] = m
 		}
-
-		insert, err := tx.PrepareContext(ctx, sqlInsertMessage)
-		if err != nil {
-			return err
-		}
-		defer func() { err = errors.Join(err, insert.Close()) }()
 
 		out = make([]store.Message, len(msgs))
 		inserted, lastAt := 0, int64(0)
@@ -78,7 +70,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...st
 			if err != nil {
 				return fmt.Errorf("failed to encode meta of message %q: %w", m.ID, err)
 			}
-			if _, err := insert.ExecContext(ctx, tenant, sessionID, m.Seq, m.ID, string(m.Role), m.Content, toolCalls,
+			if _, err := tx.ExecContext(ctx, sqlInsertMessage, tenant, sessionID, m.Seq, m.ID, string(m.Role), m.Content, toolCalls,
 				m.ToolCallID, m.Name, m.IsError, images, meta, created); err != nil {
 				return err
 			}
@@ -110,7 +102,7 @@ func (s *Store) LoadMessages(ctx context.Context, sessionID string, opts store.L
 		since = &v
 	}
 	var out []store.Message
-	err := s.read(ctx, func(tx *sql.Tx, tenant string) error {
+	err := s.read(ctx, func(tx *txn, tenant string) error {
 		var err error
 		out, err = queryAll(ctx, tx, scanMessage, sqlLoadMessages, tenant, sessionID, opts.AfterSeq, since, limit)
 		if err != nil {
@@ -138,7 +130,7 @@ func (s *Store) CountMessages(ctx context.Context, sessionID string) (int64, err
 }
 
 // sessionExists tells an empty session from a missing one (ErrNotFound).
-func sessionExists(ctx context.Context, tx *sql.Tx, tenant, sessionID string) error {
+func sessionExists(ctx context.Context, tx *txn, tenant, sessionID string) error {
 	var ok bool
 	if err := tx.QueryRowContext(ctx, sqlSessionExists, tenant, sessionID).Scan(&ok); err != nil {
 		return err

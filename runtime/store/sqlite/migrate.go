@@ -29,7 +29,7 @@ func migrate(ctx context.Context, db *sql.DB, clk clock.PassiveClock) error {
 		return fmt.Errorf("failed to create schema_migrations: %w", err)
 	}
 	for _, m := range ms {
-		err := inTx(ctx, db, func(tx *sql.Tx) error {
+		err := inTx(ctx, db, nil, func(tx *txn) error {
 			var applied bool
 			if err := tx.QueryRowContext(ctx, sqlMigrationApplied, m.Version).Scan(&applied); err != nil {
 				return err

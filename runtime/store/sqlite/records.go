@@ -21,7 +21,7 @@ func (s *Store) PutMemory(ctx context.Context, m store.Memory) (store.Memory, er
 	// transaction (memsearch.go).
 	m.CreatedAt, m.UpdatedAt = time.Time{}, time.Time{}
 	var out store.Memory
-	err := s.write(ctx, func(tx *sql.Tx, tenant string) error {
+	err := s.write(ctx, func(tx *txn, tenant string) error {
 		var err error
 		out, err = putMemory(ctx, tx, tenant, m, s.now())
 		return err

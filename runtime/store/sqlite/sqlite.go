@@ -39,6 +39,9 @@ type Store struct {
 	writer *sql.DB
 	reader *sql.DB
 	clock  clock.PassiveClock
+	// writeStmts and readStmts are the prepared statements of writer and
+	// reader.
+	writeStmts, readStmts *stmtCache
 }
 
 var _ store.Store = (*Store)(nil)
@@ -101,6 +104,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, errors.Join(fmt.Errorf("failed to open SQLite database %q: %w", path, err), reader.Close(), writer.Close())
 	}
 	s.writer, s.reader = writer, reader
+	s.writeStmts, s.readStmts = &stmtCache{db: writer}, &stmtCache{db: reader}
 	return s, nil
 }
 
@@ -112,7 +116,7 @@ func fileURI(abs string, params url.Values) string {
 
 // Close closes the database.
 func (s *Store) Close() error {
-	return errors.Join(s.reader.Close(), s.writer.Close())
+	return errors.Join(s.readStmts.close(), s.writeStmts.close(), s.reader.Close(), s.writer.Close())
 }
 
 // now reads the store's clock in the schema's unit.
@@ -121,32 +125,41 @@ func (s *Store) now() int64 {
 }
 
 // write runs fn in a write transaction scoped to ctx's tenant.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx, tenant string) error) error {
+func (s *Store) write(ctx context.Context, fn func(tx *txn, tenant string) error) error {
 	tenant, err := store.TenantFrom(ctx)
 	if err != nil {
 		return err
 	}
-	return inTx(ctx, s.writer, func(tx *sql.Tx) error {
+	return inTx(ctx, s.writer, s.writeStmts, func(tx *txn) error {
 		return fn(tx, tenant)
 	})
 }
 
 // read runs fn in a read transaction (one snapshot) scoped to ctx's tenant.
-func (s *Store) read(ctx context.Context, fn func(tx *sql.Tx, tenant string) error) error {
+func (s *Store) read(ctx context.Context, fn func(tx *txn, tenant string) error) error {
 	tenant, err := store.TenantFrom(ctx)
 	if err != nil {
 		return err
 	}
-	return inTx(ctx, s.reader, func(tx *sql.Tx) error {
+	return inTx(ctx, s.reader, s.readStmts, func(tx *txn) error {
 		return fn(tx, tenant)
 	})
 }
 
-func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) (err error) {
-	tx, err := db.BeginTx(ctx, nil)
+// inTx runs fn in a transaction of db, with statements from stmts (nil: no
+// cache).
+func inTx(ctx context.Context, db *sql.DB, stmts *stmtCache, fn func(tx *txn) error) (err error) {
+	sqlTx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("failed to begin transaction: %w", err)
 	}
+	tx := &txn{Tx: sqlTx, stmts: stmts}
+	defer func() {
+		// After the commit or rollback below: the connection is free.
+		if len(tx.missed) > 0 {
+			stmts.prepare(ctx, tx.missed)
+		}
+	}()
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, ignoreDone(tx.Rollback()))

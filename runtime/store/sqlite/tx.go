@@ -10,7 +10,7 @@ import (
 // store.ErrNotFound.
 func one[T any](ctx context.Context, s *Store, write bool, scan func(scanner) (T, error), query string, args ...any) (T, error) {
 	var out T
-	run := func(tx *sql.Tx, tenant string) error {
+	run := func(tx *txn, tenant string) error {
 		var err error
 		out, err = scan(tx.QueryRowContext(ctx, query, append([]any{tenant}, args...)...))
 		return err
@@ -27,7 +27,7 @@ func one[T any](ctx context.Context, s *Store, write bool, scan func(scanner) (T
 // many runs a read query; the tenant is prepended to args as ?1.
 func many[T any](ctx context.Context, s *Store, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
 	var out []T
-	err := s.read(ctx, func(tx *sql.Tx, tenant string) error {
+	err := s.read(ctx, func(tx *txn, tenant string) error {
 		var err error
 		out, err = queryAll(ctx, tx, scan, query, append([]any{tenant}, args...)...)
 		return err
@@ -36,7 +36,7 @@ func many[T any](ctx context.Context, s *Store, scan func(scanner) (T, error), q
 }
 
 // queryAll collects a query's rows, closing them and checking Err.
-func queryAll[T any](ctx context.Context, tx *sql.Tx, scan func(scanner) (T, error), query string, args ...any) (_ []T, err error) {
+func queryAll[T any](ctx context.Context, tx *txn, scan func(scanner) (T, error), query string, args ...any) (_ []T, err error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -60,7 +60,7 @@ func queryAll[T any](ctx context.Context, tx *sql.Tx, scan func(scanner) (T, err
 // exec runs a write statement; the tenant is prepended to args as ?1.
 func exec(ctx context.Context, s *Store, query string, args ...any) (sql.Result, error) {
 	var res sql.Result
-	err := s.write(ctx, func(tx *sql.Tx, tenant string) error {
+	err := s.write(ctx, func(tx *txn, tenant string) error {
 		var err error
 		res, err = tx.ExecContext(ctx, query, append([]any{tenant}, args...)...)
 		return err
