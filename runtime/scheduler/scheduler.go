@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -117,7 +118,9 @@ type Scheduler struct {
 	tenants  map[string]struct{}  // every tenant a job was seen in, for sweeps
 
 	wake, recWake chan struct{}
-	batches       chan []action
+	// batches has a queue per claim worker; a job's ticks always go to the
+	// same one (see dispatch).
+	batches       []chan []action
 
 	flightMu    sync.Mutex
 	inFlight    map[string]struct{} // run ids this scheduler is running or delivering
@@ -163,8 +166,11 @@ func New(opts Options) (*Scheduler, error) {
 	s := &Scheduler{opts: opts, log: opts.Log, clock: opts.Clock,
 		entries: map[string]*entry{}, recovery: map[string]time.Time{}, tenants: map[string]struct{}{},
 		wake: make(chan struct{}, 1), recWake: make(chan struct{}, 1),
-		batches: make(chan []action, opts.ClaimWorkers), inFlight: map[string]struct{}{},
+		batches: make([]chan []action, opts.ClaimWorkers), inFlight: map[string]struct{}{},
 		recordSlots: make(chan struct{}, opts.RecordWorkers)}
+	for i := range s.batches {
+		s.batches[i] = make(chan []action, 1)
+	}
 	if opts.MaxConcurrentRuns > 0 {
 		s.runSlots = make(chan struct{}, opts.MaxConcurrentRuns)
 	}
@@ -261,13 +267,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return errors.New("scheduler is already running")
 	}
 	var wg sync.WaitGroup
-	for range s.opts.ClaimWorkers {
+	for _, q := range s.batches {
 		wg.Go(func() {
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case b := <-s.batches:
+				case b := <-q:
 					s.claim(ctx, b)
 				}
 			}
@@ -364,23 +370,33 @@ func (s *Scheduler) planParams(now time.Time) planParams {
 }
 
 // dispatch sends actions to the claim workers in per-tenant batches; false
-// when ctx ended first.
+// when ctx ended first. All ticks of a job go to the same worker, which
+// claims its batches one after another, so a job's ticks are recorded in
+// order. Were they not, a scheduler dying with an earlier tick's batch still
+// in flight would leave a hole behind a later recorded tick, and the next
+// scheduler, which resumes after the last recorded tick, would lose it.
 func (s *Scheduler) dispatch(ctx context.Context, acts []action) bool {
-	byTenant := map[string][]action{}
-	var order []string
-	for _, a := range acts {
-		t := a.job.Tenant
-		if _, ok := byTenant[t]; !ok {
-			order = append(order, t)
-		}
-		byTenant[t] = append(byTenant[t], a)
+	type queue struct {
+		tenant string
+		worker int
 	}
-	for _, t := range order {
-		as := byTenant[t]
+	byQueue := map[queue][]action{}
+	var order []queue
+	for _, a := range acts {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(a.job.Key()))
+		q := queue{a.job.Tenant, int(h.Sum32() % uint32(len(s.batches)))}
+		if _, ok := byQueue[q]; !ok {
+			order = append(order, q)
+		}
+		byQueue[q] = append(byQueue[q], a)
+	}
+	for _, q := range order {
+		as := byQueue[q]
 		for len(as) > 0 {
 			n := min(len(as), s.opts.ClaimBatch)
 			select {
-			case s.batches <- as[:n]:
+			case s.batches[q.worker] <- as[:n]:
 			case <-ctx.Done():
 				return false
 			}
