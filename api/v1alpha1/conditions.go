@@ -73,6 +73,16 @@ const (
 	// ReasonQuotaExceeded: the namespace's ResourceQuota forbids more pods.
 	ReasonQuotaExceeded = "QuotaExceeded"
 
+	// ReasonBrowserStarting: a session asked for a BrowserProfile's browser
+	// and its pod is not serving yet.
+	ReasonBrowserStarting = "BrowserStarting"
+	// ReasonStorageNotConfigured: a BrowserProfile is stored in S3, but the
+	// operator has no bucket (PICOBOT_S3_BUCKET), so it cannot keep it.
+	ReasonStorageNotConfigured = "StorageNotConfigured"
+	// ReasonBrowserPodsDisabled: a session asked for a browser, but the
+	// operator runs no browser pods (no --browser-image).
+	ReasonBrowserPodsDisabled = "BrowserPodsDisabled"
+
 	// ReasonScheduled: the schedule is valid and the next run time is known.
 	ReasonScheduled = "Scheduled"
 	// ReasonSuspended: spec.suspend is true; nothing will fire.

@@ -93,7 +93,7 @@ func (r *BrowserLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	w.in = in
 	if r.keeper.cfg.Image == "" {
-		w.blocked = &browserProblem{ReasonBrowserPodsDisabled, "this operator runs no browser pods: start it with --browser-image"}
+		w.blocked = &browserProblem{picobotv1alpha1.ReasonBrowserPodsDisabled, "this operator runs no browser pods: start it with --browser-image"}
 	}
 	st, err := r.keeper.sync(ctx, w)
 	if err != nil {

@@ -9,21 +9,6 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 )
 
-// Reasons of a BrowserProfile's Ready condition besides the shared pod
-// reasons (ReasonPodFailed, ReasonImagePullFailed, ReasonPodConfigError,
-// ReasonQuotaExceeded). Users and alerts match on them.
-const (
-	// ReasonBrowserStarting: a session asked for the profile's browser and
-	// its pod is not serving yet.
-	ReasonBrowserStarting = "BrowserStarting"
-	// ReasonStorageNotConfigured: the profile is stored in S3, but the
-	// operator has no bucket (PICOBOT_S3_BUCKET), so it cannot keep it.
-	ReasonStorageNotConfigured = "StorageNotConfigured"
-	// ReasonBrowserPodsDisabled: a session asked for a browser, but the
-	// operator runs no browser pods (no --browser-image).
-	ReasonBrowserPodsDisabled = "BrowserPodsDisabled"
-)
-
 // browserProblem is why a pod (a browser, or a session pod) cannot run or
 // serve: a condition reason and the message sessions and users see.
 type browserProblem struct {
@@ -65,12 +50,12 @@ func browserProfileCondition(v profileView) metav1.Condition {
 	case v.problem != nil:
 		return condition(picobotv1alpha1.ConditionReady, false, v.problem.reason, v.problem.message)
 	case v.storage == picobotv1alpha1.StorageS3 && !v.storageOK:
-		return condition(picobotv1alpha1.ConditionReady, false, ReasonStorageNotConfigured,
+		return condition(picobotv1alpha1.ConditionReady, false, picobotv1alpha1.ReasonStorageNotConfigured,
 			"Profile stored in s3, but the operator has no S3 bucket configured (PICOBOT_S3_BUCKET); it cannot keep the profile")
 	case v.wanted && v.pod == "":
-		return condition(picobotv1alpha1.ConditionReady, false, ReasonBrowserStarting, "Starting a browser pod")
+		return condition(picobotv1alpha1.ConditionReady, false, picobotv1alpha1.ReasonBrowserStarting, "Starting a browser pod")
 	case v.wanted && !v.ready:
-		return condition(picobotv1alpha1.ConditionReady, false, ReasonBrowserStarting, fmt.Sprintf("Waiting for browser pod %s to serve", v.pod))
+		return condition(picobotv1alpha1.ConditionReady, false, picobotv1alpha1.ReasonBrowserStarting, fmt.Sprintf("Waiting for browser pod %s to serve", v.pod))
 	case v.pod != "" && v.ready:
 		return condition(picobotv1alpha1.ConditionReady, true, picobotv1alpha1.ReasonReady,
 			fmt.Sprintf("Browser running in pod %s; profile stored in %s%s", v.pod, v.storage, suffix))

@@ -266,9 +266,9 @@ func (r *BrowserProfileReconciler) browserPhase(ctx context.Context, s *profileS
 		case len(names) == 0:
 			w.blocked = &browserProblem{picobotv1alpha1.ReasonInvalidReference, fmt.Sprintf("no agent may use browser profile %s: label it %s=<agent> or name it in an agent's spec.browser.profileRef", bp.Name, picobotv1alpha1.LabelAgent)}
 		case r.keeper.cfg.Image == "":
-			w.blocked = &browserProblem{ReasonBrowserPodsDisabled, "this operator runs no browser pods: start it with --browser-image"}
+			w.blocked = &browserProblem{picobotv1alpha1.ReasonBrowserPodsDisabled, "this operator runs no browser pods: start it with --browser-image"}
 		case !s.view.storageOK:
-			w.blocked = &browserProblem{ReasonStorageNotConfigured, fmt.Sprintf("browser profile %s is stored in s3, but the operator has no S3 bucket configured (PICOBOT_S3_BUCKET)", bp.Name)}
+			w.blocked = &browserProblem{picobotv1alpha1.ReasonStorageNotConfigured, fmt.Sprintf("browser profile %s is stored in s3, but the operator has no S3 bucket configured (PICOBOT_S3_BUCKET)", bp.Name)}
 		}
 	}
 	st, err := r.keeper.sync(ctx, w)
