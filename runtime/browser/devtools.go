@@ -109,7 +109,9 @@ type PodConfig struct {
 	Domains Domains
 	// Guard enforces the address policy (netguard.New()).
 	Guard *netguard.Guard
-	Log   *slog.Logger
+	// NoSandbox starts Chromium with --no-sandbox (LaunchSpec.NoSandbox).
+	NoSandbox bool
+	Log       *slog.Logger
 }
 
 // Pod is a running Chromium with its egress proxy and its authenticating
@@ -139,7 +141,7 @@ func StartPod(ctx context.Context, cfg PodConfig) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	proc, err := Launch(ctx, LaunchSpec{Bin: cfg.Bin, UserDataDir: cfg.UserDataDir, ProxyURL: egress.URL()})
+	proc, err := Launch(ctx, LaunchSpec{Bin: cfg.Bin, UserDataDir: cfg.UserDataDir, ProxyURL: egress.URL(), NoSandbox: cfg.NoSandbox})
 	if err != nil {
 		egress.Close()
 		return nil, err

@@ -400,11 +400,11 @@ func TestRemoteBrowserThroughDevToolsProxy(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	for name, tok := range map[string]string{"missing": "", "wrong": "0123456789abcdef-WRONG"} {
-		_, err := dialRemote(ctx, Endpoint{URL: srv.URL, Token: tok})
+		_, err := DialDevTools(ctx, Endpoint{URL: srv.URL, Token: tok})
 		g.Expect(err).To(MatchError(ContainSubstring("401 Unauthorized")), name)
 	}
 	// The WebSocket itself is refused without the token too.
-	ok, err := dialRemote(ctx, Endpoint{URL: srv.URL, Token: token})
+	ok, err := DialDevTools(ctx, Endpoint{URL: srv.URL, Token: token})
 	g.Expect(err).NotTo(HaveOccurred())
 	_ = ok.Close()
 	resp, err := srv.Client().Get(srv.URL + "/json/version")

@@ -65,6 +65,10 @@ type LaunchSpec struct {
 	// StartTimeout bounds how long Chromium may take to print its DevTools
 	// address (default 30s).
 	StartTimeout time.Duration
+	// NoSandbox starts Chromium without its own sandbox even when not root:
+	// a browser pod (non-root, no capabilities, seccomp RuntimeDefault)
+	// cannot create the sandbox's namespaces, and the pod is the sandbox.
+	NoSandbox bool
 }
 
 // Args returns the command-line flags for spec: headless, no sandbox as
@@ -99,7 +103,7 @@ func (s LaunchSpec) Args() []string {
 		fmt.Sprintf("--remote-debugging-port=%d", s.Port),
 		"--user-data-dir=" + s.UserDataDir,
 	}
-	if os.Geteuid() == 0 {
+	if s.NoSandbox || os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox")
 	}
 	if s.ProxyURL != "" {
@@ -216,15 +220,52 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
-// Stop asks the browser to exit, waiting up to grace before killing it.
+// Stop closes the browser cleanly, killing it if it has not exited within
+// grace. A clean close is DevTools' Browser.close: on a signal Chromium
+// exits without writing the cookie store (measured: a persistent cookie set
+// before SIGTERM was not in the profile afterwards; after Browser.close it
+// was), which a persistent profile must keep.
 func (p *Process) Stop(grace time.Duration) {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	if !p.closeViaDevTools(grace) {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
 	select {
 	case <-p.done:
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // stray helpers
-	case <-time.After(grace):
+	case <-time.After(time.Until(deadline)):
 		p.Kill()
+		return
 	}
+	// Helpers may still be writing as the browser exits: give them the
+	// rest of the grace period, then end any that are left.
+	for syscall.Kill(-p.cmd.Process.Pid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// closeViaDevTools sends Browser.close over the local DevTools endpoint and
+// reports whether Chromium accepted it.
+func (p *Process) closeViaDevTools(timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), min(timeout, 5*time.Second))
+	defer cancel()
+	ws := &cdp.WebSocket{}
+	if err := ws.Connect(ctx, p.WebSocketURL, nil); err != nil {
+		return false
+	}
+	defer func() { _ = ws.Close() }()
+	_, err := cdp.New().Start(ws).Call(ctx, "", "Browser.close", nil)
+	if err != nil {
+		// The connection drops as the browser exits, which may race the
+		// answer: it counts as accepted if the browser is going.
+		select {
+		case <-p.done:
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	}
+	return true
 }
 
 // Endpoint is a remote browser's DevTools address behind the authenticating
@@ -236,10 +277,10 @@ type Endpoint struct {
 	Token string
 }
 
-// dialRemote connects to a remote browser through its proxy: it asks
+// DialDevTools connects to a remote browser through its proxy: it asks
 // /json/version for the browser's WebSocket path and connects to it at the
 // proxy's host, sending the token on both requests.
-func dialRemote(ctx context.Context, ep Endpoint) (*cdp.WebSocket, error) {
+func DialDevTools(ctx context.Context, ep Endpoint) (*cdp.WebSocket, error) {
 	base, err := url.Parse(ep.URL)
 	if err != nil || base.Host == "" {
 		return nil, fmt.Errorf("invalid browser endpoint %q", ep.URL)

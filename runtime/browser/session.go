@@ -128,7 +128,7 @@ func launchLocal(ctx context.Context, cfg Config, opts Options, dir string) (*Br
 }
 
 func connectRemote(ctx context.Context, ep Endpoint, cfg Config, opts Options) (*Browser, error) {
-	ws, err := dialRemote(ctx, ep)
+	ws, err := DialDevTools(ctx, ep)
 	if err != nil {
 		return nil, err
 	}

@@ -60,12 +60,14 @@ type Runner struct {
 	cfg Config
 	mu  sync.Mutex
 	run map[types.UID]*proc
+	ips int // pod addresses handed out
 	wg  sync.WaitGroup
 }
 
 type proc struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
+	grace   time.Duration // the pod's terminationGracePeriodSeconds
 	stopped bool
 }
 
@@ -213,8 +215,18 @@ func (r *Runner) start(ctx context.Context, p *corev1.Pod) {
 		r.waiting(ctx, p, "CreateContainerConfigError", err.Error())
 		return
 	}
+	ip := r.podIP()
 	args := append([]string{}, c.Command[1:]...)
-	args = append(args, c.Args...)
+	for _, a := range c.Args {
+		// A pod has a network namespace of its own, where it listens on
+		// all addresses; here every pod shares the host's, so it listens on
+		// its own loopback address instead, and two pods serving the same
+		// port do not collide.
+		if port, ok := strings.CutPrefix(a, "--listen=:"); ok {
+			a = "--listen=" + ip + ":" + port
+		}
+		args = append(args, a)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append(os.Environ(), r.cfg.Env...), env...)
 	cmd.Dir = dir
@@ -232,11 +244,15 @@ func (r *Runner) start(ctx context.Context, p *corev1.Pod) {
 		r.failed(ctx, p, 127, err.Error())
 		return
 	}
-	pr := &proc{cmd: cmd, done: make(chan struct{})}
+	grace := 30 * time.Second // the API server's default
+	if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
+	pr := &proc{cmd: cmd, done: make(chan struct{}), grace: grace}
 	r.mu.Lock()
 	r.run[p.UID] = pr
 	r.mu.Unlock()
-	r.running(ctx, p)
+	r.running(ctx, p, ip)
 	r.wg.Go(func() {
 		err := cmd.Wait()
 		_ = logf.Close()
@@ -302,7 +318,8 @@ func (r *Runner) Running() int {
 	return n
 }
 
-// stop ends a pod's process: SIGTERM, then SIGKILL after the grace period.
+// stop ends a pod's process as a kubelet does: SIGTERM, then SIGKILL after
+// the pod's termination grace period.
 func (r *Runner) stop(uid types.UID, _ bool) {
 	r.mu.Lock()
 	pr := r.run[uid]
@@ -317,7 +334,7 @@ func (r *Runner) stop(uid types.UID, _ bool) {
 	_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-pr.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(pr.grace):
 		_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
 		<-pr.done
 	}
@@ -450,12 +467,23 @@ func (r *Runner) waiting(ctx context.Context, p *corev1.Pod, reason, msg string)
 	})
 }
 
-func (r *Runner) running(ctx context.Context, p *corev1.Pod) {
+// podIP hands out the next pod address: 127.1.0.1, 127.1.0.2, ... (all of
+// 127.0.0.0/8 is the loopback interface's).
+func (r *Runner) podIP() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ips++
+	n := r.ips % (1 << 15)
+	return fmt.Sprintf("127.1.%d.%d", n>>7, (n&0x7f)+1)
+}
+
+func (r *Runner) running(ctx context.Context, p *corev1.Pod, ip string) {
 	now := metav1.Now()
 	r.updateStatus(ctx, p, func(s *corev1.PodStatus) {
 		s.Phase = corev1.PodRunning
 		s.StartTime = &now
-		s.PodIP, s.HostIP = "127.0.0.1", "127.0.0.1"
+		s.PodIP, s.HostIP = ip, "127.0.0.1"
+		s.PodIPs = []corev1.PodIP{{IP: ip}}
 		s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
 		s.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image, Ready: true,
 			Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}

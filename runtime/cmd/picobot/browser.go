@@ -11,16 +11,21 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/browser/remote"
+	"github.com/picobot/picobot/runtime/browser/remote/wire"
 )
 
 // browserCmd is `picobot browser`: the process of a browser pod. It launches
 // headless Chromium (every request through the egress policy) and serves its
-// DevTools endpoint behind a token.
+// DevTools endpoint behind a token. A profile stored in S3 is restored
+// before Chromium starts and saved after it exits (presigned URLs from the
+// operator, in the environment).
 func browserCmd(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -59,14 +64,51 @@ func runBrowser(ctx context.Context, args []string, env func(string) string, out
 		}
 	}
 	log := slog.New(slog.NewTextHandler(out, nil))
-	pod, err := browser.StartPod(ctx, browser.PodConfig{Bin: *bin, UserDataDir: *dataDir, Token: token, Domains: allowed, Log: log})
+	noSandbox, err := envBool(env, wire.EnvNoSandbox)
 	if err != nil {
 		return err
 	}
-	defer pod.Close()
-	ln, err := net.Listen("tcp", *listen)
+	restoreURL, saveURL := strings.TrimSpace(env(wire.EnvRestoreURL)), strings.TrimSpace(env(wire.EnvSaveURL))
+	if restoreURL != "" {
+		// Before Chromium starts: it would otherwise create a new profile
+		// in the folder and the restored one would overwrite a live one.
+		restored, err := remote.RestoreProfile(ctx, profileHTTP, restoreURL, *dataDir)
+		if err != nil {
+			return fmt.Errorf("failed to restore the browser profile: %w", err)
+		}
+		log.Info("Browser profile", "restored", restored)
+	}
+	pod, err := browser.StartPod(ctx, browser.PodConfig{Bin: *bin, UserDataDir: *dataDir, Token: token, Domains: allowed,
+		NoSandbox: noSandbox, Log: log})
 	if err != nil {
-		return fmt.Errorf("failed to listen on %s: %w", *listen, err)
+		return err
+	}
+	serveErr := serveBrowser(ctx, pod, *listen, log)
+	pod.Close()
+	if saveURL == "" {
+		return serveErr
+	}
+	// After Chromium has exited, so the profile on disk is complete. The
+	// pod's termination grace period (60s) bounds this; a context of its
+	// own, as ctx is already cancelled when the pod is being stopped.
+	save, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	if err := remote.SaveProfile(save, profileHTTP, saveURL, *dataDir); err != nil {
+		return errors.Join(serveErr, fmt.Errorf("failed to save the browser profile: %w", err))
+	}
+	log.Info("Browser profile saved")
+	return serveErr
+}
+
+// profileHTTP moves profile archives to and from presigned S3 URLs.
+var profileHTTP = &http.Client{Timeout: 2 * time.Minute}
+
+// serveBrowser serves the pod's DevTools endpoint on listen until ctx ends
+// (nil) or Chromium exits (an error).
+func serveBrowser(ctx context.Context, pod *browser.Pod, listen string, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s: %w", listen, err)
 	}
 	srv := &http.Server{Handler: pod.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("Browser serving DevTools", "addr", ln.Addr().String())
@@ -84,4 +126,17 @@ func runBrowser(ctx context.Context, args []string, env func(string) string, out
 	defer cancel()
 	_ = srv.Shutdown(shutdown)
 	return nil
+}
+
+// envBool reads a boolean environment variable ("" is false).
+func envBool(env func(string) string, name string) (bool, error) {
+	v := strings.TrimSpace(env(name))
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s must be true or false, not %q", name, v)
+	}
+	return b, nil
 }

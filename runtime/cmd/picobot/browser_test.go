@@ -4,18 +4,24 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-rod/rod"
+	"github.com/go-rod/rod/lib/cdp"
+	"github.com/go-rod/rod/lib/proto"
 	. "github.com/onsi/gomega"
 
 	"github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/browser/remote/wire"
 	"github.com/picobot/picobot/runtime/netguard"
 )
 
@@ -111,4 +117,93 @@ func TestBrowserCommandNeedsTokenAndFolder(t *testing.T) {
 	g.Expect(runBrowser(context.Background(), nil, withToken, &out)).To(MatchError(ContainSubstring("--user-data-dir is required")))
 	short := func(string) string { return "short" }
 	g.Expect(runBrowser(context.Background(), []string{"--user-data-dir", t.TempDir(), "--chromium", "/nonexistent"}, short, &out)).To(HaveOccurred())
+
+	envOf := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	tok := "0123456789abcdef0"
+	g.Expect(runBrowser(context.Background(), []string{"--user-data-dir", t.TempDir()},
+		envOf(map[string]string{wire.EnvToken: tok, wire.EnvNoSandbox: "maybe"}), &out)).
+		To(MatchError(ContainSubstring(`PICOBOT_BROWSER_NO_SANDBOX must be true or false, not "maybe"`)))
+	// A profile that cannot be restored is an error before Chromium starts,
+	// not an empty profile that would then be saved over the real one.
+	storage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "broken", http.StatusInternalServerError)
+	}))
+	defer storage.Close()
+	dir := filepath.Join(t.TempDir(), "chrome")
+	g.Expect(runBrowser(context.Background(), []string{"--user-data-dir", dir, "--chromium", "/nonexistent"},
+		envOf(map[string]string{wire.EnvToken: tok, wire.EnvRestoreURL: storage.URL + "/p.tar.gz", wire.EnvSaveURL: storage.URL + "/p.tar.gz"}), &out)).
+		To(MatchError(ContainSubstring("failed to restore the browser profile: failed to download the browser profile: storage answered 500")))
+	g.Expect(dir).NotTo(BeADirectory())
+}
+
+// TestBrowserCommandKeepsProfile: with storage URLs (presigned S3 URLs in a
+// browser pod) the profile is saved after Chromium exits and restored
+// before the next one starts: a persistent cookie survives.
+func TestBrowserCommandKeepsProfile(t *testing.T) {
+	if err := browser.CheckExecutable(browser.DefaultBin); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	g := NewWithT(t)
+	var mu sync.Mutex
+	var archive []byte
+	storage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.Method {
+		case http.MethodPut:
+			archive, _ = io.ReadAll(r.Body)
+		case http.MethodGet:
+			if archive == nil {
+				http.NotFound(w, r)
+				return
+			}
+			_, _ = w.Write(archive)
+		}
+	}))
+	defer storage.Close()
+	const token = "test-token-0123456789"
+	env := func(k string) string {
+		return map[string]string{wire.EnvToken: token, wire.EnvRestoreURL: storage.URL + "/p", wire.EnvSaveURL: storage.URL + "/p", wire.EnvNoSandbox: "true"}[k]
+	}
+	// run starts a browser pod's process on a fresh folder, runs fn on its
+	// DevTools and stops it as the kubelet would.
+	run := func(fn func(*rod.Browser)) {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		var logs bytes.Buffer
+		go func() {
+			done <- runBrowser(ctx, []string{"--listen", addr, "--user-data-dir", filepath.Join(t.TempDir(), "chrome")}, env, &logs)
+		}()
+		var ws *cdp.WebSocket
+		g.Eventually(func() (err error) {
+			ws, err = browser.DialDevTools(ctx, browser.Endpoint{URL: "http://" + addr, Token: token})
+			return err
+		}).WithTimeout(60 * time.Second).Should(Succeed())
+		rb := rod.New().Context(ctx).Client(cdp.New().Start(ws))
+		g.Expect(rb.Connect()).To(Succeed())
+		fn(rb)
+		_ = ws.Close()
+		cancel()
+		g.Eventually(done).WithTimeout(60*time.Second).Should(Receive(BeNil()), "logs: %s", &logs)
+	}
+	run(func(rb *rod.Browser) {
+		g.Expect(proto.StorageSetCookies{Cookies: []*proto.NetworkCookieParam{{Name: "session", Value: "kept",
+			Domain: "shop.example", Path: "/", Expires: proto.TimeSinceEpoch(time.Now().Add(24 * time.Hour).Unix())}}}.Call(rb)).To(Succeed())
+	})
+	mu.Lock()
+	g.Expect(archive).NotTo(BeEmpty())
+	mu.Unlock()
+	run(func(rb *rod.Browser) {
+		res, err := proto.StorageGetCookies{}.Call(rb)
+		g.Expect(err).NotTo(HaveOccurred())
+		var kept []string
+		for _, c := range res.Cookies {
+			kept = append(kept, c.Domain+" "+c.Name+"="+c.Value)
+		}
+		g.Expect(kept).To(ContainElement("shop.example session=kept"))
+	})
 }

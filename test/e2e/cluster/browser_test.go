@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-rod/rod"
+	"github.com/go-rod/rod/lib/cdp"
+	"github.com/go-rod/rod/lib/proto"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -127,6 +130,25 @@ func endpointsOf(g Gomega, ns string) map[string][]byte {
 	return s.Data
 }
 
+// devtools runs fn on a raw DevTools connection to a browser pod, made as a
+// session's driver makes it (through the proxy, with the pod's token), for
+// checks below the browser tool.
+func devtools(tb testing.TB, url, token string, fn func(*rod.Browser)) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws, err := browser.DialDevTools(ctx, browser.Endpoint{URL: url, Token: token})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = ws.Close() }()
+	rb := rod.New().Context(ctx).Client(cdp.New().Start(ws))
+	if err := rb.Connect(); err != nil {
+		tb.Fatal(err)
+	}
+	fn(rb)
+}
+
 func getVersion(url, token string) (int, string, error) {
 	req, err := http.NewRequest(http.MethodGet, url+"/json/version", nil)
 	if err != nil {
@@ -149,7 +171,8 @@ func getVersion(url, token string) (int, string, error) {
 // session's driver reaches it through the authenticating proxy with the
 // pod's token (a client without it is refused), reuses it, and once the
 // driver closes it the operator reaps the pod after the profile's idle
-// timeout. A dialog's ephemeral browser goes as soon as it is released.
+// timeout; the pod saves the profile to S3 as it stops and the next pod
+// restores it (a cookie survives). A dialog's ephemeral browser goes as soon as it is released.
 func TestBrowserPodsEndToEnd(t *testing.T) {
 	needStack(t)
 	needChromium(t)
@@ -207,6 +230,13 @@ func TestBrowserPodsEndToEnd(t *testing.T) {
 	release()
 	g.Expect(c.driver.Stats().Reuses).To(Equal(1))
 
+	// The profile is an identity: a persistent cookie set now is in the
+	// Chrome profile `picobot browser` saves to S3 when its pod stops.
+	devtools(t, url, token, func(rb *rod.Browser) {
+		g.Expect(proto.StorageSetCookies{Cookies: []*proto.NetworkCookieParam{{Name: "session", Value: "kept",
+			Domain: "shop.example", Path: "/", Expires: proto.TimeSinceEpoch(time.Now().Add(24 * time.Hour).Unix())}}}.Call(rb)).To(Succeed())
+	})
+
 	// The driver closes it: no more renewals; after the idle timeout the
 	// operator deletes the pod and the runner ends its Chromium.
 	g.Expect(c.driver.CloseKey(ctx, key)).To(Succeed())
@@ -219,6 +249,25 @@ func TestBrowserPodsEndToEnd(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	g.Eventually(func() error { _, _, err := getVersion(url, token); return err }, 30*time.Second, 250*time.Millisecond).
 		Should(HaveOccurred(), "the old browser no longer listens")
+
+	// Opened again: a new pod, its profile restored from S3 before Chromium
+	// started, still has the cookie.
+	c.openTab(t, key)
+	again2 := browserPods(t, ns, name)
+	g.Expect(again2).To(HaveLen(1))
+	g.Expect(again2[0].UID).NotTo(Equal(pod.UID))
+	eps = endpointsOf(g, ns)
+	devtools(t, string(eps[wire.URLKey(name)]), string(eps[wire.TokenKey(name)]), func(rb *rod.Browser) {
+		res, err := proto.StorageGetCookies{}.Call(rb)
+		g.Expect(err).NotTo(HaveOccurred())
+		var kept []string
+		for _, ck := range res.Cookies {
+			kept = append(kept, ck.Domain+" "+ck.Name+"="+ck.Value)
+		}
+		g.Expect(kept).To(ContainElement("shop.example session=kept"))
+	})
+	g.Expect(c.driver.CloseKey(ctx, key)).To(Succeed())
+	g.Eventually(func() []corev1.Pod { return browserPods(t, ns, name) }, 90*time.Second, 250*time.Millisecond).Should(BeEmpty())
 
 	// A dialog's ephemeral browser: its own pod, gone once released.
 	dialog := browser.DialogKey("web:alice:1")
