@@ -6,6 +6,11 @@
 #
 #   hack/postgres.sh start          # PICOBOT_PG_PORT=5433 to choose the port; else a free one
 #   hack/postgres.sh stop DIR       # stop the cluster and delete DIR (no-op if gone)
+#   hack/postgres.sh halt DIR       # stop the server (fast shutdown), keeping DIR and its data
+#   hack/postgres.sh resume DIR     # start a halted server again on its port and data
+#
+# halt and resume are what a PostgreSQL restart looks like to clients (tests of
+# reconnection use them); both are idempotent.
 #
 # PostgreSQL refuses to run as root, so as root the cluster belongs to the
 # `postgres` user (created by the Debian package).
@@ -64,6 +69,14 @@ random_port() {
   return 1
 }
 
+# launch BIN DIR PORT: starts the server of DIR on PORT and waits until it
+# accepts connections.
+launch() {
+  as_pg "$1/pg_ctl" -D "$2/data" -l "$2/server.log" -w -t 30 start \
+    -o "-p $3 -k $2 -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+    >/dev/null 2>&1
+}
+
 start() {
   ensure_installed
   local bin dir port
@@ -84,9 +97,8 @@ start() {
   local attempt started=""
   for attempt in 1 2 3 4 5; do
     port=${PICOBOT_PG_PORT:-$(random_port)}
-    if as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 start \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
-      >/dev/null 2>&1; then
+    if launch "$bin" "$dir" "$port"; then
+      echo "$port" >"$dir/port"
       started=1
       break
     fi
@@ -133,8 +145,44 @@ stop() {
   rm -rf "$dir"
 }
 
+# check_dir DIR: DIR must be a cluster folder made by start.
+check_dir() {
+  case "${1:-}" in
+    */picobot-pg.*) ;;
+    *) echo "usage: $0 halt|resume DIR (a folder made by '$0 start')" >&2; exit 2 ;;
+  esac
+  [ -f "$1/port" ] || { log "$1 has no server to halt or resume"; exit 1; }
+}
+
+halt() {
+  check_dir "${1:-}"
+  local bin
+  bin=$(pg_bindir)
+  if as_pg "$bin/pg_ctl" -D "$1/data" status >/dev/null 2>&1; then
+    # A fast shutdown, as `pg_ctl restart` does: clients are disconnected,
+    # committed work is kept.
+    as_pg "$bin/pg_ctl" -D "$1/data" -m fast -w -t 60 stop >/dev/null
+  fi
+}
+
+resume() {
+  check_dir "${1:-}"
+  local bin
+  bin=$(pg_bindir)
+  if as_pg "$bin/pg_ctl" -D "$1/data" status >/dev/null 2>&1; then
+    return 0
+  fi
+  if ! launch "$bin" "$1" "$(cat "$1/port")"; then
+    log "failed to start the server again:"
+    tail -n 20 "$1/server.log" >&2 || true
+    exit 1
+  fi
+}
+
 case "${1:-}" in
   start) start ;;
   stop) stop "${2:-}" ;;
-  *) echo "usage: $0 start | stop DIR" >&2; exit 2 ;;
+  halt) halt "${2:-}" ;;
+  resume) resume "${2:-}" ;;
+  *) echo "usage: $0 start | stop DIR | halt DIR | resume DIR" >&2; exit 2 ;;
 esac

@@ -42,7 +42,11 @@ type BackendConfig struct {
 	// Rewake is how often a waiting send checks that its chat still has a
 	// runtime, waking a new one when the owner died.
 	Rewake time.Duration
-	Log    *slog.Logger
+	// QueueTimeout bounds how long a send retries queueing its message
+	// while Redis is unreachable (a restart) before it fails with
+	// CodeUnavailable.
+	QueueTimeout time.Duration
+	Log          *slog.Logger
 }
 
 // Backend implements gateway.Backend for cluster mode: it never runs a turn
@@ -62,6 +66,9 @@ func NewBackend(cfg BackendConfig) *Backend {
 	}
 	if cfg.Rewake <= 0 {
 		cfg.Rewake = 2 * time.Second
+	}
+	if cfg.QueueTimeout <= 0 {
+		cfg.QueueTimeout = 30 * time.Second
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -141,17 +148,31 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		return gateway.Outcome{Command: "stop", Text: text}, nil
 	}
 	msgID := chat + "/" + s.ID
-	ps, events, err := b.sig.subscribe(ctx, eventChannel(tenant, s.Agent, channel, chat))
+	// Subscribing and queueing ride out a Redis restart: both are retried
+	// with backoff for QueueTimeout. A publish retried after a lost reply
+	// may queue the message twice; the runtime's idempotent append keyed by
+	// msgID answers it once.
+	queueBy := time.Now().Add(b.cfg.QueueTimeout)
+	var ps *redis.PubSub
+	var events <-chan Event
+	err = b.retryRedis(ctx, queueBy, "subscribe to the chat's events", func() (err error) {
+		ps, events, err = b.sig.subscribe(ctx, eventChannel(tenant, s.Agent, channel, chat))
+		return err
+	})
 	if err != nil {
 		return gateway.Outcome{}, err
 	}
 	defer func() { _ = ps.Close() }()
 	payload, _ := json.Marshal(Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text})
-	if err := b.cfg.Bus.Publish(ctx, chatStream(tenant, s.Agent, channel, chat), bus.Message{ID: msgID, Payload: payload}); err != nil {
-		return gateway.Outcome{}, fmt.Errorf("failed to queue message: %w", err)
+	err = b.retryRedis(ctx, queueBy, "queue message", func() error {
+		return b.cfg.Bus.Publish(ctx, chatStream(tenant, s.Agent, channel, chat), bus.Message{ID: msgID, Payload: payload})
+	})
+	if err != nil {
+		return gateway.Outcome{}, err
 	}
 	if err := b.ensureRuntime(ctx, tenant, s.Agent, channel, chat); err != nil {
-		return gateway.Outcome{}, err
+		// Queued is what matters: the rewake below tries again.
+		b.cfg.Log.Error("Failed to wake chat", "chat", chat, "err", err)
 	}
 	deadline := time.NewTimer(b.cfg.ReplyTimeout)
 	defer deadline.Stop()
@@ -194,6 +215,31 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		case <-ctx.Done():
 			return gateway.Outcome{}, ctx.Err()
 		}
+	}
+}
+
+// retryRedis runs op until it succeeds, backing off exponentially between
+// attempts, so that a send rides out a Redis restart. Once the next attempt
+// would come after deadline it gives up with CodeUnavailable: the message was
+// not queued, and the client may send it again with the same id.
+func (b *Backend) retryRedis(ctx context.Context, deadline time.Time, what string, op func() error) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := op()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !time.Now().Add(wait).Before(deadline):
+			return &gateway.CodedError{Code: gateway.CodeUnavailable,
+				Err: fmt.Errorf("failed to %s, so the message was not queued; send it again: %w", what, err)}
+		}
+		b.cfg.Log.Warn("Redis unreachable; retrying", "op", what, "err", err, "backoff", wait)
+		if !sleep(ctx, wait) {
+			return ctx.Err()
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
 }
 

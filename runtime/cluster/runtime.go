@@ -132,7 +132,22 @@ func (r *Runtime) Run(ctx context.Context) error {
 // serve it (another runtime owns it, or nothing was waiting).
 func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
 	lease := leaseKey(w.Channel, w.ChatKey)
-	ok, err := r.cfg.Store.AcquireLease(ctx, lease, r.cfg.Pod, r.cfg.LeaseTTL)
+	var ok bool
+	var err error
+	// The wake is ours until acknowledged: while the store is down (a
+	// PostgreSQL restart) wait for it rather than exit, which would leave
+	// the chat to the gateway's rewakes and mark the pod failed.
+	for backoff := time.Duration(0); ; {
+		ok, err = r.cfg.Store.AcquireLease(ctx, lease, r.cfg.Pod, r.cfg.LeaseTTL)
+		if !errors.Is(err, store.ErrUnavailable) {
+			break
+		}
+		backoff = nextBackoff(backoff)
+		r.cfg.Log.Warn("Store unavailable; retrying the chat lease", "chat", w.ChatKey, "err", err, "backoff", backoff)
+		if !sleep(ctx, backoff) {
+			return false, ctx.Err()
+		}
+	}
 	if err != nil {
 		return false, fmt.Errorf("failed to take chat lease: %w", err)
 	}
@@ -314,16 +329,32 @@ func (r *Runtime) process(ctx context.Context, w Wake, stream string, m bus.Mess
 	}()
 	var reply session.Reply
 	var err error
+	var backoff time.Duration
 	for {
 		reply, err = r.cfg.Manager.Handle(ctx, session.Inbound{Channel: w.Channel, ChatID: w.ChatKey, MessageID: m.ID, Text: in.Text,
 			Stream: true, Sink: func(e agent.Event) { pub(Event{Kind: string(e.Kind), Event: wireEvent(e)}) }})
-		// We own the chat, so a busy session is the lease of a dead owner
-		// that has not expired yet: wait for it rather than fail the turn.
-		if !errors.Is(err, session.ErrBusy) || !sleep(ctx, r.cfg.LeaseTTL/6) {
+		var wait time.Duration
+		switch {
+		case errors.Is(err, session.ErrBusy):
+			// We own the chat, so a busy session is the lease of a dead
+			// owner that has not expired yet: wait for it rather than fail
+			// the turn.
+			wait = r.cfg.LeaseTTL / 6
+		case errors.Is(err, store.ErrUnavailable):
+			// The store is down (a PostgreSQL restart): the message stays
+			// unacknowledged and is tried again once the store is back,
+			// rather than answered with an error and dropped. The turn's
+			// writes are idempotent (keyed by the message id), and a turn
+			// whose results were not stored runs again.
+			backoff = nextBackoff(backoff)
+			wait = backoff
+			r.cfg.Log.Warn("Store unavailable; retrying the message", "id", m.ID, "err", err, "backoff", wait)
+		}
+		if wait == 0 || !sleep(ctx, wait) {
 			break
 		}
 	}
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, store.ErrUnavailable)) {
 		// Lease lost or shutting down: leave the message pending for the
 		// next owner.
 		return
@@ -369,6 +400,14 @@ func replyByDispatcher(channel string) bool {
 		return false
 	}
 	return true
+}
+
+// nextBackoff doubles a retry's wait, from 100ms up to 5s.
+func nextBackoff(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 100 * time.Millisecond
+	}
+	return min(2*d, 5*time.Second)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -180,6 +180,7 @@ const (
 	CodeTooLarge        = "too_large"
 	CodeRateLimited     = "rate_limited"
 	CodeNoModel         = "no_model"
+	CodeUnavailable     = "unavailable" // not queued (Redis down); resend with the same id
 	CodeInternal        = "internal"
 )
 
@@ -198,6 +199,7 @@ var statusOf = map[string]int{
 	CodeTooLarge:        http.StatusRequestEntityTooLarge,
 	CodeRateLimited:     http.StatusTooManyRequests,
 	CodeNoModel:         http.StatusServiceUnavailable,
+	CodeUnavailable:     http.StatusServiceUnavailable,
 	CodeInternal:        http.StatusInternalServerError,
 }
 

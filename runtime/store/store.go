@@ -30,6 +30,10 @@ var (
 	// ErrInvalid: the input breaks a rule of the data model (empty id, unknown
 	// role or state, NUL byte in text). Nothing was written.
 	ErrInvalid = errors.New("invalid input")
+	// ErrUnavailable: the store could not be reached (a database restart or
+	// outage). Nothing is known to be written; retrying later is safe for the
+	// idempotent writes (appends keyed by message id, leases).
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // DefaultListLimit caps List* results when the filter sets no limit, so an

@@ -15,6 +15,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -87,6 +90,9 @@ func classify(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.ErrNotFound
 	}
+	if unreachable(err) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
@@ -97,4 +103,23 @@ func classify(err error) error {
 		}
 	}
 	return err
+}
+
+// unreachable reports a failure to reach the server rather than an answer of
+// it: no connection could be made, the connection broke, or the server is
+// shutting down or starting up (a restart).
+func unreachable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the caller's own limit
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// Class 08 is "connection exception"; 57P01-57P03 are the
+		// administrator's shutdown, a crash's, and "cannot connect now".
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) && !ne.Timeout() ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)
 }

@@ -51,11 +51,16 @@ type stack struct {
 	runner     *podrunner.Runner
 	gatewayURL string
 	conn       []string // connection environment of gateway, operator and pods
-	dir        string
-	kubectl    string
-	picobot    string
-	operator   string
-	logs       []string
+	// pgServer and redisServer are the servers this package started, which
+	// tests may restart; nil when PICOBOT_TEST_*_URL names a shared one.
+	pgServer    *services.PostgresServer
+	redisServer *services.RedisServer
+	dir         string
+	kubectl     string
+	picobot     string
+	operator    string
+	logs        []string
+	gatewayLog  string
 }
 
 var (
@@ -134,13 +139,13 @@ func start() (*stack, func(), error) {
 		return fail(err)
 	}
 
-	pgDSN, stopPG, err := services.Postgres()
+	pgDSN, stopPG, err := s.postgres()
 	if err != nil {
 		reason, _ := services.Unavailable("PostgreSQL", err)
 		return fail(unavailableError{errors.New(reason)})
 	}
 	stops = append(stops, stopPG)
-	redisURL, stopRedis, err := services.Redis()
+	redisURL, stopRedis, err := s.startRedis()
 	if err != nil {
 		reason, _ := services.Unavailable("Redis", err)
 		return fail(unavailableError{errors.New(reason)})
@@ -205,6 +210,7 @@ func start() (*stack, func(), error) {
 	stops = append(stops, stopOp)
 	gwLog := filepath.Join(dir, "gateway.log")
 	s.logs = append(s.logs, gwLog)
+	s.gatewayLog = gwLog
 	urlc := make(chan string, 1)
 	stopGW, err := s.spawn(gwLog, func(line string) {
 		if m := servingRE.FindStringSubmatch(line); m != nil {
@@ -221,6 +227,34 @@ func start() (*stack, func(), error) {
 		return fail(fmt.Errorf("the gateway did not start; log:\n%s", tail(gwLog, 40)))
 	}
 	return s, stopAll, nil
+}
+
+// postgres starts the package's PostgreSQL, unless one is configured.
+func (s *stack) postgres() (string, func(), error) {
+	if os.Getenv(services.PostgresURLEnv) != "" {
+		return services.Postgres()
+	}
+	srv, err := services.StartPostgres()
+	if err != nil {
+		return "", nil, err
+	}
+	s.pgServer = srv
+	return srv.DSN, func() { _ = srv.Stop() }, nil
+}
+
+// startRedis starts the package's Redis, unless one is configured. It runs
+// with the append-only file, as production does: the bus is only as durable
+// as Redis, and the restart test checks that no queued message is lost.
+func (s *stack) startRedis() (string, func(), error) {
+	if os.Getenv("PICOBOT_TEST_REDIS_URL") != "" {
+		return services.Redis()
+	}
+	srv, err := services.StartRedis(true)
+	if err != nil {
+		return "", nil, err
+	}
+	s.redisServer = srv
+	return srv.URL, func() { _ = srv.Stop() }, nil
 }
 
 var servingRE = regexp.MustCompile(`PicoBot gateway is serving (http://\S+)/`)
