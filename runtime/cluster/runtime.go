@@ -47,7 +47,12 @@ type RuntimeConfig struct {
 	// Runs executes scheduled runs carried by wakes (localrun's Runner);
 	// without it such wakes are answered with an error.
 	Runs scheduler.Runner
-	Log  *slog.Logger
+	// OnQuiet is called when the chat has gone quiet after messages were
+	// processed (the first empty poll after them), and when the runtime is
+	// ready and starts waiting for a wake; session pods return memory to
+	// the OS there.
+	OnQuiet func()
+	Log     *slog.Logger
 }
 
 // Runtime is a session pod's main loop: wait as a warm pod for a wake, claim
@@ -85,6 +90,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}
 	defer r.cfg.Redis.HDel(context.WithoutCancel(ctx), pods, r.cfg.Pod)
 	wakes := wakeStream(r.cfg.Tenant, r.cfg.Agent)
+	r.quiet()
 	for {
 		msgs, err := r.cfg.Bus.Fetch(ctx, wakes, groupPods, r.cfg.Pod, bus.FetchOptions{Count: 1, Block: 5 * time.Second})
 		if err != nil {
@@ -191,6 +197,7 @@ func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
 		served = true
 	}
 	idle := time.Now()
+	busy := served
 	for chatCtx.Err() == nil { // until the lease is lost or we shut down
 		msgs, err := r.cfg.Bus.Fetch(chatCtx, stream, groupRuntime, r.cfg.Pod, bus.FetchOptions{Count: 10, Block: fetchBlock})
 		if err != nil {
@@ -206,8 +213,12 @@ func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
 			served = true
 		}
 		if len(msgs) > 0 {
-			idle = time.Now()
+			idle, busy = time.Now(), true
 			continue
+		}
+		if busy {
+			busy = false
+			r.quiet()
 		}
 		if !served || time.Since(idle) >= r.cfg.IdleTimeout {
 			// Give the chat up, then look once more: a message queued
@@ -236,6 +247,13 @@ func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
 	}
 	_ = r.cfg.Manager.ReleaseAll(context.WithoutCancel(ctx))
 	return served, nil
+}
+
+// quiet calls OnQuiet, if set.
+func (r *Runtime) quiet() {
+	if r.cfg.OnQuiet != nil {
+		r.cfg.OnQuiet()
+	}
 }
 
 // run executes a scheduled run and publishes its result for the operator.

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -60,7 +61,7 @@ func (g Guard) Check(text string) *Refusal {
 		return &Refusal{What: sp[0].what}
 	}
 	lower := strings.ToLower(text)
-	for _, t := range topics {
+	for _, t := range compiledPatterns().topics {
 		if slices.Contains(g.allowed, t.category) {
 			continue
 		}
@@ -113,24 +114,25 @@ func findSecrets(text string) []span {
 		}
 		return false
 	}
+	p := compiledPatterns()
 	// Chinese resident identity numbers first: 18 digits would also pass
 	// for a card number.
-	for _, loc := range chineseIDPattern.FindAllStringIndex(text, -1) {
+	for _, loc := range p.chineseID.FindAllStringIndex(text, -1) {
 		if isolated(text, loc[0], loc[1]) && validChineseID(text[loc[0]:loc[1]]) {
 			out = append(out, span{loc[0], loc[1], "an identity number (Chinese resident ID, checksum valid)"})
 		}
 	}
-	for _, loc := range ssnPattern.FindAllStringIndex(text, -1) {
+	for _, loc := range p.ssn.FindAllStringIndex(text, -1) {
 		if isolated(text, loc[0], loc[1]) && validSSN(text[loc[0]:loc[1]]) && !taken(loc[0], loc[1]) {
 			out = append(out, span{loc[0], loc[1], "a social-security number"})
 		}
 	}
-	for _, loc := range ssnContextPattern.FindAllStringSubmatchIndex(text, -1) {
+	for _, loc := range p.ssnContext.FindAllStringSubmatchIndex(text, -1) {
 		if !taken(loc[2], loc[3]) {
 			out = append(out, span{loc[2], loc[3], "a social-security number"})
 		}
 	}
-	for _, loc := range digitRunPattern.FindAllStringIndex(text, -1) {
+	for _, loc := range p.digitRun.FindAllStringIndex(text, -1) {
 		if !isolated(text, loc[0], loc[1]) {
 			continue
 		}
@@ -138,7 +140,7 @@ func findSecrets(text string) []span {
 			out = append(out, span{loc[0] + start, loc[0] + end, "a bank card number (passes the Luhn check)"})
 		}
 	}
-	for _, c := range credentialPatterns {
+	for _, c := range p.credentials {
 		for _, loc := range c.re.FindAllStringIndex(text, -1) {
 			if !taken(loc[0], loc[1]) {
 				out = append(out, span{loc[0], loc[1], c.what})
@@ -148,16 +150,42 @@ func findSecrets(text string) []span {
 	return out
 }
 
-var (
-	chineseIDPattern = regexp.MustCompile(`[1-9]\d{16}[\dXx]`)
-	ssnPattern       = regexp.MustCompile(`\d{3}-\d{2}-\d{4}`)
-	// A number right after a social-security label, in English or Chinese
-	// (a Chinese social-security number is the resident ID number).
-	ssnContextPattern = regexp.MustCompile(`(?i)(?:\bssn|social[ -]security(?: number| no\.?| #)?|社保号|社保卡号|社会保障号|社会保障卡号)\s*(?:is|=|:|：|是|为)?\s*([0-9][0-9 -]{7,}[0-9Xx])`)
-	// digitRunPattern finds groups of digits separated by single spaces or
-	// dashes, the ways card numbers are written.
-	digitRunPattern = regexp.MustCompile(`\d+(?:[ -]\d+)*`)
-)
+// guardPatterns are the guard's compiled expressions.
+type guardPatterns struct {
+	chineseID, ssn, ssnContext, digitRun *regexp.Regexp
+	credentials                          []credentialPattern
+	topics                               []topicPattern
+}
+
+type credentialPattern struct {
+	what string
+	re   *regexp.Regexp
+}
+
+type topicPattern struct {
+	category Sensitive
+	re       *regexp.Regexp
+}
+
+// compiledPatterns compiles the guard's expressions on first use rather than
+// at package initialisation: they take about 0.3 MB of heap, and every
+// process of the picobot binary (session pods that never store a memory,
+// the gateway, the CLI) would otherwise hold them for its whole life.
+var compiledPatterns = sync.OnceValue(func() *guardPatterns {
+	return &guardPatterns{
+		chineseID: regexp.MustCompile(`[1-9]\d{16}[\dXx]`),
+		ssn:       regexp.MustCompile(`\d{3}-\d{2}-\d{4}`),
+		// A number right after a social-security label, in English or
+		// Chinese (a Chinese social-security number is the resident ID
+		// number).
+		ssnContext: regexp.MustCompile(`(?i)(?:\bssn|social[ -]security(?: number| no\.?| #)?|社保号|社保卡号|社会保障号|社会保障卡号)\s*(?:is|=|:|：|是|为)?\s*([0-9][0-9 -]{7,}[0-9Xx])`),
+		// digitRun finds groups of digits separated by single spaces or
+		// dashes, the ways card numbers are written.
+		digitRun:    regexp.MustCompile(`\d+(?:[ -]\d+)*`),
+		credentials: credentialPatterns(),
+		topics:      topicPatterns(),
+	}
+})
 
 // findCard looks for a card number in a run of digit groups: whole groups,
 // 13 to 19 digits together, passing the Luhn check and not one repeated
@@ -186,18 +214,17 @@ func findCard(run string) (start, end int, ok bool) {
 	return 0, 0, false
 }
 
-var credentialPatterns = []struct {
-	what string
-	re   *regexp.Regexp
-}{
-	{"a private key", regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----`)},
-	{"an API key", regexp.MustCompile(`\b(?:sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}|glpat-[A-Za-z0-9_\-]{20,}|xox[abposr]-[A-Za-z0-9\-]{10,}|AIza[0-9A-Za-z_\-]{35})`)},
-	{"a session token (JWT)", regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`)},
-	{"a bearer token", regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{16,}=*`)},
-	{"a password", regexp.MustCompile(`(?i)\b(?:password|passwd|passphrase|passcode|pwd|pin)\b\s*(?:is|was|=|:|：)\s*\S+`)},
-	{"a password", regexp.MustCompile(`(?:密码|口令|支付密码|登录密码)\s*(?:是|为|：|:|=)\s*\S+`)},
-	{"a key or token", regexp.MustCompile(`(?i)\b(?:api[_ \-]?key|secret(?:[_ \-]?key)?|access[_ \-]?(?:key|token)|auth[_ \-]?token|refresh[_ \-]?token|session[_ \-]?(?:id|token|cookie|key)|token|cookie)\b\s*(?:is|=|:|：)\s*['"]?[A-Za-z0-9._~+/=\-]{12,}`)},
-	{"a key or token", regexp.MustCompile(`(?:密钥|秘钥|令牌|会话(?:令牌|标识)|访问令牌|token)\s*(?:是|为|：|:|=)\s*['"]?[A-Za-z0-9._~+/=\-]{8,}`)},
+func credentialPatterns() []credentialPattern {
+	return []credentialPattern{
+		{"a private key", regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----`)},
+		{"an API key", regexp.MustCompile(`\b(?:sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}|glpat-[A-Za-z0-9_\-]{20,}|xox[abposr]-[A-Za-z0-9\-]{10,}|AIza[0-9A-Za-z_\-]{35})`)},
+		{"a session token (JWT)", regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`)},
+		{"a bearer token", regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{16,}=*`)},
+		{"a password", regexp.MustCompile(`(?i)\b(?:password|passwd|passphrase|passcode|pwd|pin)\b\s*(?:is|was|=|:|：)\s*\S+`)},
+		{"a password", regexp.MustCompile(`(?:密码|口令|支付密码|登录密码)\s*(?:是|为|：|:|=)\s*\S+`)},
+		{"a key or token", regexp.MustCompile(`(?i)\b(?:api[_ \-]?key|secret(?:[_ \-]?key)?|access[_ \-]?(?:key|token)|auth[_ \-]?token|refresh[_ \-]?token|session[_ \-]?(?:id|token|cookie|key)|token|cookie)\b\s*(?:is|=|:|：)\s*['"]?[A-Za-z0-9._~+/=\-]{12,}`)},
+		{"a key or token", regexp.MustCompile(`(?:密钥|秘钥|令牌|会话(?:令牌|标识)|访问令牌|token)\s*(?:是|为|：|:|=)\s*['"]?[A-Za-z0-9._~+/=\-]{8,}`)},
+	}
 }
 
 // isolated reports whether text[start:end] is not part of a longer run of
@@ -283,33 +310,32 @@ func atoi(s string) int {
 	return n
 }
 
-// topics are the words that place an entry among sensitive matters. English
-// words match whole; Chinese ones anywhere.
-var topics = []struct {
-	category Sensitive
-	re       *regexp.Regexp
-}{
-	{Health, topicPattern(
-		[]string{"diagnosis", "diagnosed", "disease", "illness", "medication", "medications", "prescription", "prescribed",
-			"therapy", "therapist", "psychiatrist", "depression", "anxiety disorder", "cancer", "diabetes", "hiv", "pregnant",
-			"pregnancy", "surgery", "chemotherapy", "mental health", "medical condition", "allergic to"},
-		[]string{"诊断", "确诊", "疾病", "病情", "病史", "药物", "处方", "抑郁", "焦虑症", "癌症", "糖尿病", "艾滋", "怀孕", "手术",
-			"化疗", "住院", "心理治疗", "精神病"})},
-	{Finance, topicPattern(
-		[]string{"salary", "income", "debt", "debts", "loan", "loans", "mortgage", "bank balance", "account balance",
-			"credit score", "net worth", "bankruptcy", "tax return", "savings account"},
-		[]string{"工资", "薪水", "薪资", "收入", "负债", "欠款", "贷款", "房贷", "存款", "余额", "信用分", "征信", "破产", "税单"})},
-	{Legal, topicPattern(
-		[]string{"lawsuit", "sued", "arrested", "arrest", "criminal record", "convicted", "conviction", "court case",
-			"probation", "indicted", "legal dispute", "immigration status"},
-		[]string{"诉讼", "起诉", "被告", "逮捕", "拘留", "犯罪记录", "案底", "官司", "判决", "判刑", "缓刑", "仲裁"})},
-	{Family, topicPattern(
-		[]string{"divorce", "divorced", "affair", "custody", "domestic violence", "separated from", "estranged",
-			"family conflict", "marital"},
-		[]string{"离婚", "出轨", "婚外情", "抚养权", "家暴", "分居", "家庭矛盾", "婆媳"})},
+// topicPatterns are the words that place an entry among sensitive matters.
+// English words match whole; Chinese ones anywhere.
+func topicPatterns() []topicPattern {
+	return []topicPattern{
+		{Health, topicRE(
+			[]string{"diagnosis", "diagnosed", "disease", "illness", "medication", "medications", "prescription", "prescribed",
+				"therapy", "therapist", "psychiatrist", "depression", "anxiety disorder", "cancer", "diabetes", "hiv", "pregnant",
+				"pregnancy", "surgery", "chemotherapy", "mental health", "medical condition", "allergic to"},
+			[]string{"诊断", "确诊", "疾病", "病情", "病史", "药物", "处方", "抑郁", "焦虑症", "癌症", "糖尿病", "艾滋", "怀孕", "手术",
+				"化疗", "住院", "心理治疗", "精神病"})},
+		{Finance, topicRE(
+			[]string{"salary", "income", "debt", "debts", "loan", "loans", "mortgage", "bank balance", "account balance",
+				"credit score", "net worth", "bankruptcy", "tax return", "savings account"},
+			[]string{"工资", "薪水", "薪资", "收入", "负债", "欠款", "贷款", "房贷", "存款", "余额", "信用分", "征信", "破产", "税单"})},
+		{Legal, topicRE(
+			[]string{"lawsuit", "sued", "arrested", "arrest", "criminal record", "convicted", "conviction", "court case",
+				"probation", "indicted", "legal dispute", "immigration status"},
+			[]string{"诉讼", "起诉", "被告", "逮捕", "拘留", "犯罪记录", "案底", "官司", "判决", "判刑", "缓刑", "仲裁"})},
+		{Family, topicRE(
+			[]string{"divorce", "divorced", "affair", "custody", "domestic violence", "separated from", "estranged",
+				"family conflict", "marital"},
+			[]string{"离婚", "出轨", "婚外情", "抚养权", "家暴", "分居", "家庭矛盾", "婆媳"})},
+	}
 }
 
-func topicPattern(english, chinese []string) *regexp.Regexp {
+func topicRE(english, chinese []string) *regexp.Regexp {
 	quoted := make([]string, 0, len(english)+len(chinese))
 	for _, w := range english {
 		quoted = append(quoted, `\b`+regexp.QuoteMeta(w)+`\b`)

@@ -75,7 +75,11 @@ func BenchmarkWakeToFirstToken(b *testing.B) {
 }
 
 // BenchmarkSessionPodRSS measures the resident memory of a session pod's
-// process serving one idle session (after its first turn).
+// process serving one idle session (after its first turn). Besides VmRSS it
+// reports its two parts: anonymous memory (heap, stacks: what each pod costs
+// on its own) and the mapped pages of the picobot binary (page cache that
+// every pod on a node shares; how much of the binary a process maps depends
+// on the kernel's page-cache folio sizes as well as on the code it runs).
 func BenchmarkSessionPodRSS(b *testing.B) {
 	needStack(b)
 	g := NewWithT(b)
@@ -84,7 +88,7 @@ func BenchmarkSessionPodRSS(b *testing.B) {
 	st.apply(b, fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "5m", 0))
 	st.waitReady(b, ns, "helper")
 	ws := gatewaytest.Client{URL: st.gatewayURL, Key: key}.Dial(b)
-	var rss []float64
+	var rss, anon, file []float64
 	for i := range max(b.N, 3) {
 		frames := ws.Exchange(b, gatewaytest.Frame{"id": fmt.Sprintf("r%d", i), "agent": "helper", "chat_id": fmt.Sprintf("rss%d", i), "text": "hello"})
 		g.Expect(gatewaytest.ErrorFrame(frames)).To(BeNil())
@@ -98,24 +102,34 @@ func BenchmarkSessionPodRSS(b *testing.B) {
 		}
 		g.Expect(pid).NotTo(BeZero())
 		time.Sleep(2 * time.Second) // idle: let the turn's garbage go
-		rss = append(rss, vmRSS(b, pid))
+		mem := procStatusMB(b, pid, "VmRSS", "RssAnon", "RssFile")
+		rss, anon, file = append(rss, mem[0]), append(anon, mem[1]), append(file, mem[2])
 	}
-	slices.Sort(rss)
-	b.ReportMetric(rss[len(rss)/2], "rss-MB")
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(rss), "rss-MB")
+	b.ReportMetric(median(anon), "anon-MB")
+	b.ReportMetric(median(file), "file-MB")
 }
 
-func vmRSS(tb testing.TB, pid int) float64 {
+// procStatusMB reads the named kB fields of /proc/<pid>/status, in MB.
+func procStatusMB(tb testing.TB, pid int, names ...string) []float64 {
 	tb.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
+	out := make([]float64, len(names))
+	for i, name := range names {
+		found := false
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == name+":" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				out[i], found = kb/1024, true
+			}
+		}
+		if !found {
+			tb.Fatalf("no %s for pid %d", name, pid)
 		}
 	}
-	tb.Fatalf("no VmRSS for pid %d", pid)
-	return 0
+	return out
 }
