@@ -4,13 +4,14 @@
 // A task is a store record (store.TaskStore). Every task that is not
 // cancelled has a scheduled job ("task-<id>") that runs its prompt in the
 // agent: at due_at, at once when there is none, or on the cron ticks of its
-// repeat ("day 09:00" becomes "0 0 9 * * *" in the task's tz). A run is, as every scheduled run, a fresh session without chat
-// history, so continuity maps onto the prompt: "continue" tells the run to
-// read its previous conclusion (bot_task list, field result) and build on
-// it; "fresh" tells it to start from zero. The task's state follows its
-// job's latest run: none yet is queued, claimed or running is running, ok
-// is succeeded, alert is awaiting (the alert message is what it waits for),
-// failed or refused is failed; cancel deletes the job and is final.
+// repeat ("day 09:00" becomes "0 0 9 * * *" in the task's tz). A run is, as
+// every scheduled run, a fresh session without chat history, so continuity
+// maps onto the prompt: "continue" tells the run to read its previous
+// conclusion (bot_task list, field result) and build on it; "fresh" tells
+// it to start from zero. The task's state follows its job's latest run:
+// none yet is queued, claimed or running is running, ok is succeeded, alert
+// is awaiting (the alert message is what it waits for), failed or refused
+// is failed; cancel deletes the job and is final.
 //
 // An agenda item (bot_agenda) is a dated entry; one with a time of day in the
 // future gets a one-shot reminder job ("agenda-<id>") whose outcome is
