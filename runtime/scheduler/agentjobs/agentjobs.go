@@ -26,11 +26,11 @@ import (
 )
 
 var (
-	// ErrNotFound: there is no CronJob of that name in the namespace.
+	// ErrNotFound says there is no CronJob of that name in the namespace.
 	ErrNotFound = errors.New("no such CronJob")
-	// ErrExists: Create found the name taken.
+	// ErrExists says Create found the name taken.
 	ErrExists = errors.New("a CronJob of that name exists")
-	// ErrNotAgentMade: Update was asked to change a CronJob of a manifest.
+	// ErrNotAgentMade says Update was asked to change a CronJob of a manifest.
 	ErrNotAgentMade = errors.New("the CronJob was not made by an agent")
 )
 
