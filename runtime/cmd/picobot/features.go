@@ -14,6 +14,7 @@ import (
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/skill"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool/bottask"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 	"github.com/picobot/picobot/runtime/tool/cron"
 	"github.com/picobot/picobot/runtime/tool/messaging"
@@ -28,10 +29,11 @@ type featureOptions struct {
 	// status (nil in session pods: the agent spec is listed as declared).
 	sender   messaging.Sender
 	channels messaging.ChannelStatus
-	// cron adds the cron tools (session pods; embedded mode's scheduler
-	// adds its own). It also marks a session pod, which leaves memory
-	// consolidation and timeline expiry to the daily maintenance run rather
-	// than repeating them in every pod.
+	// cron adds the scheduler's tools, the cron tools and bot_task /
+	// bot_agenda, whose jobs are CronJobs the operator fires (session pods;
+	// embedded mode's scheduler adds its own). It also marks a session pod,
+	// which leaves memory consolidation and timeline expiry to the daily
+	// maintenance run rather than repeating them in every pod.
 	cron bool
 	// browser configures the browser driver (session pods: browser pods
 	// through remote.Provider; local Chromium when zero).
@@ -56,7 +58,7 @@ func features(o featureOptions) ([]agenthost.Feature, func()) {
 		browser,
 	}
 	if o.cron {
-		feats = append(feats, cron.NewFeature(cron.Config{}))
+		feats = append(feats, cron.NewFeature(cron.Config{}), bottask.NewFeature(bottask.Config{}))
 	}
 	return feats, browser.Close
 }

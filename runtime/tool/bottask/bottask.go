@@ -2,25 +2,31 @@
 // bot_task and bot_agenda, as an agenthost.Feature built on the scheduler.
 //
 // A task is a store record (store.TaskStore). Every task that is not
-// cancelled has a scheduled job ("task-<id>" in store.CronStore) that runs
-// its prompt in the agent: at due_at, at once when there is none, or on the
-// cron ticks of its repeat ("day 09:00" becomes "0 0 9 * * *" in the task's
-// tz). A run is, as every scheduled run, a fresh session without chat
-// history, so continuity maps onto the prompt: "continue" tells the run to
-// read its previous conclusion (bot_task list, field result) and build on
-// it; "fresh" tells it to start from zero. The task's state follows its
-// job's latest run: none yet is queued, claimed or running is running, ok
-// is succeeded, alert is awaiting (the alert message is what it waits for),
-// failed or refused is failed; cancel deletes the job and is final.
+// cancelled has a scheduled job ("task-<id>") that runs its prompt in the
+// agent: at due_at, at once when there is none, or on the cron ticks of its
+// repeat ("day 09:00" becomes "0 0 9 * * *" in the task's tz). A run is, as
+// every scheduled run, a fresh session without chat history, so continuity
+// maps onto the prompt: "continue" tells the run to read its previous
+// conclusion (bot_task list, field result) and build on it; "fresh" tells
+// it to start from zero. The task's state follows its job's latest run:
+// none yet is queued, claimed or running is running, ok is succeeded, alert
+// is awaiting (the alert message is what it waits for), failed or refused
+// is failed; cancel deletes the job and is final.
 //
 // An agenda item (bot_agenda) is a dated entry; one with a time of day in the
 // future gets a one-shot reminder job ("agenda-<id>") whose outcome is
 // delivered to the chat it was added from. Times are ISO 8601 with a UTC
 // offset only: "tomorrow afternoon" is refused with the reason.
 //
-// Jobs live in the store, as embedded mode's scheduler reads them; Config.Changed
-// tells that scheduler about each change. In cluster mode (Host.Kube set)
-// tasks and agenda items are kept and listed, but not scheduled.
+// In embedded mode jobs live in the store (store.CronStore), as its
+// scheduler reads them, and Config.Changed tells that scheduler about each
+// change. In cluster mode (Host.Kube set) each job is a CronJob resource in
+// the agent's namespace, labelled agent-made like the cron tools' (package
+// agentjobs): the operator's scheduler fires it, delivers a reminder's
+// outcome through the gateway to spec.target, and records its runs in
+// PostgreSQL under the CronJob's name, where the session pod reads them.
+// update rewrites the CronJob; cancel, and an agenda item's done or
+// remove, delete it. Run records come from the store in both modes.
 package bottask
 
 import (
@@ -37,6 +43,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/scheduler"
+	"github.com/picobot/picobot/runtime/scheduler/agentjobs"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
 )
@@ -46,8 +53,9 @@ type Config struct {
 	// Clock judges due times; real when nil.
 	Clock clock.PassiveClock
 	// Changed is told about every scheduled job the tools create, change or
-	// delete, so a running scheduler picks it up at once (embedded mode:
-	// the same function the cron tools get).
+	// delete in embedded mode, so the running scheduler picks it up at once
+	// (the same function the cron tools get). Cluster mode's operator
+	// watches the CronJobs instead.
 	Changed func(ctx context.Context, tenant, name string)
 	// TimeZone is the IANA zone of repeat's pinned times when a task gives
 	// no tz ("" for UTC).
@@ -80,8 +88,15 @@ func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts,
 		return agenthost.Parts{}, fmt.Errorf("the store (%T) does not keep tasks (store.TaskStore)", a.Host.Store)
 	}
 	t := &tools{ts: ts, tenant: a.Host.Tenant, agent: a.Spec.Name, cfg: f.cfg}
-	if cs, ok := a.Host.Store.(store.CronStore); ok && a.Host.Kube == nil {
-		t.jobs = cs
+	// Run records are in the store in both modes; without them a task's
+	// state could not follow its runs, so nothing is scheduled.
+	if cs, ok := a.Host.Store.(store.CronStore); ok {
+		t.runs = cs
+		if a.Host.Kube != nil {
+			t.jobs = kubeJobs{k: agentjobs.New(a.Host.Kube, a.Host.Tenant, a.Spec.Name, f.cfg.Clock.Now)}
+		} else {
+			t.jobs = storeJobs{cs: cs, agent: a.Spec.Name, changed: f.cfg.Changed}
+		}
 	}
 	return agenthost.Parts{Tools: t.all()}, nil
 }
@@ -89,7 +104,8 @@ func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts,
 // tools is the state bot_task and bot_agenda share for one agent.
 type tools struct {
 	ts     store.TaskStore
-	jobs   store.CronStore // nil: nothing is scheduled (cluster mode)
+	jobs   jobKeeper       // nil: nothing is scheduled
+	runs   store.CronStore // the jobs' run records
 	tenant string
 	agent  string
 	cfg    Config
@@ -302,19 +318,7 @@ func taskPrompt(task store.Task) string {
 
 // putJob creates or replaces the job that runs a task or reminds of an item.
 func (t *tools) putJob(ctx context.Context, tenant, name, title string, spec picobotv1alpha1.CronJobSpec) error {
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		return fmt.Errorf("failed to encode job %q: %w", name, err)
-	}
-	_, err = t.jobs.UpdateCronJob(ctx, name, store.CronJobUpdate{DisplayName: &title, Spec: raw})
-	if errors.Is(err, store.ErrNotFound) {
-		_, err = t.jobs.CreateCronJob(ctx, store.CronJob{Name: name, DisplayName: title, Agent: t.agent, Spec: raw})
-	}
-	if err != nil {
-		return fmt.Errorf("failed to schedule job %q: %w", name, err)
-	}
-	t.cfg.Changed(ctx, tenant, name)
-	return nil
+	return t.jobs.put(ctx, tenant, name, title, spec)
 }
 
 // dropJob deletes a job; one already gone is fine.
@@ -322,12 +326,7 @@ func (t *tools) dropJob(ctx context.Context, tenant, name string) error {
 	if t.jobs == nil || name == "" {
 		return nil
 	}
-	err := t.jobs.DeleteCronJob(ctx, name)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("failed to unschedule job %q: %w", name, err)
-	}
-	t.cfg.Changed(ctx, tenant, name)
-	return nil
+	return t.jobs.drop(ctx, tenant, name)
 }
 
 // getTask returns the task, or a tool error result when there is none.
@@ -385,11 +384,12 @@ func (t *tools) updateTask(ctx context.Context, env tool.Env, tenant string, a t
 	if spec != nil && !rescheduled {
 		// Keep the job's schedule (a one-shot may have fired); the prompt
 		// and target follow the task.
-		if cur, err := t.jobs.GetCronJob(ctx, task.Job); err == nil {
-			var old picobotv1alpha1.CronJobSpec
-			if json.Unmarshal(cur.Spec, &old) == nil {
-				spec.Schedule = old.Schedule
-			}
+		old, ok, err := t.jobs.schedule(ctx, task.Job)
+		if err != nil {
+			return tool.Result{}, err
+		}
+		if ok {
+			spec.Schedule = old
 		}
 	}
 	if spec != nil && rescheduled {
@@ -467,7 +467,7 @@ func (t *tools) refresh(ctx context.Context, tenant string, task store.Task) (st
 	if t.jobs == nil || task.Job == "" || task.State == store.TaskCancelled {
 		return task, nil
 	}
-	runs, err := t.jobs.ListDetailedCronRuns(ctx, scheduler.JobKey(tenant, task.Job), 1)
+	runs, err := t.runs.ListDetailedCronRuns(ctx, scheduler.JobKey(tenant, task.Job), 1)
 	if err != nil {
 		return task, fmt.Errorf("failed to read the runs of task %q: %w", task.ID, err)
 	}

@@ -6,15 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/scheduler"
+	"github.com/picobot/picobot/runtime/scheduler/agentjobs"
 	"github.com/picobot/picobot/runtime/store"
 )
 
@@ -46,20 +43,20 @@ func (e *readOnlyError) Error() string {
 const createAttempts = 3
 
 // kubeBackend keeps jobs as CronJob resources in the agent's namespace,
-// labelled agent-made, so `kubectl get pcj` shows them and GitOps can ignore
-// them. CronJobs without the label came from manifests and are read-only.
+// labelled agent-made (agentjobs), so `kubectl get pcj` shows them and GitOps
+// can ignore them. CronJobs without the label came from manifests and are
+// read-only.
 type kubeBackend struct {
-	c     client.Client
-	ns    string
-	agent string
-	now   func() time.Time
+	jobs *agentjobs.Kube
+	c    client.Client
+	ns   string
 }
 
 const manifestKube = "defined by a CronJob manifest (kubectl or GitOps); change it there"
 
 func (k *kubeBackend) toJob(cj *picobotv1alpha1.CronJob) *job {
-	j := &job{ID: cj.Name, Name: cj.Annotations[scheduler.AnnotationDisplayName], Spec: cj.Spec, Created: cj.CreationTimestamp.Time}
-	if cj.Labels[picobotv1alpha1.LabelAgentMade] != "true" {
+	j := &job{ID: cj.Name, Name: agentjobs.DisplayName(cj), Spec: cj.Spec, Created: cj.CreationTimestamp.Time}
+	if !agentjobs.AgentMade(cj) {
 		j.ReadOnly = manifestKube
 	} else {
 		j.Agent = cj.Labels[picobotv1alpha1.LabelAgent]
@@ -70,100 +67,73 @@ func (k *kubeBackend) toJob(cj *picobotv1alpha1.CronJob) *job {
 	return j
 }
 
-func (k *kubeBackend) list(ctx context.Context) ([]*job, error) {
-	var l picobotv1alpha1.CronJobList
-	if err := k.c.List(ctx, &l, client.InNamespace(k.ns)); err != nil {
-		return nil, fmt.Errorf("failed to list CronJobs in namespace %q: %w", k.ns, err)
+// kubeError maps agentjobs' errors onto the tools'.
+func kubeError(id string, err error) error {
+	var inv *agentjobs.InvalidError
+	switch {
+	case errors.Is(err, agentjobs.ErrNotFound):
+		return errNoJob
+	case errors.Is(err, agentjobs.ErrNotAgentMade):
+		return &readOnlyError{id: id, why: manifestKube}
+	case errors.As(err, &inv):
+		return &invalidError{msg: inv.Error()}
 	}
-	out := make([]*job, len(l.Items))
-	for i := range l.Items {
-		out[i] = k.toJob(&l.Items[i])
+	return err
+}
+
+func (k *kubeBackend) list(ctx context.Context) ([]*job, error) {
+	cjs, err := k.jobs.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*job, len(cjs))
+	for i := range cjs {
+		out[i] = k.toJob(&cjs[i])
 	}
 	return out, nil
 }
 
 func (k *kubeBackend) get(ctx context.Context, id string) (*job, error) {
-	cj := &picobotv1alpha1.CronJob{}
-	if err := k.c.Get(ctx, client.ObjectKey{Namespace: k.ns, Name: id}, cj); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, errNoJob
-		}
-		return nil, fmt.Errorf("failed to get CronJob %q: %w", id, err)
+	cj, err := k.jobs.Get(ctx, id)
+	if err != nil {
+		return nil, kubeError(id, err)
 	}
 	return k.toJob(cj), nil
 }
 
-func (k *kubeBackend) annotate(cj *picobotv1alpha1.CronJob, name string) {
-	if cj.Annotations == nil {
-		cj.Annotations = map[string]string{}
-	}
-	if name != "" {
-		cj.Annotations[scheduler.AnnotationDisplayName] = name
-	} else {
-		delete(cj.Annotations, scheduler.AnnotationDisplayName)
-	}
-	cj.Annotations[scheduler.AnnotationNotBefore] = k.now().UTC().Format(time.RFC3339)
-}
-
 func (k *kubeBackend) create(ctx context.Context, j *job) (*job, error) {
 	for attempt := 0; ; attempt++ {
-		cj := &picobotv1alpha1.CronJob{
-			ObjectMeta: metav1.ObjectMeta{Name: j.ID, Namespace: k.ns, Labels: map[string]string{
-				picobotv1alpha1.LabelAgentMade: "true", picobotv1alpha1.LabelAgent: k.agent}},
-			Spec: j.Spec,
-		}
-		k.annotate(cj, j.Name)
-		err := k.c.Create(ctx, cj)
-		if apierrors.IsAlreadyExists(err) && attempt < createAttempts {
+		cj, err := k.jobs.Create(ctx, j.ID, j.Name, j.Spec)
+		if errors.Is(err, agentjobs.ErrExists) && attempt < createAttempts {
 			j.ID = newID(j.Name)
 			continue
 		}
 		if err != nil {
-			return nil, apiError("create", j.ID, err)
+			return nil, kubeError(j.ID, err)
 		}
 		return k.toJob(cj), nil
 	}
 }
 
 func (k *kubeBackend) update(ctx context.Context, id string, change func(*job) error) (*job, error) {
-	var out *job
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		cj := &picobotv1alpha1.CronJob{}
-		if err := k.c.Get(ctx, client.ObjectKey{Namespace: k.ns, Name: id}, cj); err != nil {
-			return err
-		}
+	cj, err := k.jobs.Update(ctx, id, func(cj *picobotv1alpha1.CronJob) error {
 		j := k.toJob(cj)
-		if j.ReadOnly != "" {
-			return &readOnlyError{id: id, why: j.ReadOnly}
-		}
 		if err := change(j); err != nil {
 			return err
 		}
 		cj.Spec = j.Spec
-		k.annotate(cj, j.Name)
-		if err := k.c.Update(ctx, cj); err != nil {
-			return err
-		}
-		out = k.toJob(cj)
+		agentjobs.SetDisplayName(cj, j.Name)
 		return nil
 	})
-	if apierrors.IsNotFound(err) {
-		return nil, errNoJob
+	if err != nil {
+		return nil, kubeError(id, err)
 	}
-	if err != nil && !isToolError(err) {
-		return nil, apiError("update", id, err)
-	}
-	return out, err
+	return k.toJob(cj), nil
 }
 
 func (k *kubeBackend) remove(ctx context.Context, id string) error {
-	cj := &picobotv1alpha1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: k.ns}}
-	err := k.c.Delete(ctx, cj)
-	if apierrors.IsNotFound(err) {
-		return errNoJob
-	}
-	if err != nil {
-		return apiError("delete", id, err)
+	if err := k.jobs.Delete(ctx, id); err != nil {
+		return kubeError(id, err)
 	}
 	return nil
 }
@@ -178,15 +148,6 @@ func (k *kubeBackend) agentNames(ctx context.Context) ([]string, error) {
 		names[i] = a.Name
 	}
 	return names, nil
-}
-
-// apiError passes the API server's rejection of invalid input (CEL rules,
-// schema) on to the model as a tool error; other failures are errors.
-func apiError(verb, id string, err error) error {
-	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-		return &invalidError{msg: fmt.Sprintf("the API server refused to %s job %q: %v", verb, id, err)}
-	}
-	return fmt.Errorf("failed to %s CronJob %q: %w", verb, id, err)
 }
 
 // invalidError is input the model can fix.

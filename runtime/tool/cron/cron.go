@@ -31,6 +31,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/scheduler"
+	"github.com/picobot/picobot/runtime/scheduler/agentjobs"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
 )
@@ -78,7 +79,7 @@ func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts,
 	}
 	var b backend
 	if a.Host.Kube != nil {
-		b = &kubeBackend{c: a.Host.Kube, ns: a.Host.Tenant, agent: a.Spec.Name, now: f.cfg.Clock.Now}
+		b = &kubeBackend{jobs: agentjobs.New(a.Host.Kube, a.Host.Tenant, a.Spec.Name, f.cfg.Clock.Now), c: a.Host.Kube, ns: a.Host.Tenant}
 	} else {
 		b = &storeBackend{cs: runs, tenant: a.Host.Tenant, agent: a.Spec.Name, manifest: f.cfg.Manifest, changed: f.cfg.Changed, agents: f.cfg.Agents}
 	}
