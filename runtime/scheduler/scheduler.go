@@ -120,7 +120,7 @@ type Scheduler struct {
 	wake, recWake chan struct{}
 	// batches has a queue per claim worker; a job's ticks always go to the
 	// same one (see dispatch).
-	batches       []chan []action
+	batches []chan []action
 
 	flightMu    sync.Mutex
 	inFlight    map[string]struct{} // run ids this scheduler is running or delivering
