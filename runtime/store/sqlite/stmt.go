@@ -43,7 +43,7 @@ func (c *stmtCache) prepare(ctx context.Context, queries []string) {
 			continue
 		}
 		if _, loaded := c.m.LoadOrStore(q, st); loaded {
-			_ = st.Close()
+			_ = st.Close() //nolint:sqlclosecheck // another transaction cached it first; the rest stay open until Close
 			continue
 		}
 		c.n.Add(1)
@@ -80,7 +80,7 @@ func (t *txn) stmt(ctx context.Context, query string) *sql.Stmt {
 
 // ExecContext runs a statement in the transaction.
 func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st := t.stmt(ctx, query); st != nil {
+	if st := t.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // a Tx.StmtContext statement closes with its transaction
 		return st.ExecContext(ctx, args...)
 	}
 	return t.Tx.ExecContext(ctx, query, args...)
@@ -88,7 +88,7 @@ func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.R
 
 // QueryContext runs a query in the transaction.
 func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := t.stmt(ctx, query); st != nil {
+	if st := t.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // a Tx.StmtContext statement closes with its transaction
 		return st.QueryContext(ctx, args...)
 	}
 	return t.Tx.QueryContext(ctx, query, args...)
@@ -96,7 +96,7 @@ func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql
 
 // QueryRowContext runs a query returning at most one row in the transaction.
 func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := t.stmt(ctx, query); st != nil {
+	if st := t.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // a Tx.StmtContext statement closes with its transaction
 		return st.QueryRowContext(ctx, args...)
 	}
 	return t.Tx.QueryRowContext(ctx, query, args...)
