@@ -19,6 +19,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/blob"
 	"github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/browser/browsertest"
 )
 
 func write(t *testing.T, path, content string) {
@@ -193,12 +194,9 @@ func TestProfileSurvivesBrowserRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	get, put := presigned(t, testKey(t))
-	expires := proto.TimeSinceEpoch(time.Now().Add(24 * time.Hour).Unix())
-
 	first := filepath.Join(t.TempDir(), "chrome")
 	withChromium(ctx, t, first, func(b *rod.Browser) {
-		g.Expect(proto.StorageSetCookies{Cookies: []*proto.NetworkCookieParam{{Name: "session", Value: "s3cr3t",
-			Domain: "shop.example.com", Path: "/", Secure: true, HTTPOnly: true, Expires: expires}}}.Call(b)).To(Succeed())
+		g.Expect(browsertest.SetCookie(b, "shop.example.com", "session", "s3cr3t")).To(Succeed())
 	})
 	g.Expect(SaveProfile(ctx, nil, put, first)).To(Succeed())
 
@@ -207,13 +205,7 @@ func TestProfileSurvivesBrowserRestart(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(restored).To(BeTrue())
 	withChromium(ctx, t, second, func(b *rod.Browser) {
-		res, err := proto.StorageGetCookies{}.Call(b)
-		g.Expect(err).NotTo(HaveOccurred())
-		var found []string
-		for _, c := range res.Cookies {
-			found = append(found, c.Domain+" "+c.Name+"="+c.Value)
-		}
-		g.Expect(found).To(ContainElement("shop.example.com session=s3cr3t"))
+		g.Expect(browsertest.Cookies(b)).To(ContainElement("shop.example.com session=s3cr3t"))
 	})
 }
 

@@ -17,10 +17,10 @@ import (
 
 	"github.com/go-rod/rod"
 	"github.com/go-rod/rod/lib/cdp"
-	"github.com/go-rod/rod/lib/proto"
 	. "github.com/onsi/gomega"
 
 	"github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/browser/browsertest"
 	"github.com/picobot/picobot/runtime/browser/remote/wire"
 	"github.com/picobot/picobot/runtime/netguard"
 )
@@ -191,19 +191,12 @@ func TestBrowserCommandKeepsProfile(t *testing.T) {
 		g.Eventually(done).WithTimeout(60*time.Second).Should(Receive(BeNil()), "logs: %s", &logs)
 	}
 	run(func(rb *rod.Browser) {
-		g.Expect(proto.StorageSetCookies{Cookies: []*proto.NetworkCookieParam{{Name: "session", Value: "kept",
-			Domain: "shop.example", Path: "/", Expires: proto.TimeSinceEpoch(time.Now().Add(24 * time.Hour).Unix())}}}.Call(rb)).To(Succeed())
+		g.Expect(browsertest.SetCookie(rb, "shop.example", "session", "kept")).To(Succeed())
 	})
 	mu.Lock()
 	g.Expect(archive).NotTo(BeEmpty())
 	mu.Unlock()
 	run(func(rb *rod.Browser) {
-		res, err := proto.StorageGetCookies{}.Call(rb)
-		g.Expect(err).NotTo(HaveOccurred())
-		var kept []string
-		for _, c := range res.Cookies {
-			kept = append(kept, c.Domain+" "+c.Name+"="+c.Value)
-		}
-		g.Expect(kept).To(ContainElement("shop.example session=kept"))
+		g.Expect(browsertest.Cookies(rb)).To(ContainElement("shop.example session=kept"))
 	})
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/go-rod/rod"
 	"github.com/go-rod/rod/lib/cdp"
-	"github.com/go-rod/rod/lib/proto"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,6 +23,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/browser/browsertest"
 	"github.com/picobot/picobot/runtime/browser/remote"
 	"github.com/picobot/picobot/runtime/browser/remote/wire"
 )
@@ -233,8 +233,7 @@ func TestBrowserPodsEndToEnd(t *testing.T) {
 	// The profile is an identity: a persistent cookie set now is in the
 	// Chrome profile `picobot browser` saves to S3 when its pod stops.
 	devtools(t, url, token, func(rb *rod.Browser) {
-		g.Expect(proto.StorageSetCookies{Cookies: []*proto.NetworkCookieParam{{Name: "session", Value: "kept",
-			Domain: "shop.example", Path: "/", Expires: proto.TimeSinceEpoch(time.Now().Add(24 * time.Hour).Unix())}}}.Call(rb)).To(Succeed())
+		g.Expect(browsertest.SetCookie(rb, "shop.example", "session", "kept")).To(Succeed())
 	})
 
 	// The driver closes it: no more renewals; after the idle timeout the
@@ -258,13 +257,7 @@ func TestBrowserPodsEndToEnd(t *testing.T) {
 	g.Expect(again2[0].UID).NotTo(Equal(pod.UID))
 	eps = endpointsOf(g, ns)
 	devtools(t, string(eps[wire.URLKey(name)]), string(eps[wire.TokenKey(name)]), func(rb *rod.Browser) {
-		res, err := proto.StorageGetCookies{}.Call(rb)
-		g.Expect(err).NotTo(HaveOccurred())
-		var kept []string
-		for _, ck := range res.Cookies {
-			kept = append(kept, ck.Domain+" "+ck.Name+"="+ck.Value)
-		}
-		g.Expect(kept).To(ContainElement("shop.example session=kept"))
+		g.Expect(browsertest.Cookies(rb)).To(ContainElement("shop.example session=kept"))
 	})
 	g.Expect(c.driver.CloseKey(ctx, key)).To(Succeed())
 	g.Eventually(func() []corev1.Pod { return browserPods(t, ns, name) }, 90*time.Second, 250*time.Millisecond).Should(BeEmpty())
