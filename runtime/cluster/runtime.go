@@ -341,10 +341,13 @@ func (r *Runtime) process(ctx context.Context, w Wake, stream string, m bus.Mess
 	running := runningKey(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey)
 	_ = r.cfg.Redis.Set(ctx, running, m.ID, r.cfg.LeaseTTL).Err()
 	r.running.Store(running)
-	defer func() {
+	// Cleared before the outcome is published: a client that sends /stop
+	// as soon as it has the reply must find nothing running.
+	clearRunning := sync.OnceFunc(func() {
 		r.running.Store("")
 		_ = r.cfg.Redis.Del(context.WithoutCancel(ctx), running).Err()
-	}()
+	})
+	defer clearRunning()
 	var reply session.Reply
 	var err error
 	var backoff time.Duration
@@ -377,6 +380,7 @@ func (r *Runtime) process(ctx context.Context, w Wake, stream string, m bus.Mess
 		// next owner.
 		return
 	}
+	clearRunning()
 	if ackErr := r.cfg.Bus.Ack(context.WithoutCancel(ctx), stream, groupRuntime, m.Seq); ackErr != nil {
 		r.cfg.Log.Error("Failed to acknowledge chat message", "id", m.ID, "err", ackErr)
 	}
