@@ -24,6 +24,10 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+		// The input cursor's blink command waits out one blink interval
+		// (530 ms) and then ends by itself; a loaded machine may still be
+		// in it when the last test returns.
+		goleak.IgnoreAnyFunction("github.com/charmbracelet/bubbles/cursor.(*Model).BlinkCmd.func1"),
 	)
 }
 
