@@ -221,17 +221,12 @@ func (b *Browser) Close() {
 		for _, t := range tabs {
 			_ = t.page.Context(ctx).Close()
 		}
-	} else {
-		// A graceful close writes cookies and local storage to the profile.
-		_ = proto.BrowserClose{}.Call(b.rod.Context(ctx))
-		select {
-		case <-b.proc.Done():
-		case <-ctx.Done():
-		}
 	}
 	b.cancel()
 	_ = b.ws.Close()
 	if b.proc != nil {
+		// Process.Stop closes it gracefully (DevTools Browser.close), which
+		// writes cookies and local storage to the profile.
 		b.proc.Stop(5 * time.Second)
 	}
 	if b.egress != nil {
