@@ -47,6 +47,10 @@ func (s *Scheduler) execute(ctx context.Context, j *Job, c store.CronClaim) {
 		}
 		j = cur
 	}
+	if ctx.Err() != nil { // claimed while stopping
+		s.finish(ctx, j, c.Run.RunID, c.Detail, RunResult{Outcome: store.OutcomeFailed, Message: msgInterrupted})
+		return
+	}
 	if s.runSlots != nil {
 		select {
 		case s.runSlots <- struct{}{}:
@@ -316,10 +320,17 @@ func (s *Scheduler) recoverLoop(ctx context.Context) {
 				n := min(len(keys), 1000)
 				chunk := keys[:n]
 				keys = keys[n:]
+				// Each job's last tick is looked up as of its first sight:
+				// the fire loop has been claiming the ticks after it (ahead,
+				// even) meanwhile, and those would hide a gap before them.
+				bounds := make(map[string]time.Time, len(chunk))
+				for _, key := range chunk {
+					bounds[key] = pending[key]
+				}
 				var last map[string]time.Time
 				err := s.retry(ctx, "read last runs", func() error {
 					var err error
-					last, err = s.opts.Store.LastCronRunTimes(store.WithTenant(ctx, tenant), chunk)
+					last, err = s.opts.Store.LastCronRunTimes(store.WithTenant(ctx, tenant), bounds)
 					return err
 				})
 				if err != nil {

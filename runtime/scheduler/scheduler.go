@@ -274,6 +274,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case b := <-q:
+					if ctx.Err() != nil { // select picks at random
+						return
+					}
 					s.claim(ctx, b)
 				}
 			}
@@ -452,11 +455,15 @@ func (s *Scheduler) claim(ctx context.Context, batch []action) {
 		}
 		claims[i] = store.CronClaim{Run: r, Detail: d}
 	}
-	tctx := store.WithTenant(ctx, tenant)
+	// A claim in flight when the scheduler stops is let finish, so that
+	// what it won is known and recorded as interrupted, rather than left
+	// claimed (perhaps committed) and unfinished until the stale sweep.
 	var won []bool
 	err := s.retry(ctx, "claim ticks", func() error {
+		cctx, cancel := context.WithTimeout(store.WithTenant(context.WithoutCancel(ctx), tenant), writeTimeout)
+		defer cancel()
 		var err error
-		won, err = s.opts.Store.ClaimCronRuns(tctx, claims)
+		won, err = s.opts.Store.ClaimCronRuns(cctx, claims)
 		return err
 	})
 	for i, a := range batch {

@@ -544,3 +544,62 @@ func TestClaimAhead(t *testing.T) {
 	g.Expect(skipped.Outcome).To(Equal(store.OutcomeSkipped))
 	g.Expect(skipped.Message).To(ContainSubstring("disabled, removed or rescheduled"))
 }
+
+// claimFirst is a real store whose LastCronRunTimes waits until a claim has
+// been written: it forces the order in which a scheduler taking over with
+// ClaimAhead may (and under load did) reach the store.
+type claimFirst struct {
+	store.CronStore
+	once    sync.Once
+	claimed chan struct{}
+}
+
+func (c *claimFirst) ClaimCronRuns(ctx context.Context, claims []store.CronClaim) ([]bool, error) {
+	won, err := c.CronStore.ClaimCronRuns(ctx, claims)
+	if err == nil {
+		c.once.Do(func() { close(c.claimed) })
+	}
+	return won, err
+}
+
+func (c *claimFirst) LastCronRunTimes(ctx context.Context, until map[string]time.Time) (map[string]time.Time, error) {
+	select {
+	case <-c.claimed:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return c.CronStore.LastCronRunTimes(ctx, until)
+}
+
+// TestTakeoverClaimingAheadLeavesNoGap: a scheduler taking over claims the
+// next tick ahead before it has looked up where its predecessor stopped;
+// the tick between the predecessor's last one and the takeover still runs
+// (late), rather than being hidden behind the one just claimed.
+func TestTakeoverClaimingAheadLeavesNoGap(t *testing.T) {
+	g := NewWithT(t)
+	st := newSQLite(t)
+	j := job("j", everyMinute)
+	ctx := store.WithTenant(context.Background(), tenant)
+	ran := t0.Add(9 * time.Minute)
+	won, err := st.ClaimCronRuns(ctx, []store.CronClaim{{Run: store.CronRun{Job: j.Key(), RunID: "before",
+		ScheduledTime: ran, State: store.CronDone, Outcome: store.OutcomeOK, StartedAt: &ran, FinishedAt: &ran,
+		Delivery: store.CronDeliverySuppressed}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(won).To(Equal([]bool{true}))
+
+	clk := clocktesting.NewFakeClock(t0.Add(10*time.Minute + 30*time.Second)) // the predecessor died after 12:09
+	runner := &schedulertest.Runner{Now: clk.Now}
+	start(t, scheduler.Options{Store: &claimFirst{CronStore: st, claimed: make(chan struct{})}, Runner: runner, Clock: clk,
+		ClaimAhead: 45 * time.Second, MissedAfter: 2 * time.Minute}, j)
+	g.Eventually(func(g Gomega) {
+		runs := runsOf(t, st, "j")
+		g.Expect(runs).To(HaveLen(3))
+		g.Expect(runs[0].ScheduledTime).To(Equal(t0.Add(11*time.Minute)), "the next tick is claimed ahead")
+		g.Expect(runs[1].ScheduledTime).To(Equal(t0.Add(10*time.Minute)), "the tick before the takeover is not lost")
+		g.Expect(runs[1].State).To(Equal(store.CronDone))
+		g.Expect(runs[1].Outcome).To(Equal(store.OutcomeOK), "it ran late")
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	clk.Step(30 * time.Second)
+	g.Expect(finished(t, st, "j", 3)[0].Outcome).To(Equal(store.OutcomeOK))
+	g.Expect(runner.Duplicates()).To(BeZero())
+}

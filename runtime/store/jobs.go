@@ -46,9 +46,12 @@ type CronStore interface {
 	// ListDetailedCronRuns returns a job's runs with their details, latest
 	// ScheduledTime first.
 	ListDetailedCronRuns(ctx context.Context, job string, limit int) ([]DetailedCronRun, error)
-	// LastCronRunTimes returns, for each of jobs that has runs, the latest
-	// ScheduledTime recorded: where a restarted scheduler picks up.
-	LastCronRunTimes(ctx context.Context, jobs []string) (map[string]time.Time, error)
+	// LastCronRunTimes returns, for each job of until that has a run
+	// scheduled at or before its bound, the latest such ScheduledTime: where
+	// a scheduler that first saw the job at that bound picks up. The bound
+	// keeps out the ticks it has claimed since (ahead of time, even), which
+	// would hide the gap before them.
+	LastCronRunTimes(ctx context.Context, until map[string]time.Time) (map[string]time.Time, error)
 	// ListUnfinishedCronRuns returns runs not done or with a delivery still
 	// pending, oldest ScheduledTime first; job "" means every job.
 	ListUnfinishedCronRuns(ctx context.Context, job string, limit int) ([]DetailedCronRun, error)

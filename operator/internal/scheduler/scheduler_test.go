@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,23 @@ func runsOf(t *testing.T, st store.CronStore, ns, name string) []store.DetailedC
 	runs, err := st.ListDetailedCronRuns(store.WithTenant(context.Background(), ns), rtscheduler.JobKey(ns, name), 1000)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return runs
+}
+
+// tickList shows runs compactly (oldest first) for failure messages.
+func tickList(runs []store.DetailedCronRun) string {
+	var b strings.Builder
+	for i := len(runs) - 1; i >= 0; i-- {
+		r := runs[i]
+		fmt.Fprintf(&b, "%s %s", r.ScheduledTime.Format("15:04:05"), r.Outcome)
+		if r.StartedAt != nil {
+			fmt.Fprintf(&b, " started %s", r.StartedAt.Format("15:04:05.000"))
+		}
+		if r.FinishedAt != nil {
+			fmt.Fprintf(&b, " finished %s", r.FinishedAt.Format("15:04:05.000"))
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
 }
 
 // TestFiresCronJobsAndPublishesLastRun runs the Runnable beside the CronJob
@@ -222,7 +240,8 @@ func TestMaintenanceJobIsCreatedOnceAndKept(t *testing.T) {
 // API server, both with the Runnable, over one database. Only the leader
 // fires; when it dies without releasing its Lease, the other takes over,
 // fires the ticks it missed meanwhile (late, they are within MissedAfter) and
-// the next ones. No tick runs twice and none is lost.
+// the next ones. No tick runs twice and none is lost, and a stopping
+// scheduler records what it had claimed (ahead, or in flight) as interrupted.
 func TestTwoReplicasFailover(t *testing.T) {
 	need(t)
 	if testing.Short() {
@@ -260,10 +279,12 @@ func TestTwoReplicasFailover(t *testing.T) {
 	for i := range jobs {
 		runs := runsOf(t, st, ns, fmt.Sprintf("every-second-%02d", i))
 		first, last := runs[len(runs)-1].ScheduledTime, runs[0].ScheduledTime
-		g.Expect(runs).To(HaveLen(int(last.Sub(first)/time.Second)+1), "every tick from the first to the last is recorded")
+		g.Expect(runs).To(HaveLen(int(last.Sub(first)/time.Second)+1), "every tick from the first to the last is recorded (killed at %s): %s",
+			killed.Format("15:04:05.000"), tickList(runs))
 		g.Expect(first.Before(killed) && last.After(killed)).To(BeTrue())
 		for _, r := range runs {
 			g.Expect(r.Outcome).NotTo(Equal(store.OutcomeSkipped), "the takeover was quick: missed ticks ran late")
+			g.Expect(r.State).To(Equal(store.CronDone), "a stopped scheduler leaves no claim unfinished: %s", tickList(runs))
 		}
 	}
 }

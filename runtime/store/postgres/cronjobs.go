@@ -151,16 +151,20 @@ func (s *Store) ListDetailedCronRuns(ctx context.Context, job string, limit int)
 }
 
 // LastCronRunTimes implements store.CronStore.
-func (s *Store) LastCronRunTimes(ctx context.Context, jobs []string) (map[string]time.Time, error) {
+func (s *Store) LastCronRunTimes(ctx context.Context, until map[string]time.Time) (map[string]time.Time, error) {
 	type last struct {
 		job string
 		at  time.Time
+	}
+	jobs, bounds := make([]string, 0, len(until)), make([]time.Time, 0, len(until))
+	for job, t := range until {
+		jobs, bounds = append(jobs, job), append(bounds, micro(t))
 	}
 	rows, err := many(ctx, s, func(row pgx.CollectableRow) (last, error) {
 		var l last
 		err := row.Scan(&l.job, &l.at)
 		return l, err
-	}, sqlLastCronRunTimes, jobs)
+	}, sqlLastCronRunTimes, jobs, bounds)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the last runs of %d cron jobs: %w", len(jobs), err)
 	}

@@ -66,8 +66,9 @@ ORDER BY scheduled_time DESC LIMIT $3`
 
 	// sqlLastCronRunTimes looks each job up in the (tenant, job,
 	// scheduled_time) unique index instead of grouping the whole history.
-	sqlLastCronRunTimes = `SELECT j.job, r.last FROM unnest($2::text[]) AS j(job)
-CROSS JOIN LATERAL (SELECT max(scheduled_time) AS last FROM cron_runs c WHERE c.tenant = $1 AND c.job = j.job) r
+	sqlLastCronRunTimes = `SELECT j.job, r.last FROM unnest($2::text[], $3::timestamptz[]) AS j(job, until)
+CROSS JOIN LATERAL (SELECT max(scheduled_time) AS last FROM cron_runs c
+	WHERE c.tenant = $1 AND c.job = j.job AND c.scheduled_time <= j.until) r
 WHERE r.last IS NOT NULL`
 
 	sqlListUnfinishedCronRuns = `SELECT ` + detailedCronRunColumns + ` FROM cron_runs

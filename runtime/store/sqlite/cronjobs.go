@@ -157,13 +157,14 @@ func (s *Store) ListDetailedCronRuns(ctx context.Context, job string, limit int)
 }
 
 // LastCronRunTimes implements store.CronStore.
-func (s *Store) LastCronRunTimes(ctx context.Context, jobs []string) (map[string]time.Time, error) {
+func (s *Store) LastCronRunTimes(ctx context.Context, until map[string]time.Time) (map[string]time.Time, error) {
 	type last struct {
 		job string
 		at  int64
 	}
-	if jobs == nil {
-		jobs = []string{}
+	jobs := make([][2]any, 0, len(until))
+	for job, t := range until {
+		jobs = append(jobs, [2]any{job, micros(t)})
 	}
 	list, err := json.Marshal(jobs)
 	if err != nil {

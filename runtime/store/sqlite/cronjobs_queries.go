@@ -58,11 +58,13 @@ RETURNING ` + detailedCronRunColumns
 	sqlListDetailedCronRuns = `SELECT ` + detailedCronRunColumns + ` FROM cron_runs WHERE tenant = ?1 AND job = ?2
 ORDER BY scheduled_time DESC LIMIT ?3`
 
-	// sqlLastCronRunTimes looks each job (?2, a JSON array) up in the
-	// (tenant, job, scheduled_time) unique index.
-	sqlLastCronRunTimes = `SELECT j.value, (SELECT max(scheduled_time) FROM cron_runs c WHERE c.tenant = ?1 AND c.job = j.value)
-FROM json_each(?2) j
-WHERE EXISTS (SELECT 1 FROM cron_runs c WHERE c.tenant = ?1 AND c.job = j.value)`
+	// sqlLastCronRunTimes looks each job (?2, a JSON array of [job, bound
+	// in microseconds]) up in the (tenant, job, scheduled_time) unique index.
+	sqlLastCronRunTimes = `SELECT job, last FROM (
+	SELECT j.value ->> 0 AS job, (SELECT max(scheduled_time) FROM cron_runs c
+		WHERE c.tenant = ?1 AND c.job = j.value ->> 0 AND c.scheduled_time <= j.value ->> 1) AS last
+	FROM json_each(?2) j)
+WHERE last IS NOT NULL`
 
 	sqlListUnfinishedCronRuns = `SELECT ` + detailedCronRunColumns + ` FROM cron_runs
 WHERE tenant = ?1 AND (state <> 'done' OR delivery = 'pending') AND (?2 = '' OR job = ?2)
