@@ -13,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
@@ -101,12 +103,15 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		if err != nil {
 			return fmt.Errorf("failed to configure the Kubernetes client: %w", err)
 		}
-		if kube, err = client.NewWithWatch(cfg, client.Options{Scheme: NewScheme()}); err != nil {
-			return fmt.Errorf("failed to create the Kubernetes client: %w", err)
+		if kube, err = newKubeClient(cfg); err != nil {
+			return err
 		}
 	}
 	var a picobotv1alpha1.Agent
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: tenant, Name: agentName}, &a); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err() // terminated while the API server was slow to answer
+		}
 		return fmt.Errorf("failed to read agent %s/%s: %w", tenant, agentName, err)
 	}
 	var defaults *corev1.ConfigMap
@@ -170,4 +175,36 @@ func durationEnv(env func(string) string, name string, def time.Duration) (time.
 		return 0, fmt.Errorf("%s=%q is not a positive duration (e.g. 30s, 10m)", name, v)
 	}
 	return d, nil
+}
+
+// DiscoveryTimeout bounds each API discovery request of a session pod's
+// Kubernetes client. controller-runtime's REST mapper discovers an API
+// group on first use with no context, so against an API server that
+// accepts connections but does not answer, a pod would otherwise hang
+// there for ever, deaf to SIGTERM until the kubelet kills it.
+const DiscoveryTimeout = 10 * time.Second
+
+// newKubeClient is the session pod's client: requests follow their
+// context as usual (watches stay open), discovery gives up after
+// DiscoveryTimeout.
+func newKubeClient(cfg *rest.Config) (client.WithWatch, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the Kubernetes HTTP client: %w", err)
+	}
+	dcfg := rest.CopyConfig(cfg)
+	dcfg.Timeout = DiscoveryTimeout
+	dhc, err := rest.HTTPClientFor(dcfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the Kubernetes discovery client: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(dcfg, dhc)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the Kubernetes REST mapper: %w", err)
+	}
+	kube, err := client.NewWithWatch(cfg, client.Options{Scheme: NewScheme(), HTTPClient: hc, Mapper: mapper})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the Kubernetes client: %w", err)
+	}
+	return kube, nil
 }
