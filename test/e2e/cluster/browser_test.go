@@ -172,7 +172,8 @@ func getVersion(url, token string) (int, string, error) {
 // pod's token (a client without it is refused), reuses it, and once the
 // driver closes it the operator reaps the pod after the profile's idle
 // timeout; the pod saves the profile to S3 as it stops and the next pod
-// restores it (a cookie survives).
+// restores it (a cookie survives). A dialog's ephemeral browser then gets a
+// pod of its own, reaped once released.
 func TestBrowserPodsEndToEnd(t *testing.T) {
 	needStack(t)
 	needChromium(t)
@@ -262,18 +263,8 @@ func TestBrowserPodsEndToEnd(t *testing.T) {
 	g.Expect(c.driver.CloseKey(ctx, key)).To(Succeed())
 	g.Eventually(func() []corev1.Pod { return browserPods(t, ns, name) }, 90*time.Second, 250*time.Millisecond).Should(BeEmpty())
 
-}
-
-// TestEphemeralBrowserPodEndToEnd: a dialog's ephemeral browser runs in its
-// own pod, gone once released.
-func TestEphemeralBrowserPodEndToEnd(t *testing.T) {
-	needStack(t)
-	needChromium(t)
-	g := NewWithT(t)
-	ctx := context.Background()
-	ns := "browser-eph-e2e"
-	st.apply(t, fmt.Sprintf(browserManifest, ns, "6s"))
-	c := newBrowserClient(t, ns)
+	// A dialog's ephemeral browser, in the same namespace after the
+	// profile's pods, runs in its own pod, gone once released.
 	dialog := browser.DialogKey("web:alice:1")
 	eph := wire.DialogName("surfer", "web:alice:1")
 	c.openTab(t, dialog)
