@@ -87,7 +87,27 @@ type Manager struct {
 	locks   map[string]*sync.Mutex
 	running map[string]context.CancelCauseFunc // session id -> cancel of its turn
 	held    map[string]time.Time               // sessions whose lease this manager took -> when it last took or renewed it
+	hist    map[string]*storedHistory          // sessions whose lease is held -> their history as last loaded
 }
+
+// storedHistory is a session's stored messages from its compression mark on,
+// as last loaded. The message log is append-only and a session's seq grows
+// in commit order (appends lock the session), so the next load reads only
+// what came after lastSeq — whoever wrote it (this manager's turns, a
+// send_message from elsewhere) — instead of the whole history every turn.
+type storedHistory struct {
+	since   time.Time
+	lastSeq int64
+	msgs    []llm.Message
+	// titled: the session's title is no longer the default (it never
+	// becomes the default again), so auto-titling has nothing to do. Read
+	// and written under Manager.mu; the other fields never change.
+	titled bool
+}
+
+// maxCachedHistories caps the histories kept between turns; a session
+// beyond it is loaded whole on its next turn.
+const maxCachedHistories = 512
 
 // NewManager returns a manager.
 func NewManager(cfg Config) *Manager {
@@ -100,7 +120,8 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Workspace == nil {
 		cfg.Workspace = func(ID) string { return "" }
 	}
-	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelCauseFunc{}, held: map[string]time.Time{}}
+	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelCauseFunc{}, held: map[string]time.Time{},
+		hist: map[string]*storedHistory{}}
 }
 
 func (m *Manager) lock(id string) func() {
@@ -296,6 +317,7 @@ func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.Canc
 				if errors.Is(err, store.ErrLeaseLost) {
 					m.mu.Lock()
 					delete(m.held, sid)
+					delete(m.hist, sid)
 					m.mu.Unlock()
 					cancel(err)
 					return
@@ -370,6 +392,7 @@ func (m *Manager) Stop(sid string) bool {
 func (m *Manager) Release(ctx context.Context, sid string) error {
 	m.mu.Lock()
 	delete(m.held, sid)
+	delete(m.hist, sid)
 	m.mu.Unlock()
 	return m.cfg.Store.ReleaseLease(ctx, sid, m.cfg.Holder)
 }
@@ -496,10 +519,10 @@ func (m *Manager) History(ctx context.Context, id ID) ([]llm.Message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to read session %q: %w", id, err)
 	}
-	var opts store.LoadOptions
+	var since time.Time
 	var out []llm.Message
 	if s.LastCompressedAt != nil {
-		opts.Since = *s.LastCompressedAt
+		since = *s.LastCompressedAt
 		if m.cfg.Timeline != nil {
 			sums, err := m.cfg.Timeline.RecentTimeline(ctx, m.cfg.Agent, id.String(), timelineContext)
 			if err != nil {
@@ -511,14 +534,51 @@ func (m *Manager) History(ctx context.Context, id ID) ([]llm.Message, error) {
 			}
 		}
 	}
-	msgs, err := m.cfg.Store.LoadMessages(ctx, id.String(), opts)
+	msgs, err := m.loadHistory(ctx, id.String(), since)
 	if err != nil {
-		return nil, fmt.Errorf("failed to load messages of %q: %w", id, err)
+		return nil, err
 	}
+	return agent.RepairToolChains(append(out, msgs...)), nil
+}
+
+// loadHistory returns the session's stored messages from since on, reading
+// only the new ones when the session's history is cached; it caches the
+// result while this manager holds the session's lease. The slice returned is
+// the cache's: callers must not modify it.
+func (m *Manager) loadHistory(ctx context.Context, sid string, since time.Time) ([]llm.Message, error) {
+	m.mu.Lock()
+	h := m.hist[sid]
+	m.mu.Unlock()
+	opts := store.LoadOptions{Since: since}
+	var cached []llm.Message
+	if h != nil && h.since.Equal(since) {
+		opts.AfterSeq, cached = h.lastSeq, h.msgs
+	}
+	msgs, err := m.cfg.Store.LoadMessages(ctx, sid, opts)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load messages of %q: %w", sid, err)
+	}
+	if len(msgs) == 0 && h != nil && opts.AfterSeq > 0 {
+		return cached, nil
+	}
+	// A new slice: the cached one may be in use by a caller.
+	out := make([]llm.Message, len(cached), len(cached)+len(msgs))
+	copy(out, cached)
+	next := &storedHistory{since: since, lastSeq: opts.AfterSeq}
 	for _, msg := range msgs {
 		out = append(out, msg.ToLLM())
+		next.lastSeq = msg.Seq
 	}
-	return agent.RepairToolChains(out), nil
+	next.msgs = out
+	m.mu.Lock()
+	if _, leased := m.held[sid]; leased && (m.hist[sid] != nil || len(m.hist) < maxCachedHistories) {
+		if old := m.hist[sid]; old != nil {
+			next.titled = old.titled
+		}
+		m.hist[sid] = next
+	}
+	m.mu.Unlock()
+	return out, nil
 }
 
 // compress runs the compressor when the history is above its trigger (or
@@ -557,9 +617,20 @@ func (m *Manager) markCompressed(ctx context.Context, sid string, at time.Time) 
 // autoTitle names a dialog after its first request once it has enough
 // messages, while the title is still the default.
 func (m *Manager) autoTitle(ctx context.Context, sid string) error {
+	m.mu.Lock()
+	h := m.hist[sid]
+	titled := h != nil && h.titled
+	m.mu.Unlock()
+	if titled {
+		return nil
+	}
 	s, err := m.cfg.Store.GetSession(ctx, sid)
-	if err != nil || !s.TitleIsDefault {
+	if err != nil {
 		return err
+	}
+	if !s.TitleIsDefault {
+		m.markTitled(sid)
+		return nil
 	}
 	n, err := m.cfg.Store.CountMessages(ctx, sid)
 	if err != nil || n < autoTitleMessages {
@@ -573,11 +644,23 @@ func (m *Manager) autoTitle(ctx context.Context, sid string) error {
 		if msg.Role == llm.RoleUser && strings.TrimSpace(msg.Content) != "" {
 			title := titleFrom(msg.Content)
 			f := false
-			_, err := m.cfg.Store.UpdateSession(ctx, sid, store.SessionUpdate{Title: &title, TitleIsDefault: &f})
-			return err
+			if _, err := m.cfg.Store.UpdateSession(ctx, sid, store.SessionUpdate{Title: &title, TitleIsDefault: &f}); err != nil {
+				return err
+			}
+			m.markTitled(sid)
+			return nil
 		}
 	}
 	return nil
+}
+
+// markTitled notes that a cached session is titled (see storedHistory).
+func (m *Manager) markTitled(sid string) {
+	m.mu.Lock()
+	if h := m.hist[sid]; h != nil {
+		h.titled = true
+	}
+	m.mu.Unlock()
 }
 
 // titleFrom makes a title of at most 48 characters from a first message.

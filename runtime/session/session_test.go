@@ -362,3 +362,27 @@ func TestPromptSectionsJoinTheSystemPromptOfEachTurn(t *testing.T) {
 	g.Expect(reqs).To(HaveLen(1))
 	g.Expect(reqs[0].Messages[0].Content).To(HavePrefix("Be brief.\n\n## Memory\n- diet: vegetarian"))
 }
+
+// TestHistoryKeepsUpWithMessagesStoredElsewhere: between turns the history is
+// read incrementally from what this manager last loaded; a message another
+// writer appended meanwhile (the outbound dispatcher delivering a
+// send_message into this conversation) is part of the next turn, and
+// nothing is sent twice.
+func TestHistoryKeepsUpWithMessagesStoredElsewhere(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		return fakellm.Turn{Text: "re: " + r.Messages[len(r.Messages)-1].Content}
+	})
+	r := f.say(t, "u1", "one")
+	_, err := f.st.AppendMessages(f.ctx, r.SessionID, store.Message{ID: "push-1", Role: llm.RoleAssistant, Content: "Reminder: train at 9"})
+	g.Expect(err).NotTo(HaveOccurred())
+	f.say(t, "u1", "two")
+	f.say(t, "u1", "three")
+	var got []string
+	for _, m := range f.s.Requests()[2].Messages[1:] {
+		got = append(got, m.Role+": "+m.Content)
+	}
+	g.Expect(got).To(Equal([]string{"user: one", "assistant: re: one", "assistant: Reminder: train at 9", "user: two",
+		"assistant: re: two", "user: three"}))
+}
