@@ -65,13 +65,7 @@ func run(m *testing.M) int {
 // leakIgnores lists process-wide goroutines of client-go, klog and net/http
 // that outlive the tests by design.
 func leakIgnores() []goleak.Option {
-	return []goleak.Option{
-		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
-	}
+	return controlplane.LeakIgnores(goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"))
 }
 
 // skillMD is a SKILL.md text.

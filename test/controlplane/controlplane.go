@@ -13,8 +13,14 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 )
 
 // RepoRoot walks up from the working directory to the folder holding go.mod.
@@ -135,4 +141,39 @@ func Unavailable(err error) (reason string, fatal bool) {
 	}
 	fmt.Fprintf(os.Stderr, "\n!!! SKIPPING control-plane tests: %s\n!!! Run hack/controlplane.sh to build the binaries.\n\n", reason)
 	return reason, false
+}
+
+// LeakIgnores are, for goleak.Find in a TestMain, the goroutines a
+// Kubernetes client leaves running after the tests (klog's flush daemon,
+// pooled HTTP connections), followed by a package's own extra ones.
+func LeakIgnores(extra ...goleak.Option) []goleak.Option {
+	return append([]goleak.Option{
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+	}, extra...)
+}
+
+// Connect starts the control plane and a client for it that knows the core
+// and PicoBot types. When the control plane cannot start outside CI, skip
+// says why (env and kube are nil, the caller's tests skip); err is set when
+// the run must fail instead.
+func Connect() (env *Environment, kube client.Client, skip string, err error) {
+	env, err = Start()
+	if err != nil {
+		reason, fatal := Unavailable(err)
+		if fatal {
+			return nil, nil, "", errors.New(reason)
+		}
+		return nil, nil, reason, nil
+	}
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), picobotv1alpha1.AddToScheme(scheme)); err != nil {
+		return nil, nil, "", errors.Join(err, env.Stop())
+	}
+	if kube, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
+		return nil, nil, "", errors.Join(fmt.Errorf("failed to connect to the control plane: %w", err), env.Stop())
+	}
+	return env, kube, "", nil
 }

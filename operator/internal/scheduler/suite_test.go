@@ -50,14 +50,10 @@ func TestMain(m *testing.M) {
 	baseline := goleak.IgnoreCurrent()
 	code := runSuite(m)
 	if code == 0 {
-		if err := goleak.Find(baseline,
-			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+		if err := goleak.Find(append(controlplane.LeakIgnores(
 			goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Typed[...]).updateUnfinishedWorkLoop"),
 			goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.BackoffUntilWithContext.func1"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
-			goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop")); err != nil {
+			goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop")), baseline)...); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
 			code = 1
 		}

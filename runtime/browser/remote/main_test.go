@@ -40,12 +40,8 @@ func TestMain(m *testing.M) {
 	baseline := goleak.IgnoreCurrent()
 	code := run(m)
 	if code == 0 {
-		if err := goleak.Find(baseline,
-			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
-			goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop")); err != nil {
+		if err := goleak.Find(append(controlplane.LeakIgnores(
+			goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop")), baseline)...); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
 			code = 1
 		}

@@ -14,8 +14,6 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,21 +39,12 @@ var (
 
 func TestMain(m *testing.M) {
 	baseline := goleak.IgnoreCurrent()
-	env, err := controlplane.Start()
+	env, k, reason, err := controlplane.Connect()
 	if err != nil {
-		reason, fatal := controlplane.Unavailable(err)
-		if fatal {
-			fmt.Fprintln(os.Stderr, reason)
-			os.Exit(1)
-		}
-		kubeReason = reason
-	} else {
-		s := runtime.NewScheme()
-		must(clientgoscheme.AddToScheme(s))
-		must(picobotv1alpha1.AddToScheme(s))
-		kube, err = client.New(env.Config, client.Options{Scheme: s})
-		must(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	kube, kubeReason = k, reason
 	code := m.Run()
 	if env != nil {
 		if err := env.Stop(); err != nil {
@@ -63,20 +52,12 @@ func TestMain(m *testing.M) {
 		}
 	}
 	if code == 0 {
-		if err := goleak.Find(baseline, goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"), goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
-			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1")); err != nil {
+		if err := goleak.Find(append(controlplane.LeakIgnores(), baseline)...); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-func must(err error) {
-	if err != nil {
-		panic(err)
-	}
 }
 
 // agentTools builds the feature's tools for one agent as agenthost would.
