@@ -272,6 +272,21 @@ func (e *browserEnv) fakeKubelet(t *testing.T, ns, name string) (*corev1.Pod, st
 	return pod, token
 }
 
+// heartbeat runs the provider's heartbeat (Run) with active until the
+// returned stop is called, as a session pod does while its driver runs.
+func heartbeat(t *testing.T, p *remote.Provider, active func(browser.Key) bool) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Run(ctx, active)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
 // serve asks for key's browser as a session and plays the node for its
 // pod, returning the pod and what the session got.
 func (e *browserEnv) serve(t *testing.T, p *remote.Provider, ns string, key browser.Key, name string) (*corev1.Pod, browser.Endpoint) {
@@ -357,6 +372,10 @@ func testProfileLifecycle(t *testing.T, e *browserEnv) {
 
 	p := e.provider(t, ns, "helper")
 	name := wire.ProfileName("shop")
+	// The session's heartbeat renews the Lease while the driver keeps the
+	// browser open, from the request on (as a session pod runs it).
+	open := func(browser.Key) bool { return true }
+	stopHeartbeat := heartbeat(t, p, open)
 	pod, ep := e.serve(t, p, ns, browser.ProfileKey("shop"), name)
 	g.Expect(ep.URL).To(Equal(fmt.Sprintf("http://127.0.0.1:%d", e.port)))
 	g.Expect(ep.Token).To(HaveLen(43))
@@ -405,13 +424,8 @@ func testProfileLifecycle(t *testing.T, e *browserEnv) {
 
 	// While the driver keeps it open the session renews the Lease, well
 	// past the idle timeout, and the pod stays.
-	open := func(browser.Key) bool { return true }
 	first := lease.Spec.RenewTime.Time
-	deadline := time.Now().Add(4 * time.Second)
-	for time.Now().Before(deadline) {
-		p.Beat(ctx, open)
-		time.Sleep(200 * time.Millisecond)
-	}
+	time.Sleep(4 * time.Second)
 	g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, lease)).To(Succeed())
 	g.Expect(lease.Spec.RenewTime.After(first)).To(BeTrue())
 	g.Expect(e.livePod(t, ns, name).Name).To(Equal(pod.Name))
@@ -433,6 +447,7 @@ func testProfileLifecycle(t *testing.T, e *browserEnv) {
 
 	// The driver closes the browser: the profile's pod idles out, its
 	// address is withdrawn, the profile keeps its last use.
+	stopHeartbeat()
 	p.Beat(ctx, func(browser.Key) bool { return false })
 	e.noPods(t, ns, name)
 	e.waitProfile(t, ns, "shop", func(g Gomega, bp *picobotv1alpha1.BrowserProfile) {
@@ -459,6 +474,7 @@ func testEphemeralBrowser(t *testing.T, e *browserEnv) {
 	p := e.provider(t, ns, "helper", func(c *remote.ProviderConfig) { c.AgentUID = helper.UID; c.EphemeralIdle = 2 * time.Second })
 	key := browser.DialogKey("web:alice:1")
 	name := wire.DialogName("helper", "web:alice:1")
+	stopHeartbeat := heartbeat(t, p, func(k browser.Key) bool { return k == key })
 	pod, _ := e.serve(t, p, ns, key, name)
 
 	lease := &coordinationv1.Lease{}
@@ -482,6 +498,7 @@ func testEphemeralBrowser(t *testing.T, e *browserEnv) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// Not renewed for its idle time: the operator ends it and its Lease.
+	stopHeartbeat()
 	name = wire.DialogName("helper", "web:bob:1")
 	e.serve(t, p, ns, browser.DialogKey("web:bob:1"), name)
 	e.noPods(t, ns, name)
