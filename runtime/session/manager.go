@@ -558,7 +558,7 @@ func (m *Manager) loadHistory(ctx context.Context, sid string, since time.Time) 
 	if err != nil {
 		return nil, fmt.Errorf("failed to load messages of %q: %w", sid, err)
 	}
-	if len(msgs) == 0 && h != nil && opts.AfterSeq > 0 {
+	if len(msgs) == 0 && opts.AfterSeq > 0 { // nothing new since the cached load
 		return cached, nil
 	}
 	// A new slice: the cached one may be in use by a caller.
