@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-rod/rod"
+	"github.com/go-rod/rod/lib/cdp"
 	"github.com/go-rod/rod/lib/input"
 	"github.com/go-rod/rod/lib/proto"
 	"github.com/ysmood/gson"
@@ -667,10 +668,23 @@ func (b *Browser) Screenshot(ctx context.Context, fullPage, annotate bool) ([]by
 		req.CaptureBeyondViewport = true
 	}
 	res, err := req.Call(p)
+	for err != nil && detached(err) && actx.Err() == nil {
+		// The tab is between two documents (a navigation is committing):
+		// the new one is attached within a frame or two.
+		time.Sleep(10 * time.Millisecond)
+		res, err = req.Call(p)
+	}
 	if err != nil {
 		return nil, b.wrap(actx, "take a screenshot", err)
 	}
 	return res.Data, nil
+}
+
+// detached reports the error a page-level call gets while the tab swaps
+// documents during a navigation.
+func detached(err error) bool {
+	var ce *cdp.Error
+	return errors.As(err, &ce) && ce.Message == "Not attached to an active page"
 }
 
 // annotate draws each reference of the latest snapshot over its element

@@ -80,6 +80,36 @@ func TestOpenSnapshotActScreenshot(t *testing.T) {
 	g.Expect(b.Click(ctx, "@e99")).To(MatchError(ContainSubstring("take a snapshot first")))
 }
 
+// A click on a link to a page that answers late waits for that page, and
+// the screenshot after it shows the new document; a link that loads nothing
+// (a 204 answer) leaves the page as it was.
+func TestClickWaitsForALateNavigation(t *testing.T) {
+	requireChromium(t)
+	g := NewWithT(t)
+	s := newSite(t)
+	d := NewDriver(testConfig(t))
+	t.Cleanup(d.Close)
+	ctx := context.Background()
+	b := acquire(t, d, DialogKey("web:c1:d1"), Options{})
+	for i := range 4 {
+		_, err := b.Open(ctx, s.url("127.0.0.1", "/to-slow"), false)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(b.Snapshot(ctx)).To(ContainSubstring(`link "Late page" [ref=@e1]`))
+		ref := "@e1"
+		want := "Late"
+		if i%2 == 1 {
+			ref, want = "@e2", "Before"
+		}
+		g.Expect(b.Click(ctx, ref)).To(Succeed())
+		info, err := b.Info(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(info.Title).To(Equal(want), "round %d", i)
+		png, err := b.Screenshot(ctx, false, false)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(png[:8]).To(Equal([]byte("\x89PNG\r\n\x1a\n")))
+	}
+}
+
 func TestURLPolicy(t *testing.T) {
 	p := Policy{Guard: netguard.New(netguard.WithResolver(fakeDNS)), Resolver: fakeDNS}
 	for _, tc := range []struct{ url, want string }{
