@@ -14,8 +14,8 @@ import (
 
 // BenchmarkOpenSnapshotClickScreenshot measures one round of the typical
 // flow on a warm browser: open a local page, snapshot, click, screenshot.
-// It reports the p50 and p99 of a round (target p99 < 300 ms), the cold
-// launch time and the browser's resident memory.
+// It reports the p50 and p99 of a round (target p99 < 300 ms), the p50 of
+// each step, the cold launch time and the browser's resident memory.
 func BenchmarkOpenSnapshotClickScreenshot(b *testing.B) {
 	requireChromium(b)
 	s := newSite(b)
@@ -30,24 +30,39 @@ func BenchmarkOpenSnapshotClickScreenshot(b *testing.B) {
 	}
 	defer release()
 	launch := time.Since(t0)
+	steps := []string{"open", "snapshot", "click", "screenshot"}
+	var stepTimes [4][]time.Duration
 	round := func() error {
+		t0 := time.Now()
+		mark := func(i int) {
+			now := time.Now()
+			stepTimes[i] = append(stepTimes[i], now.Sub(t0))
+			t0 = now
+		}
 		if _, err := br.Open(ctx, s.url("127.0.0.1", "/next"), false); err != nil {
 			return err
 		}
+		mark(0)
 		if _, err := br.Snapshot(ctx); err != nil {
 			return err
 		}
+		mark(1)
 		if err := br.Click(ctx, "@e1"); err != nil { // the link home
 			return err
 		}
-		_, err := br.Screenshot(ctx, false, false)
-		return err
+		mark(2)
+		if _, err := br.Screenshot(ctx, false, false); err != nil {
+			return err
+		}
+		mark(3)
+		return nil
 	}
 	for range 3 { // warm up
 		if err := round(); err != nil {
 			b.Fatal(err)
 		}
 	}
+	stepTimes = [4][]time.Duration{}
 	times := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for b.Loop() {
@@ -58,13 +73,16 @@ func BenchmarkOpenSnapshotClickScreenshot(b *testing.B) {
 		times = append(times, time.Since(start))
 	}
 	b.StopTimer()
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
-	pct := func(p float64) float64 {
+	pct := func(times []time.Duration, p float64) float64 {
+		sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
 		i := int(p * float64(len(times)-1))
 		return float64(times[i].Microseconds()) / 1000
 	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(pct(times, 0.50), "p50-ms")
+	b.ReportMetric(pct(times, 0.99), "p99-ms")
+	for i, name := range steps { // where a round's time goes
+		b.ReportMetric(pct(stepTimes[i], 0.50), name+"-p50-ms")
+	}
 	b.ReportMetric(float64(launch.Milliseconds()), "cold-launch-ms")
 	b.ReportMetric(float64(groupRSS(br.PID()))/(1<<20), "rss-MB")
 }
