@@ -28,14 +28,21 @@ func acquire(t *testing.T, d *Driver, key Key, opts Options) *Browser {
 	return b
 }
 
-func TestOpenSnapshotActScreenshot(t *testing.T) {
+// dialogBrowser starts the test site and a dialog's browser on a driver of
+// its own, both closed when the test ends.
+func dialogBrowser(t *testing.T, opts Options) (*site, *Browser) {
+	t.Helper()
 	requireChromium(t)
-	g := NewWithT(t)
 	s := newSite(t)
 	d := NewDriver(testConfig(t))
 	t.Cleanup(d.Close)
+	return s, acquire(t, d, DialogKey("web:c1:d1"), opts)
+}
+
+func TestOpenSnapshotActScreenshot(t *testing.T) {
+	g := NewWithT(t)
+	s, b := dialogBrowser(t, Options{})
 	ctx := context.Background()
-	b := acquire(t, d, DialogKey("web:c1:d1"), Options{})
 
 	info, err := b.Open(ctx, s.url("127.0.0.1", "/"), false)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -84,13 +91,9 @@ func TestOpenSnapshotActScreenshot(t *testing.T) {
 // the screenshot after it shows the new document; a link that loads nothing
 // (a 204 answer) leaves the page as it was.
 func TestClickWaitsForALateNavigation(t *testing.T) {
-	requireChromium(t)
 	g := NewWithT(t)
-	s := newSite(t)
-	d := NewDriver(testConfig(t))
-	t.Cleanup(d.Close)
+	s, b := dialogBrowser(t, Options{})
 	ctx := context.Background()
-	b := acquire(t, d, DialogKey("web:c1:d1"), Options{})
 	for i := range 4 {
 		_, err := b.Open(ctx, s.url("127.0.0.1", "/to-slow"), false)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -201,13 +204,9 @@ func TestEgressBlocksPrivateSubresources(t *testing.T) {
 }
 
 func TestAllowedDomainsRestrictEverything(t *testing.T) {
-	requireChromium(t)
 	g := NewWithT(t)
-	s := newSite(t)
-	d := NewDriver(testConfig(t))
-	t.Cleanup(d.Close)
+	s, b := dialogBrowser(t, Options{Domains: Domains{"allowed.test"}})
 	ctx := context.Background()
-	b := acquire(t, d, DialogKey("d"), Options{Domains: Domains{"allowed.test"}})
 
 	_, err := b.Open(ctx, s.url("other.test", "/"), false)
 	g.Expect(err).To(MatchError(ContainSubstring("other.test is not in the allowed domains")))
