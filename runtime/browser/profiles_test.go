@@ -10,8 +10,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -94,20 +92,14 @@ func TestDirProfiles(t *testing.T) {
 }
 
 func TestKubeProfiles(t *testing.T) {
-	env, err := controlplane.Start()
+	env, c, reason, err := controlplane.Connect()
 	if err != nil {
-		reason, fatal := controlplane.Unavailable(err)
-		if fatal {
-			t.Fatal(reason)
-		}
+		t.Fatal(err)
+	}
+	if reason != "" {
 		t.Skip(reason)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	NewWithT(t).Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	NewWithT(t).Expect(picobotv1alpha1.AddToScheme(scheme)).To(Succeed())
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	ns := fmt.Sprintf("tenant-%d", os.Getpid())
 	NewWithT(t).Expect(c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 

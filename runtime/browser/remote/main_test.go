@@ -14,11 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"go.uber.org/goleak"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/blob/s3blob"
 	"github.com/picobot/picobot/test/controlplane"
 	"github.com/picobot/picobot/test/services"
@@ -65,24 +62,17 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	env, err := controlplane.Start()
+	env, k, reason, err := controlplane.Connect()
 	if err != nil {
-		reason, fatal := controlplane.Unavailable(err)
-		if fatal {
-			fmt.Fprintln(os.Stderr, reason)
-			return 1
-		}
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if reason != "" {
 		kubeSkip = reason
 		return m.Run()
 	}
 	defer func() { _ = env.Stop() }()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = picobotv1alpha1.AddToScheme(scheme)
-	if kube, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	kube = k
 	return m.Run()
 }
 
