@@ -20,6 +20,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/provider/internal/httperr"
+	"github.com/picobot/picobot/runtime/provider/internal/modelhttp"
 )
 
 // Name is the provider name used in errors and model references.
@@ -48,7 +49,7 @@ type Options struct {
 	APIKey string
 	// Model is used when a request names none.
 	Model string
-	// HTTPClient overrides the default client (proxies, TLS, tests).
+	// HTTPClient overrides the shared pooled client (proxies, TLS, tests).
 	HTTPClient *http.Client
 	// Timeout bounds one request attempt; DefaultTimeout when zero.
 	Timeout time.Duration
@@ -83,7 +84,7 @@ func New(opts Options) (*Provider, error) {
 	}
 	httpClient := opts.HTTPClient
 	if httpClient == nil {
-		httpClient = &http.Client{}
+		httpClient = modelhttp.Client()
 	}
 	clientOpts := []option.RequestOption{
 		// Configuration comes from Options only: no ANTHROPIC_* variables or

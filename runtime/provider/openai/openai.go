@@ -23,6 +23,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/provider/internal/httperr"
+	"github.com/picobot/picobot/runtime/provider/internal/modelhttp"
 )
 
 // Name is the provider name used in errors and model references.
@@ -44,7 +45,7 @@ type Options struct {
 	APIKey string
 	// Model is used when a request names none.
 	Model string
-	// HTTPClient overrides the SDK's default client (proxies, TLS, tests).
+	// HTTPClient overrides the shared pooled client (proxies, TLS, tests).
 	HTTPClient *http.Client
 	// Timeout bounds one request attempt; DefaultTimeout when zero.
 	Timeout time.Duration
@@ -83,9 +84,10 @@ func New(opts Options) (*Provider, error) {
 		option.WithAPIKey(opts.APIKey),
 		option.WithMiddleware(normalizeErrorBody),
 	}
-	if opts.HTTPClient != nil {
-		clientOpts = append(clientOpts, option.WithHTTPClient(opts.HTTPClient))
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = modelhttp.Client()
 	}
+	clientOpts = append(clientOpts, option.WithHTTPClient(opts.HTTPClient))
 	return &Provider{opts: opts, client: openaisdk.NewClient(clientOpts...), now: time.Now}, nil
 }
 
