@@ -59,6 +59,7 @@ type Provider struct {
 	opts   Options
 	client openaisdk.Client
 	now    func() time.Time
+	tools  toolCache
 }
 
 var _ llm.Provider = (*Provider)(nil)
@@ -97,18 +98,21 @@ func (p *Provider) Model() string { return p.opts.Model }
 // Complete sends one chat turn; with onDelta non-nil it streams and reports
 // each text piece as it arrives.
 func (p *Provider) Complete(ctx context.Context, req llm.Request, onDelta func(llm.Delta)) (*llm.Response, error) {
-	params, err := p.BuildParams(req, onDelta != nil)
+	body, err := p.BuildBody(req, onDelta != nil)
 	if err != nil {
 		return nil, err
 	}
+	model := firstString(req.Model, p.opts.Model)
+	// The SDK's parameters stay empty: the body replaces them.
+	withBody := option.WithRequestBody("application/json", body)
 	if onDelta == nil {
-		res, err := p.client.Chat.Completions.New(ctx, params)
+		res, err := p.client.Chat.Completions.New(ctx, openaisdk.ChatCompletionNewParams{}, withBody)
 		if err != nil {
 			return nil, p.mapError(ctx, err)
 		}
-		return p.response(res, params.Model)
+		return p.response(res, model)
 	}
-	return p.stream(ctx, params, onDelta)
+	return p.stream(ctx, model, withBody, onDelta)
 }
 
 // response maps a non-streaming completion.
@@ -145,8 +149,8 @@ type toolAcc struct {
 
 // stream runs a streaming completion, accumulating text and tool calls
 // (parallel calls may interleave by index) into a complete Response.
-func (p *Provider) stream(ctx context.Context, params openaisdk.ChatCompletionNewParams, onDelta func(llm.Delta)) (*llm.Response, error) {
-	s := p.client.Chat.Completions.NewStreaming(ctx, params)
+func (p *Provider) stream(ctx context.Context, reqModel string, withBody option.RequestOption, onDelta func(llm.Delta)) (*llm.Response, error) {
+	s := p.client.Chat.Completions.NewStreaming(ctx, openaisdk.ChatCompletionNewParams{}, withBody)
 	defer func() { _ = s.Close() }()
 
 	var (
@@ -207,7 +211,7 @@ func (p *Provider) stream(ctx context.Context, params openaisdk.ChatCompletionNe
 	out := &llm.Response{
 		Message: llm.Message{Role: llm.RoleAssistant, Content: text.String()},
 		Usage:   use,
-		Model:   firstString(model, params.Model),
+		Model:   firstString(model, reqModel),
 	}
 	for _, c := range calls {
 		out.Message.ToolCalls = append(out.Message.ToolCalls, llm.ToolCall{ID: c.id, Name: c.name, Arguments: c.args.String()})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"os"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -153,7 +154,29 @@ func TestRequestModelOverride(t *testing.T) {
 	g.Expect(string(r.Body)).NotTo(ContainSubstring("stream_options"))
 }
 
-func TestBuildParamsErrors(t *testing.T) {
+// TestRequestBody pins the body of the mapping request to the JSON the
+// SDK's own parameter types encoded (testdata/mapping_request.json, from
+// ChatCompletionNewParams.MarshalJSON before the body was encoded here).
+func TestRequestBody(t *testing.T) {
+	g := NewWithT(t)
+	p, err := openai.New(openai.Options{Model: "gpt-test", MaxTokens: 2048})
+	g.Expect(err).NotTo(HaveOccurred())
+	want, err := os.ReadFile("testdata/mapping_request.json")
+	g.Expect(err).NotTo(HaveOccurred())
+	for range 2 { // the second time with the tools' encoding cached
+		body, err := p.BuildBody(mappingRequest(), true)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(body)).To(MatchJSON(want))
+	}
+	// A changed schema is a different tool set, not a cache hit.
+	req := mappingRequest()
+	req.Tools[0].Parameters = json.RawMessage(`{"type":"object"}`)
+	body, err := p.BuildBody(req, true)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(body)).To(ContainSubstring(`"parameters":{"type":"object"}}`))
+}
+
+func TestBuildBodyErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		req  llm.Request
@@ -168,7 +191,7 @@ func TestBuildParamsErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := p.BuildParams(tt.req, false)
+			_, err := p.BuildBody(tt.req, false)
 			NewWithT(t).Expect(err).To(MatchError(ContainSubstring(tt.want)))
 		})
 	}
