@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -96,7 +97,11 @@ type Manager struct {
 // what came after lastSeq — whoever wrote it (this manager's turns, a
 // send_message from elsewhere) — instead of the whole history every turn.
 type storedHistory struct {
+	// since is the session's compression mark and prefix the timeline
+	// context that goes before msgs (both as read when the cache was
+	// filled).
 	since   time.Time
+	prefix  []llm.Message
 	lastSeq int64
 	msgs    []llm.Message
 	// titled: the session's title is no longer the default (it never
@@ -515,37 +520,48 @@ func (m *Manager) Archive(ctx context.Context, id ID) error {
 // messages after the mark; otherwise every message. Broken tool-call chains
 // (a runtime died mid-turn) are repaired.
 func (m *Manager) History(ctx context.Context, id ID) ([]llm.Message, error) {
-	s, err := m.cfg.Store.GetSession(ctx, id.String())
-	if err != nil {
-		return nil, fmt.Errorf("failed to read session %q: %w", id, err)
-	}
+	sid := id.String()
+	m.mu.Lock()
+	h := m.hist[sid]
+	m.mu.Unlock()
 	var since time.Time
-	var out []llm.Message
-	if s.LastCompressedAt != nil {
-		since = *s.LastCompressedAt
-		if m.cfg.Timeline != nil {
-			sums, err := m.cfg.Timeline.RecentTimeline(ctx, m.cfg.Agent, id.String(), timelineContext)
-			if err != nil {
-				return nil, fmt.Errorf("failed to load timeline of %q: %w", id, err)
-			}
-			if len(sums) > 0 {
-				out = append(out, llm.Message{Role: llm.RoleUser, Content: "[Previous Context]\n" + strings.Join(sums, "\n\n")},
-					llm.Message{Role: llm.RoleAssistant, Content: "Understood; I will continue from there. (Earlier details: timeline_recall.)"})
+	var prefix []llm.Message
+	if h != nil {
+		// Cached while this manager holds the lease; markCompressed, the
+		// only writer of the compression mark, drops the cache.
+		since, prefix = h.since, h.prefix
+	} else {
+		s, err := m.cfg.Store.GetSession(ctx, sid)
+		if err != nil {
+			return nil, fmt.Errorf("failed to read session %q: %w", id, err)
+		}
+		if s.LastCompressedAt != nil {
+			since = *s.LastCompressedAt
+			if m.cfg.Timeline != nil {
+				sums, err := m.cfg.Timeline.RecentTimeline(ctx, m.cfg.Agent, sid, timelineContext)
+				if err != nil {
+					return nil, fmt.Errorf("failed to load timeline of %q: %w", id, err)
+				}
+				if len(sums) > 0 {
+					prefix = []llm.Message{{Role: llm.RoleUser, Content: "[Previous Context]\n" + strings.Join(sums, "\n\n")},
+						{Role: llm.RoleAssistant, Content: "Understood; I will continue from there. (Earlier details: timeline_recall.)"}}
+				}
 			}
 		}
 	}
-	msgs, err := m.loadHistory(ctx, id.String(), since)
+	msgs, err := m.loadHistory(ctx, sid, since, prefix)
 	if err != nil {
 		return nil, err
 	}
-	return agent.RepairToolChains(append(out, msgs...)), nil
+	return agent.RepairToolChains(slices.Concat(prefix, msgs)), nil
 }
 
 // loadHistory returns the session's stored messages from since on, reading
 // only the new ones when the session's history is cached; it caches the
-// result while this manager holds the session's lease. The slice returned is
-// the cache's: callers must not modify it.
-func (m *Manager) loadHistory(ctx context.Context, sid string, since time.Time) ([]llm.Message, error) {
+// result, with the timeline context prefix that goes before it, while this
+// manager holds the session's lease. The slice returned is the cache's:
+// callers must not modify it.
+func (m *Manager) loadHistory(ctx context.Context, sid string, since time.Time, prefix []llm.Message) ([]llm.Message, error) {
 	m.mu.Lock()
 	h := m.hist[sid]
 	m.mu.Unlock()
@@ -564,7 +580,7 @@ func (m *Manager) loadHistory(ctx context.Context, sid string, since time.Time) 
 	// A new slice: the cached one may be in use by a caller.
 	out := make([]llm.Message, len(cached), len(cached)+len(msgs))
 	copy(out, cached)
-	next := &storedHistory{since: since, lastSeq: opts.AfterSeq}
+	next := &storedHistory{since: since, prefix: prefix, lastSeq: opts.AfterSeq}
 	for _, msg := range msgs {
 		out = append(out, msg.ToLLM())
 		next.lastSeq = msg.Seq
@@ -608,6 +624,10 @@ func (m *Manager) compress(ctx context.Context, id ID, system string, history []
 }
 
 func (m *Manager) markCompressed(ctx context.Context, sid string, at time.Time) error {
+	// The cached history starts at the old mark: the next turn reloads.
+	m.mu.Lock()
+	delete(m.hist, sid)
+	m.mu.Unlock()
 	if _, err := m.cfg.Store.UpdateSession(ctx, sid, store.SessionUpdate{LastCompressedAt: &at}); err != nil {
 		return fmt.Errorf("failed to mark session %q compressed: %w", sid, err)
 	}

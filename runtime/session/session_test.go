@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -310,7 +311,51 @@ func TestCompressionMarkAndTimelineRestore(t *testing.T) {
 	g.Expect(h[0].Content).To(HavePrefix("[Previous Context]\nThe user is planning a trip"))
 	g.Expect(h[len(h)-1].Role).To(Equal(llm.RoleAssistant))
 
+	// Later turns, whose history is cached, start at the mark too.
+	f.say(t, "u1", "thanks")
+	f.say(t, "u1", "and tomorrow?")
+	reqs := f.s.Requests()
+	last := reqs[len(reqs)-1].Messages
+	g.Expect(last[1].Content).To(HavePrefix("[Previous Context]\nThe user is planning a trip"))
+	for _, m := range last {
+		g.Expect(m.Content).NotTo(Equal("look up trains"), "a message from before the mark")
+	}
+	g.Expect(last[len(last)-1].Content).To(Equal("and tomorrow?"))
+
 	g.Expect(f.say(t, "u1", "/compact").Text).To(ContainSubstring("Compressed the context of default"))
+}
+
+// countingStore counts session reads.
+type countingStore struct {
+	store.Store
+	gets atomic.Int64
+}
+
+func (c *countingStore) GetSession(ctx context.Context, id string) (store.Session, error) {
+	c.gets.Add(1)
+	return c.Store.GetSession(ctx, id)
+}
+
+// TestLeasedSessionTurnReadsTheSessionOnce: while the lease is held, a turn
+// reads the session row only to check the current dialog; its history and
+// compression mark come from the cache.
+func TestLeasedSessionTurnReadsTheSessionOnce(t *testing.T) {
+	g := NewWithT(t)
+	var cs *countingStore
+	f := newFixture(t, func(c *Config) {
+		cs = &countingStore{Store: c.Store}
+		c.Store = cs
+	})
+	f.s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
+	for _, text := range []string{"one", "two", "three"} { // titled after the third
+		f.say(t, "u1", text)
+	}
+	before := cs.gets.Load()
+	for _, text := range []string{"four", "five", "six"} {
+		f.say(t, "u1", text)
+	}
+	g.Expect(cs.gets.Load() - before).To(BeEquivalentTo(3))
+	g.Expect(f.s.Requests()[5].Messages).To(HaveLen(1 + 11)) // system + 5 turns + "six"
 }
 
 // A runtime that died after storing the user message but before storing its
