@@ -3,7 +3,9 @@ package fakellm
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -163,14 +165,55 @@ type (
 		ResponseFormat      *struct {
 			Type string `json:"type"`
 		} `json:"response_format"`
-		Tools []struct {
-			Type     string `json:"type"`
-			Function struct {
-				Name string `json:"name"`
-			} `json:"function"`
-		} `json:"tools"`
+		// Tools are read by toolNames: the same declarations come with
+		// every request of an agent.
+		Tools json.RawMessage `json:"tools"`
+	}
+	oaTool struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
 	}
 )
+
+// toolNameCache maps tool declarations, as sent, to their names (the
+// first 64 distinct lists a process sees).
+var toolNameCache struct {
+	sync.Mutex
+	m map[string][]string
+}
+
+// toolNames reads the names of declared tools, decoding each distinct
+// declaration list once.
+func toolNames(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	toolNameCache.Lock()
+	cached, ok := toolNameCache.m[string(raw)]
+	toolNameCache.Unlock()
+	if ok {
+		return slices.Clone(cached), nil
+	}
+	var tools []oaTool
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = t.Function.Name
+	}
+	toolNameCache.Lock()
+	if toolNameCache.m == nil {
+		toolNameCache.m = map[string][]string{}
+	}
+	if len(toolNameCache.m) < 64 {
+		toolNameCache.m[string(raw)] = names
+	}
+	toolNameCache.Unlock()
+	return slices.Clone(names), nil
+}
 
 func parseOpenAI(body []byte, rec *Recorded) error {
 	var req oaRequest
@@ -182,9 +225,11 @@ func parseOpenAI(body []byte, rec *Recorded) error {
 	rec.IncludeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	rec.MaxTokens = max(req.MaxTokens, req.MaxCompletionTokens)
 	rec.JSONMode = req.ResponseFormat != nil && req.ResponseFormat.Type == "json_object"
-	for _, t := range req.Tools {
-		rec.Tools = append(rec.Tools, t.Function.Name)
+	names, err := toolNames(req.Tools)
+	if err != nil {
+		return err
 	}
+	rec.Tools = names
 	var system []string
 	for _, m := range req.Messages {
 		text, images, err := openAIContent(m.Content)

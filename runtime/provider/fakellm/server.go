@@ -225,7 +225,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto, http.StatusMethodNotAllowed, "", "fakellm: only POST is served", "")
 		return
 	}
-	body, err := io.ReadAll(r.Body)
+	body, err := readBody(r)
 	if err != nil {
 		writeError(w, proto, http.StatusBadRequest, "", "fakellm: failed to read request body", "")
 		return
@@ -278,6 +278,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.answer(w, r, proto, &rec, turn)
 	}
+}
+
+// readBody reads a request body into a buffer of its declared size.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength <= 0 || r.ContentLength > 64<<20 {
+		return io.ReadAll(r.Body)
+	}
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // answer writes a model answer, streamed or not.
@@ -349,10 +361,15 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, proto string, re
 		if _, err := w.Write(buf.Bytes()); err != nil {
 			return
 		}
-		if flusher != nil {
+		// Events spaced in time go out one by one; an instant answer goes
+		// out in one write, as a server would send what it has ready.
+		if flusher != nil && t.ChunkDelay > 0 {
 			flusher.Flush()
 		}
 		contentSent = contentSent || ev.content
+	}
+	if flusher != nil {
+		flusher.Flush()
 	}
 	if t.Drop {
 		// Abort without the terminating chunk; net/http closes the
