@@ -105,9 +105,10 @@ type storedHistory struct {
 	lastSeq int64
 	msgs    []llm.Message
 	// titled: the session's title is no longer the default (it never
-	// becomes the default again), so auto-titling has nothing to do. Read
-	// and written under Manager.mu; the other fields never change.
-	titled bool
+	// becomes the default again), so auto-titling has nothing to do.
+	// current: see extendHistory. Both are read and written under
+	// Manager.mu; the other fields never change.
+	titled, current bool
 }
 
 // maxCachedHistories caps the histories kept between turns; a session
@@ -213,6 +214,7 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		unlock()
 		return Reply{SessionID: sid}, fmt.Errorf("failed to store message of session %q: %w", sid, err)
 	}
+	m.extendHistory(sid, stored, true)
 	if stored[0].Duplicate {
 		resume, err := m.unfinished(ctx, sid, in.MessageID)
 		if err != nil || !resume {
@@ -284,9 +286,11 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		// A cancelled turn must still be recorded: use a context that
 		// outlives the caller's.
 		pctx := context.WithoutCancel(ctx)
-		if _, err := m.cfg.Store.AppendMessages(pctx, sid, msgs...); err != nil {
+		turn, err := m.cfg.Store.AppendMessages(pctx, sid, msgs...)
+		if err != nil {
 			return reply, errors.Join(runErr, fmt.Errorf("failed to store turn of session %q: %w", sid, err))
 		}
+		m.extendHistory(sid, turn, false)
 		if out.Compressed {
 			if err := m.markCompressed(pctx, sid, stored[0].CreatedAt); err != nil {
 				return reply, errors.Join(runErr, err)
@@ -570,6 +574,9 @@ func (m *Manager) loadHistory(ctx context.Context, sid string, since time.Time, 
 	if h != nil && h.since.Equal(since) {
 		opts.AfterSeq, cached = h.lastSeq, h.msgs
 	}
+	if cached != nil && m.takeCurrent(h) {
+		return cached, nil
+	}
 	msgs, err := m.cfg.Store.LoadMessages(ctx, sid, opts)
 	if err != nil {
 		return nil, fmt.Errorf("failed to load messages of %q: %w", sid, err)
@@ -595,6 +602,47 @@ func (m *Manager) loadHistory(ctx context.Context, sid string, since time.Time, 
 	}
 	m.mu.Unlock()
 	return out, nil
+}
+
+// extendHistory adds messages this manager just stored to the session's
+// cached history when their seqs directly follow it, so nothing has to be
+// read back; otherwise the cache stays behind and the next load reads what
+// it misses. verified (the user message of a turn, stored just before its
+// history is loaded, under the session lock) also marks the cache current:
+// nobody else wrote to the session between the cache's last message and
+// this one, so that load needs no read at all.
+func (m *Manager) extendHistory(sid string, stored []store.Message, verified bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.hist[sid]
+	if h == nil {
+		return
+	}
+	seq := h.lastSeq
+	for _, msg := range stored {
+		if msg.Duplicate || msg.Seq != seq+1 {
+			h.current = false
+			return
+		}
+		seq++
+	}
+	next := &storedHistory{since: h.since, prefix: h.prefix, lastSeq: seq, titled: h.titled, current: verified}
+	next.msgs = make([]llm.Message, len(h.msgs), len(h.msgs)+len(stored))
+	copy(next.msgs, h.msgs)
+	for _, msg := range stored {
+		next.msgs = append(next.msgs, msg.ToLLM())
+	}
+	m.hist[sid] = next
+}
+
+// takeCurrent reports whether h was marked current by extendHistory, and
+// clears the mark: it vouches for one load only.
+func (m *Manager) takeCurrent(h *storedHistory) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := h.current
+	h.current = false
+	return cur
 }
 
 // compress runs the compressor when the history is above its trigger (or

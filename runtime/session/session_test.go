@@ -325,10 +325,15 @@ func TestCompressionMarkAndTimelineRestore(t *testing.T) {
 	g.Expect(f.say(t, "u1", "/compact").Text).To(ContainSubstring("Compressed the context of default"))
 }
 
-// countingStore counts session reads.
+// countingStore counts session and message reads.
 type countingStore struct {
 	store.Store
-	gets atomic.Int64
+	gets, loads atomic.Int64
+}
+
+func (c *countingStore) LoadMessages(ctx context.Context, id string, opts store.LoadOptions) ([]store.Message, error) {
+	c.loads.Add(1)
+	return c.Store.LoadMessages(ctx, id, opts)
 }
 
 func (c *countingStore) GetSession(ctx context.Context, id string) (store.Session, error) {
@@ -337,8 +342,9 @@ func (c *countingStore) GetSession(ctx context.Context, id string) (store.Sessio
 }
 
 // TestLeasedSessionTurnReadsTheSessionOnce: while the lease is held, a turn
-// reads the session row only to check the current dialog; its history and
-// compression mark come from the cache.
+// reads the session row only to check the current dialog, and no messages:
+// its history and compression mark come from the cache, which the turn's
+// own writes keep up to date.
 func TestLeasedSessionTurnReadsTheSessionOnce(t *testing.T) {
 	g := NewWithT(t)
 	var cs *countingStore
@@ -350,12 +356,18 @@ func TestLeasedSessionTurnReadsTheSessionOnce(t *testing.T) {
 	for _, text := range []string{"one", "two", "three"} { // titled after the third
 		f.say(t, "u1", text)
 	}
-	before := cs.gets.Load()
+	gets, loads := cs.gets.Load(), cs.loads.Load()
 	for _, text := range []string{"four", "five", "six"} {
 		f.say(t, "u1", text)
 	}
-	g.Expect(cs.gets.Load() - before).To(BeEquivalentTo(3))
-	g.Expect(f.s.Requests()[5].Messages).To(HaveLen(1 + 11)) // system + 5 turns + "six"
+	g.Expect(cs.gets.Load() - gets).To(BeEquivalentTo(3))
+	g.Expect(cs.loads.Load() - loads).To(BeZero())
+	var got []string
+	for _, m := range f.s.Requests()[5].Messages[1:] {
+		got = append(got, m.Role+": "+m.Content)
+	}
+	g.Expect(got).To(Equal([]string{"user: one", "assistant: ok", "user: two", "assistant: ok", "user: three", "assistant: ok",
+		"user: four", "assistant: ok", "user: five", "assistant: ok", "user: six"}))
 }
 
 // A runtime that died after storing the user message but before storing its
@@ -430,4 +442,30 @@ func TestHistoryKeepsUpWithMessagesStoredElsewhere(t *testing.T) {
 	}
 	g.Expect(got).To(Equal([]string{"user: one", "assistant: re: one", "assistant: Reminder: train at 9", "user: two",
 		"assistant: re: two", "user: three"}))
+}
+
+// TestCachedHistoryEqualsStoredHistory: the history a manager keeps from its
+// own writes (a turn with tool calls included) is what a fresh runtime reads
+// from the store.
+func TestCachedHistoryEqualsStoredHistory(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		if last := r.Messages[len(r.Messages)-1]; last.Role == "user" && last.Content == "use the tool" {
+			return fakellm.Turn{Text: "calling", ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"hi"}`}}}
+		}
+		return fakellm.Turn{Text: "done"}
+	})
+	var r Reply
+	for _, text := range []string{"hello", "use the tool", "thanks"} {
+		r = f.say(t, "u1", text)
+	}
+	id, err := ParseID(r.SessionID)
+	g.Expect(err).NotTo(HaveOccurred())
+	cached, err := f.m.History(f.ctx, id)
+	g.Expect(err).NotTo(HaveOccurred())
+	fresh, err := NewManager(Config{Store: f.st, Agent: "assistant", Holder: "pod-b"}).History(f.ctx, id)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cached).To(Equal(fresh))
+	g.Expect(cached).To(HaveLen(8)) // hello, done, use the tool, call, result, done, thanks, done
 }
