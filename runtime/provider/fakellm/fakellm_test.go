@@ -492,3 +492,29 @@ func TestListen(t *testing.T) {
 	_, err = fakellm.Listen("256.0.0.1:1")
 	g.Expect(err).To(MatchError(ContainSubstring("failed to listen")))
 }
+
+func TestRequestLimit(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	defer s.Close()
+	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
+	send := func(text string) {
+		body := `{"model":"m","messages":[{"role":"user","content":"` + text + `"}]}`
+		r, _ := post(t, s.URL()+"/chat/completions", body)
+		g.Expect(r.StatusCode).To(Equal(http.StatusOK))
+	}
+	send("one")
+	send("two")
+	send("three")
+	g.Expect(s.Requests()).To(HaveLen(3), "all kept by default")
+	s.SetRequestLimit(2)
+	send("four")
+	var last []string
+	for _, r := range s.Requests() {
+		last = append(last, r.Messages[0].Content)
+	}
+	g.Expect(last).To(Equal([]string{"three", "four"}))
+	s.SetRequestLimit(0)
+	send("five")
+	g.Expect(s.Requests()).To(BeEmpty())
+}

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"slices"
 	"sync"
 	"time"
 )
@@ -146,7 +147,10 @@ type Server struct {
 	script   []Turn
 	respond  func(Recorded) Turn
 	requests []Recorded
-	seq      int
+	// limited: only the last limit requests are kept (SetRequestLimit).
+	limited bool
+	limit   int
+	seq     int
 }
 
 // New starts a fake on a random loopback port. Close it when done.
@@ -195,6 +199,23 @@ func (s *Server) Respond(fn func(req Recorded) Turn) {
 	s.respond = fn
 }
 
+// SetRequestLimit keeps only the last n requests for Requests (0: none),
+// so a long benchmark's memory and garbage collection do not grow with the
+// bodies it sent. All are kept by default.
+func (s *Server) SetRequestLimit(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limited, s.limit = true, max(n, 0)
+	s.trim()
+}
+
+// trim applies the request limit; s.mu is held.
+func (s *Server) trim() {
+	if s.limited && len(s.requests) > s.limit {
+		s.requests = slices.Clone(s.requests[len(s.requests)-s.limit:])
+	}
+}
+
 // Requests returns every request received so far, in arrival order.
 func (s *Server) Requests() []Recorded {
 	s.mu.Lock()
@@ -240,6 +261,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	s.requests = append(s.requests, rec)
+	s.trim()
 	if perr != nil {
 		s.mu.Unlock()
 		writeError(w, proto, http.StatusBadRequest, "", "fakellm: malformed request body: "+perr.Error(), "")

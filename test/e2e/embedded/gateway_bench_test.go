@@ -23,6 +23,7 @@ func gatewayInProcess(b *testing.B) gatewaytest.Client {
 	s := fakellm.New()
 	b.Cleanup(s.Close)
 	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
+	s.SetRequestLimit(0) // thousands of turns: keep no request bodies
 	dir := b.TempDir()
 	writeAgent(b, dir, s.URL())
 	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Env: func(name string) string {
