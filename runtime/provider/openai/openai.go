@@ -150,7 +150,13 @@ type toolAcc struct {
 // stream runs a streaming completion, accumulating text and tool calls
 // (parallel calls may interleave by index) into a complete Response.
 func (p *Provider) stream(ctx context.Context, reqModel string, withBody option.RequestOption, onDelta func(llm.Delta)) (*llm.Response, error) {
-	s := p.client.Chat.Completions.NewStreaming(ctx, openaisdk.ChatCompletionNewParams{}, withBody)
+	// The SDK's own call (Chat.Completions.NewStreaming) decodes every chunk
+	// with its reflective decoder; chunks are read into wireChunk instead
+	// (see request.go). The SDK still sends, frames the SSE stream and
+	// reports errors.
+	var raw *http.Response
+	err := p.client.Post(ctx, "chat/completions", nil, &raw, withBody)
+	s := ssestream.NewStream[wireChunk](ssestream.NewDecoder(raw), err)
 	defer func() { _ = s.Close() }()
 
 	var (
@@ -166,8 +172,9 @@ func (p *Provider) stream(ctx context.Context, reqModel string, withBody option.
 		if chunk.Model != "" {
 			model = chunk.Model
 		}
-		if chunk.JSON.Usage.Valid() {
-			use = usage(chunk.Usage)
+		if u := chunk.Usage; u != nil {
+			use = llm.Usage{InputTokens: int(u.PromptTokens), OutputTokens: int(u.CompletionTokens),
+				CachedInputTokens: int(u.PromptTokensDetails.CachedTokens)}
 		}
 		for _, ch := range chunk.Choices {
 			if ch.Index != 0 {

@@ -156,7 +156,8 @@ func TestRequestModelOverride(t *testing.T) {
 
 // TestRequestBody pins the body of the mapping request to the JSON the
 // SDK's own parameter types encoded (testdata/mapping_request.json, from
-// ChatCompletionNewParams.MarshalJSON before the body was encoded here).
+// ChatCompletionNewParams.MarshalJSON before the body was encoded here,
+// with the "stream": true its streaming call added).
 func TestRequestBody(t *testing.T) {
 	g := NewWithT(t)
 	p, err := openai.New(openai.Options{Model: "gpt-test", MaxTokens: 2048})

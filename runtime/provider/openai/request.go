@@ -12,7 +12,7 @@ import (
 )
 
 // The request body is encoded here rather than through the SDK's parameter
-// types: the SDK marshals every message and tool through its own reflective
+// types, and streamed chunks are decoded into wireChunk: the SDK marshals every message and tool through its own reflective
 // encoder and then re-scans each one (MarshalJSON output is compacted), which
 // cost about 2.5 ms and 3,200 allocations for a 100-message, 40-tool request
 // and was the largest single CPU cost of an embedded-mode turn. The body
@@ -50,8 +50,8 @@ type wireFunction struct {
 	Arguments string `json:"arguments"`
 }
 
-// BuildBody encodes a neutral request as a Chat Completions request body
-// (without "stream", which the SDK's streaming call adds). It is exported
+// BuildBody encodes a neutral request as a Chat Completions request body.
+// It is exported
 // for benchmarks and for callers that want the exact wire request; Complete
 // sends it.
 func (p *Provider) BuildBody(req llm.Request, stream bool) ([]byte, error) {
@@ -97,7 +97,7 @@ func (p *Provider) BuildBody(req llm.Request, stream bool) ([]byte, error) {
 		buf.WriteString(`,"response_format":{"type":"json_object"}`)
 	}
 	if stream {
-		buf.WriteString(`,"stream_options":{"include_usage":true}`)
+		buf.WriteString(`,"stream":true,"stream_options":{"include_usage":true}`)
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
@@ -176,6 +176,33 @@ func wireMessages(req llm.Request) ([]wireMessage, error) {
 	}
 	flushToolImages()
 	return msgs, nil
+}
+
+// wireChunk is what the provider reads of a streamed chunk.
+type wireChunk struct {
+	Model string `json:"model"`
+	Usage *struct {
+		PromptTokens        int64 `json:"prompt_tokens"`
+		CompletionTokens    int64 `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	Choices []struct {
+		Index int64 `json:"index"`
+		Delta struct {
+			Content   string `json:"content"`
+			ToolCalls []struct {
+				Index    int64  `json:"index"`
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
 }
 
 // firstNonZero returns a, or b when a is zero.
