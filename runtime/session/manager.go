@@ -557,7 +557,10 @@ func (m *Manager) History(ctx context.Context, id ID) ([]llm.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	return agent.RepairToolChains(slices.Concat(prefix, msgs)), nil
+	if len(prefix) > 0 {
+		msgs = slices.Concat(prefix, msgs)
+	}
+	return agent.RepairToolChains(msgs), nil // a copy: msgs is the cache's
 }
 
 // loadHistory returns the session's stored messages from since on, reading
@@ -627,8 +630,10 @@ func (m *Manager) extendHistory(sid string, stored []store.Message, verified boo
 		seq++
 	}
 	next := &storedHistory{since: h.since, prefix: h.prefix, lastSeq: seq, titled: h.titled, current: verified}
-	next.msgs = make([]llm.Message, len(h.msgs), len(h.msgs)+len(stored))
-	copy(next.msgs, h.msgs)
+	// Appending may write past the end of h.msgs in a shared array: safe,
+	// as whoever holds h.msgs reads only up to its length, and h is
+	// replaced here, never extended again.
+	next.msgs = h.msgs
 	for _, msg := range stored {
 		next.msgs = append(next.msgs, msg.ToLLM())
 	}
