@@ -19,8 +19,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
