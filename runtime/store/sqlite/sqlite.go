@@ -19,6 +19,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -42,6 +44,12 @@ type Store struct {
 	// writeStmts and readStmts are the prepared statements of writer and
 	// reader.
 	writeStmts, readStmts *stmtCache
+	// writes go to the writer goroutine (groupcommit.go).
+	writes     chan *writeReq
+	quit       chan struct{}
+	writerDone chan struct{}
+	closeOnce  sync.Once
+	groups     atomic.Int64 // group commits run (tests)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -105,6 +113,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	s.writer, s.reader = writer, reader
 	s.writeStmts, s.readStmts = &stmtCache{db: writer}, &stmtCache{db: reader}
+	s.startWriter()
 	return s, nil
 }
 
@@ -116,6 +125,7 @@ func fileURI(abs string, params url.Values) string {
 
 // Close closes the database.
 func (s *Store) Close() error {
+	s.stopWriter()
 	return errors.Join(s.readStmts.close(), s.writeStmts.close(), s.reader.Close(), s.writer.Close())
 }
 
@@ -130,9 +140,20 @@ func (s *Store) write(ctx context.Context, fn func(tx *txn, tenant string) error
 	if err != nil {
 		return err
 	}
-	return inTx(ctx, s.writer, s.writeStmts, func(tx *txn) error {
-		return fn(tx, tenant)
-	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	req := &writeReq{ctx: ctx, tenant: tenant, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.writes <- req:
+	case <-s.quit:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once taken, a write runs to its end: its outcome is reported even
+	// when ctx ends meanwhile.
+	return <-req.done
 }
 
 // read runs fn in a read transaction (one snapshot) scoped to ctx's tenant.

@@ -65,6 +65,16 @@ type txn struct {
 	*sql.Tx
 	stmts  *stmtCache // nil: nothing cached (migrations)
 	missed []string
+	// detached: statements run with their context's values but cannot be
+	// cancelled by it (a group commit; see groupcommit.go).
+	detached bool
+}
+
+func (t *txn) bind(ctx context.Context) context.Context {
+	if t.detached {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 func (t *txn) stmt(ctx context.Context, query string) *sql.Stmt {
@@ -80,6 +90,7 @@ func (t *txn) stmt(ctx context.Context, query string) *sql.Stmt {
 
 // ExecContext runs a statement in the transaction.
 func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx = t.bind(ctx)
 	if st := t.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // a Tx.StmtContext statement closes with its transaction
 		return st.ExecContext(ctx, args...)
 	}
@@ -88,6 +99,7 @@ func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.R
 
 // QueryContext runs a query in the transaction.
 func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx = t.bind(ctx)
 	if st := t.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // a Tx.StmtContext statement closes with its transaction
 		return st.QueryContext(ctx, args...)
 	}
@@ -96,6 +108,7 @@ func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql
 
 // QueryRowContext runs a query returning at most one row in the transaction.
 func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx = t.bind(ctx)
 	if st := t.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // a Tx.StmtContext statement closes with its transaction
 		return st.QueryRowContext(ctx, args...)
 	}
