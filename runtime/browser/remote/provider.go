@@ -74,7 +74,8 @@ type Provider struct {
 	cfg ProviderConfig
 
 	mu sync.Mutex
-	// held are the keys handed to the driver, with when they last were.
+	// held are the keys handed to the driver, with when they last were
+	// (the zero time while their endpoint is still being waited for).
 	held map[browser.Key]time.Time
 }
 
@@ -128,18 +129,27 @@ func (p *Provider) name(key browser.Key) string {
 // configured, agent not allowed) ends the wait with that error.
 func (p *Provider) Endpoint(ctx context.Context, key browser.Key) (browser.Endpoint, error) {
 	name := p.name(key)
+	// While it asks and waits the key is held as pending (the zero time):
+	// the heartbeat renews its Lease, so a slow cold start does not idle
+	// out, and does not release it for the driver not having it open yet.
+	// The heartbeat's grace for a driver still connecting starts when the
+	// endpoint is handed out.
+	p.mu.Lock()
+	p.held[key] = time.Time{}
+	p.mu.Unlock()
 	asked, err := p.request(ctx, key, name)
-	if err != nil {
-		return browser.Endpoint{}, err
+	var ep browser.Endpoint
+	if err == nil {
+		ep, err = p.wait(ctx, key, name, asked)
 	}
 	p.mu.Lock()
-	p.held[key] = p.cfg.Clock.Now()
-	p.mu.Unlock()
-	ep, err := p.wait(ctx, key, name, asked)
 	if err != nil {
-		p.mu.Lock()
 		delete(p.held, key)
-		p.mu.Unlock()
+	} else {
+		p.held[key] = p.cfg.Clock.Now()
+	}
+	p.mu.Unlock()
+	if err != nil {
 		return browser.Endpoint{}, err
 	}
 	return ep, nil
@@ -199,6 +209,7 @@ func (p *Provider) wait(ctx context.Context, key browser.Key, name string, asked
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 	defer cancel()
 	last := "the operator has not published its address yet"
+	checked := false
 	for {
 		s := &corev1.Secret{}
 		err := p.cfg.Client.Get(ctx, client.ObjectKey{Namespace: p.cfg.Namespace, Name: wire.EndpointsSecret(p.cfg.Agent)}, s)
@@ -215,7 +226,12 @@ func (p *Provider) wait(ctx context.Context, key browser.Key, name string, asked
 				if err == nil {
 					return ep, nil
 				}
-				last = err.Error()
+				// A check cut short by the wait running out says less than
+				// the answer the pod gave before it: keep that one.
+				if ctx.Err() == nil || !checked {
+					last = err.Error()
+				}
+				checked = true
 			}
 		case !apierrors.IsNotFound(err) && ctx.Err() == nil:
 			last = err.Error()
@@ -268,8 +284,8 @@ func (p *Provider) Run(ctx context.Context, active func(browser.Key) bool) {
 }
 
 // Beat is one heartbeat: renew what is open, release what was closed. A key
-// handed out less than a heartbeat ago counts as open (the driver may still
-// be connecting).
+// still being waited for, or handed out less than a heartbeat ago, counts as
+// open (the driver may still be connecting).
 func (p *Provider) Beat(ctx context.Context, active func(browser.Key) bool) {
 	now := p.cfg.Clock.Now()
 	p.mu.Lock()
@@ -279,7 +295,7 @@ func (p *Provider) Beat(ctx context.Context, active func(browser.Key) bool) {
 	}
 	p.mu.Unlock()
 	for key, at := range keys {
-		if !active(key) && now.Sub(at) >= p.cfg.Heartbeat {
+		if !at.IsZero() && !active(key) && now.Sub(at) >= p.cfg.Heartbeat {
 			if err := p.Release(ctx, key); err != nil {
 				p.cfg.Log.Warn("Failed to release a browser", "browser", key.String(), "err", err)
 			}
