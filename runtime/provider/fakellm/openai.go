@@ -1,12 +1,14 @@
 package fakellm
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Wire shapes of the OpenAI Chat Completions replies the fake writes.
@@ -148,10 +150,10 @@ func openAIChunks(id int, t Turn, u Usage, includeUsage bool) []sseEvent {
 // Request shapes the fake parses.
 type (
 	oaReqMessage struct {
-		Role       string          `json:"role"`
-		Content    json.RawMessage `json:"content"`
-		ToolCalls  []oaToolCall    `json:"tool_calls"`
-		ToolCallID string          `json:"tool_call_id"`
+		Role       string       `json:"role"`
+		Content    oaContent    `json:"content"`
+		ToolCalls  []oaToolCall `json:"tool_calls"`
+		ToolCallID string       `json:"tool_call_id"`
 	}
 	oaRequest struct {
 		Model         string         `json:"model"`
@@ -167,7 +169,7 @@ type (
 		} `json:"response_format"`
 		// Tools are read by toolNames: the same declarations come with
 		// every request of an agent.
-		Tools json.RawMessage `json:"tools"`
+		Tools jsontext.Value `json:"tools"`
 	}
 	oaTool struct {
 		Type     string `json:"type"`
@@ -186,7 +188,7 @@ var toolNameCache struct {
 
 // toolNames reads the names of declared tools, decoding each distinct
 // declaration list once.
-func toolNames(raw json.RawMessage) ([]string, error) {
+func toolNames(raw jsontext.Value) ([]string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -197,7 +199,7 @@ func toolNames(raw json.RawMessage) ([]string, error) {
 		return slices.Clone(cached), nil
 	}
 	var tools []oaTool
-	if err := json.Unmarshal(raw, &tools); err != nil {
+	if err := jsonv2.Unmarshal(raw, &tools); err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
 	names := make([]string, len(tools))
@@ -215,9 +217,14 @@ func toolNames(raw json.RawMessage) ([]string, error) {
 	return slices.Clone(names), nil
 }
 
+// parseOpenAI reads a Chat Completions request. It decodes with
+// encoding/json/v2 (the go-json-experiment mirror, the standard library's
+// from Go 1.27): one pass instead of v1's validate-then-decode, about twice
+// as fast, which matters where a benchmark runs the fake in the process it
+// measures.
 func parseOpenAI(body []byte, rec *Recorded) error {
 	var req oaRequest
-	if err := json.Unmarshal(body, &req); err != nil {
+	if err := jsonv2.Unmarshal(body, &req); err != nil {
 		return err
 	}
 	rec.Model = req.Model
@@ -232,19 +239,15 @@ func parseOpenAI(body []byte, rec *Recorded) error {
 	rec.Tools = names
 	var system []string
 	for _, m := range req.Messages {
-		text, images, err := openAIContent(m.Content)
-		if err != nil {
-			return fmt.Errorf("message content: %w", err)
-		}
-		msg := Message{Role: m.Role, Content: text, Images: images}
+		msg := Message{Role: m.Role, Content: m.Content.text, Images: m.Content.images}
 		for _, tc := range m.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, Call{ID: tc.ID, Name: tc.Function.Name, Args: tc.Function.Arguments})
 		}
 		if m.Role == "tool" {
-			msg.ToolResults = []ToolResult{{CallID: m.ToolCallID, Content: text}}
+			msg.ToolResults = []ToolResult{{CallID: m.ToolCallID, Content: m.Content.text}}
 		}
 		if m.Role == "system" || m.Role == "developer" {
-			system = append(system, text)
+			system = append(system, m.Content.text)
 		}
 		rec.Messages = append(rec.Messages, msg)
 	}
@@ -288,32 +291,42 @@ func validateOpenAI(rec *Recorded) error {
 	return nil
 }
 
-// openAIContent reads a string or an array of content parts.
-func openAIContent(raw json.RawMessage) (string, int, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", 0, nil
-	}
-	if raw[0] == '"' {
-		var s string
-		err := json.Unmarshal(raw, &s)
-		return s, 0, err
+// oaContent is a request message's content: a string, an array of content
+// parts (their texts joined, images counted) or null.
+type oaContent struct {
+	text   string
+	images int
+}
+
+// UnmarshalJSONFrom reads the content in the one decoding pass.
+func (c *oaContent) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	switch dec.PeekKind() {
+	case 'n', '"':
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if tok.Kind() == '"' {
+			c.text = tok.String()
+		}
+		return nil
 	}
 	var parts []struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", 0, err
+	if err := jsonv2.UnmarshalDecode(dec, &parts); err != nil {
+		return fmt.Errorf("message content: %w", err)
 	}
 	var texts []string
-	images := 0
 	for _, p := range parts {
 		switch p.Type {
 		case "text":
 			texts = append(texts, p.Text)
 		case "image_url":
-			images++
+			c.images++
 		}
 	}
-	return strings.Join(texts, "\n"), images, nil
+	c.text = strings.Join(texts, "\n")
+	return nil
 }
