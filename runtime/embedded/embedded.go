@@ -472,14 +472,11 @@ func (r *Runtime) Dialogs(ctx context.Context, c gateway.Chat) (string, []store.
 	if err != nil {
 		return "", nil, err
 	}
+	// A deleted current dialog is none: the next message goes to the most
+	// recent remaining dialog.
 	cur, err := r.store.CurrentDialog(ctx, c.ChannelName(), c.Key())
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return "", nil, err
-	}
-	if cur != "" {
-		if s, err := r.store.GetSession(ctx, c.SessionID(cur)); err != nil || s.DeletedAt != nil {
-			cur = "" // the next message goes to the most recent remaining dialog
-		}
 	}
 	list, err := ta.manager.List(ctx, c.ChannelName(), c.Key())
 	return cur, list, err

@@ -432,10 +432,7 @@ func (m *Manager) Resolve(ctx context.Context, channel, chatID string) (ID, erro
 	cur, err := m.cfg.Store.CurrentDialog(ctx, channel, chatID)
 	switch {
 	case err == nil:
-		id := ID{Channel: channel, ChatID: chatID, DialogID: cur}
-		if s, err := m.cfg.Store.GetSession(ctx, id.String()); err == nil && s.DeletedAt == nil {
-			return id, nil
-		}
+		return ID{Channel: channel, ChatID: chatID, DialogID: cur}, nil
 	case !errors.Is(err, store.ErrNotFound):
 		return ID{}, fmt.Errorf("failed to read current dialog of %s: %w", base.ChatScope(), err)
 	}

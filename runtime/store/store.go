@@ -57,7 +57,8 @@ type Store interface {
 	UpdateSession(ctx context.Context, id string, u SessionUpdate) (Session, error)
 	// SetCurrentDialog records which dialog a chat is talking to.
 	SetCurrentDialog(ctx context.Context, channel, chatID, dialogID string) error
-	// CurrentDialog returns the chat's current dialog id, ErrNotFound if none.
+	// CurrentDialog returns the chat's current dialog id, ErrNotFound if
+	// none or if its session is missing or deleted (in one read).
 	CurrentDialog(ctx context.Context, channel, chatID string) (string, error)
 
 	// AppendMessages stores msgs at the end of the session in one transaction:

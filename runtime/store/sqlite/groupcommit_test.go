@@ -29,11 +29,14 @@ func TestGroupCommit(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 
-	release := make(chan struct{})
+	// A write holds the writer (the others must queue behind it, not run
+	// alone before it).
+	release, running := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
 	go func() {
-		held <- st.write(ctx, func(*txn, string) error { <-release; return nil })
+		held <- st.write(ctx, func(*txn, string) error { close(running); <-release; return nil })
 	}()
+	<-running
 	cancelled, cancel := context.WithCancel(ctx)
 	results := make([]error, n)
 	var wg sync.WaitGroup

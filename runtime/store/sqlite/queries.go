@@ -53,7 +53,11 @@ RETURNING ` + sessionColumns
 VALUES (?1, ?2, ?3, ?4, ?5)
 ON CONFLICT (tenant, channel, chat_id) DO UPDATE SET dialog_id = excluded.dialog_id, updated_at = excluded.updated_at`
 
-	sqlCurrentDialog = `SELECT dialog_id FROM current_dialogs WHERE tenant = ?1 AND channel = ?2 AND chat_id = ?3`
+	// The current dialog counts only while its session exists and is not
+	// deleted (the chat's sessions are found through sessions_by_chat).
+	sqlCurrentDialog = `SELECT c.dialog_id FROM current_dialogs c
+	JOIN sessions s ON s.tenant = c.tenant AND s.channel = c.channel AND s.chat_id = c.chat_id AND s.dialog_id = c.dialog_id
+	WHERE c.tenant = ?1 AND c.channel = ?2 AND c.chat_id = ?3 AND s.deleted_at IS NULL`
 )
 
 const messageColumns = `tenant, session_id, seq, id, role, content, tool_calls, tool_call_id, name, is_error,

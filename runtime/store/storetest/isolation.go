@@ -20,6 +20,8 @@ func seedTenant(t *testing.T, st store.Store, tenant string) store.Session {
 	s.Title = "title of " + tenant
 	sess := mustCreateSession(ctx, t, st, s)
 	mustAppend(ctx, t, st, sess.ID, userMsg("m1", "secret of "+tenant), userMsg("m2", "more of "+tenant))
+	// The chat's current dialog is one only this tenant has.
+	mustCreateSession(ctx, t, st, newSession("web", "c1", "d1-"+tenant))
 	g.Expect(st.SetCurrentDialog(ctx, "web", "c1", "d1-"+tenant)).To(gomega.Succeed())
 	ok, err := st.AcquireLease(ctx, sess.ID, "holder-"+tenant, time.Minute)
 	g.Expect(err).NotTo(gomega.HaveOccurred())

@@ -226,6 +226,9 @@ func testCurrentDialog(t *testing.T, newStore NewStore) {
 
 	_, err := st.CurrentDialog(ctx, "web", "c1")
 	g.Expect(err).To(gomega.MatchError(store.ErrNotFound))
+	for _, s := range [][3]string{{"web", "c1", "d1"}, {"web", "c1", "d2"}, {"web", "c2", "d7"}, {"feishu", "c1", "d9"}} {
+		mustCreateSession(ctx, t, st, newSession(s[0], s[1], s[2]))
+	}
 
 	g.Expect(st.SetCurrentDialog(ctx, "web", "c1", "d1")).To(gomega.Succeed())
 	g.Expect(st.SetCurrentDialog(ctx, "web", "c2", "d7")).To(gomega.Succeed())
@@ -243,4 +246,14 @@ func testCurrentDialog(t *testing.T, newStore NewStore) {
 		g.Expect(got).To(gomega.Equal(tt.want), "%s:%s", tt.channel, tt.chat)
 	}
 	g.Expect(st.SetCurrentDialog(ctx, "web", "c1", "")).To(gomega.MatchError(store.ErrInvalid))
+
+	// A current dialog whose session is deleted, or was never created, is
+	// no current dialog.
+	_, err = st.UpdateSession(ctx, "web:c2:d7", store.SessionUpdate{Deleted: ptr(true)})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	_, err = st.CurrentDialog(ctx, "web", "c2")
+	g.Expect(err).To(gomega.MatchError(store.ErrNotFound))
+	g.Expect(st.SetCurrentDialog(ctx, "web", "c3", "d-none")).To(gomega.Succeed())
+	_, err = st.CurrentDialog(ctx, "web", "c3")
+	g.Expect(err).To(gomega.MatchError(store.ErrNotFound))
 }
