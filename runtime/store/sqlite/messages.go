@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -10,8 +9,10 @@ import (
 )
 
 // AppendMessages implements store.Store. The single writer connection and
-// BEGIN IMMEDIATE serialise appends, so reading last_seq and the stored IDs
-// and writing the new messages happen without interleaving.
+// BEGIN IMMEDIATE serialise appends, so reading last_seq and writing the new
+// messages happen without interleaving. A message whose id the session
+// already has is not written again (the insert changes no row) and comes
+// back as stored, marked Duplicate.
 func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...store.Message) ([]store.Message, error) {
 	for i, m := range msgs {
 		if err := m.Validate(); err != nil {
@@ -25,39 +26,15 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...st
 		if err := tx.QueryRowContext(ctx, sqlSessionLastSeq, tenant, sessionID).Scan(&lastSeq); err != nil {
 			return err
 		}
-		ids := make([]string, len(msgs))
-		for i, m := range msgs {
-			ids[i] = m.ID
-		}
-		idsJSON, err := json.Marshal(ids)
-		if err != nil {
-			return fmt.Errorf("failed to encode message ids: %w", err)
-		}
-		stored, err := queryAll(ctx, tx, scanMessage, sqlMessagesByID, tenant, sessionID, string(idsJSON))
-		if err != nil {
-			return err
-		}
-		seen := make(map[string]store.Message, len(stored)+len(msgs))
-		for _, m := range stored {
-			seen[m.ID] = m
-		}
-
 		out = make([]store.Message, len(msgs))
 		inserted, lastAt := 0, int64(0)
 		for i, m := range msgs {
-			if prev, ok := seen[m.ID]; ok {
-				prev.Duplicate = true
-				out[i] = prev
-				continue
-			}
-			lastSeq++
-			m.Tenant, m.SessionID, m.Seq, m.Duplicate = tenant, sessionID, lastSeq, false
+			m.Tenant, m.SessionID, m.Seq, m.Duplicate = tenant, sessionID, lastSeq+1, false
 			created := now
 			if !m.CreatedAt.IsZero() {
 				created = micros(m.CreatedAt)
 			}
 			m.CreatedAt = fromMicros(created)
-			lastAt = max(lastAt, created)
 			toolCalls, err := encodeJSON(m.ToolCalls, len(m.ToolCalls) == 0)
 			if err != nil {
 				return fmt.Errorf("failed to encode tool calls of message %q: %w", m.ID, err)
@@ -70,11 +47,26 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...st
 			if err != nil {
 				return fmt.Errorf("failed to encode meta of message %q: %w", m.ID, err)
 			}
-			if _, err := tx.ExecContext(ctx, sqlInsertMessage, tenant, sessionID, m.Seq, m.ID, string(m.Role), m.Content, toolCalls,
-				m.ToolCallID, m.Name, m.IsError, images, meta, created); err != nil {
+			res, err := tx.ExecContext(ctx, sqlInsertMessage, tenant, sessionID, m.Seq, m.ID, string(m.Role), m.Content, toolCalls,
+				m.ToolCallID, m.Name, m.IsError, images, meta, created)
+			if err != nil {
 				return err
 			}
-			seen[m.ID] = m
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				// Stored before (a redelivery, or the same id twice in
+				// msgs): return the stored message, marked.
+				prev, err := scanMessage(tx.QueryRowContext(ctx, sqlMessageByID, tenant, sessionID, m.ID))
+				if err != nil {
+					return err
+				}
+				prev.Duplicate = true
+				out[i] = prev
+				continue
+			}
+			lastSeq = m.Seq
+			lastAt = max(lastAt, created)
 			out[i] = m
 			inserted++
 		}

@@ -66,14 +66,14 @@ const messageColumns = `tenant, session_id, seq, id, role, content, tool_calls, 
 const (
 	sqlSessionLastSeq = `SELECT last_seq FROM sessions WHERE tenant = ?1 AND id = ?2`
 
-	// sqlMessagesByID takes the wanted ids as a JSON array, SQLite's way of
-	// binding a list.
-	sqlMessagesByID = `SELECT ` + messageColumns + ` FROM messages
-WHERE tenant = ?1 AND session_id = ?2 AND id IN (SELECT value FROM json_each(?3))`
+	sqlMessageByID = `SELECT ` + messageColumns + ` FROM messages WHERE tenant = ?1 AND session_id = ?2 AND id = ?3`
 
+	// sqlInsertMessage stores nothing for an id the session already has
+	// (a redelivery); the caller sees no row changed.
 	sqlInsertMessage = `INSERT INTO messages (tenant, session_id, seq, id, role, content, tool_calls, tool_call_id, name,
 	is_error, images, meta, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)`
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+ON CONFLICT (tenant, session_id, id) DO NOTHING`
 
 	sqlAdvanceSession = `UPDATE sessions SET last_seq = ?3, last_message_at = MAX(last_message_at, ?4), updated_at = ?5
 WHERE tenant = ?1 AND id = ?2`
