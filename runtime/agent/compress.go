@@ -334,7 +334,8 @@ func hardTruncate(msgs []llm.Message, keep int, fits func([]llm.Message) bool) (
 // the run that made the call died before recording one), and tool results
 // without a call are dropped.
 func RepairToolChains(msgs []llm.Message) []llm.Message {
-	out := make([]llm.Message, 0, len(msgs))
+	// Room for a turn's messages: the loop appends them to the copy.
+	out := make([]llm.Message, 0, len(msgs)+8)
 	for i := 0; i < len(msgs); i++ {
 		m := msgs[i]
 		if m.Role == llm.RoleTool {

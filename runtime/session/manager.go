@@ -225,7 +225,7 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		// (phase 3 writes the whole turn at once, so nothing half-done is
 		// stored): run the turn now, once.
 	}
-	history, err := m.History(ctx, id)
+	history, err := m.history(ctx, id) // read only: the loop works on a copy
 	if err != nil {
 		unlock()
 		return Reply{SessionID: sid}, err
@@ -521,6 +521,17 @@ func (m *Manager) Archive(ctx context.Context, id ID) error {
 // messages after the mark; otherwise every message. Broken tool-call chains
 // (a runtime died mid-turn) are repaired.
 func (m *Manager) History(ctx context.Context, id ID) ([]llm.Message, error) {
+	msgs, err := m.history(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return agent.RepairToolChains(msgs), nil // a copy: msgs may be the cache's
+}
+
+// history is History without the repair and copy: the messages may be the
+// cache's own, to read only (the agent loop and the compressor repair a copy
+// of what they are given). The cache only grows past their end.
+func (m *Manager) history(ctx context.Context, id ID) ([]llm.Message, error) {
 	sid := id.String()
 	m.mu.Lock()
 	h := m.hist[sid]
@@ -555,9 +566,9 @@ func (m *Manager) History(ctx context.Context, id ID) ([]llm.Message, error) {
 		return nil, err
 	}
 	if len(prefix) > 0 {
-		msgs = slices.Concat(prefix, msgs)
+		return slices.Concat(prefix, msgs), nil
 	}
-	return agent.RepairToolChains(msgs), nil // a copy: msgs is the cache's
+	return slices.Clip(msgs), nil
 }
 
 // loadHistory returns the session's stored messages from since on, reading

@@ -238,6 +238,7 @@ func parseOpenAI(body []byte, rec *Recorded) error {
 	}
 	rec.Tools = names
 	var system []string
+	rec.Messages = make([]Message, 0, len(req.Messages))
 	for _, m := range req.Messages {
 		msg := Message{Role: m.Role, Content: m.Content.text, Images: m.Content.images}
 		for _, tc := range m.ToolCalls {

@@ -71,7 +71,7 @@ func (p *Provider) BuildBody(req llm.Request, stream bool) ([]byte, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
-	buf.Grow(len(tools) + 256*len(msgs) + len(req.System) + 256)
+	buf.Grow(len(tools) + bodySize(req))
 	buf.WriteString(`{"model":`)
 	if err := appendJSON(&buf, model); err != nil {
 		return nil, err
@@ -115,6 +115,21 @@ func appendJSON(buf *bytes.Buffer, v any) error {
 }
 
 // wireMessages maps the system prompt and the history to wire messages.
+// bodySize estimates the encoded size of a request without its tools: the
+// texts plus JSON framing per message (escaping and images grow the buffer
+// past it when they come).
+func bodySize(req llm.Request) int {
+	n := len(req.System) + 256
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		n += len(m.Content) + len(m.ToolCallID) + 48
+		for _, tc := range m.ToolCalls {
+			n += len(tc.ID) + len(tc.Name) + len(tc.Arguments) + 64
+		}
+	}
+	return n
+}
+
 func wireMessages(req llm.Request) ([]wireMessage, error) {
 	msgs := make([]wireMessage, 0, len(req.Messages)+1)
 	if req.System != "" {
