@@ -160,8 +160,15 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		// gradually (a forced GC every two minutes, the background
 		// scavenger); collecting and releasing it as soon as the pod goes
 		// quiet keeps an idle pod's resident memory near its live heap.
-		// It costs one GC of a small heap per turn.
-		OnQuiet: debug.FreeOSMemory})
+		// It costs one GC of a small heap per turn. The executable's code
+		// pages go too (see releaseCodePages): the next turn faults back
+		// the few it runs.
+		OnQuiet: func() {
+			debug.FreeOSMemory()
+			if _, err := releaseCodePages(); err != nil {
+				log.Warn("Failed to release code pages", "err", err)
+			}
+		}})
 	return rt.Run(ctx)
 }
 
