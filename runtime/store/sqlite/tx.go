@@ -70,7 +70,7 @@ func (r autocommitReader) stmt(ctx context.Context, query string) *sql.Stmt {
 
 // QueryContext implements querier.
 func (r autocommitReader) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := r.stmt(ctx, query); st != nil {
+	if st := r.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // cached statements close with the store
 		return st.QueryContext(ctx, args...)
 	}
 	return r.stmts.db.QueryContext(ctx, query, args...)
@@ -78,7 +78,7 @@ func (r autocommitReader) QueryContext(ctx context.Context, query string, args .
 
 // QueryRowContext implements querier.
 func (r autocommitReader) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := r.stmt(ctx, query); st != nil {
+	if st := r.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // cached statements close with the store
 		return st.QueryRowContext(ctx, args...)
 	}
 	return r.stmts.db.QueryRowContext(ctx, query, args...)
