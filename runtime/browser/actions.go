@@ -667,18 +667,36 @@ func (b *Browser) Screenshot(ctx context.Context, fullPage, annotate bool) ([]by
 		req.Clip = &proto.PageViewport{X: 0, Y: 0, Width: math.Max(w, 1), Height: math.Max(h, 1), Scale: 1}
 		req.CaptureBeyondViewport = true
 	}
-	res, err := req.Call(p)
-	for err != nil && detached(err) && actx.Err() == nil {
-		// The tab is between two documents (a navigation is committing):
-		// the new one is attached within a frame or two.
-		time.Sleep(10 * time.Millisecond)
-		res, err = req.Call(p)
-	}
-	if err != nil {
+	// A capture sent while a navigation commits can be refused (the tab is
+	// between two documents: the new one is attached within a frame or two)
+	// or, now and then, never answered (the renderer it reached was swapped
+	// out). So each attempt waits a bounded time, doubling from
+	// captureAttempt, and a refused or unanswered capture is sent again
+	// until the action's own limit.
+	wait := captureAttempt
+	for {
+		cctx, ccancel := context.WithTimeout(actx, wait)
+		res, err := req.Call(t.page.Context(cctx))
+		timedOut := cctx.Err() != nil
+		ccancel()
+		switch {
+		case err == nil:
+			return res.Data, nil
+		case actx.Err() != nil:
+		case detached(err):
+			time.Sleep(10 * time.Millisecond)
+			continue
+		case timedOut:
+			wait *= 2
+			continue
+		}
 		return nil, b.wrap(actx, "take a screenshot", err)
 	}
-	return res.Data, nil
 }
+
+// captureAttempt is how long a screenshot's first attempt waits for the
+// browser's answer before it is sent again (see Screenshot).
+const captureAttempt = 2 * time.Second
 
 // detached reports the error a page-level call gets while the tab swaps
 // documents during a navigation.
