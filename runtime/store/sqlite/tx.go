@@ -48,8 +48,8 @@ type querier interface {
 
 // autocommitReader runs single-statement reads on the reader pool without
 // an explicit transaction: SQLite reads each statement from one snapshot
-// of its own, and the BEGIN and COMMIT around a lone query cost more than
-// the query (a third of a turn's store CPU in the gateway benchmark).
+// of its own, and the BEGIN and COMMIT around a lone query were over a third
+// of its CPU in the gateway benchmark.
 // Statements come from the reader's cache, prepared on first use (no
 // transaction holds a reader connection meanwhile).
 type autocommitReader struct{ stmts *stmtCache }
