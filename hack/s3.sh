@@ -71,6 +71,9 @@ start() {
   if [ -n "$bucket" ]; then
     args+=(-initialbucket "$bucket")
   fi
+  # The log exists before the server starts: the background job opens it
+  # only once it runs, and the loop below may read it first.
+  : >"$dir/server.log"
   # Detached from our stdout/stderr, so callers reading them see EOF now.
   "$BIN" "${args[@]}" >"$dir/server.log" 2>&1 </dev/null &
   local pid=$!
