@@ -114,7 +114,6 @@ func appendJSON(buf *bytes.Buffer, v any) error {
 	return nil
 }
 
-// wireMessages maps the system prompt and the history to wire messages.
 // bodySize estimates the encoded size of a request without its tools: the
 // texts plus JSON framing per message (escaping and images grow the buffer
 // past it when they come).
@@ -130,6 +129,7 @@ func bodySize(req llm.Request) int {
 	return n
 }
 
+// wireMessages maps the system prompt and the history to wire messages.
 func wireMessages(req llm.Request) ([]wireMessage, error) {
 	msgs := make([]wireMessage, 0, len(req.Messages)+1)
 	if req.System != "" {

@@ -50,6 +50,21 @@ func (c *stmtCache) prepare(ctx context.Context, queries []string) {
 	}
 }
 
+// get returns query's statement, preparing it when it is not cached yet;
+// nil when it cannot be (the cache is full, or it fails to prepare): the
+// caller runs it unprepared. Only for callers holding no connection of db.
+func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
+	v, ok := c.m.Load(query)
+	if !ok {
+		c.prepare(ctx, []string{query})
+		v, ok = c.m.Load(query)
+	}
+	if !ok {
+		return nil
+	}
+	return v.(*sql.Stmt)
+}
+
 // close closes every cached statement.
 func (c *stmtCache) close() error {
 	var errs []error

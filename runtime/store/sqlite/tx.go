@@ -8,8 +8,8 @@ import (
 )
 
 // one runs a query returning exactly one row, in a write transaction when
-// write is set; the tenant is prepended to args as ?1. No row is
-// store.ErrNotFound.
+// write is set, else as a lone read (autocommitReader); the tenant is
+// prepended to args as ?1. No row is store.ErrNotFound.
 func one[T any](ctx context.Context, s *Store, write bool, scan func(scanner) (T, error), query string, args ...any) (T, error) {
 	var out T
 	run := func(tx *txn, tenant string) error {
@@ -56,21 +56,9 @@ type autocommitReader struct{ stmts *stmtCache }
 
 func (s *Store) autocommit() autocommitReader { return autocommitReader{s.readStmts} }
 
-func (r autocommitReader) stmt(ctx context.Context, query string) *sql.Stmt {
-	v, ok := r.stmts.m.Load(query)
-	if !ok {
-		r.stmts.prepare(ctx, []string{query})
-		v, ok = r.stmts.m.Load(query)
-	}
-	if !ok {
-		return nil
-	}
-	return v.(*sql.Stmt)
-}
-
 // QueryContext implements querier.
 func (r autocommitReader) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := r.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // cached statements close with the store
+	if st := r.stmts.get(ctx, query); st != nil { //nolint:sqlclosecheck // cached statements close with the store
 		return st.QueryContext(ctx, args...)
 	}
 	return r.stmts.db.QueryContext(ctx, query, args...)
@@ -78,7 +66,7 @@ func (r autocommitReader) QueryContext(ctx context.Context, query string, args .
 
 // QueryRowContext implements querier.
 func (r autocommitReader) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := r.stmt(ctx, query); st != nil { //nolint:sqlclosecheck // cached statements close with the store
+	if st := r.stmts.get(ctx, query); st != nil { //nolint:sqlclosecheck // cached statements close with the store
 		return st.QueryRowContext(ctx, args...)
 	}
 	return r.stmts.db.QueryRowContext(ctx, query, args...)
