@@ -2,7 +2,6 @@ package shell_test
 
 import (
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -261,14 +260,8 @@ func TestProcessManagerClose(t *testing.T) {
 	h := newHarness(t)
 	var pids []int
 	for _, session := range []string{"a", "b", "c"} {
-		id := h.startBackground(g, session, "echo pid=$$; sleep 300 & wait", nil)
-		var out string
-		g.Eventually(func() string {
-			out = h.callAs(session, "process", map[string]any{"action": "log", "sessionId": id}).Content
-			return out
-		}).WithTimeout(10 * time.Second).Should(ContainSubstring("pid="))
-		pid, _ := strconv.Atoi(pidLine.FindStringSubmatch(out)[1])
-		pids = append(pids, pid)
+		h.startBackground(g, session, "PICOBOT_TEST_MARK=close-"+session+" sleep 300 & wait", nil)
+		pids = append(pids, waitMarked(g, "close-"+session))
 	}
 
 	h.procs.CloseSession("a")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/picobot/picobot/runtime/sandbox"
 
 	"github.com/creack/pty"
 
@@ -57,7 +58,7 @@ type terminal struct {
 	seq         int
 	cols, rows  int
 	started     time.Time
-	cmd         *exec.Cmd
+	cmd         *sandbox.Cmd
 	master      *os.File
 	out         *ringBuffer
 	// exited is closed when the program has been reaped, readDone when the
@@ -187,16 +188,16 @@ func (m *PTYManager) spawn(env tool.Env, command string, cols, rows int) (*termi
 	if len(terms) >= maxPTYs {
 		return nil, fmt.Errorf("this session already has %d terminals; kill some first", maxPTYs)
 	}
-	if env.Workspace != "" {
-		if fi, err := os.Stat(env.Workspace); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("failed to use workspace %q: not a directory", env.Workspace)
-		}
-	}
-	cmd := exec.Command(m.cfg.shell, "-c", command)
-	cmd.Dir = env.Workspace
-	cmd.Env = m.cfg.env(env.Workspace, "TERM=xterm-256color")
-	f, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+	cmd, err := m.cfg.command(env.Workspace, command, "TERM=xterm-256color")
 	if err != nil {
+		return nil, err
+	}
+	// pty starts the program as the leader of a new session (and so of its
+	// own process group).
+	cmd.SysProcAttr.Setpgid = false
+	f, err := pty.StartWithSize(cmd.Cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+	if err != nil {
+		cmd.Exit()
 		return nil, fmt.Errorf("failed to start %q on a terminal: %w", command, err)
 	}
 	master, err := pollable(f)
@@ -204,6 +205,7 @@ func (m *PTYManager) spawn(env tool.Env, command string, cols, rows int) (*termi
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = f.Close()
 		_ = cmd.Wait()
+		cmd.Exit()
 		return nil, err
 	}
 	m.seq++
@@ -231,7 +233,7 @@ func (m *PTYManager) spawn(env tool.Env, command string, cols, rows int) (*termi
 	go func() {
 		defer m.wg.Done()
 		err := cmd.Wait()
-		t.summary = describeExit(cmd.ProcessState, err)
+		_, t.summary = describeExit(cmd, err)
 		close(t.exited)
 	}()
 	return t, nil
@@ -251,16 +253,6 @@ func pollable(f *os.File) (*os.File, error) {
 	}
 	_ = f.Close()
 	return os.NewFile(fd, "/dev/ptmx"), nil
-}
-
-func describeExit(st *os.ProcessState, err error) string {
-	if st == nil {
-		return fmt.Sprintf("failed: %v", err)
-	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "killed by signal " + signalName(ws.Signal())
-	}
-	return fmt.Sprintf("exit code %d", st.ExitCode())
 }
 
 // read returns output since the last read. With none yet it waits up to wait

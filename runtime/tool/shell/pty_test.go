@@ -2,7 +2,6 @@ package shell_test
 
 import (
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,12 +90,8 @@ func TestPTYKillEndsJobs(t *testing.T) {
 	id := h.spawnBash(g, "s1")
 	// With job control the background job gets its own process group; kill
 	// must end it too.
-	h.call("pty", map[string]any{"action": "write", "session_id": id, "data": "set -m; sleep 300 & echo pid=$!\r"})
-	out := h.readUntilMatch(g, "s1", id, MatchRegexp(`pid=\d+\n`))
-	m := pidLine.FindStringSubmatch(out)
-	g.Expect(m).To(HaveLen(2))
-	pid, _ := strconv.Atoi(m[1])
-	g.Expect(gone(pid)).To(BeFalse())
+	h.call("pty", map[string]any{"action": "write", "session_id": id, "data": "set -m; PICOBOT_TEST_MARK=pty-job sleep 300 &\r"})
+	pid := waitMarked(g, "pty-job")
 
 	h.call("pty", map[string]any{"action": "kill", "session_id": id})
 	g.Eventually(func() bool { return gone(pid) }).WithTimeout(10 * time.Second).Should(BeTrue())
@@ -154,10 +149,8 @@ func TestPTYManagerClose(t *testing.T) {
 	var pids []int
 	for _, session := range []string{"a", "b"} {
 		id := h.spawnBash(g, session)
-		h.callAs(session, "pty", map[string]any{"action": "write", "session_id": id, "data": `echo pid=$$\r`})
-		out := h.readUntilMatch(g, session, id, MatchRegexp(`pid=\d+\n`))
-		pid, _ := strconv.Atoi(pidLine.FindStringSubmatch(out)[1])
-		pids = append(pids, pid)
+		h.callAs(session, "pty", map[string]any{"action": "write", "session_id": id, "data": "PICOBOT_TEST_MARK=pty-" + session + " sleep 300 &\r"})
+		pids = append(pids, waitMarked(g, "pty-"+session))
 	}
 	h.ptys.CloseSession("a")
 	g.Eventually(func() bool { return gone(pids[0]) }).WithTimeout(10 * time.Second).Should(BeTrue())

@@ -4,10 +4,10 @@
 //
 // Every program runs in its own process group, so a timeout, a kill or the end
 // of a session takes down everything it started, not just the shell. Programs
-// inherit the runtime's environment minus anything that looks like a secret
-// (API keys, tokens, passwords), because the model can read whatever a program
-// prints. This is not a sandbox: the pod (or, in embedded mode, the user's
-// account) is the boundary.
+// start in the kernel sandbox of package sandbox: an allowlisted environment
+// (never the runtime's secrets), their own namespaces where Linux allows, and
+// Landlock confining them to the workspace, because the model can read
+// whatever a program prints and a prompt-injected page can choose what runs.
 package shell
 
 import (
@@ -19,19 +19,24 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/picobot/picobot/runtime/sandbox"
 )
 
 // Option configures the shell tools and managers.
 type Option func(*config)
 
 type config struct {
-	environ  func() []string
-	allowEnv map[string]bool
-	shell    string
+	environ   func() []string
+	allowEnv  []string
+	extraEnv  []string
+	readOnly  []string
+	readWrite []string
+	shell     string
 }
 
 func newConfig(opts []Option) config {
-	c := config{environ: os.Environ, allowEnv: map[string]bool{}, shell: "bash"}
+	c := config{environ: os.Environ, shell: "bash"}
 	for _, opt := range opts {
 		opt(&c)
 	}
@@ -42,13 +47,26 @@ func newConfig(opts []Option) config {
 // os.Environ); tests pass a fixed one.
 func WithEnviron(fn func() []string) Option { return func(c *config) { c.environ = fn } }
 
-// AllowEnv lets the named variables through even though their names look like
-// secrets (a deliberate GIT_ASKPASS_TOKEN a workflow needs, say).
+// AllowEnv passes the named variables of the runtime's environment to
+// programs; nothing else but the sandbox's allowlist (PATH, locale, TERM, TZ)
+// is passed. Naming a credential here hands it to the model: it is for what
+// a workflow needs on purpose (a GIT_ASKPASS_TOKEN, say).
 func AllowEnv(names ...string) Option {
+	return func(c *config) { c.allowEnv = append(c.allowEnv, names...) }
+}
+
+// WithEnv sets variables ("NAME=value") every program gets: what the Agent
+// declares.
+func WithEnv(kv ...string) Option {
+	return func(c *config) { c.extraEnv = append(c.extraEnv, kv...) }
+}
+
+// WithPaths lets programs read readOnly and write readWrite besides the
+// workspace (the Agent's spec.tools.fs.allowedPaths).
+func WithPaths(readOnly, readWrite []string) Option {
 	return func(c *config) {
-		for _, n := range names {
-			c.allowEnv[strings.ToUpper(n)] = true
-		}
+		c.readOnly = append(c.readOnly, readOnly...)
+		c.readWrite = append(c.readWrite, readWrite...)
 	}
 }
 
@@ -57,7 +75,9 @@ func WithShell(path string) Option { return func(c *config) { c.shell = path } }
 
 // IsSecretName reports whether an environment variable name looks like it
 // holds a credential: *_KEY, *_TOKEN, *_SECRET, *API_KEY*, *PASSWORD*,
-// *PASSWD*, *_CREDENTIALS (any case).
+// *PASSWD*, *_CREDENTIALS (any case). It is defence in depth for places that
+// pass a chosen environment on (MCP servers); the boundary is the sandbox's
+// allowlist.
 func IsSecretName(name string) bool {
 	n := strings.ToUpper(name)
 	for _, suffix := range []string{"_KEY", "_TOKEN", "_SECRET", "_CREDENTIALS"} {
@@ -73,21 +93,12 @@ func IsSecretName(name string) bool {
 	return false
 }
 
-// env returns the environment of a program started in dir: the base
-// environment without secrets, with PWD set to dir and extra appended.
-func (c *config) env(dir string, extra ...string) []string {
-	var out []string
-	for _, kv := range c.environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if name == "PWD" || (IsSecretName(name) && !c.allowEnv[strings.ToUpper(name)]) {
-			continue
-		}
-		out = append(out, kv)
-	}
-	if dir != "" {
-		out = append(out, "PWD="+dir)
-	}
-	return append(out, extra...)
+// command returns `shell -c command` in the sandbox of workspace dir, its
+// environment built from the allowlist.
+func (c *config) command(dir, command string, extraEnv ...string) (*sandbox.Cmd, error) {
+	spec := sandbox.Spec{Workspace: dir, ReadOnly: c.readOnly, ReadWrite: c.readWrite,
+		Env: sandbox.Env(c.environ(), dir, c.allowEnv, append(c.extraEnv, extraEnv...)...)}
+	return sandbox.Command(spec, c.shell, "-c", command)
 }
 
 // graceDrain is how long output is still read after a program (and its
@@ -97,7 +108,7 @@ const graceDrain = 2 * time.Second
 // child is a command running in its own process group, its stdout and stderr
 // going into one pipe that a goroutine copies to the output writer.
 type child struct {
-	cmd  *exec.Cmd
+	cmd  *sandbox.Cmd
 	pgid int
 	// exited is closed once the shell process has been reaped; err is then
 	// what Wait returned.
@@ -111,20 +122,15 @@ type child struct {
 // startChild runs `shell -c command` in dir. With stdin false the program
 // reads from /dev/null; with true the returned writer feeds its stdin.
 func (c *config) startChild(dir, command string, out io.Writer, stdin bool) (*child, *os.File, error) {
-	if dir != "" {
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return nil, nil, fmt.Errorf("failed to use workspace %q: not a directory", dir)
-		}
+	cmd, err := c.command(dir, command)
+	if err != nil {
+		return nil, nil, err
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to create output pipe: %w", err)
 	}
-	cmd := exec.Command(c.shell, "-c", command)
-	cmd.Dir = dir
-	cmd.Env = c.env(dir)
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var inR, in *os.File
 	if stdin {
 		inR, in, err = os.Pipe()
@@ -145,6 +151,7 @@ func (c *config) startChild(dir, command string, out io.Writer, stdin bool) (*ch
 		if in != nil {
 			_ = in.Close()
 		}
+		cmd.Exit()
 		return nil, nil, fmt.Errorf("failed to start command: %w", err)
 	}
 	ch := &child{cmd: cmd, pgid: cmd.Process.Pid, exited: make(chan struct{}), drained: make(chan struct{}), pr: pr}
@@ -183,19 +190,23 @@ func (ch *child) finish() {
 }
 
 // exitSummary describes how a finished command ended.
-func (ch *child) exitSummary() (code int, summary string) {
-	st := ch.cmd.ProcessState
-	if st == nil {
-		return -1, fmt.Sprintf("failed: %v", ch.err)
+func (ch *child) exitSummary() (code int, summary string) { return describeExit(ch.cmd, ch.err) }
+
+// describeExit says how a sandboxed program ended, once cmd.Wait returned
+// err: the program's own status, which the sandbox reports.
+func describeExit(cmd *sandbox.Cmd, err error) (code int, summary string) {
+	ws, ok := cmd.Exit()
+	if !ok {
+		return -1, fmt.Sprintf("failed: %v", err)
 	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws.Signaled() {
 		return 128 + int(ws.Signal()), fmt.Sprintf("killed by signal %s", signalName(ws.Signal()))
 	}
 	var ee *exec.ExitError
-	if ch.err != nil && !errors.As(ch.err, &ee) {
-		return st.ExitCode(), fmt.Sprintf("exit code %d (%v)", st.ExitCode(), ch.err)
+	if err != nil && !errors.As(err, &ee) {
+		return ws.ExitStatus(), fmt.Sprintf("exit code %d (%v)", ws.ExitStatus(), err)
 	}
-	return st.ExitCode(), fmt.Sprintf("exit code %d", st.ExitCode())
+	return ws.ExitStatus(), fmt.Sprintf("exit code %d", ws.ExitStatus())
 }
 
 func signalName(s syscall.Signal) string {

@@ -1,6 +1,7 @@
 package shell_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -87,6 +88,36 @@ func gone(pid int) bool {
 	s := string(stat)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+}
+
+// markEnv marks a test's processes: programs run in PID namespaces, so the
+// pids they print are not the host's; the test finds them by this variable.
+const markEnv = "PICOBOT_TEST_MARK"
+
+// marked returns the host pids of live processes whose environment has
+// PICOBOT_TEST_MARK=mark.
+func marked(mark string) []int {
+	want := []byte(markEnv + "=" + mark + "\x00")
+	dirs, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err == nil && bytes.Contains(append([]byte{0}, env...), append([]byte{0}, want...)) && !gone(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// waitMarked waits for the one process marked mark and returns its pid.
+func waitMarked(g *WithT, mark string) int {
+	var pids []int
+	g.Eventually(func() []int { pids = marked(mark); return pids }).WithTimeout(10*time.Second).Should(HaveLen(1), mark)
+	return pids[0]
 }
 
 func readPID(g *WithT, path string) int {
@@ -180,32 +211,44 @@ func TestBashTimeoutKillsProcessGroup(t *testing.T) {
 	h := newHarness(t)
 	// The shell and a child ignore SIGTERM; a grandchild runs in a nested
 	// shell; all of them must die.
+	// It waits for the test to have seen both before it waits to be killed.
 	script := `trap '' TERM
-(trap '' TERM; sleep 300) & echo $! > child.pid
-sh -c 'sleep 300 & echo $! > grandchild.pid; wait' &
+(trap '' TERM; PICOBOT_TEST_MARK=timeout-child sleep 300) &
+sh -c 'PICOBOT_TEST_MARK=timeout-grandchild sleep 300 & wait' &
 echo started
+while [ ! -e seen ]; do sleep 0.05; done
 sleep 300`
-	start := time.Now()
-	res := h.call("bash", map[string]any{"command": script, "timeout": 1})
-	g.Expect(time.Since(start)).To(BeNumerically("<", hangGuard))
+	seen := make(chan []int, 1)
+	go func() {
+		pids := []int{waitMarked(g, "timeout-child"), waitMarked(g, "timeout-grandchild")}
+		_ = os.WriteFile(filepath.Join(h.ws, "seen"), nil, 0o600)
+		seen <- pids
+	}()
+	res := h.call("bash", map[string]any{"command": script, "timeout": 5})
 	g.Expect(res.IsError).To(BeTrue())
-	g.Expect(res.Content).To(ContainSubstring("command killed after 1 s (timeout)"))
+	g.Expect(res.Content).To(ContainSubstring("command killed after 5 s (timeout)"))
 	g.Expect(res.Content).To(ContainSubstring("Output so far:\nstarted"))
 
-	for _, f := range []string{"child.pid", "grandchild.pid"} {
-		pid := readPID(g, filepath.Join(h.ws, f))
-		g.Eventually(func() bool { return gone(pid) }).WithTimeout(10*time.Second).Should(BeTrue(), f)
+	var pids []int
+	g.Eventually(seen).Should(Receive(&pids))
+	for _, pid := range pids {
+		g.Eventually(func() bool { return gone(pid) }).WithTimeout(10 * time.Second).Should(BeTrue())
 	}
 }
 
 func TestBashKillsBackgroundJobsAtTheEnd(t *testing.T) {
 	g := NewWithT(t)
 	h := newHarness(t)
-	res := h.call("bash", map[string]any{"command": "sleep 300 & echo pid=$!"})
+	seen := make(chan int, 1)
+	go func() {
+		pid := waitMarked(g, "background")
+		_ = os.WriteFile(filepath.Join(h.ws, "seen"), nil, 0o600)
+		seen <- pid
+	}()
+	res := h.call("bash", map[string]any{"command": "PICOBOT_TEST_MARK=background sleep 300 & while [ ! -e seen ]; do sleep 0.05; done"})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
-	m := pidLine.FindStringSubmatch(res.Content)
-	g.Expect(m).To(HaveLen(2))
-	pid, _ := strconv.Atoi(m[1])
+	var pid int
+	g.Eventually(seen).Should(Receive(&pid))
 	g.Eventually(func() bool { return gone(pid) }).WithTimeout(10 * time.Second).Should(BeTrue())
 }
 
@@ -215,9 +258,9 @@ func TestBashCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan tool.Result, 1)
 	go func() {
-		done <- h.callCtx(ctx, "s1", "bash", map[string]any{"command": "echo $$ > shell.pid; sleep 300"})
+		done <- h.callCtx(ctx, "s1", "bash", map[string]any{"command": "PICOBOT_TEST_MARK=cancel sleep 300"})
 	}()
-	pid := readPID(g, filepath.Join(h.ws, "shell.pid"))
+	pid := waitMarked(g, "cancel")
 	cancel()
 	var res tool.Result
 	g.Eventually(done).WithTimeout(hangGuard).Should(Receive(&res))
@@ -226,48 +269,49 @@ func TestBashCancel(t *testing.T) {
 	g.Eventually(func() bool { return gone(pid) }).WithTimeout(10 * time.Second).Should(BeTrue())
 }
 
-func TestSecretsAreNotInherited(t *testing.T) {
+func TestOnlyAllowlistedEnvironmentIsInherited(t *testing.T) {
 	g := NewWithT(t)
 	base := []string{
 		"PATH=" + os.Getenv("PATH"),
-		"HOME=/tmp",
-		"PLAIN=visible",
+		"HOME=/root",
+		"LANG=C.UTF-8",
+		"PLAIN=not-allowlisted",
 		"PWD=/somewhere/else",
 		"OPENAI_API_KEY=sk-secret-1",
-		"GITHUB_TOKEN=ghp-secret-2",
-		"DB_PASSWORD=secret-3",
-		"AWS_SECRET=secret-4",
-		"SIGNING_KEY=secret-5",
-		"apikey_api_key_v2=secret-6",
-		"MYPASSWORDFILE=secret-7",
-		"aws_session_token=secret-8",
+		"PICOBOT_SECRET_LLM_OPENAI=secret-2",
+		"PICOBOT_API_KEY=secret-3",
+		"PICOBOT_POSTGRES_URL=postgres://u:secret-4@db/x",
 		"DEPLOY_TOKEN=allowed-9",
 	}
-	h := newHarness(t, shell.WithEnviron(func() []string { return base }), shell.AllowEnv("deploy_token"))
+	h := newHarness(t, shell.WithEnviron(func() []string { return base }), shell.AllowEnv("DEPLOY_TOKEN"),
+		shell.WithEnv("AGENT_SETTING=declared"))
 
 	for _, name := range []string{"bash", "exec"} {
 		res := h.call(name, map[string]any{"command": "env"})
 		g.Expect(res.IsError).To(BeFalse(), res.Content)
-		g.Expect(res.Content).To(ContainSubstring("PLAIN=visible"))
+		g.Expect(res.Content).To(ContainSubstring("LANG=C.UTF-8"))
 		g.Expect(res.Content).To(ContainSubstring("DEPLOY_TOKEN=allowed-9"))
+		g.Expect(res.Content).To(ContainSubstring("AGENT_SETTING=declared"))
 		g.Expect(res.Content).To(ContainSubstring("PWD=" + h.ws + "\n"))
+		g.Expect(res.Content).To(ContainSubstring("HOME=" + h.ws + "\n"))
 		g.Expect(res.Content).NotTo(ContainSubstring("/somewhere/else"))
+		g.Expect(res.Content).NotTo(ContainSubstring("PLAIN"))
 		g.Expect(res.Content).NotTo(MatchRegexp(`secret-\d`))
 	}
 
 	res := h.call("pty", map[string]any{"action": "spawn", "command": "env; sleep 1", "wait_ms": 2000})
-	g.Expect(res.Content).To(ContainSubstring("PLAIN=visible"))
+	g.Expect(res.Content).To(ContainSubstring("LANG=C.UTF-8"))
 	g.Expect(res.Content).To(ContainSubstring("TERM=xterm-256color"))
 	g.Expect(res.Content).NotTo(MatchRegexp(`secret-\d`))
 }
 
 func TestSecretsAreNotInheritedFromTheProcess(t *testing.T) {
 	g := NewWithT(t)
-	t.Setenv("PICOBOT_TEST_API_KEY", "sekrit-from-process")
-	t.Setenv("PICOBOT_TEST_VISIBLE", "shown")
+	t.Setenv("PICOBOT_SECRET_LLM_OPENAI", "sekrit-from-process")
+	t.Setenv("TZ", "Europe/Berlin")
 	h := newHarness(t)
 	res := h.call("bash", map[string]any{"command": "env"})
-	g.Expect(res.Content).To(ContainSubstring("PICOBOT_TEST_VISIBLE=shown"))
+	g.Expect(res.Content).To(ContainSubstring("TZ=Europe/Berlin"))
 	g.Expect(res.Content).NotTo(ContainSubstring("sekrit-from-process"))
 }
 
