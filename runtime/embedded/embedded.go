@@ -38,6 +38,7 @@ import (
 	"github.com/picobot/picobot/runtime/bus/membus"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/manifest"
+	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
@@ -612,6 +613,9 @@ func (r *Runtime) Health(ctx context.Context) []gateway.Check {
 					"check spec.mcpServers["+s.Name+"] of the agent; /mcp shows the detail"))
 			}
 		}
+	}
+	for _, c := range sandbox.Probe().Checks() {
+		checks = append(checks, gateway.Check(c))
 	}
 	return checks
 }

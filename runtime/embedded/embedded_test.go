@@ -267,6 +267,14 @@ func TestCommandsAndBadInput(t *testing.T) {
 	_ = res.Body.Close()
 	g.Expect(health.Status).To(Equal("degraded"))
 	g.Expect(health.Checks[2].Fix).To(ContainSubstring("PICOBOT_SECRET_<SECRET>_<KEY>"))
+	// The tool sandbox says which layers it has (this machine has all).
+	layers := map[string]bool{}
+	for _, c := range health.Checks {
+		if strings.HasPrefix(c.Name, "tool sandbox: ") {
+			layers[strings.TrimPrefix(c.Name, "tool sandbox: ")] = c.OK
+		}
+	}
+	g.Expect(layers).To(Equal(map[string]bool{"environment": true, "namespaces": true, "private /proc": true, "Landlock": true}))
 }
 
 func TestStopInterruptsATurn(t *testing.T) {

@@ -470,11 +470,14 @@ func TestEnvironment(t *testing.T) {
 	g.Expect(json.Unmarshal([]byte(got.Content), &env)).To(Succeed())
 	g.Expect(env).NotTo(HaveKey("PICOBOT_MCPTEST_API_KEY"))
 	g.Expect(env).NotTo(HaveKey("OPTIONAL_MISSING"))
-	g.Expect(env).To(HaveKeyWithValue("PICOBOT_MCPTEST_PLAIN", "inherited"))
+	// Only the sandbox's allowlist of the runtime's environment is passed.
+	g.Expect(env).NotTo(HaveKey("PICOBOT_MCPTEST_PLAIN"))
+	g.Expect(env).To(HaveKeyWithValue("PATH", os.Getenv("PATH")))
 	g.Expect(env).To(HaveKeyWithValue("PICOBOT_MCPTEST_OVERRIDDEN", "from-spec"))
 	// Given explicitly, a secret-looking name is passed.
 	g.Expect(env).To(HaveKeyWithValue("GITHUB_TOKEN", "s3cr3t"))
 	g.Expect(env).To(HaveKeyWithValue("PWD", dir))
+	g.Expect(env).To(HaveKeyWithValue("HOME", dir))
 }
 
 func TestFailingServersDoNotStopOthers(t *testing.T) {

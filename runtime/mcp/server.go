@@ -21,8 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/tool"
-	"github.com/picobot/picobot/runtime/tool/shell"
 )
 
 const (
@@ -383,11 +383,12 @@ func (s *server) transport(c *connection) (mcpsdk.Transport, error) {
 	return nil, fmt.Errorf("unsupported transport %q (want stdio, sse or streamable-http)", s.spec.Transport)
 }
 
-// environ is the environment of a stdio server: the runtime's own minus
-// anything that looks like a credential (the server is someone else's code and
-// needs only what it is given), plus the server's env, which wins.
+// environ is the environment of a stdio server: the sandbox's allowlist of
+// the runtime's own (PATH, locale, TERM, TZ; HOME and PWD the working
+// folder), plus the server's env, which wins. Nothing else of the runtime's
+// reaches it: the server is someone else's code and needs only what it is
+// given.
 func (s *server) environ() ([]string, error) {
-	own := map[string]bool{}
 	var extra []string
 	for _, e := range s.spec.Env {
 		v, ok, err := s.envValue(e)
@@ -395,22 +396,10 @@ func (s *server) environ() ([]string, error) {
 			return nil, err
 		}
 		if ok {
-			own[e.Name] = true
 			extra = append(extra, e.Name+"="+v)
 		}
 	}
-	var out []string
-	for _, kv := range s.opts.environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if own[name] || name == "PWD" || shell.IsSecretName(name) {
-			continue
-		}
-		out = append(out, kv)
-	}
-	if s.opts.workDir != "" && !own["PWD"] {
-		out = append(out, "PWD="+s.opts.workDir)
-	}
-	return append(out, extra...), nil
+	return sandbox.Env(s.opts.environ(), s.opts.workDir, nil, extra...), nil
 }
 
 // envValue resolves one env entry; ok is false for an optional secret that

@@ -35,6 +35,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/picobot/picobot/runtime/health"
 )
 
 // argv0 marks a re-executed runtime binary as the sandbox launcher.
@@ -175,6 +177,9 @@ func Env(environ []string, workspace string, pass []string, extra ...string) []s
 	return out
 }
 
+// cutName splits "NAME=value".
+func cutName(kv string) (name, value string, ok bool) { return strings.Cut(kv, "=") }
+
 // TmpDir is a workspace's temporary folder: TMPDIR, and /tmp inside the
 // sandbox where it has a mount namespace.
 func TmpDir(workspace string) string { return filepath.Join(workspace, ".tmp") }
@@ -239,4 +244,32 @@ func (s Spec) prepare() error {
 		return fmt.Errorf("failed to create the workspace's temporary folder: %w", err)
 	}
 	return nil
+}
+
+// Checks are the health checks of the sandbox, one per layer: a missing
+// layer degrades isolation (the others still apply), so it fails its check
+// with the fix.
+func (r Report) Checks() []health.Check {
+	msg := func(layer, ok string) string {
+		if why := r.Errors[layer]; why != "" {
+			return why
+		}
+		return ok
+	}
+	nsFix := "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0; " +
+		"on Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0), or run where seccomp permits clone(CLONE_NEWUSER)"
+	cs := []health.Check{
+		{Name: "tool sandbox: environment", OK: true, Message: "programs get an allowlisted environment, never the runtime's"},
+		{Name: "tool sandbox: namespaces", OK: r.Namespaces, Message: msg("namespaces", "user, PID and mount namespaces"), Fix: nsFix},
+		{Name: "tool sandbox: private /proc", OK: r.PrivateProc, Message: msg("private /proc", "the runtime's processes are not in the programs' /proc"),
+			Fix: "needs the namespaces layer and an unmasked /proc"},
+		{Name: "tool sandbox: Landlock", OK: r.LandlockABI > 0, Message: msg("landlock", fmt.Sprintf("ABI %d: workspace read-write, system folders read-only", r.LandlockABI)),
+			Fix: "use a kernel 5.13+ with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y, \"landlock\" in the lsm= boot parameter)"},
+	}
+	for i := range cs {
+		if cs[i].OK {
+			cs[i].Fix = ""
+		}
+	}
+	return cs
 }

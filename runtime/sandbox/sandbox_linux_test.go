@@ -31,6 +31,8 @@ func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv("PICOBOT_TEST_HOLDER") != "":
 		holder()
+	case os.Getenv("PICOBOT_TEST_SEAL") != "", os.Getenv(sealFDEnv) != "":
+		sealed()
 	case os.Getenv("PICOBOT_TEST_PLANTED") == "":
 		// Re-exec with the secret in the initial environment: os.Setenv
 		// would not put it where /proc/<pid>/environ reads.
@@ -307,4 +309,38 @@ func TestProgramsDieWithTheRuntime(t *testing.T) {
 	g.Expect(cmd.Process.Kill()).To(Succeed())
 	_ = cmd.Wait()
 	g.Eventually(func() []int { return markedPIDs(b.ws) }).WithTimeout(10 * time.Second).Should(BeEmpty())
+}
+
+// sealed is the test binary as a server that seals its environment: it
+// prints what os.Getenv sees and what its initial block holds.
+func sealed() {
+	if err := SealEnvironment(); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	block, err := os.ReadFile("/proc/self/environ")
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("getenv=%s\nfd=%q\nblock=%s\n", os.Getenv("PICOBOT_SECRET_LLM_OPENAI"), os.Getenv(sealFDEnv),
+		bytes.ReplaceAll(block, []byte{0}, []byte{' '}))
+	os.Exit(0)
+}
+
+func TestSealEnvironmentKeepsSecretsOutOfTheBlock(t *testing.T) {
+	g := NewWithT(t)
+	cmd := exec.Command("/proc/self/exe", "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "PICOBOT_TEST_SEAL=1")
+	out, err := cmd.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	g.Expect(string(out)).To(ContainSubstring("getenv=" + plantedSecret + "\n"))
+	g.Expect(string(out)).To(ContainSubstring("fd=\"\"\n"))
+	block := string(out)[strings.Index(string(out), "block="):]
+	g.Expect(block).NotTo(ContainSubstring(plantedSecret))
+	g.Expect(block).To(ContainSubstring("PATH="))
+	// Without sealing, the block holds it (the check can fail).
+	own, err := os.ReadFile("/proc/self/environ")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(own)).To(ContainSubstring(plantedSecret))
 }

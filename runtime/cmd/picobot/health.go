@@ -18,6 +18,7 @@ import (
 	"github.com/picobot/picobot/runtime/browser"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/manifest"
+	"github.com/picobot/picobot/runtime/sandbox"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 )
 
@@ -78,6 +79,9 @@ func healthService(dir, state, bin string, env func(string) string) *health.Serv
 			health.Executable("git", "apt-get install -y git", "git"),
 			health.Executable("npx (MCP servers run with npx)", "apt-get install -y nodejs npm", "npx"),
 		}
+	}})
+	svc.Add(health.Source{Kind: health.Optional, Name: "tool sandbox", Run: func(context.Context) []health.Check {
+		return sandbox.Probe().Checks()
 	}})
 	if loadErr == nil && browserEnabled(set) {
 		svc.Add(health.Source{Kind: health.Feature, Name: "browser", Run: func(ctx context.Context) []health.Check {

@@ -19,12 +19,20 @@ import (
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/web"
+	"github.com/picobot/picobot/runtime/sandbox"
 )
 
 func main() {
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "serve", "session", "gateway":
+		// Servers that hold keys keep them out of /proc/<pid>/environ.
+		if err := sandbox.SealEnvironment(); err != nil {
+			slog.Warn("Environment not sealed", "err", err)
+		}
 	}
 	var err error
 	switch os.Args[1] {
