@@ -106,6 +106,53 @@ type ToolsSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	ByProvider map[string]ToolPolicy `json:"byProvider,omitempty"`
+
+	// fs lets the file tools, and the programs the shell tools run, reach
+	// paths beyond the session's workspace. Without it they reach the
+	// workspace only (the kernel enforces it for programs, an os.Root for
+	// the file tools).
+	// +optional
+	FS *FSToolsSpec `json:"fs,omitempty"`
+}
+
+// FSToolsSpec is where the file and shell tools may reach besides the
+// session's workspace.
+type FSToolsSpec struct {
+	// allowedPaths are absolute folders or files, each read-only or
+	// read-write. The reference's "absolute paths are accepted" behaviour is
+	// this opt-in.
+	// +optional
+	// +listType=map
+	// +listMapKey=path
+	// +kubebuilder:validation:MaxItems=32
+	AllowedPaths []AllowedPath `json:"allowedPaths,omitempty"`
+}
+
+// FSAccess is how a tool may use an allowed path.
+// +kubebuilder:validation:Enum=ReadOnly;ReadWrite
+type FSAccess string
+
+// Access modes of allowed paths.
+const (
+	FSReadOnly  FSAccess = "ReadOnly"
+	FSReadWrite FSAccess = "ReadWrite"
+)
+
+// AllowedPath is one folder or file the tools may reach.
+type AllowedPath struct {
+	// path is an absolute, clean path (no "..", not "/").
+	// +required
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="path must be absolute (start with /)"
+	// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(p, p == '..' || p == '.')",message="path must not contain . or .. segments"
+	// +kubebuilder:validation:XValidation:rule="self.replace('/', '') != ''",message="path must not be / (the whole file system)"
+	Path string `json:"path"`
+
+	// access is ReadOnly (the default) or ReadWrite.
+	// +optional
+	// +kubebuilder:default=ReadOnly
+	Access FSAccess `json:"access,omitempty"`
 }
 
 // SkillSource is one skill: a SKILL.md given inline or read from a ConfigMap.

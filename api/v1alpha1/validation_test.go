@@ -297,6 +297,32 @@ func TestCreateValidation(t *testing.T) {
 		}, ""},
 
 		{"valid browser profile", func() client.Object { return validProfile() }, ""},
+		{"allowed paths", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{FS: &picobotv1alpha1.FSToolsSpec{AllowedPaths: []picobotv1alpha1.AllowedPath{
+				{Path: "/srv/docs"}, {Path: "/srv/out", Access: picobotv1alpha1.FSReadWrite}}}}
+			return a
+		}, ""},
+		{"allowed path relative", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{FS: &picobotv1alpha1.FSToolsSpec{AllowedPaths: []picobotv1alpha1.AllowedPath{{Path: "srv/docs"}}}}
+			return a
+		}, `spec.tools.fs.allowedPaths[0].path: Invalid value: "srv/docs": path must be absolute (start with /)`},
+		{"allowed path with dot-dot", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{FS: &picobotv1alpha1.FSToolsSpec{AllowedPaths: []picobotv1alpha1.AllowedPath{{Path: "/srv/../etc"}}}}
+			return a
+		}, `spec.tools.fs.allowedPaths[0].path: Invalid value: "/srv/../etc": path must not contain . or .. segments`},
+		{"allowed path root", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{FS: &picobotv1alpha1.FSToolsSpec{AllowedPaths: []picobotv1alpha1.AllowedPath{{Path: "//"}}}}
+			return a
+		}, `spec.tools.fs.allowedPaths[0].path: Invalid value: "//": path must not be / (the whole file system)`},
+		{"allowed path unknown access", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{FS: &picobotv1alpha1.FSToolsSpec{AllowedPaths: []picobotv1alpha1.AllowedPath{{Path: "/srv", Access: "Execute"}}}}
+			return a
+		}, `spec.tools.fs.allowedPaths[0].access: Unsupported value: "Execute": supported values: "ReadOnly", "ReadWrite"`},
 		{"profile without label", func() client.Object {
 			p := validProfile()
 			p.Spec.Label = ""

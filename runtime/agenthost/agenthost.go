@@ -300,8 +300,13 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err != nil {
 		return fail(err)
 	}
+	var fsSpec *picobotv1alpha1.FSToolsSpec
+	if a.Spec.Tools != nil {
+		fsSpec = a.Spec.Tools.FS
+	}
+	fsOpts, shellOpts := builtin.AllowedPaths(fsSpec)
 	tools, err := builtin.New(builtin.Config{LLMTask: &llmtask.Config{DefaultProvider: providerName, DefaultModel: modelName,
-		Resolve: func(string, string) (llm.Provider, error) { return prov, nil }}})
+		Resolve: func(string, string) (llm.Provider, error) { return prov, nil }}, FS: fsOpts, Shell: shellOpts})
 	if err != nil {
 		return fail(err)
 	}

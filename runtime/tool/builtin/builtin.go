@@ -4,6 +4,7 @@
 package builtin
 
 import (
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/netguard"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/calc"
@@ -25,6 +26,8 @@ type Config struct {
 	LLMTask *llmtask.Config
 	// Shell options apply to bash, exec/process and pty.
 	Shell []shell.Option
+	// FS options apply to the file tools (workspace-only by default).
+	FS []fs.Option
 	// Patch options apply to apply_patch (workspace-only by default).
 	Patch []patch.Option
 	// TodoStore keeps todo plans; in memory when nil.
@@ -37,6 +40,23 @@ type Set struct {
 	Registry *tool.Registry
 	procs    *shell.ProcessManager
 	ptys     *shell.PTYManager
+}
+
+// AllowedPaths turns an Agent's spec.tools.fs into the options of the file
+// and shell tools, so both reach the same places.
+func AllowedPaths(spec *picobotv1alpha1.FSToolsSpec) (fsOpts []fs.Option, shellOpts []shell.Option) {
+	if spec == nil || len(spec.AllowedPaths) == 0 {
+		return nil, nil
+	}
+	var ro, rw []string
+	for _, p := range spec.AllowedPaths {
+		if p.Access == picobotv1alpha1.FSReadWrite {
+			rw = append(rw, p.Path)
+		} else {
+			ro = append(ro, p.Path)
+		}
+	}
+	return []fs.Option{fs.AllowPaths(ro, rw)}, []shell.Option{shell.WithPaths(ro, rw)}
 }
 
 // New builds the core tool set.
@@ -52,7 +72,7 @@ func New(cfg Config) (*Set, error) {
 	procs := shell.NewProcessManager(cfg.Shell...)
 	ptys := shell.NewPTYManager(cfg.Shell...)
 	tools := []tool.Tool{
-		fs.NewFileRead(), fs.NewFileWrite(), fs.NewFileEdit(), fs.NewFileSearch(), fs.NewContentSearch(),
+		fs.NewFileRead(cfg.FS...), fs.NewFileWrite(cfg.FS...), fs.NewFileEdit(cfg.FS...), fs.NewFileSearch(cfg.FS...), fs.NewContentSearch(cfg.FS...),
 		patch.New(cfg.Patch...),
 		calc.New(),
 		todo.New(store),

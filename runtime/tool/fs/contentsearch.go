@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,10 +39,10 @@ type ContentSearchArgs struct {
 
 // NewContentSearch returns content_search, a grep over the workspace, so the
 // model finds definitions and usages without reading every file.
-func NewContentSearch() tool.Tool {
+func NewContentSearch(opts ...Option) tool.Tool {
 	return tool.New("content_search",
 		"Search file contents with a regular expression (Go RE2). Returns path:line: text for matching lines; skips binary files, files over 10 MiB, .git and node_modules.",
-		searchContent,
+		newPaths(opts).searchContent,
 		tool.ReadOnly(),
 		tool.Range("limit", tool.Bound(1), tool.Bound(5_000)),
 	)
@@ -102,7 +103,7 @@ func (lm lineMatcher) mayMatch(data []byte) bool {
 	return lm.whole.Match(data)
 }
 
-func searchContent(ctx context.Context, env tool.Env, a ContentSearchArgs) (tool.Result, error) {
+func (ps *Paths) searchContent(ctx context.Context, env tool.Env, a ContentSearchArgs) (tool.Result, error) {
 	if a.Pattern == "" {
 		return tool.Errorf("error: pattern is empty. Pass a regular expression to search for."), nil
 	}
@@ -127,34 +128,35 @@ func searchContent(ctx context.Context, env tool.Env, a ContentSearchArgs) (tool
 		limit = defaultMatchLimit
 	}
 
-	target := env.Resolve(a.Path)
 	shown := a.Path
 	if shown == "" {
 		shown = "the workspace"
 	}
-	if target == "" {
-		return tool.Errorf("error: no workspace is set for this session; pass an absolute path."), nil
+	pl, res, ok := ps.locate(env, a.Path, shown, false)
+	if !ok {
+		return res, nil
 	}
-	fi, err := os.Stat(target)
+	defer pl.Close()
+	fi, err := pl.root.Stat(pl.rel)
 	if err != nil {
-		if res, ok := missingOrDenied(err, shown); ok {
+		if res, ok := openError(err, shown); ok {
 			return res, nil
 		}
-		return tool.Result{}, fmt.Errorf("failed to stat %q: %w", target, err)
+		return tool.Result{}, errorf("stat", shown, err)
 	}
 
 	// Collect one match more than asked for, to know whether the limit cut
 	// results.
 	var out []string
 	if !fi.IsDir() {
-		matches, res, ok := lm.searchFile(target, shown, fi, limit+1)
+		matches, res, ok := lm.searchFile(pl, shown, fi, limit+1)
 		if !ok {
 			return res, nil
 		}
 		out = matches
 	} else {
 		var files []string
-		err := walkFiles(ctx, target, func(rel string, _ os.DirEntry) {
+		err := walkFiles(ctx, pl, func(rel string, _ fs.DirEntry) {
 			if glob == nil || glob.match(rel) {
 				files = append(files, rel)
 			}
@@ -163,7 +165,7 @@ func searchContent(ctx context.Context, env tool.Env, a ContentSearchArgs) (tool
 			return tool.Result{}, err
 		}
 		slices.Sort(files)
-		if out, err = lm.searchFiles(ctx, target, files, limit+1); err != nil {
+		if out, err = lm.searchFiles(ctx, pl, files, limit+1); err != nil {
 			return tool.Result{}, err
 		}
 	}
@@ -181,16 +183,16 @@ func searchContent(ctx context.Context, env tool.Env, a ContentSearchArgs) (tool
 
 // searchFile searches the single file the model named, saying why it cannot
 // be searched instead of skipping it silently.
-func (lm lineMatcher) searchFile(p, shown string, fi os.FileInfo, limit int) ([]string, tool.Result, bool) {
+func (lm lineMatcher) searchFile(pl place, shown string, fi os.FileInfo, limit int) ([]string, tool.Result, bool) {
 	switch {
 	case !fi.Mode().IsRegular():
 		return nil, tool.Errorf("error: %s is not a regular file (it is a device, pipe or socket).", shown), false
 	case fi.Size() > maxSearchFileSize:
 		return nil, tool.Errorf("error: %s is larger than 10 MiB; content_search skips such files. Read parts of it with file_read instead.", shown), false
 	}
-	data, err := os.ReadFile(p)
+	data, err := pl.root.ReadFile(pl.rel)
 	if err != nil {
-		if res, ok := missingOrDenied(err, shown); ok {
+		if res, ok := openError(err, shown); ok {
 			return nil, res, false
 		}
 		return nil, tool.Errorf("error: cannot read %s: %v", shown, err), false
@@ -198,7 +200,7 @@ func (lm lineMatcher) searchFile(p, shown string, fi os.FileInfo, limit int) ([]
 	if isBinary(data) {
 		return nil, tool.Errorf("error: %s looks like a binary file (it contains NUL bytes); content_search only searches text.", shown), false
 	}
-	return lm.appendMatches(nil, filepath.Base(p), data, limit), tool.Result{}, true
+	return lm.appendMatches(nil, filepath.Base(pl.rel), data, limit), tool.Result{}, true
 }
 
 // searchBatch is how many files are searched concurrently before their
@@ -209,7 +211,7 @@ const searchBatch = 128
 // the order of files. Files are read and matched on all CPUs, batch by batch,
 // so the output stays deterministic and the search stops soon after the
 // limit.
-func (lm lineMatcher) searchFiles(ctx context.Context, root string, files []string, limit int) ([]string, error) {
+func (lm lineMatcher) searchFiles(ctx context.Context, pl place, files []string, limit int) ([]string, error) {
 	var out []string
 	workers := runtime.GOMAXPROCS(0)
 	for start := 0; start < len(files) && len(out) < limit; start += searchBatch {
@@ -223,7 +225,7 @@ func (lm lineMatcher) searchFiles(ctx context.Context, root string, files []stri
 		for range min(workers, len(chunk)) {
 			wg.Go(func() {
 				for i := int(next.Add(1) - 1); i < len(chunk); i = int(next.Add(1) - 1) {
-					if data, ok := readSearchable(filepath.Join(root, filepath.FromSlash(chunk[i]))); ok {
+					if data, ok := readSearchable(pl.root, filepath.Join(pl.rel, filepath.FromSlash(chunk[i]))); ok {
 						found[i] = lm.appendMatches(nil, chunk[i], data, limit)
 					}
 				}
@@ -239,12 +241,12 @@ func (lm lineMatcher) searchFiles(ctx context.Context, root string, files []stri
 
 // readSearchable returns the content of a file worth searching: a regular
 // file (or link to one) of at most maxSearchFileSize that is not binary.
-func readSearchable(p string) ([]byte, bool) {
-	fi, err := os.Stat(p)
+func readSearchable(root *os.Root, rel string) ([]byte, bool) {
+	fi, err := root.Stat(rel)
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxSearchFileSize {
 		return nil, false
 	}
-	data, err := os.ReadFile(p)
+	data, err := root.ReadFile(rel)
 	if err != nil || isBinary(data) {
 		return nil, false
 	}

@@ -22,10 +22,10 @@ type EditArgs struct {
 // NewFileEdit returns file_edit, an exact string replacement. Requiring a
 // unique match (unless replace_all) keeps the model from editing the wrong
 // place when a snippet repeats.
-func NewFileEdit() tool.Tool {
+func NewFileEdit(opts ...Option) tool.Tool {
 	return tool.New("file_edit",
 		"Replace exact text in a file. Read the file first; old_string must match exactly and occur once, unless replace_all is true.",
-		editFile,
+		newPaths(opts).editFile,
 	)
 }
 
@@ -33,7 +33,7 @@ func NewFileEdit() tool.Tool {
 // which models sometimes copy into old_string.
 var lineNumberPrefix = regexp.MustCompile(`(?m)^ *\d+\t`)
 
-func editFile(_ context.Context, env tool.Env, a EditArgs) (tool.Result, error) {
+func (ps *Paths) editFile(_ context.Context, env tool.Env, a EditArgs) (tool.Result, error) {
 	switch {
 	case strings.TrimSpace(a.Path) == "":
 		return tool.Errorf("error: path is empty. Pass the file to edit."), nil
@@ -42,16 +42,24 @@ func editFile(_ context.Context, env tool.Env, a EditArgs) (tool.Result, error) 
 	case a.OldString == a.NewString:
 		return tool.Errorf("error: old_string and new_string are identical, so there is nothing to change. Pass the text you want in new_string."), nil
 	}
-	p := writeTarget(env.Resolve(a.Path))
-	fi, err := os.Stat(p)
+	pl, res, ok := ps.locate(env, a.Path, a.Path, true)
+	if !ok {
+		return res, nil
+	}
+	defer pl.Close()
+	p, res, ok := pl.writeTarget(a.Path)
+	if !ok {
+		return res, nil
+	}
+	fi, err := pl.root.Stat(p)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return tool.Errorf("error: %s does not exist. Check the path with file_search, or create the file with file_write.", a.Path), nil
 		}
-		if res, ok := missingOrDenied(err, a.Path); ok {
+		if res, ok := openError(err, a.Path); ok {
 			return res, nil
 		}
-		return tool.Result{}, fmt.Errorf("failed to stat file %q: %w", p, err)
+		return tool.Result{}, errorf("stat file", a.Path, err)
 	}
 	if fi.IsDir() {
 		return tool.Errorf("error: %s is a folder, not a file. Pass the file to edit.", a.Path), nil
@@ -59,12 +67,12 @@ func editFile(_ context.Context, env tool.Env, a EditArgs) (tool.Result, error) 
 	if !fi.Mode().IsRegular() {
 		return tool.Errorf("error: %s is not a regular file (it is a device, pipe or socket).", a.Path), nil
 	}
-	data, err := os.ReadFile(p)
+	data, err := pl.root.ReadFile(p)
 	if err != nil {
-		if res, ok := missingOrDenied(err, a.Path); ok {
+		if res, ok := openError(err, a.Path); ok {
 			return res, nil
 		}
-		return tool.Result{}, fmt.Errorf("failed to read file %q: %w", p, err)
+		return tool.Result{}, errorf("read file", a.Path, err)
 	}
 	content := string(data)
 	oldS, newS := a.OldString, a.NewString
@@ -86,7 +94,7 @@ func editFile(_ context.Context, env tool.Env, a EditArgs) (tool.Result, error) 
 	} else {
 		content = strings.Replace(content, oldS, newS, 1)
 	}
-	if err := writeAtomic(p, []byte(content), fi.Mode().Perm()); err != nil {
+	if err := writeAtomic(pl.root, p, []byte(content), fi.Mode().Perm()); err != nil {
 		if errors.Is(err, os.ErrPermission) {
 			return tool.Errorf("error: permission denied writing %s.", a.Path), nil
 		}

@@ -3,8 +3,7 @@ package fs
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io/fs"
 	"slices"
 	"strings"
 
@@ -23,16 +22,16 @@ type FileSearchArgs struct {
 
 // NewFileSearch returns file_search, which finds files by name so the model
 // can locate what to read without listing folders one by one.
-func NewFileSearch() tool.Tool {
+func NewFileSearch(opts ...Option) tool.Tool {
 	return tool.New("file_search",
 		"Find files by glob pattern (** matches any folders). Returns sorted paths relative to the searched folder; skips .git and node_modules.",
-		searchFiles,
+		newPaths(opts).searchFiles,
 		tool.ReadOnly(),
 		tool.Range("limit", tool.Bound(1), tool.Bound(10_000)),
 	)
 }
 
-func searchFiles(ctx context.Context, env tool.Env, a FileSearchArgs) (tool.Result, error) {
+func (ps *Paths) searchFiles(ctx context.Context, env tool.Env, a FileSearchArgs) (tool.Result, error) {
 	m, err := newGlobMatcher(a.Pattern)
 	if err != nil {
 		return tool.Errorf("error: %v.", err), nil
@@ -41,12 +40,13 @@ func searchFiles(ctx context.Context, env tool.Env, a FileSearchArgs) (tool.Resu
 	if limit <= 0 {
 		limit = defaultSearchLimit
 	}
-	root, res, ok := folderArg(env, a.Path)
+	pl, res, ok := ps.folderArg(env, a.Path)
 	if !ok {
 		return res, nil
 	}
+	defer pl.Close()
 	var found []string
-	err = walkFiles(ctx, root, func(rel string, _ os.DirEntry) {
+	err = walkFiles(ctx, pl, func(rel string, _ fs.DirEntry) {
 		if m.match(rel) {
 			found = append(found, rel)
 		}
@@ -77,33 +77,37 @@ func searchFiles(ctx context.Context, env tool.Env, a FileSearchArgs) (tool.Resu
 	return tool.Text(out), nil
 }
 
-// walkFiles calls fn for every non-folder entry under root with its
-// slash-separated path relative to root, skipping skippedDirs. Unreadable
-// folders are skipped rather than failing the search.
-func walkFiles(ctx context.Context, root string, fn func(rel string, d os.DirEntry)) error {
+// walkFiles calls fn for every non-folder entry under the folder pl with its
+// slash-separated path relative to it, skipping skippedDirs. Unreadable
+// folders are skipped rather than failing the search. The walk reads through
+// the root, so a symlinked folder never leads out of it.
+func walkFiles(ctx context.Context, pl place, fn func(rel string, d fs.DirEntry)) error {
 	n := 0
-	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+	start := pl.fsPath()
+	return fs.WalkDir(pl.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
 		if n++; n%256 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err != nil {
-			if p == root {
-				return fmt.Errorf("failed to read folder %q: %w", root, err)
+			if p == start {
+				return fmt.Errorf("failed to read folder %q: %w", start, err)
 			}
 			if d != nil && d.IsDir() {
-				return filepath.SkipDir
+				return fs.SkipDir
 			}
 			return nil
 		}
 		if d.IsDir() {
-			if p != root && skippedDirs[d.Name()] {
-				return filepath.SkipDir
+			if p != start && skippedDirs[d.Name()] {
+				return fs.SkipDir
 			}
 			return nil
 		}
-		if rel, err := filepath.Rel(root, p); err == nil {
-			fn(filepath.ToSlash(rel), d)
+		rel := p
+		if start != "." {
+			rel = strings.TrimPrefix(p, start+"/")
 		}
+		fn(rel, d)
 		return nil
 	})
 }

@@ -2,16 +2,19 @@
 // search files: file_read, file_write, file_edit, file_search and
 // content_search.
 //
-// Relative paths resolve against the session workspace (tool.Env.Resolve);
-// absolute paths are accepted, so the workspace is a convenience, not a
-// sandbox. Tools that must stay inside the workspace (apply_patch) enforce that
-// themselves.
+// Relative paths resolve against the session workspace (tool.Env.Resolve).
+// The tools reach only the workspace and what the Agent opted in to
+// (spec.tools.fs.allowedPaths, read-only or read-write): an absolute path
+// elsewhere is refused, and every open goes through an os.Root, so no "..",
+// symlink or race leads out. This departs from the reference, where absolute
+// paths are accepted: that behaviour is the opt-in.
 package fs
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,8 +39,8 @@ const (
 var skippedDirs = map[string]bool{".git": true, "node_modules": true}
 
 // Tools returns the five file tools, so a caller registers them together.
-func Tools() []tool.Tool {
-	return []tool.Tool{NewFileRead(), NewFileWrite(), NewFileEdit(), NewFileSearch(), NewContentSearch()}
+func Tools(opts ...Option) []tool.Tool {
+	return []tool.Tool{NewFileRead(opts...), NewFileWrite(opts...), NewFileEdit(opts...), NewFileSearch(opts...), NewContentSearch(opts...)}
 }
 
 // isBinary reports whether head, the start of a file, looks binary.
@@ -48,20 +51,27 @@ func isBinary(head []byte) bool {
 	return bytes.IndexByte(head, 0) >= 0
 }
 
-// writeAtomic replaces path with data through a temporary file in the same
-// folder and a rename, so readers never see a half-written file and a failed
-// write leaves the old content in place.
-func writeAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+// writeAtomic replaces rel beneath root with data through a temporary file
+// in the same folder and a rename, so readers never see a half-written file
+// and a failed write leaves the old content in place.
+func writeAtomic(root *os.Root, rel string, data []byte, perm os.FileMode) (err error) {
+	dir, base := filepath.Split(rel)
+	var name string
+	var tmp *os.File
+	for i := 0; ; i++ {
+		name = filepath.Join(dir, fmt.Sprintf(".%s.tmp-%d-%d", base, os.Getpid(), rand.Uint32()))
+		tmp, err = root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil || !errors.Is(err, os.ErrExist) || i == 10 {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("failed to create temporary file in %q: %w", dir, err)
 	}
-	name := tmp.Name()
 	defer func() {
 		if err != nil {
 			_ = tmp.Close()
-			_ = os.Remove(name)
+			_ = root.Remove(name)
 		}
 	}()
 	if _, err = tmp.Write(data); err != nil {
@@ -76,25 +86,10 @@ func writeAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("failed to close temporary file %q: %w", name, err)
 	}
-	if err = os.Rename(name, path); err != nil {
-		return fmt.Errorf("failed to rename %q to %q: %w", name, path, err)
+	if err = root.Rename(name, rel); err != nil {
+		return fmt.Errorf("failed to rename %q to %q: %w", name, rel, err)
 	}
 	return nil
-}
-
-// writeTarget returns the file a write to path must replace: the target of a
-// symlink (so writing through a link updates what it points to instead of
-// replacing the link with a regular file), or path itself.
-func writeTarget(path string) string {
-	fi, err := os.Lstat(path)
-	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
-		return path
-	}
-	resolved, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return path
-	}
-	return resolved
 }
 
 // missingOrDenied turns the common open errors into a message for the model;
@@ -109,14 +104,14 @@ func missingOrDenied(err error, shown string) (res tool.Result, ok bool) {
 	return tool.Result{}, false
 }
 
-// regularFile checks that p (shown to the model as shown) is a regular file,
+// regularFile checks that pl (shown to the model as shown) is a regular file,
 // turning the usual problems into messages that say what to do instead.
 // Devices and pipes are refused because reading them may never end.
-func regularFile(p, shown string) (tool.Result, bool) {
-	fi, err := os.Stat(p)
+func regularFile(pl place, shown string) (tool.Result, bool) {
+	fi, err := pl.root.Stat(pl.rel)
 	switch {
 	case err != nil:
-		if res, ok := missingOrDenied(err, shown); ok {
+		if res, ok := openError(err, shown); ok {
 			return res, false
 		}
 		return tool.Errorf("error: cannot access %s: %v", shown, err), false
@@ -162,25 +157,28 @@ func (m globMatcher) match(rel string) bool {
 	return doublestar.MatchUnvalidated(m.pattern, name)
 }
 
-// folderArg resolves a folder argument and checks that it is a folder.
-func folderArg(env tool.Env, p string) (abs string, res tool.Result, ok bool) {
-	abs = env.Resolve(p)
+// folderArg resolves a folder argument and checks that it is a folder; the
+// caller closes the place.
+func (ps *Paths) folderArg(env tool.Env, p string) (pl place, res tool.Result, ok bool) {
 	shown := p
 	if shown == "" {
 		shown = "the workspace"
-		if abs == "" {
-			return "", tool.Errorf("error: no workspace is set for this session; pass an absolute path."), false
+	}
+	pl, res, ok = ps.locate(env, p, shown, false)
+	if !ok {
+		return place{}, res, false
+	}
+	fi, err := pl.root.Stat(pl.rel)
+	switch {
+	case err != nil:
+		pl.Close()
+		if r, known := openError(err, shown); known {
+			return place{}, r, false
 		}
+		return place{}, tool.Errorf("error: cannot access %s: %v", shown, err), false
+	case !fi.IsDir():
+		pl.Close()
+		return place{}, tool.Errorf("error: %s is a file, not a folder. Pass a folder as path, or read the file with file_read.", shown), false
 	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		if r, known := missingOrDenied(err, shown); known {
-			return "", r, false
-		}
-		return "", tool.Errorf("error: cannot access %s: %v", shown, err), false
-	}
-	if !fi.IsDir() {
-		return "", tool.Errorf("error: %s is a file, not a folder. Pass a folder as path, or read the file with file_read.", shown), false
-	}
-	return abs, tool.Result{}, true
+	return pl, tool.Result{}, true
 }

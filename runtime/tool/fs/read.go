@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"unicode/utf8"
 
@@ -30,17 +29,17 @@ type ReadArgs struct {
 
 // NewFileRead returns file_read, which shows a text file with line numbers so
 // the model can cite lines and copy exact text into file_edit and apply_patch.
-func NewFileRead() tool.Tool {
+func NewFileRead(opts ...Option) tool.Tool {
 	return tool.New("file_read",
 		"Read a text file; lines are numbered. Use offset and limit to page through long files.",
-		readFile,
+		newPaths(opts).readFile,
 		tool.ReadOnly(),
 		tool.Range("offset", tool.Bound(1), nil),
 		tool.Range("limit", tool.Bound(1), nil),
 	)
 }
 
-func readFile(ctx context.Context, env tool.Env, a ReadArgs) (tool.Result, error) {
+func (ps *Paths) readFile(ctx context.Context, env tool.Env, a ReadArgs) (tool.Result, error) {
 	if strings.TrimSpace(a.Path) == "" {
 		return tool.Errorf("error: path is empty. Pass the file to read."), nil
 	}
@@ -51,16 +50,20 @@ func readFile(ctx context.Context, env tool.Env, a ReadArgs) (tool.Result, error
 	if limit <= 0 {
 		limit = defaultReadLimit
 	}
-	p := env.Resolve(a.Path)
-	if res, ok := regularFile(p, a.Path); !ok {
+	pl, res, ok := ps.locate(env, a.Path, a.Path, false)
+	if !ok {
 		return res, nil
 	}
-	f, err := os.Open(p)
+	defer pl.Close()
+	if res, ok := regularFile(pl, a.Path); !ok {
+		return res, nil
+	}
+	f, err := pl.root.Open(pl.rel)
 	if err != nil {
-		if res, ok := missingOrDenied(err, a.Path); ok {
+		if res, ok := openError(err, a.Path); ok {
 			return res, nil
 		}
-		return tool.Result{}, fmt.Errorf("failed to open file %q: %w", p, err)
+		return tool.Result{}, errorf("open file", a.Path, err)
 	}
 	defer func() { _ = f.Close() }()
 	br := bufio.NewReaderSize(f, 64<<10)
@@ -83,7 +86,7 @@ func readFile(ctx context.Context, env tool.Env, a ReadArgs) (tool.Result, error
 		}
 		line, ok, err := readLine(br, maxReadChars*utf8.UTFMax)
 		if err != nil {
-			return tool.Result{}, fmt.Errorf("failed to read file %q: %w", p, err)
+			return tool.Result{}, errorf("read file", a.Path, err)
 		}
 		if !ok {
 			break
@@ -117,7 +120,7 @@ func readFile(ctx context.Context, env tool.Env, a ReadArgs) (tool.Result, error
 	// Count what is left so the model knows how large the file is.
 	rest, err := countLines(br)
 	if err != nil {
-		return tool.Result{}, fmt.Errorf("failed to read file %q: %w", p, err)
+		return tool.Result{}, errorf("read file", a.Path, err)
 	}
 	total := lineNo + rest
 	switch {

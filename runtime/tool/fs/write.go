@@ -20,20 +20,28 @@ type WriteArgs struct {
 
 // NewFileWrite returns file_write, which creates or replaces a whole file. The
 // write is atomic so a crash or a concurrent reader never sees half a file.
-func NewFileWrite() tool.Tool {
+func NewFileWrite(opts ...Option) tool.Tool {
 	return tool.New("file_write",
 		"Create a file or replace its whole content; missing parent folders are created. To change part of a file use file_edit.",
-		writeFile,
+		newPaths(opts).writeFile,
 	)
 }
 
-func writeFile(_ context.Context, env tool.Env, a WriteArgs) (tool.Result, error) {
+func (ps *Paths) writeFile(_ context.Context, env tool.Env, a WriteArgs) (tool.Result, error) {
 	if strings.TrimSpace(a.Path) == "" {
 		return tool.Errorf("error: path is empty. Pass the file to write."), nil
 	}
-	p := writeTarget(env.Resolve(a.Path))
+	pl, res, ok := ps.locate(env, a.Path, a.Path, true)
+	if !ok {
+		return res, nil
+	}
+	defer pl.Close()
+	p, res, ok := pl.writeTarget(a.Path)
+	if !ok {
+		return res, nil
+	}
 	perm, existed := newFilePerm, false
-	switch fi, err := os.Stat(p); {
+	switch fi, err := pl.root.Stat(p); {
 	case err == nil && fi.IsDir():
 		return tool.Errorf("error: %s is a folder. Pass a file path (for example %s).", a.Path, filepath.Join(a.Path, "file.txt")), nil
 	case err == nil:
@@ -42,18 +50,24 @@ func writeFile(_ context.Context, env tool.Env, a WriteArgs) (tool.Result, error
 	case errors.Is(err, syscall.ENOTDIR):
 		return tool.Errorf("error: a parent of %s is a file, not a folder. Choose another path.", a.Path), nil
 	default:
-		if res, ok := missingOrDenied(err, a.Path); ok {
+		if res, ok := openError(err, a.Path); ok {
 			return res, nil
 		}
-		return tool.Result{}, fmt.Errorf("failed to stat file %q: %w", p, err)
+		return tool.Result{}, errorf("stat file", a.Path, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(p), newDirPerm); err != nil {
+	if err := pl.root.MkdirAll(filepath.Dir(p), newDirPerm); err != nil {
+		if escaped(err) {
+			return escapes(a.Path), nil
+		}
 		if errors.Is(err, os.ErrPermission) {
 			return tool.Errorf("error: permission denied creating the folder of %s. Choose a path you are allowed to write.", a.Path), nil
 		}
 		return tool.Errorf("error: cannot create the folder of %s: %v. Check that no parent of the path is a file.", a.Path, err), nil
 	}
-	if err := writeAtomic(p, []byte(a.Content), perm); err != nil {
+	if err := writeAtomic(pl.root, p, []byte(a.Content), perm); err != nil {
+		if escaped(err) {
+			return escapes(a.Path), nil
+		}
 		if errors.Is(err, os.ErrPermission) {
 			return tool.Errorf("error: permission denied writing %s. Choose a path you are allowed to write.", a.Path), nil
 		}
