@@ -255,8 +255,11 @@ var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/d
 // program): it returns the ABI used, 0 when the kernel has no Landlock.
 func restrict(s Spec) (int, error) {
 	abi, err := llsyscall.LandlockGetABIVersion()
-	if err != nil || abi <= 0 {
-		return 0, fmt.Errorf("the kernel has no Landlock: %v", err)
+	if err != nil {
+		return 0, fmt.Errorf("the kernel has no Landlock: %w", err)
+	}
+	if abi <= 0 {
+		return 0, errors.New("the kernel has no Landlock")
 	}
 	rules := []landlock.Rule{
 		landlock.RODirs(append(systemDirs, pathDirs(s.Env)...)...).IgnoreIfMissing(),

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,21 +118,6 @@ func waitMarked(g *WithT, mark string) int {
 	g.Eventually(func() []int { pids = marked(mark); return pids }).WithTimeout(10*time.Second).Should(HaveLen(1), mark)
 	return pids[0]
 }
-
-func readPID(g *WithT, path string) int {
-	var pid int
-	g.Eventually(func() error {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err
-	}).WithTimeout(10 * time.Second).Should(Succeed())
-	return pid
-}
-
-var pidLine = regexp.MustCompile(`pid=(\d+)`)
 
 func TestBash(t *testing.T) {
 	h := newHarness(t)
