@@ -253,7 +253,8 @@ type MCPServer struct {
 	// the runtime, not as a schema default: defaults inside list items make every
 	// client-side `kubectl apply` rewrite the list.)
 	// +optional
-	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="timeout must be a duration such as 30s or 2m, from 1s to 1h"
+	Timeout *Duration `json:"timeout,omitempty"`
 }
 
 // Delegate names another Agent this one may hand tasks to with the delegate tool.
@@ -368,7 +369,8 @@ type RuntimeSpec struct {
 	// idleTimeout after which a session pod with no messages exits (scale to zero).
 	// +optional
 	// +kubebuilder:default="10m"
-	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="idleTimeout must be a duration such as 30s, 10m or 1h30m, from 1s to 24h"
+	IdleTimeout *Duration `json:"idleTimeout,omitempty"`
 
 	// warmPool is how many idle runtime pods are kept ready to claim new sessions.
 	// +optional

@@ -63,7 +63,8 @@ type BrowserProfileSpec struct {
 	// profile is saved first).
 	// +optional
 	// +kubebuilder:default="1h"
-	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="idleTimeout must be a duration such as 30s, 10m or 1h30m, from 1s to 24h"
+	IdleTimeout *Duration `json:"idleTimeout,omitempty"`
 }
 
 // BrowserProfileStatus is what the operator observed about the profile.

@@ -22,6 +22,10 @@ const (
 	ConditionRuntimeReady = "RuntimeReady"
 	// ConditionScheduleValid says whether a CronJob's schedule parses and will fire.
 	ConditionScheduleValid = "ScheduleValid"
+	// ConditionSpecValid is set, False, when a stored field holds a value the
+	// schema now refuses (an object written before an upgrade tightened it);
+	// the object then stays not Ready until it is fixed.
+	ConditionSpecValid = "SpecValid"
 )
 
 // Condition reasons. They are CamelCase, stable, and documented because users and
@@ -93,6 +97,8 @@ const (
 	ReasonCompleted = "Completed"
 	// ReasonInvalidSchedule: the cron expression or time zone does not parse.
 	ReasonInvalidSchedule = "InvalidSchedule"
+	// ReasonInvalidSpec: a stored field is invalid (see ConditionSpecValid).
+	ReasonInvalidSpec = "InvalidSpec"
 )
 
 // Labels and well-known names.

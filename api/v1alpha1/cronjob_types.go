@@ -120,7 +120,8 @@ type CronJobSpec struct {
 
 	// catchUpWindow bounds how far back catch_up reaches.
 	// +optional
-	CatchUpWindow *metav1.Duration `json:"catchUpWindow,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="catchUpWindow must be a duration such as 1h or 168h, from 1s to 8760h"
+	CatchUpWindow *Duration `json:"catchUpWindow,omitempty"`
 }
 
 // RunOutcome is how a scheduled run ended.

@@ -286,17 +286,63 @@ func TestCreateValidation(t *testing.T) {
 		}, `spec.deliveryPolicy: Unsupported value: "sometimes": supported values: "always", "on_alert", "never"`},
 		{"catchUpWindow without catch_up", func() client.Object {
 			c := validCronJob()
-			c.Spec.CatchUpWindow = &metav1.Duration{Duration: time.Hour}
+			c.Spec.CatchUpWindow = picobotv1alpha1.NewDuration(time.Hour)
 			return c
 		}, "spec: Invalid value: catchUpWindow applies only with missedRunPolicy catch_up"},
 		{"catchUpWindow with catch_up", func() client.Object {
 			c := validCronJob()
 			c.Spec.MissedRunPolicy = picobotv1alpha1.MissedCatchUp
-			c.Spec.CatchUpWindow = &metav1.Duration{Duration: time.Hour}
+			c.Spec.CatchUpWindow = picobotv1alpha1.NewDuration(time.Hour)
 			return c
 		}, ""},
 
 		{"valid browser profile", func() client.Object { return validProfile() }, ""},
+		{"idleTimeout forever", func() client.Object {
+			a := validAgent()
+			a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{IdleTimeout: &picobotv1alpha1.Duration{Invalid: "forever"}}
+			return a
+		}, `spec.runtime.idleTimeout: Invalid value: "forever": idleTimeout must be a duration such as 30s, 10m or 1h30m, from 1s to 24h`},
+		{"idleTimeout zero", func() client.Object {
+			a := validAgent()
+			a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{IdleTimeout: &picobotv1alpha1.Duration{Invalid: "0s"}}
+			return a
+		}, `spec.runtime.idleTimeout: Invalid value: "0s": idleTimeout must be a duration such as 30s, 10m or 1h30m, from 1s to 24h`},
+		{"idleTimeout two days", func() client.Object {
+			a := validAgent()
+			a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{IdleTimeout: &picobotv1alpha1.Duration{Invalid: "48h"}}
+			return a
+		}, `spec.runtime.idleTimeout: Invalid value: "48h": idleTimeout must be a duration such as 30s, 10m or 1h30m, from 1s to 24h`},
+		{"idleTimeout negative", func() client.Object {
+			a := validAgent()
+			a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{IdleTimeout: &picobotv1alpha1.Duration{Invalid: "-5m"}}
+			return a
+		}, `spec.runtime.idleTimeout: Invalid value: "-5m": idleTimeout must be a duration such as 30s, 10m or 1h30m, from 1s to 24h`},
+		{"idleTimeout hours and minutes", func() client.Object {
+			a := validAgent()
+			a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{IdleTimeout: picobotv1alpha1.NewDuration(90 * time.Minute)}
+			return a
+		}, ""},
+		{"idleTimeout too long a string", func() client.Object {
+			a := validAgent()
+			a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{IdleTimeout: &picobotv1alpha1.Duration{Invalid: "1h1h1h1h1h1h1h1h1h1h1h1h1h1h1h1h1h"}}
+			return a
+		}, `spec.runtime.idleTimeout: Too long: may not be more than 32 bytes`},
+		{"mcp timeout over an hour", func() client.Object {
+			a := validAgent()
+			a.Spec.MCPServers = []picobotv1alpha1.MCPServer{{Name: "fs", Transport: "stdio", Command: "npx", Timeout: picobotv1alpha1.NewDuration(2 * time.Hour)}}
+			return a
+		}, `spec.mcpServers[0].timeout: Invalid value: "2h0m0s": timeout must be a duration such as 30s or 2m, from 1s to 1h`},
+		{"catchUpWindow forever", func() client.Object {
+			c := validCronJob()
+			c.Spec.MissedRunPolicy = "catch_up"
+			c.Spec.CatchUpWindow = &picobotv1alpha1.Duration{Invalid: "forever"}
+			return c
+		}, `spec.catchUpWindow: Invalid value: "forever": catchUpWindow must be a duration such as 1h or 168h, from 1s to 8760h`},
+		{"browser idleTimeout forever", func() client.Object {
+			p := validProfile()
+			p.Spec.IdleTimeout = &picobotv1alpha1.Duration{Invalid: "forever"}
+			return p
+		}, `spec.idleTimeout: Invalid value: "forever": idleTimeout must be a duration such as 30s, 10m or 1h30m, from 1s to 24h`},
 		{"allowed paths", func() client.Object {
 			a := validAgent()
 			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{FS: &picobotv1alpha1.FSToolsSpec{AllowedPaths: []picobotv1alpha1.AllowedPath{

@@ -283,7 +283,7 @@ kind: BrowserProfile
 metadata: {name: soon}
 spec: {idleTimeout: soon}
 `, func(g *WithT, _ *manifest.Set, err error) {
-			g.Expect(err).To(MatchError(SatisfyAll(HavePrefix("f.yaml:1 BrowserProfile/soon: failed to decode"), ContainSubstring(`invalid duration "soon"`))))
+			g.Expect(err).To(MatchError(`f.yaml:1 BrowserProfile/soon: spec.idleTimeout: Invalid value: "soon": idleTimeout must be a duration such as 30s, 10m or 1h30m, from 1s to 24h`))
 		}},
 		{"status is ignored as on a create", `apiVersion: agents.picobot.io/v1alpha1
 kind: Agent
@@ -482,7 +482,7 @@ func TestValidate(t *testing.T) {
 				Prompt:   "x",
 				// CatchUpWindow needs the defaulted missedRunPolicy to be
 				// checked, which Validate applies to a copy.
-				CatchUpWindow: &metav1.Duration{Duration: time.Hour},
+				CatchUpWindow: picobotv1alpha1.NewDuration(time.Hour),
 			},
 		}
 	}

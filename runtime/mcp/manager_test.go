@@ -23,7 +23,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -172,7 +171,7 @@ func TestCallTimeout(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	srv := everything("slow")
-	srv.Timeout = &metav1.Duration{Duration: 3 * time.Second}
+	srv.Timeout = picobotv1alpha1.NewDuration(3 * time.Second)
 	m := connect(t, []picobotv1alpha1.MCPServer{srv})
 	reg := registry(t, m)
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/schedule"
@@ -89,7 +88,7 @@ func TestPlan(t *testing.T) {
 			g := NewWithT(t)
 			j := &Job{Tenant: "t", Name: "n", Spec: picobotv1alpha1.CronJobSpec{MissedRunPolicy: tc.policy}}
 			if tc.window > 0 {
-				j.Spec.CatchUpWindow = &metav1.Duration{Duration: tc.window}
+				j.Spec.CatchUpWindow = picobotv1alpha1.NewDuration(tc.window)
 			}
 			acts := plan(j, dueTicks{ticks: tc.ticks, omitted: tc.omitted, from: t0}, p)
 			var runs, skips []time.Time

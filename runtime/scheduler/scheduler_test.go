@@ -13,7 +13,6 @@ import (
 	. "github.com/onsi/gomega"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -324,7 +323,7 @@ func TestRestartWithMissedTicks(t *testing.T) {
 			j := job("j", everyMinute, func(s *picobotv1alpha1.CronJobSpec) {
 				s.MissedRunPolicy = tc.policy
 				if tc.window > 0 {
-					s.CatchUpWindow = &metav1.Duration{Duration: tc.window}
+					s.CatchUpWindow = picobotv1alpha1.NewDuration(tc.window)
 				}
 			})
 			opts := scheduler.Options{Store: st, Clock: clk, MissedAfter: 10 * time.Second}
@@ -490,7 +489,7 @@ func TestValidateSpec(t *testing.T) {
 		{name: "empty prompt", mutate: func(s *picobotv1alpha1.CronJobSpec) { s.Prompt = "  " }, err: "prompt is empty"},
 		{name: "bad policy", mutate: func(s *picobotv1alpha1.CronJobSpec) { s.DeliveryPolicy = "sometimes" }, err: "use always, on_alert or never"},
 		{name: "window without catch_up", mutate: func(s *picobotv1alpha1.CronJobSpec) {
-			s.CatchUpWindow = &metav1.Duration{Duration: time.Hour}
+			s.CatchUpWindow = picobotv1alpha1.NewDuration(time.Hour)
 		}, err: "only with missed_run_policy catch_up"},
 	}
 	for _, tc := range cases {

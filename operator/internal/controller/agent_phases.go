@@ -136,6 +136,9 @@ func applyAgentStatus(s *agentScope) []metav1.Condition {
 		toolsCondition(s.toolsErr, s.tools.Warnings, len(s.tools.Tools)),
 		referencesCondition(s.missing, s.invalid),
 	}
+	if c, ok := specCondition(&a.Status.Conditions, a.InvalidFields()); ok {
+		conds = append([]metav1.Condition{c}, conds...)
+	}
 	if s.runtime != nil {
 		conds = append(conds, s.runtime.cond)
 		a.Status.ActiveSessions = &s.runtime.active

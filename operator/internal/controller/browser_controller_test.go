@@ -362,7 +362,7 @@ func testProfileLifecycle(t *testing.T, e *browserEnv) {
 	helper := e.agent(t, ns, "helper")
 	e.agent(t, ns, "bystander")
 	e.profile(t, ns, "shop", "helper", func(bp *picobotv1alpha1.BrowserProfile) {
-		bp.Spec.IdleTimeout = &metav1.Duration{Duration: 3 * time.Second}
+		bp.Spec.IdleTimeout = picobotv1alpha1.NewDuration(3 * time.Second)
 		bp.Spec.AllowedDomains = []string{"shop.example.com"}
 	})
 	bp := e.waitProfile(t, ns, "shop", func(g Gomega, bp *picobotv1alpha1.BrowserProfile) {

@@ -119,6 +119,10 @@ func applyProfileStatus(s *profileScope) {
 			st.LastUsed = &metav1.Time{Time: used.Truncate(time.Second)}
 		}
 	}
+	if c, ok := specCondition(&st.Conditions, s.bp.InvalidFields()); ok {
+		setConditions(&st.Conditions, s.bp.Generation, c, readySummary([]metav1.Condition{c}))
+		return
+	}
 	setConditions(&st.Conditions, s.bp.Generation, browserProfileCondition(s.view))
 }
 

@@ -54,6 +54,9 @@ func (r *CronJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	conds := []metav1.Condition{sched.condition, refs}
+	if c, ok := specCondition(&cj.Status.Conditions, cj.InvalidFields()); ok {
+		conds = append([]metav1.Condition{c}, conds...)
+	}
 	conds = append(conds, readySummary(conds))
 	cj.Status.ObservedGeneration = cj.Generation
 	cj.Status.NextRunTime = sched.next

@@ -82,6 +82,18 @@ func readySummary(conds []metav1.Condition) metav1.Condition {
 		Reason: first.Reason, Message: strings.Join(notReady, "; ")}
 }
 
+// specCondition is SpecValid=False for the stored fields the schema refuses;
+// ok is false when there are none, and a SpecValid left in list from before
+// the object was fixed is removed.
+func specCondition(list *[]metav1.Condition, invalid []string) (metav1.Condition, bool) {
+	if len(invalid) == 0 {
+		meta.RemoveStatusCondition(list, picobotv1alpha1.ConditionSpecValid)
+		return metav1.Condition{}, false
+	}
+	return condition(picobotv1alpha1.ConditionSpecValid, false, picobotv1alpha1.ReasonInvalidSpec,
+		strings.Join(invalid, "; ")+"; fix the object (the API server refuses such values now)"), true
+}
+
 func condition(typ string, ok bool, reason, msg string) metav1.Condition {
 	s := metav1.ConditionFalse
 	if ok {

@@ -144,7 +144,7 @@ func TestRestartWithMissedTicks(t *testing.T) {
 		g.Expect(k8s.Create(ctx, cronJob(ns, name, "0 * * * * *", func(cj *picobotv1alpha1.CronJob) {
 			cj.Spec.MissedRunPolicy = p
 			if p == picobotv1alpha1.MissedCatchUp {
-				cj.Spec.CatchUpWindow = &metav1.Duration{Duration: 4*time.Minute + 30*time.Second}
+				cj.Spec.CatchUpWindow = picobotv1alpha1.NewDuration(4*time.Minute + 30*time.Second)
 			}
 		}))).To(Succeed())
 	}
