@@ -76,7 +76,7 @@ func TestInvalidStoredDurationStallsNoOne(t *testing.T) {
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "agents.picobot.io/v1alpha1", "kind": "Agent",
 		"metadata": map[string]any{"namespace": bad, "name": "forever"},
-		"spec": map[string]any{"instructions": "x", "runtime": map[string]any{"idleTimeout": "forever"}},
+		"spec":     map[string]any{"instructions": "x", "runtime": map[string]any{"idleTimeout": "forever"}},
 	}}
 	// The API server takes the loosened schema a moment after the update.
 	g.Eventually(func() error { return k8s.Create(ctx, obj.DeepCopy()) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
