@@ -30,12 +30,12 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		d.Invalid = string(b)
-		return nil
+		return nil //nolint:nilerr // kept in Invalid: failing would fail the informer's whole list
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
 		d.Invalid = s
-		return nil
+		return nil //nolint:nilerr // kept in Invalid, as above
 	}
 	d.Duration = v
 	return nil
@@ -46,7 +46,7 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	if d.Invalid != "" {
 		return json.Marshal(d.Invalid)
 	}
-	return json.Marshal(d.Duration.String())
+	return json.Marshal(d.String())
 }
 
 // ToUnstructured makes the unstructured converter write the same string.
@@ -54,7 +54,7 @@ func (d Duration) ToUnstructured() any {
 	if d.Invalid != "" {
 		return d.Invalid
 	}
-	return d.Duration.String()
+	return d.String()
 }
 
 // Valid reports whether the stored value is a duration.
