@@ -20,6 +20,8 @@ import (
 
 	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	. "github.com/onsi/gomega"
+
+	"github.com/picobot/picobot/runtime/sandbox/sandboxtest"
 )
 
 // plantedSecret is in this test process's initial environment block (see
@@ -258,7 +260,7 @@ func TestExitStatusIsTheProgramsOwn(t *testing.T) {
 // own session), says ready, and waits to be killed.
 func holder() {
 	ws := os.Getenv("PICOBOT_TEST_HOLDER")
-	cmd, err := Command(Spec{Workspace: ws, Env: append(Env(os.Environ(), ws, nil), "PICOBOT_TEST_MARK="+ws)},
+	cmd, err := Command(Spec{Workspace: ws, Env: append(Env(os.Environ(), ws, nil), sandboxtest.MarkEnv+"="+ws)},
 		"bash", "-c", "setsid sleep 300 & sleep 300")
 	if err == nil {
 		err = cmd.Start()
@@ -269,27 +271,6 @@ func holder() {
 	}
 	fmt.Println("ready")
 	select {}
-}
-
-// markedPIDs are the live processes whose environment has the mark.
-func markedPIDs(mark string) []int {
-	want := []byte("\x00PICOBOT_TEST_MARK=" + mark + "\x00")
-	dirs, _ := os.ReadDir("/proc")
-	var out []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil || !bytes.Contains(append(append([]byte{0}, env...), 0), want) {
-			continue
-		}
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !bytes.Contains(stat, []byte(") Z")) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 func TestProgramsDieWithTheRuntime(t *testing.T) {
@@ -304,11 +285,11 @@ func TestProgramsDieWithTheRuntime(t *testing.T) {
 	g.Expect(line).To(Equal("ready\n"))
 	// The launcher (the namespace's init), bash and both sleeps, the setsid
 	// one in a session of its own.
-	g.Eventually(func() []int { return markedPIDs(b.ws) }).WithTimeout(10 * time.Second).Should(HaveLen(4))
+	g.Eventually(func() []int { return sandboxtest.Marked(b.ws) }).WithTimeout(10 * time.Second).Should(HaveLen(4))
 
 	g.Expect(cmd.Process.Kill()).To(Succeed())
 	_ = cmd.Wait()
-	g.Eventually(func() []int { return markedPIDs(b.ws) }).WithTimeout(10 * time.Second).Should(BeEmpty())
+	g.Eventually(func() []int { return sandboxtest.Marked(b.ws) }).WithTimeout(10 * time.Second).Should(BeEmpty())
 }
 
 // sealed is the test binary as a server that seals its environment: it

@@ -42,15 +42,11 @@ func (ps *Paths) editFile(_ context.Context, env tool.Env, a EditArgs) (tool.Res
 	case a.OldString == a.NewString:
 		return tool.Errorf("error: old_string and new_string are identical, so there is nothing to change. Pass the text you want in new_string."), nil
 	}
-	pl, res, ok := ps.locate(env, a.Path, a.Path, true)
+	pl, p, res, ok := ps.writable(env, a.Path)
 	if !ok {
 		return res, nil
 	}
 	defer pl.Close()
-	p, res, ok := pl.writeTarget(a.Path)
-	if !ok {
-		return res, nil
-	}
 	fi, err := pl.root.Stat(p)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {

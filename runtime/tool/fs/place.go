@@ -112,6 +112,22 @@ func (ps *Paths) locate(env tool.Env, p, shown string, write bool) (pl place, re
 	return place{root: root, rel: rel, file: isFile}, tool.Result{}, true
 }
 
+// writable resolves the path argument p for a write, following its
+// symlinks within the area: rel is the name to replace beneath pl's root,
+// which the caller closes.
+func (ps *Paths) writable(env tool.Env, p string) (pl place, rel string, res tool.Result, ok bool) {
+	pl, res, ok = ps.locate(env, p, p, true)
+	if !ok {
+		return place{}, "", res, false
+	}
+	rel, res, ok = pl.writeTarget(p)
+	if !ok {
+		pl.Close()
+		return place{}, "", res, false
+	}
+	return pl, rel, tool.Result{}, true
+}
+
 // allowedText lists the opted-in areas for an error message.
 func (ps *Paths) allowedText() string {
 	if len(ps.areas) == 0 {

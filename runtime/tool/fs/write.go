@@ -31,15 +31,11 @@ func (ps *Paths) writeFile(_ context.Context, env tool.Env, a WriteArgs) (tool.R
 	if strings.TrimSpace(a.Path) == "" {
 		return tool.Errorf("error: path is empty. Pass the file to write."), nil
 	}
-	pl, res, ok := ps.locate(env, a.Path, a.Path, true)
+	pl, p, res, ok := ps.writable(env, a.Path)
 	if !ok {
 		return res, nil
 	}
 	defer pl.Close()
-	p, res, ok := pl.writeTarget(a.Path)
-	if !ok {
-		return res, nil
-	}
 	perm, existed := newFilePerm, false
 	switch fi, err := pl.root.Stat(p); {
 	case err == nil && fi.IsDir():

@@ -1,13 +1,11 @@
 package shell_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/sandbox/sandboxtest"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/shell"
 )
@@ -89,33 +88,10 @@ func gone(pid int) bool {
 	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
 
-// markEnv marks a test's processes: programs run in PID namespaces, so the
-// pids they print are not the host's; the test finds them by this variable.
-const markEnv = "PICOBOT_TEST_MARK"
-
-// marked returns the host pids of live processes whose environment has
-// PICOBOT_TEST_MARK=mark.
-func marked(mark string) []int {
-	want := []byte(markEnv + "=" + mark + "\x00")
-	dirs, _ := os.ReadDir("/proc")
-	var out []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err == nil && bytes.Contains(append([]byte{0}, env...), append([]byte{0}, want...)) && !gone(pid) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // waitMarked waits for the one process marked mark and returns its pid.
 func waitMarked(g *WithT, mark string) int {
 	var pids []int
-	g.Eventually(func() []int { pids = marked(mark); return pids }).WithTimeout(10*time.Second).Should(HaveLen(1), mark)
+	g.Eventually(func() []int { pids = sandboxtest.Marked(mark); return pids }).WithTimeout(10*time.Second).Should(HaveLen(1), mark)
 	return pids[0]
 }
 
@@ -283,10 +259,18 @@ func TestOnlyAllowlistedEnvironmentIsInherited(t *testing.T) {
 		g.Expect(res.Content).NotTo(MatchRegexp(`secret-\d`))
 	}
 
-	res := h.call("pty", map[string]any{"action": "spawn", "command": "env; sleep 1", "wait_ms": 2000})
-	g.Expect(res.Content).To(ContainSubstring("LANG=C.UTF-8"))
-	g.Expect(res.Content).To(ContainSubstring("TERM=xterm-256color"))
-	g.Expect(res.Content).NotTo(MatchRegexp(`secret-\d`))
+	// The terminal's output is read until the end marker, however slowly
+	// the program starts.
+	res := h.call("pty", map[string]any{"action": "spawn", "command": "env; echo env-done; sleep 5", "wait_ms": 100})
+	m := terminalIDLine.FindStringSubmatch(res.Content)
+	g.Expect(m).To(HaveLen(2), res.Content)
+	out := res.Content
+	if !strings.Contains(out, "env-done") {
+		out += h.readUntilMatch(g, "s1", m[1], ContainSubstring("env-done"))
+	}
+	g.Expect(out).To(ContainSubstring("LANG=C.UTF-8"))
+	g.Expect(out).To(ContainSubstring("TERM=xterm-256color"))
+	g.Expect(out).NotTo(MatchRegexp(`secret-\d`))
 }
 
 func TestSecretsAreNotInheritedFromTheProcess(t *testing.T) {

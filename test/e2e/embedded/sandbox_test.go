@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/runtime/sandbox/sandboxtest"
 )
 
 // Secrets `picobot serve` holds: the model key from its environment, another
@@ -89,7 +89,7 @@ func TestToolsCannotReachSecrets(t *testing.T) {
 		call("bash", map[string]any{"command": "echo hi > note.txt && cat note.txt && /usr/bin/python3 -c 'print(6*7)'"}),
 		call("file_read", map[string]any{"path": "note.txt"}),
 		// A program left running, escaped into a session of its own.
-		call("exec", map[string]any{"command": "PICOBOT_TEST_MARK=" + mark + " setsid sleep 300", "background": true}),
+		call("exec", map[string]any{"command": sandboxtest.MarkEnv + "=" + mark + " setsid sleep 300", "background": true}),
 	}}
 	llm.Respond(s.respond)
 
@@ -120,30 +120,8 @@ func TestToolsCannotReachSecrets(t *testing.T) {
 	g.Expect(string(block)).NotTo(ContainSubstring(otherKey))
 
 	// kill -9 the server: the background program dies with it.
-	g.Eventually(func() []int { return markedPIDs(mark) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
 	g.Expect(p.cmd.Process.Kill()).To(Succeed())
 	<-p.done
-	g.Eventually(func() []int { return markedPIDs(mark) }).WithTimeout(10 * time.Second).Should(BeEmpty())
-}
-
-// markedPIDs are the live processes whose environment has
-// PICOBOT_TEST_MARK=mark.
-func markedPIDs(mark string) []int {
-	want := "\x00PICOBOT_TEST_MARK=" + mark + "\x00"
-	dirs, _ := os.ReadDir("/proc")
-	var out []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil || !strings.Contains("\x00"+string(env)+"\x00", want) {
-			continue
-		}
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(stat), ") Z") {
-			out = append(out, pid)
-		}
-	}
-	return out
+	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).Should(BeEmpty())
 }
