@@ -256,9 +256,11 @@ func (r *BrowserProfileReconciler) browserPhase(ctx context.Context, s *profileS
 		if w.noStart && requester != "" {
 			w.notify = append(slices.Clone(names), requester)
 		}
-		if w.wanted && w.noStart {
+		if w.wanted && w.noStart && len(names) > 0 {
 			// Only the owners get the token; tell the one that asked why
 			// not. It cannot start the browser, nor stop one an owner uses.
+			// (A profile no agent may use says so below, to the requester
+			// too: two messages would race for what the session reads.)
 			msg := fmt.Sprintf("agent %s may not use browser profile %s: only the agent labelled on it (%s) and agents naming it in spec.browser.profileRef may, and not with spec.browser.allowedDomains",
 				requester, bp.Name, picobotv1alpha1.LabelAgent)
 			if err := r.keeper.publish(ctx, bp.Namespace, []string{requester}, map[string]string{wire.ErrorKey(in.Name): wire.FormatError(w.renewed, msg)}); err != nil {
