@@ -615,6 +615,7 @@ func (r *Runtime) Health(ctx context.Context) []gateway.Check {
 		}
 	}
 	for _, c := range sandbox.Probe().Checks() {
+		c.Name = "tool sandbox: " + c.Name
 		checks = append(checks, gateway.Check(c))
 	}
 	return checks

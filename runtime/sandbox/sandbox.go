@@ -246,7 +246,8 @@ func (s Spec) prepare() error {
 	return nil
 }
 
-// Checks are the health checks of the sandbox, one per layer: a missing
+// Checks are the health checks of the sandbox, one per layer (named for
+// the layer; a flat list prefixes "tool sandbox: "): a missing
 // layer degrades isolation (the others still apply), so it fails its check
 // with the fix.
 func (r Report) Checks() []health.Check {
@@ -259,11 +260,11 @@ func (r Report) Checks() []health.Check {
 	nsFix := "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0; " +
 		"on Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0), or run where seccomp permits clone(CLONE_NEWUSER)"
 	cs := []health.Check{
-		{Name: "tool sandbox: environment", OK: true, Message: "programs get an allowlisted environment, never the runtime's"},
-		{Name: "tool sandbox: namespaces", OK: r.Namespaces, Message: msg("namespaces", "user, PID and mount namespaces"), Fix: nsFix},
-		{Name: "tool sandbox: private /proc", OK: r.PrivateProc, Message: msg("private /proc", "the runtime's processes are not in the programs' /proc"),
+		{Name: "environment", OK: true, Message: "programs get an allowlisted environment, never the runtime's"},
+		{Name: "namespaces", OK: r.Namespaces, Message: msg("namespaces", "user, PID and mount namespaces"), Fix: nsFix},
+		{Name: "private /proc", OK: r.PrivateProc, Message: msg("private /proc", "the runtime's processes are not in the programs' /proc"),
 			Fix: "needs the namespaces layer and an unmasked /proc"},
-		{Name: "tool sandbox: Landlock", OK: r.LandlockABI > 0, Message: msg("landlock", fmt.Sprintf("ABI %d: workspace read-write, system folders read-only", r.LandlockABI)),
+		{Name: "Landlock", OK: r.LandlockABI > 0, Message: msg("landlock", fmt.Sprintf("ABI %d: workspace read-write, system folders read-only", r.LandlockABI)),
 			Fix: "use a kernel 5.13+ with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y, \"landlock\" in the lsm= boot parameter)"},
 	}
 	for i := range cs {

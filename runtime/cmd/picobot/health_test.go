@@ -40,6 +40,7 @@ func TestHealthCommand(t *testing.T) {
 	g.Expect(out.String()).To(ContainSubstring("PICOBOT_SECRET_KEYS_OPENAI"))
 	g.Expect(out.String()).To(ContainSubstring("Enabled features"))
 	g.Expect(out.String()).To(ContainSubstring("browser: browser executable"))
+	g.Expect(out.String()).To(ContainSubstring("[ok  ] tool sandbox: Landlock — ABI "))
 
 	// With the key (and a working browser) everything required passes.
 	env := func(k string) string {
