@@ -107,6 +107,9 @@ func Start() (*Environment, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// envtest leaves the servers running when a later step (installing
+		// the CRDs) fails: stop them, or every failed start leaks a pair.
+		_ = env.Stop()
 		return nil, fmt.Errorf("failed to start control plane from %s: %w", assets, err)
 	}
 	dir, err := os.MkdirTemp("", "picobot-kube-")
