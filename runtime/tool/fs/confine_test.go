@@ -1,32 +1,15 @@
 package fs_test
 
 import (
-	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
 
-	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/fs"
 )
-
-// callWith is call with the tools built from opts.
-func callWith(t testing.TB, opts []fs.Option, env tool.Env, name string, args any) tool.Result {
-	t.Helper()
-	reg, err := tool.NewRegistry(fs.Tools(opts...)...)
-	if err != nil {
-		t.Fatalf("failed to build registry: %v", err)
-	}
-	b, err := json.Marshal(args)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg.Execute(context.Background(), env, llm.ToolCall{ID: "c", Name: name, Arguments: string(b)})
-}
 
 // layout is two sessions' workspaces side by side and a secret beside them;
 // s1's workspace holds the symlinks a shell command could have made.

@@ -19,7 +19,13 @@ import (
 // is a string, otherwise it is marshalled.
 func call(t testing.TB, env tool.Env, name string, args any) tool.Result {
 	t.Helper()
-	reg, err := tool.NewRegistry(fs.Tools()...)
+	return callWith(t, nil, env, name, args)
+}
+
+// callWith is call with the tools built from opts.
+func callWith(t testing.TB, opts []fs.Option, env tool.Env, name string, args any) tool.Result {
+	t.Helper()
+	reg, err := tool.NewRegistry(fs.Tools(opts...)...)
 	if err != nil {
 		t.Fatalf("failed to build registry: %v", err)
 	}
