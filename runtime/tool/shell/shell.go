@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -97,7 +98,7 @@ func IsSecretName(name string) bool {
 // environment built from the allowlist.
 func (c *config) command(dir, command string, extraEnv ...string) (*sandbox.Cmd, error) {
 	spec := sandbox.Spec{Workspace: dir, ReadOnly: c.readOnly, ReadWrite: c.readWrite,
-		Env: sandbox.Env(c.environ(), dir, c.allowEnv, append(c.extraEnv, extraEnv...)...)}
+		Env: sandbox.Env(c.environ(), dir, c.allowEnv, slices.Concat(c.extraEnv, extraEnv)...)}
 	return sandbox.Command(spec, c.shell, "-c", command)
 }
 
