@@ -46,6 +46,10 @@ type ConsumerOptions struct {
 	// store outage is ridden out without a retry storm.
 	BackoffInitial time.Duration
 	BackoffMax     time.Duration
+	// Idle, when set, is called after a fetch that found nothing; when it
+	// returns true, Start returns nil. A consumer that serves one chat ends
+	// this way once the chat has gone quiet.
+	Idle func() bool
 	// Clock is injected for tests (the real clock when nil).
 	Clock clock.Clock
 	// Logger receives errors the loop recovers from (discarded when nil).
@@ -104,12 +108,19 @@ func NewConsumer(b Bus, stream, group, name string, h Handler, opts ConsumerOpti
 	}
 }
 
-// Start runs the loop until ctx is cancelled, then returns nil. It returns an
-// error only when the bus is closed under it.
+// errIdle ends Start when ConsumerOptions.Idle says so.
+var errIdle = errors.New("consumer is idle")
+
+// Start runs the loop until ctx is cancelled (or ConsumerOptions.Idle ends
+// it), then returns nil. It returns an error only when the bus is closed under
+// it.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.nextClaim = c.opts.Clock.Now()
 	for {
 		err := c.step(ctx)
+		if errors.Is(err, errIdle) {
+			return nil
+		}
 		select {
 		case <-ctx.Done(): // cancelled: whatever the round returned, stop cleanly
 			return nil
@@ -153,8 +164,14 @@ func (c *Consumer) step(ctx context.Context) error {
 		block = min(block, max(c.nextClaim.Sub(c.opts.Clock.Now()), time.Millisecond))
 	}
 	msgs, err := c.bus.Fetch(ctx, c.stream, c.group, c.name, FetchOptions{Count: c.opts.Batch, Block: block})
-	if err != nil || len(msgs) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(msgs) == 0 {
+		if c.opts.Idle != nil && ctx.Err() == nil && c.opts.Idle() {
+			return errIdle
+		}
+		return nil
 	}
 	return c.process(ctx, msgs)
 }

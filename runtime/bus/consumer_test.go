@@ -126,3 +126,28 @@ func TestConsumerReportsClosedBus(t *testing.T) {
 	g.Eventually(done).WithTimeout(30 * time.Second).Should(Receive(&err))
 	g.Expect(err).To(MatchError(bus.ErrClosed), "a closed bus ends the loop instead of spinning")
 }
+
+func TestConsumerEndsWhenIdleSaysSo(t *testing.T) {
+	g := NewWithT(t)
+	mb := membus.New(membus.Options{})
+	defer func() { _ = mb.Close() }()
+	g.Expect(mb.Publish(t.Context(), "s", bus.Message{ID: "m1"}, bus.Message{ID: "m2"})).To(Succeed())
+	var handled []string
+	empties := 0
+	c := bus.NewConsumer(mb, "s", "g", "c1", func(_ context.Context, msgs []bus.Message) error {
+		for _, m := range msgs {
+			handled = append(handled, m.ID)
+		}
+		return nil
+	}, bus.ConsumerOptions{Batch: 1, Block: time.Millisecond, ClaimMinIdle: -1,
+		// Two empty fetches in a row end the loop: the messages come first.
+		Idle: func() bool { empties++; return empties == 2 }})
+	done := make(chan error, 1)
+	go func() { done <- c.Start(t.Context()) }()
+	g.Eventually(done).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
+	g.Expect(handled).To(Equal([]string{"m1", "m2"}))
+	g.Expect(empties).To(Equal(2))
+	pending, err := mb.Pending(t.Context(), "s", "g", 10)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pending).To(BeEmpty())
+}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 )
@@ -163,7 +163,10 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		return gateway.Outcome{}, err
 	}
 	defer func() { _ = ps.Close() }()
-	payload, _ := json.Marshal(Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text})
+	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text})
+	if err != nil {
+		return gateway.Outcome{}, err
+	}
 	err = b.retryRedis(ctx, queueBy, "queue message", func() error {
 		return b.cfg.Bus.Publish(ctx, chatStream(tenant, s.Agent, channel, chat), bus.Message{ID: msgID, Payload: payload})
 	})
@@ -186,6 +189,12 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 			}
 			if e.MessageID != msgID {
 				continue
+			}
+			if err := protocol.CheckVersion(e.V); err != nil {
+				// A session pod newer than this gateway (a rolling
+				// upgrade): the turn runs, its events cannot be read here.
+				return gateway.Outcome{}, &gateway.CodedError{Code: gateway.CodeUnavailable,
+					Err: fmt.Errorf("the session runtime answered in a format this gateway cannot read (%w); the reply will be in the history", err)}
 			}
 			switch e.Kind {
 			case kindDone:
@@ -440,7 +449,10 @@ func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbo
 	// "<channel>:<platform chat id>:<dialog>".
 	chat := in.ChatID
 	id := in.Channel + "/" + in.ChatID + "/" + in.MessageID
-	payload, _ := json.Marshal(Inbound{ID: id, Channel: in.Channel, ChatKey: chat, Text: in.Text})
+	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: id, Channel: in.Channel, ChatKey: chat, Text: in.Text})
+	if err != nil {
+		return err
+	}
 	if err := b.cfg.Bus.Publish(ctx, chatStream(tenant, agentName, in.Channel, chat), bus.Message{ID: id, Payload: payload}); err != nil {
 		return fmt.Errorf("failed to queue message: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/picobot/picobot/runtime/protocol"
 )
 
 // signals carries turn events and controls over Redis Pub/Sub, and the chat
@@ -16,6 +18,7 @@ import (
 type signals struct{ rdb *redis.Client }
 
 func (s signals) publish(ctx context.Context, channel string, e Event) error {
+	e.V = protocol.WireVersion
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err

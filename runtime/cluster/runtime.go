@@ -15,10 +15,11 @@ import (
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
-	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 )
 
@@ -61,8 +62,8 @@ type RuntimeConfig struct {
 type Runtime struct {
 	cfg     RuntimeConfig
 	sig     signals
-	ctx     context.Context // tenant-scoped
-	running atomic.Value    // string: the running marker of the turn in progress
+	rt      *sessionrt.Runtime
+	running atomic.Value // string: the running marker of the turn in progress
 }
 
 // NewRuntime returns a runtime.
@@ -76,14 +77,20 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Runtime{cfg: cfg, sig: signals{cfg.Redis}}
+	r := &Runtime{cfg: cfg, sig: signals{cfg.Redis}}
+	s := strategy{r}
+	// A busy session is the lease of a dead owner that has not expired yet
+	// (this pod owns the chat): wait for it rather than fail the turn.
+	r.rt = sessionrt.New(sessionrt.Config{Tenant: cfg.Tenant, Agent: cfg.Agent, Consumer: cfg.Pod, Bus: cfg.Bus, Store: cfg.Store,
+		Manager: cfg.Manager, Owner: s, Reporter: s, IdleTimeout: cfg.IdleTimeout, Block: fetchBlock, BusyWait: cfg.LeaseTTL / 6,
+		OnQuiet: cfg.OnQuiet, Log: cfg.Log})
+	return r
 }
 
 // Run waits for a wake and serves its chat. It returns nil after the chat went
 // idle, or the context's error when cancelled while warm.
 func (r *Runtime) Run(ctx context.Context) error {
 	ctx = store.WithTenant(ctx, r.cfg.Tenant)
-	r.ctx = ctx
 	pods := podsKey(r.cfg.Tenant, r.cfg.Agent)
 	if err := r.cfg.Redis.HSet(ctx, pods, r.cfg.Pod, "warm").Err(); err != nil {
 		return fmt.Errorf("failed to register pod: %w", err)
@@ -137,14 +144,14 @@ func (r *Runtime) Run(ctx context.Context) error {
 // serve owns the chat of w until it is idle. It reports false when it did not
 // serve it (another runtime owns it, or nothing was waiting).
 func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
-	lease := leaseKey(w.Channel, w.ChatKey)
+	c := sessionrt.Chat{Channel: w.Channel, Key: w.ChatKey}
 	var ok bool
 	var err error
 	// The wake is ours until acknowledged: while the store is down (a
 	// PostgreSQL restart) wait for it rather than exit, which would leave
 	// the chat to the gateway's rewakes and mark the pod failed.
 	for backoff := time.Duration(0); ; {
-		ok, err = r.cfg.Store.AcquireLease(ctx, lease, r.cfg.Pod, r.cfg.LeaseTTL)
+		ok, err = strategy{r}.Acquire(ctx, c)
 		if !errors.Is(err, store.ErrUnavailable) {
 			break
 		}
@@ -157,96 +164,11 @@ func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("failed to take chat lease: %w", err)
 	}
+	ack() // served here, or by the owner, which will see the message
 	if !ok {
-		ack() // someone serves the chat; it will see the message
 		return false, nil
 	}
-	ack()
-	owner := ownerKey(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey)
-	if err := r.sig.setOwner(ctx, owner, r.cfg.Pod, r.cfg.LeaseTTL); err != nil {
-		r.cfg.Log.Error("Failed to record chat owner", "err", err)
-	}
-	_ = r.cfg.Redis.HSet(ctx, podsKey(r.cfg.Tenant, r.cfg.Agent), r.cfg.Pod, "busy "+w.Channel+" "+w.ChatKey).Err()
-
-	chatCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	startHeartbeat := func() (stop func()) {
-		hbCtx, hbCancel := context.WithCancel(chatCtx)
-		var wg sync.WaitGroup
-		wg.Go(func() { r.heartbeat(hbCtx, cancel, lease, owner) })
-		return func() { hbCancel(); wg.Wait() }
-	}
-	stopHeartbeat := startHeartbeat()
-	defer func() { stopHeartbeat() }()
-	stopSub, err := r.watchStops(chatCtx, w)
-	if err != nil {
-		return false, err
-	}
-	defer stopSub()
-
-	stream := chatStream(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey)
-	// Messages a dead owner fetched but never acknowledged come first; only
-	// the lease holder reads the chat, so everything pending is orphaned.
-	orphans, err := r.cfg.Bus.Claim(chatCtx, stream, groupRuntime, r.cfg.Pod, 0, bus.DefaultBatch)
-	if err != nil {
-		return false, fmt.Errorf("failed to reclaim chat messages: %w", err)
-	}
-	served := false
-	for _, m := range orphans {
-		r.process(chatCtx, w, stream, m)
-		served = true
-	}
-	idle := time.Now()
-	busy := served
-	for chatCtx.Err() == nil { // until the lease is lost or we shut down
-		msgs, err := r.cfg.Bus.Fetch(chatCtx, stream, groupRuntime, r.cfg.Pod, bus.FetchOptions{Count: 10, Block: fetchBlock})
-		if err != nil {
-			if chatCtx.Err() != nil {
-				break
-			}
-			r.cfg.Log.Error("Failed to read chat stream; retrying", "chat", w.ChatKey, "err", err)
-			sleep(chatCtx, time.Second)
-			continue
-		}
-		for _, m := range msgs {
-			r.process(chatCtx, w, stream, m)
-			served = true
-		}
-		if len(msgs) > 0 {
-			idle, busy = time.Now(), true
-			continue
-		}
-		if busy {
-			busy = false
-			r.quiet()
-		}
-		if !served || time.Since(idle) >= r.cfg.IdleTimeout {
-			// Give the chat up, then look once more: a message queued
-			// before the owner hint went away is ours to serve, one queued
-			// after it woke another runtime.
-			stopHeartbeat()
-			_ = r.sig.clearOwner(context.WithoutCancel(ctx), owner, r.cfg.Pod)
-			if err := r.cfg.Store.ReleaseLease(context.WithoutCancel(ctx), lease, r.cfg.Pod); err != nil {
-				r.cfg.Log.Error("Failed to release chat lease", "err", err)
-			}
-			_ = r.cfg.Manager.ReleaseAll(context.WithoutCancel(ctx))
-			late, err := r.cfg.Bus.Fetch(ctx, stream, groupRuntime, r.cfg.Pod, bus.FetchOptions{Count: 10})
-			if err != nil || len(late) == 0 {
-				return served, nil
-			}
-			if ok, _ := r.cfg.Store.AcquireLease(ctx, lease, r.cfg.Pod, r.cfg.LeaseTTL); !ok {
-				return served, nil // the new owner reclaims them
-			}
-			_ = r.sig.setOwner(ctx, owner, r.cfg.Pod, r.cfg.LeaseTTL)
-			stopHeartbeat = startHeartbeat()
-			for _, m := range late {
-				r.process(chatCtx, w, stream, m)
-			}
-			served, idle = true, time.Now()
-		}
-	}
-	_ = r.cfg.Manager.ReleaseAll(context.WithoutCancel(ctx))
-	return served, nil
+	return r.rt.Serve(ctx, c)
 }
 
 // quiet calls OnQuiet, if set.
@@ -276,8 +198,63 @@ func (r *Runtime) run(ctx context.Context, w Wake) {
 	}
 }
 
+// strategy is cluster mode's Owner and Reporter of the session runtime
+// (runtime/sessionrt): a chat is owned through its lease in the store,
+// renewed by heartbeat, and the Redis owner hint the gateway reads; a
+// message's events and outcome go onto the chat's Redis event channel, and a
+// chat platform's reply onto the outbound stream.
+type strategy struct{ *Runtime }
+
+// Acquire implements sessionrt.Owner: it takes the chat's lease and records
+// this pod as the chat's owner.
+func (r strategy) Acquire(ctx context.Context, c sessionrt.Chat) (bool, error) {
+	ok, err := r.cfg.Store.AcquireLease(ctx, leaseKey(c.Channel, c.Key), r.cfg.Pod, r.cfg.LeaseTTL)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := r.sig.setOwner(ctx, ownerKey(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key), r.cfg.Pod, r.cfg.LeaseTTL); err != nil {
+		r.cfg.Log.Error("Failed to record chat owner", "err", err)
+	}
+	_ = r.cfg.Redis.HSet(ctx, podsKey(r.cfg.Tenant, r.cfg.Agent), r.cfg.Pod, "busy "+c.Channel+" "+c.Key).Err()
+	return true, nil
+}
+
+// Keep implements sessionrt.Owner: a heartbeat renews the lease and the
+// owner hint (a lost lease ends serving), and the gateway's stops on the
+// chat's control channel stop its turn.
+func (r strategy) Keep(ctx context.Context, c sessionrt.Chat) (context.Context, func(), error) {
+	held, cancel := context.WithCancel(ctx)
+	ps, events, err := r.sig.subscribe(held, controlChannel(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key))
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { r.heartbeat(held, cancel, c) })
+	wg.Go(func() {
+		for e := range events {
+			if e.Kind == kindStop {
+				if _, err := r.rt.Stop(held, c); err != nil {
+					r.cfg.Log.Error("Failed to stop the chat's turn", "chat", c.Key, "err", err)
+				}
+			}
+		}
+	})
+	return held, func() { cancel(); _ = ps.Close(); wg.Wait() }, nil
+}
+
+// Release implements sessionrt.Owner.
+func (r strategy) Release(ctx context.Context, c sessionrt.Chat) {
+	_ = r.sig.clearOwner(ctx, ownerKey(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key), r.cfg.Pod)
+	if err := r.cfg.Store.ReleaseLease(ctx, leaseKey(c.Channel, c.Key), r.cfg.Pod); err != nil {
+		r.cfg.Log.Error("Failed to release chat lease", "err", err)
+	}
+	_ = r.cfg.Manager.ReleaseAll(ctx)
+}
+
 // heartbeat renews the chat lease and owner hint; a lost lease ends serving.
-func (r *Runtime) heartbeat(ctx context.Context, cancel context.CancelFunc, lease, owner string) {
+func (r strategy) heartbeat(ctx context.Context, cancel context.CancelFunc, c sessionrt.Chat) {
+	lease, owner := leaseKey(c.Channel, c.Key), ownerKey(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key)
 	t := time.NewTicker(r.cfg.LeaseTTL / 3)
 	defer t.Stop()
 	for {
@@ -300,128 +277,48 @@ func (r *Runtime) heartbeat(ctx context.Context, cancel context.CancelFunc, leas
 	}
 }
 
-// watchStops cancels the chat's running turn when the gateway sends a stop.
-func (r *Runtime) watchStops(ctx context.Context, w Wake) (func(), error) {
-	ps, events, err := r.sig.subscribe(ctx, controlChannel(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey))
-	if err != nil {
-		return nil, err
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := range events {
-			if e.Kind != kindStop {
-				continue
-			}
-			if id, err := r.cfg.Manager.Resolve(ctx, w.Channel, w.ChatKey); err == nil {
-				r.cfg.Manager.Stop(id.String())
-			}
-		}
-	}()
-	return func() { _ = ps.Close(); <-done }, nil
-}
-
-// process runs one message and acknowledges it once its turn is stored.
-func (r *Runtime) process(ctx context.Context, w Wake, stream string, m bus.Message) {
-	var in Inbound
-	if err := json.Unmarshal(m.Payload, &in); err != nil {
-		r.cfg.Log.Error("Dropping malformed chat message", "id", m.ID, "err", err)
-		_ = r.cfg.Bus.Ack(ctx, stream, groupRuntime, m.Seq)
-		return
-	}
-	events := eventChannel(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey)
-	pub := func(e Event) {
-		e.MessageID = m.ID
-		if err := r.sig.publish(context.WithoutCancel(ctx), events, e); err != nil {
-			r.cfg.Log.Error("Failed to publish turn event", "err", err)
-		}
-	}
-	// The running marker tells the gateway whether a /stop has anything
-	// to stop; the heartbeat keeps it alive while the turn runs.
-	running := runningKey(r.cfg.Tenant, r.cfg.Agent, w.Channel, w.ChatKey)
-	_ = r.cfg.Redis.Set(ctx, running, m.ID, r.cfg.LeaseTTL).Err()
+// Begin implements sessionrt.Reporter: the running marker tells the gateway
+// whether a /stop has anything to stop; the heartbeat keeps it alive while
+// the turn runs. It is cleared before the outcome is published: a client
+// that sends /stop as soon as it has the reply must find nothing running.
+func (r strategy) Begin(ctx context.Context, c sessionrt.Chat, msgID string) func() {
+	running := runningKey(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key)
+	_ = r.cfg.Redis.Set(ctx, running, msgID, r.cfg.LeaseTTL).Err()
 	r.running.Store(running)
-	// Cleared before the outcome is published: a client that sends /stop
-	// as soon as it has the reply must find nothing running.
-	clearRunning := sync.OnceFunc(func() {
+	return sync.OnceFunc(func() {
 		r.running.Store("")
 		_ = r.cfg.Redis.Del(context.WithoutCancel(ctx), running).Err()
 	})
-	defer clearRunning()
-	var reply session.Reply
-	var err error
-	var backoff time.Duration
-	for {
-		reply, err = r.cfg.Manager.Handle(ctx, session.Inbound{Channel: w.Channel, ChatID: w.ChatKey, MessageID: m.ID, Text: in.Text,
-			Stream: true, Sink: func(e agent.Event) { pub(Event{Kind: string(e.Kind), Event: wireEvent(e)}) }})
-		var wait time.Duration
-		switch {
-		case errors.Is(err, session.ErrBusy):
-			// We own the chat, so a busy session is the lease of a dead
-			// owner that has not expired yet: wait for it rather than fail
-			// the turn.
-			wait = r.cfg.LeaseTTL / 6
-		case errors.Is(err, store.ErrUnavailable):
-			// The store is down (a PostgreSQL restart): the message stays
-			// unacknowledged and is tried again once the store is back,
-			// rather than answered with an error and dropped. The turn's
-			// writes are idempotent (keyed by the message id), and a turn
-			// whose results were not stored runs again.
-			backoff = nextBackoff(backoff)
-			wait = backoff
-			r.cfg.Log.Warn("Store unavailable; retrying the message", "id", m.ID, "err", err, "backoff", wait)
-		}
-		if wait == 0 || !sleep(ctx, wait) {
-			break
-		}
-	}
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, store.ErrUnavailable)) {
-		// Lease lost or shutting down: leave the message pending for the
-		// next owner.
-		return
-	}
-	clearRunning()
-	if ackErr := r.cfg.Bus.Ack(context.WithoutCancel(ctx), stream, groupRuntime, m.Seq); ackErr != nil {
-		r.cfg.Log.Error("Failed to acknowledge chat message", "id", m.ID, "err", ackErr)
-	}
-	out := gateway.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate}
+}
+
+// Event implements sessionrt.Reporter.
+func (r strategy) Event(ctx context.Context, c sessionrt.Chat, msgID string, e agent.Event) {
+	r.publish(ctx, c, Event{MessageID: msgID, Kind: string(e.Kind), Event: wireEvent(e)})
+}
+
+// Done implements sessionrt.Reporter: the outcome goes to the gateway; a
+// message from a chat platform is answered there, through the gateway's
+// dispatcher (which alone holds the channel's credentials).
+func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out protocol.Outcome, err *protocol.CodedError) {
 	if err != nil {
-		code := gateway.CodeInternal
-		var ce *gateway.CodedError
-		switch {
-		case errors.As(err, &ce):
-			code = ce.Code
-		case errors.Is(err, session.ErrBusy):
-			code = gateway.CodeBusy
-		case errors.Is(err, context.Canceled):
-			code, err = gateway.CodeStopped, errors.New("stopped; what was done so far is kept")
-		default:
-			r.cfg.Log.Error("Turn failed", "chat", w.ChatKey, "err", err)
-		}
-		pub(Event{Kind: kindError, Code: code, Message: err.Error(), Outcome: &out})
+		r.publish(ctx, c, Event{MessageID: msgID, Kind: kindError, Code: err.Code, Message: err.Error(), Outcome: &out})
 		return
 	}
-	pub(Event{Kind: kindDone, Outcome: &out})
-	// A message from a chat platform is answered there, through the
-	// gateway's dispatcher (which alone holds the channel's credentials).
-	if replyByDispatcher(w.Channel) && out.Text != "" && !out.Duplicate {
-		err := QueueReply(context.WithoutCancel(ctx), r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent,
-			Target: w.Channel + ":" + w.ChatKey, Text: out.Text, Origin: out.SessionID, Stored: true})
+	r.publish(ctx, c, Event{MessageID: msgID, Kind: kindDone, Outcome: &out})
+	if !protocol.GatewayClient(c.Channel) && out.Text != "" && !out.Duplicate {
+		err := QueueReply(ctx, r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent,
+			Target: c.Channel + ":" + c.Key, Text: out.Text, Origin: out.SessionID, Stored: true})
 		if err != nil {
-			r.cfg.Log.Error("Failed to queue the reply for delivery", "chat", w.ChatKey, "err", err)
+			r.cfg.Log.Error("Failed to queue the reply for delivery", "chat", c.Key, "err", err)
 		}
 	}
 }
 
-// replyByDispatcher tells the channels whose replies go out through the
-// outbound dispatcher: every chat platform, not the gateway's own clients
-// (which get the turn's events) nor scheduled runs (delivered by policy).
-func replyByDispatcher(channel string) bool {
-	switch channel {
-	case gateway.ChannelWeb, gateway.ChannelOpenAI, "terminal", "cron":
-		return false
+// publish sends a frame on the chat's event channel.
+func (r strategy) publish(ctx context.Context, c sessionrt.Chat, e Event) {
+	if err := r.sig.publish(context.WithoutCancel(ctx), eventChannel(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key), e); err != nil {
+		r.cfg.Log.Error("Failed to publish turn event", "err", err)
 	}
-	return true
 }
 
 // nextBackoff doubles a retry's wait, from 100ms up to 5s.

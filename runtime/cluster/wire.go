@@ -27,6 +27,7 @@ import (
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/protocol"
 )
 
 const (
@@ -53,15 +54,8 @@ func runningKey(tenant, agentName, channel, chatKey string) string {
 // Wake asks for a runtime for a chat.
 type Wake = wake.Wake
 
-// Inbound is a queued user message.
-type Inbound struct {
-	// ID is the client's message id, the idempotency key.
-	ID      string `json:"id"`
-	Channel string `json:"channel"`
-	// ChatKey is the chat as sessions know it (web: "<agent>/<chat_id>").
-	ChatKey string `json:"chat_key"`
-	Text    string `json:"text"`
-}
+// Inbound is a queued user message (runtime/protocol's wire format).
+type Inbound = protocol.Inbound
 
 // Event kinds on a chat's event channel besides agent event kinds.
 const (
@@ -70,8 +64,10 @@ const (
 	kindStop  = "stop"
 )
 
-// Event is one frame on a chat's event channel.
+// Event is one frame on a chat's event channel. V is the wire version
+// (protocol.WireVersion); the gateway refuses frames of a newer version.
 type Event struct {
+	V int `json:"v"`
 	// MessageID is the inbound message the event belongs to.
 	MessageID string `json:"message_id"`
 	Kind      string `json:"kind"`

@@ -12,7 +12,6 @@ package embedded
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,8 +37,10 @@ import (
 	"github.com/picobot/picobot/runtime/bus/membus"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/manifest"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
 )
@@ -48,10 +49,10 @@ import (
 // (OpenAI-compatible clients use gateway.ChannelOpenAI).
 const Channel = gateway.ChannelWeb
 
-const (
-	consumerGroup = "runtime"
-	workerIdle    = time.Minute
-)
+// chatIdle is how long a chat's goroutine waits for its next message before
+// it ends (sessions scale to zero; the next message starts a new one, which
+// restores from the store).
+const chatIdle = time.Minute
 
 // Options configure a Runtime.
 type Options struct {
@@ -102,8 +103,8 @@ type Runtime struct {
 	sched   *schedulerHost  // nil without Options.Scheduler
 
 	mu      sync.Mutex
-	waiters map[string]*waiter // stream + channel + bus message id -> the gateway call waiting for it
-	workers map[string]*worker // tenant + channel + agent/chat -> its session goroutine
+	waiters map[string]*waiter // chat stream + message id -> the gateway call waiting for it
+	serving map[string]bool    // chat stream -> a goroutine serves the chat (owner)
 }
 
 type waiter struct {
@@ -120,10 +121,9 @@ type agentRuntime struct {
 	*agenthost.Built
 	name string
 	info gateway.AgentInfo
-	// manager and stream are those of the default tenant (Options.Tenant).
+	// manager is that of the default tenant (Options.Tenant).
 	manager *session.Manager
-	stream  string
-	// byTenant holds the session manager and inbound stream of every
+	// byTenant holds the session manager and session runtime of every
 	// tenant served.
 	byTenant map[string]*tenantAgent
 	// spec and secrets configure the agent's chat platform channels.
@@ -132,16 +132,12 @@ type agentRuntime struct {
 }
 
 // tenantAgent is an agent as one tenant uses it: its own sessions (the
-// manager's workspaces include the tenant) and its own inbound stream.
+// manager's workspaces include the tenant) and its own chat streams, served
+// by its session runtime.
 type tenantAgent struct {
 	tenant  string
 	manager *session.Manager
-	stream  string
-}
-
-// inbound is the bus payload of a client message.
-type inbound struct {
-	Channel, Agent, ChatID, ClientID, Text string
+	rt      *sessionrt.Runtime
 }
 
 // Open loads the manifests and starts the runtime.
@@ -181,7 +177,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	r := &Runtime{opts: opts, store: st, bus: membus.New(membus.Options{}), agents: map[string]*agentRuntime{},
 		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel, blobs: blobs,
 		artifacts: artifact.Store{Blobs: blobs, State: st}, tenants: map[string]bool{opts.Tenant: true},
-		waiters: map[string]*waiter{}, workers: map[string]*worker{}}
+		waiters: map[string]*waiter{}, serving: map[string]bool{}}
 	for _, t := range opts.Tenants {
 		if err := checkTenant(t); err != nil {
 			r.Close()
@@ -221,13 +217,13 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		for t := range r.tenants {
 			cfg := built.Session
 			cfg.Workspace = workspaceFunc(opts.StateDir, t, a.Name)
-			ar.byTenant[t] = &tenantAgent{tenant: t, manager: session.NewManager(cfg), stream: bus.Key(t, a.Name, "in")}
+			ta := &tenantAgent{tenant: t, manager: session.NewManager(cfg)}
+			ta.rt = sessionrt.New(sessionrt.Config{Tenant: t, Agent: a.Name, Consumer: "embedded", Bus: r.bus, Store: st,
+				Manager: ta.manager, Owner: owner{r, ta}, Reporter: reporter{r, ta}, IdleTimeout: chatIdle, Log: opts.Log})
+			ar.byTenant[t] = ta
 		}
-		ar.manager, ar.stream = ar.byTenant[opts.Tenant].manager, ar.byTenant[opts.Tenant].stream
+		ar.manager = ar.byTenant[opts.Tenant].manager
 		r.agents[a.Name] = ar
-		for _, ta := range ar.byTenant {
-			r.wg.Go(func() { r.dispatch(ar, ta) })
-		}
 	}
 	if err := r.startScheduler(); err != nil {
 		r.Close()
@@ -376,17 +372,8 @@ func (r *Runtime) agent(name string) (*agentRuntime, error) {
 	return a, nil
 }
 
-// workerKey names a chat's worker: chats of different tenants and channels
-// never share one.
-func workerKey(tenant, channel, chatKey string) string {
-	return tenant + "\x00" + channel + "\x00" + chatKey
-}
-
-// waiterKey names the gateway call waiting for a bus message.
-func waiterKey(stream, channel, id string) string { return stream + "\x00" + channel + "\x00" + id }
-
-// Handle implements gateway.Backend: the message goes through the tenant's
-// inbound stream of the agent to the chat's session goroutine; /stop
+// Handle implements gateway.Backend: the message goes through the chat's
+// stream to the goroutine serving the chat (started if none does); /stop
 // bypasses the queue.
 func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, error) {
 	_, ta, err := r.scope(ctx, s.Agent)
@@ -406,7 +393,9 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		return gateway.Outcome{Command: "stop", Text: text}, nil
 	}
 	id := c.Key() + "/" + s.ID
-	key := waiterKey(ta.stream, c.ChannelName(), id)
+	chat := chatOf(c)
+	stream := ta.rt.Stream(chat)
+	key := waiterKey(stream, id)
 	w := &waiter{sink: s.Sink, done: make(chan result, 1)}
 	r.mu.Lock()
 	if _, busy := r.waiters[key]; busy {
@@ -420,13 +409,14 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		delete(r.waiters, key)
 		r.mu.Unlock()
 	}()
-	payload, err := json.Marshal(inbound{Channel: c.ChannelName(), Agent: s.Agent, ChatID: s.ChatID, ClientID: s.ID, Text: s.Text})
+	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: id, Channel: chat.Channel, ChatKey: chat.Key, Text: s.Text})
 	if err != nil {
-		return gateway.Outcome{}, fmt.Errorf("failed to encode message: %w", err)
+		return gateway.Outcome{}, err
 	}
-	if err := r.bus.Publish(ctx, ta.stream, bus.Message{ID: id, Payload: payload}); err != nil {
+	if err := r.bus.Publish(ctx, stream, bus.Message{ID: id, Payload: payload}); err != nil {
 		return gateway.Outcome{}, fmt.Errorf("failed to queue message: %w", err)
 	}
+	r.wake(ta, chat)
 	select {
 	case res := <-w.done:
 		return res.out, res.err
@@ -435,34 +425,16 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	}
 }
 
-// Stop implements gateway.Backend: it cancels the chat's running turn and
-// drops its queued messages.
+// Stop implements gateway.Backend: it drops the chat's queued messages and
+// cancels its running turn.
 func (r *Runtime) Stop(ctx context.Context, c gateway.Chat) (bool, error) {
 	_, ta, err := r.scope(ctx, c.Agent)
 	if err != nil {
 		return false, err
 	}
-	r.mu.Lock()
-	w := r.workers[workerKey(ta.tenant, c.ChannelName(), c.Key())]
-	r.mu.Unlock()
-	if w != nil {
-		for _, m := range w.dropQueued() {
-			if err := r.bus.Ack(r.ctx, ta.stream, consumerGroup, m.Seq); err != nil {
-				r.log.Error("Failed to acknowledge dropped message", "id", m.ID, "err", err)
-			}
-			r.answer(messageWaiterKey(ta.stream, m), result{out: gateway.Outcome{Command: "stop", Text: "Dropped by /stop before it ran."}})
-		}
-	}
-	// The running turn may be in any dialog of the chat (/new during a
-	// turn); looking them up creates none.
-	list, err := r.store.ListSessions(store.WithTenant(r.ctx, ta.tenant), store.SessionFilter{Channel: c.ChannelName(), ChatID: c.Key(),
-		IncludeArchived: true, IncludeDeleted: true})
+	stopped, err := ta.rt.Stop(r.ctx, chatOf(c))
 	if err != nil {
-		return false, fmt.Errorf("failed to list dialogs of %s: %w", c.Key(), err)
-	}
-	stopped := false
-	for _, s := range list {
-		stopped = ta.manager.Stop(s.ID) || stopped
+		return false, fmt.Errorf("failed to stop chat %s: %w", c.Key(), err)
 	}
 	return stopped, nil
 }

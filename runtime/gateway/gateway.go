@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
 )
 
@@ -41,8 +43,8 @@ const (
 // Channels of gateway clients: session ids are
 // "<channel>:<agent>/<chat_id>:<dialog_id>".
 const (
-	ChannelWeb    = "web"
-	ChannelOpenAI = "openai"
+	ChannelWeb    = protocol.ChannelWeb
+	ChannelOpenAI = protocol.ChannelOpenAI
 )
 
 // AgentInfo is an agent as clients see it.
@@ -62,13 +64,8 @@ type ModelInfo struct {
 	Source   string `json:"source"`
 }
 
-// Check is one line of the health report.
-type Check struct {
-	Name    string `json:"name"`
-	OK      bool   `json:"ok"`
-	Message string `json:"message"`
-	Fix     string `json:"fix,omitempty"`
-}
+// Check is one line of the health report (health.Check).
+type Check = health.Check
 
 // Chat is a client's conversation with an agent on one gateway channel; it
 // has dialogs, one of them current. Its sessions are
@@ -87,13 +84,7 @@ type Chat struct {
 // one agent and the key is the platform's chat id alone, so the session is
 // "<channel>:<platform chat id>:<dialog>" and replies and send_message
 // targets name the chat the way the platform does.
-func (c Chat) Key() string {
-	switch c.ChannelName() {
-	case ChannelWeb, ChannelOpenAI, "terminal":
-		return c.Agent + "/" + c.ChatID
-	}
-	return c.ChatID
-}
+func (c Chat) Key() string { return protocol.ChatKey(c.ChannelName(), c.Agent, c.ChatID) }
 
 // ChannelName is the chat's channel, ChannelWeb when unset.
 func (c Chat) ChannelName() string {
@@ -121,12 +112,7 @@ type Send struct {
 func (s Send) Chat() Chat { return Chat{Channel: s.Channel, Agent: s.Agent, ChatID: s.ChatID} }
 
 // Outcome is how a send ended.
-type Outcome struct {
-	SessionID string
-	Command   string // slash command handled
-	Text      string // command reply or final text
-	Duplicate bool
-}
+type Outcome = protocol.Outcome
 
 // Backend is what the gateway needs from the runtime: embedded.Runtime in
 // embedded mode, the cluster gateway backend in cluster mode. Every method
@@ -165,23 +151,23 @@ type Backend interface {
 	DeleteDialog(ctx context.Context, c Chat, dialogID string) error
 }
 
-// Error codes of the protocol.
+// Error codes of the protocol (runtime/protocol holds the one definition).
 const (
-	CodeBadRequest      = "bad_request"
-	CodeUnauthorized    = "unauthorized"
-	CodeForbidden       = "forbidden"
-	CodeNotFound        = "not_found"
-	CodeUnknownAgent    = "unknown_agent"
-	CodeUnknownSession  = "unknown_session"
-	CodeUnknownDialog   = "unknown_dialog"
-	CodeUnknownArtifact = "unknown_artifact"
-	CodeBusy            = "busy"
-	CodeStopped         = "stopped"
-	CodeTooLarge        = "too_large"
-	CodeRateLimited     = "rate_limited"
-	CodeNoModel         = "no_model"
-	CodeUnavailable     = "unavailable" // not queued (Redis down); resend with the same id
-	CodeInternal        = "internal"
+	CodeBadRequest      = protocol.CodeBadRequest
+	CodeUnauthorized    = protocol.CodeUnauthorized
+	CodeForbidden       = protocol.CodeForbidden
+	CodeNotFound        = protocol.CodeNotFound
+	CodeUnknownAgent    = protocol.CodeUnknownAgent
+	CodeUnknownSession  = protocol.CodeUnknownSession
+	CodeUnknownDialog   = protocol.CodeUnknownDialog
+	CodeUnknownArtifact = protocol.CodeUnknownArtifact
+	CodeBusy            = protocol.CodeBusy
+	CodeStopped         = protocol.CodeStopped
+	CodeTooLarge        = protocol.CodeTooLarge
+	CodeRateLimited     = protocol.CodeRateLimited
+	CodeNoModel         = protocol.CodeNoModel
+	CodeUnavailable     = protocol.CodeUnavailable
+	CodeInternal        = protocol.CodeInternal
 )
 
 // statusOf maps protocol codes to HTTP statuses.
@@ -204,18 +190,10 @@ var statusOf = map[string]int{
 }
 
 // CodedError carries a protocol error code.
-type CodedError struct {
-	Code string
-	Err  error
-}
-
-func (e *CodedError) Error() string { return e.Err.Error() }
-func (e *CodedError) Unwrap() error { return e.Err }
+type CodedError = protocol.CodedError
 
 // Errorf returns a CodedError with a formatted message.
-func Errorf(code, format string, args ...any) error {
-	return &CodedError{Code: code, Err: fmt.Errorf(format, args...)}
-}
+func Errorf(code, format string, args ...any) error { return protocol.Errorf(code, format, args...) }
 
 // Config configures a Server.
 type Config struct {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 )
@@ -94,8 +95,9 @@ type Config struct {
 	// Artifacts stores attachments. Without it a delivery with files that a
 	// crash interrupts cannot be resumed (it is marked failed).
 	Artifacts ArtifactStore
-	// WebChannels are the channel names served by Web (default "web",
-	// "terminal"), used when the agent has no channel of that name.
+	// WebChannels are the channel names served by Web
+	// (protocol.PushChannels when nil), used when the agent has no channel
+	// of that name.
 	WebChannels []string
 	// MaxWait caps how long Deliver waits for a result (DefaultMaxWait).
 	MaxWait time.Duration
@@ -124,7 +126,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg.Channels = noChannels{}
 	}
 	if cfg.WebChannels == nil {
-		cfg.WebChannels = []string{"web", "terminal"}
+		cfg.WebChannels = protocol.PushChannels()
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultMaxWait

@@ -10,11 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
 )
 
 // RunChannel is the channel of scheduled runs' sessions.
-const RunChannel = "cron"
+const RunChannel = protocol.ChannelCron
 
 // Run is a scheduled run carried by a wake: the pod that claims it runs it
 // in a fresh session and publishes the result on RunResultChannel(RunID).

@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/protocol"
 )
 
 // Consumer groups.
 const (
 	// GroupRuntime is the group of a chat stream's runtime.
-	GroupRuntime = "runtime"
+	GroupRuntime = protocol.ChatGroup
 	// GroupPods is the group of an agent's session pods on its wake stream.
 	GroupPods = "pods"
 	// GroupOperator is the operator's group on Notices.
@@ -40,7 +41,7 @@ type Wake struct {
 
 // ChatStream is the inbound stream of a chat.
 func ChatStream(tenant, agent, channel, chatKey string) string {
-	return bus.Key(tenant, agent, "chat", channel, chatKey)
+	return protocol.ChatStream(tenant, agent, channel, chatKey)
 }
 
 // Stream is the stream an agent's pods claim wakes from.

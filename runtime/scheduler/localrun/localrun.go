@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
@@ -23,7 +24,7 @@ import (
 
 // Channel is the session channel of scheduled runs: a run's session id is
 // "cron:<job key>/<run id>:default", so no two runs share history.
-const Channel = "cron"
+const Channel = protocol.ChannelCron
 
 // Tool names the run's tool set adds and removes.
 const (

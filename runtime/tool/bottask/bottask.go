@@ -42,6 +42,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/scheduler/agentjobs"
 	"github.com/picobot/picobot/runtime/store"
@@ -139,7 +140,7 @@ type taskArgs struct {
 const (
 	maxTitle   = 200
 	maxNote    = 4000
-	jobChannel = "cron" // the session channel of scheduled runs
+	jobChannel = protocol.ChannelCron // the session channel of scheduled runs
 )
 
 // ctxTenant is ctx scoped to the call's tenant (the agent's when the call

@@ -30,6 +30,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/scheduler/agentjobs"
 	"github.com/picobot/picobot/runtime/store"
@@ -128,7 +129,7 @@ const (
 	maxRuns        = 50
 	defaultRuns    = 10
 	maxNameLength  = 200
-	cronRunChannel = "cron"
+	cronRunChannel = protocol.ChannelCron
 )
 
 type addArgs struct {

@@ -1,0 +1,112 @@
+package embedded
+
+import (
+	"context"
+
+	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/protocol"
+	"github.com/picobot/picobot/runtime/sessionrt"
+)
+
+// Embedded mode's strategies of the session runtime (runtime/sessionrt): a
+// chat is served by a goroutine of this process, recorded in Runtime.serving,
+// and a message's events and outcome go to the gateway call waiting for it.
+
+// owner is the in-process Owner of one tenant's agent.
+type owner struct {
+	r  *Runtime
+	ta *tenantAgent
+}
+
+// Acquire implements sessionrt.Owner: the chat is free when no goroutine
+// serves it.
+func (o owner) Acquire(_ context.Context, c sessionrt.Chat) (bool, error) {
+	key := o.ta.servingKey(c)
+	o.r.mu.Lock()
+	defer o.r.mu.Unlock()
+	if o.r.serving[key] {
+		return false, nil
+	}
+	o.r.serving[key] = true
+	return true, nil
+}
+
+// Keep implements sessionrt.Owner: an in-process chat cannot be lost.
+func (owner) Keep(ctx context.Context, _ sessionrt.Chat) (context.Context, func(), error) {
+	return ctx, func() {}, nil
+}
+
+// Release implements sessionrt.Owner.
+func (o owner) Release(_ context.Context, c sessionrt.Chat) {
+	o.r.mu.Lock()
+	delete(o.r.serving, o.ta.servingKey(c))
+	o.r.mu.Unlock()
+}
+
+// servingKey names a chat of the tenant's agent in Runtime.serving.
+func (ta *tenantAgent) servingKey(c sessionrt.Chat) string { return ta.rt.Stream(c) }
+
+// wake starts a goroutine serving the chat unless one does.
+func (r *Runtime) wake(ta *tenantAgent, c sessionrt.Chat) {
+	if r.ctx.Err() != nil {
+		return // closing: the queued message is lost with the in-process bus
+	}
+	if ok, _ := (owner{r, ta}).Acquire(r.ctx, c); !ok {
+		return
+	}
+	r.wg.Go(func() {
+		if _, err := ta.rt.Serve(r.ctx, c); err != nil && r.ctx.Err() == nil {
+			r.log.Error("Serving a chat failed", "tenant", ta.tenant, "chat", c.Key, "err", err)
+		}
+	})
+}
+
+// reporter is the in-process Reporter: it hands events and outcomes to the
+// gateway call waiting for the message, if any (the client may have gone;
+// the turn is stored either way).
+type reporter struct {
+	r  *Runtime
+	ta *tenantAgent
+}
+
+// Begin implements sessionrt.Reporter.
+func (reporter) Begin(context.Context, sessionrt.Chat, string) func() { return func() {} }
+
+// Event implements sessionrt.Reporter.
+func (p reporter) Event(_ context.Context, c sessionrt.Chat, msgID string, e agent.Event) {
+	if w := p.r.waiter(waiterKey(p.ta.rt.Stream(c), msgID)); w != nil && w.sink != nil {
+		w.sink(e)
+	}
+}
+
+// Done implements sessionrt.Reporter.
+func (p reporter) Done(_ context.Context, c sessionrt.Chat, msgID string, out protocol.Outcome, err *protocol.CodedError) {
+	w := p.r.waiter(waiterKey(p.ta.rt.Stream(c), msgID))
+	if w == nil {
+		return
+	}
+	res := result{out: out}
+	if err != nil {
+		res.err = err
+	}
+	select {
+	case w.done <- res:
+	default:
+	}
+}
+
+// waiter returns the gateway call waiting for a message, or nil.
+func (r *Runtime) waiter(key string) *waiter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.waiters[key]
+}
+
+// waiterKey names the gateway call waiting for a message of a chat stream.
+func waiterKey(stream, msgID string) string { return stream + "\x00" + msgID }
+
+// chatOf is the session runtime's chat of a gateway chat.
+func chatOf(c gateway.Chat) sessionrt.Chat {
+	return sessionrt.Chat{Channel: c.ChannelName(), Key: c.Key()}
+}

@@ -1,0 +1,119 @@
+// Package protocol is the contract shared by PicoBot's gateway, its session
+// runtimes and its clients: the error codes of the client protocol
+// (docs/protocol.md), how a message ended (Outcome), the channel names and
+// which of them are the gateway's own clients, and the wire format of a queued
+// chat message. It is a leaf: it imports nothing of PicoBot but the bus's key
+// helper, so the gateway, runtime/sessionrt, both modes and runtime/client use
+// one definition.
+package protocol
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/picobot/picobot/runtime/bus"
+)
+
+// Channels whose chats are the gateway's own clients, and the channel of
+// scheduled runs. Every other channel is a chat platform (Telegram, Slack,
+// Feishu/Lark, webhooks), named by the Agent's spec.channels.
+const (
+	// ChannelWeb carries WebSocket and REST clients (the web UI).
+	ChannelWeb = "web"
+	// ChannelOpenAI carries the OpenAI-compatible chat completions endpoint.
+	ChannelOpenAI = "openai"
+	// ChannelTerminal carries `picobot chat` and the TUI.
+	ChannelTerminal = "terminal"
+	// ChannelCron carries scheduled runs.
+	ChannelCron = "cron"
+)
+
+// GatewayClient reports whether the messages of a channel come from the
+// gateway's own clients or from scheduled runs: their answers go back as the
+// turn's events to the waiting call (and, for runs, by the job's delivery
+// policy). The answer to a chat platform's message goes out as a message of
+// its own, through the outbound dispatcher that holds the platform's
+// credentials. This is the one place that decides it.
+func GatewayClient(channel string) bool {
+	switch channel {
+	case ChannelWeb, ChannelOpenAI, ChannelTerminal, ChannelCron:
+		return true
+	}
+	return false
+}
+
+// PushChannels are the gateway client channels that keep a connection open
+// and so can be sent a message they did not ask for (send_message, a
+// scheduled run's delivery): the web UI and the terminal. OpenAI clients only
+// get answers to their requests.
+func PushChannels() []string { return []string{ChannelWeb, ChannelTerminal} }
+
+// ChatKey is the chat id sessions know a chat by. On the gateway's client
+// channels a chat belongs to the client and is "<agent>/<chat_id>"; on a chat
+// platform's channel (which belongs to one agent) it is the platform's chat id
+// alone, so replies and send_message targets name the chat the way the
+// platform does.
+func ChatKey(channel, agent, chatID string) string {
+	switch channel {
+	case ChannelWeb, ChannelOpenAI, ChannelTerminal:
+		return agent + "/" + chatID
+	}
+	return chatID
+}
+
+// ChatStream is the bus stream of one chat's inbound messages, read in order by
+// the runtime that owns the chat (consumer group ChatGroup).
+func ChatStream(tenant, agent, channel, chatKey string) string {
+	return bus.Key(tenant, agent, "chat", channel, chatKey)
+}
+
+// ChatGroup is the consumer group of chat streams.
+const ChatGroup = "runtime"
+
+// Error codes of the protocol.
+const (
+	CodeBadRequest      = "bad_request"
+	CodeUnauthorized    = "unauthorized"
+	CodeForbidden       = "forbidden"
+	CodeNotFound        = "not_found"
+	CodeUnknownAgent    = "unknown_agent"
+	CodeUnknownSession  = "unknown_session"
+	CodeUnknownDialog   = "unknown_dialog"
+	CodeUnknownArtifact = "unknown_artifact"
+	CodeBusy            = "busy"
+	CodeStopped         = "stopped"
+	CodeTooLarge        = "too_large"
+	CodeRateLimited     = "rate_limited"
+	CodeNoModel         = "no_model"
+	CodeUnavailable     = "unavailable" // not queued (Redis down); resend with the same id
+	CodeInternal        = "internal"
+)
+
+// CodedError carries a protocol error code.
+type CodedError struct {
+	Code string
+	Err  error
+}
+
+func (e *CodedError) Error() string { return e.Err.Error() }
+func (e *CodedError) Unwrap() error { return e.Err }
+
+// Errorf returns a CodedError with a formatted message.
+func Errorf(code, format string, args ...any) error {
+	return &CodedError{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// Outcome is how a message ended.
+type Outcome struct {
+	SessionID string `json:"session_id,omitempty"`
+	// Command is the slash command handled ("" for a model turn).
+	Command string `json:"command,omitempty"`
+	// Text is the command's reply or the turn's final text.
+	Text string `json:"text,omitempty"`
+	// Duplicate: the message id was processed before; nothing ran again.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// ErrUnknownVersion is returned for a wire message of a version this build
+// does not speak.
+var ErrUnknownVersion = errors.New("unknown wire format version")

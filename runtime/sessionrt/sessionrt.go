@@ -1,0 +1,343 @@
+// Package sessionrt is the session runtime of both modes: it serves a chat by
+// reading the chat's inbound stream (protocol.ChatStream) with a bus.Consumer,
+// runs each message in order through session.Manager.Handle, maps the turn's
+// error to a protocol code, reports the turn's events and outcome, and acks
+// the message once its turn is stored. /stop drops the chat's queued messages
+// and cancels its running turn.
+//
+// What differs between the modes is two small strategies:
+//
+//   - Owner says who serves a chat. Embedded mode keeps an in-process map
+//     (runtime/embedded); cluster mode holds the chat's lease in the store,
+//     renewed by heartbeat, and the Redis owner hint the gateway reads
+//     (runtime/cluster).
+//   - Reporter says where a message's events and outcome go: to the waiting
+//     gateway call in the same process (embedded), or onto the chat's Redis
+//     event channel, with the reply queued for the outbound dispatcher when
+//     the chat is a chat platform's (cluster).
+//
+// The walk of one message is the same in both modes: gateway → bus (the
+// chat's stream) → Runtime.Serve → session.Manager → agent loop → tools →
+// store → Reporter.
+package sessionrt
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/protocol"
+	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultIdleTimeout   = time.Minute
+	DefaultBlock         = time.Second
+	DefaultClaimInterval = 30 * time.Second
+)
+
+// Chat is one chat of the runtime's agent: the session channel and the chat
+// key sessions know it by (protocol.ChatKey).
+type Chat struct {
+	Channel, Key string
+}
+
+// Owner decides who serves a chat. Serve's caller acquires the chat first
+// (Acquire, or a wake in cluster mode); Serve keeps it while it serves and
+// releases it when the chat has gone quiet.
+type Owner interface {
+	// Acquire takes the chat; false when another runtime serves it.
+	Acquire(ctx context.Context, c Chat) (bool, error)
+	// Keep holds the acquired chat while it is served: the returned context
+	// ends when the chat is lost (a lease that could not be renewed), and
+	// stop ends the holding (Serve calls it before Release). An error ends
+	// serving; Serve still releases the chat.
+	Keep(ctx context.Context, c Chat) (held context.Context, stop func(), err error)
+	// Release gives the chat up.
+	Release(ctx context.Context, c Chat)
+}
+
+// Reporter receives what happens to a chat's messages.
+type Reporter interface {
+	// Begin is called before a message's turn runs; end is called once,
+	// before Done, or when the message is left pending (shutdown, lost
+	// chat).
+	Begin(ctx context.Context, c Chat, msgID string) (end func())
+	// Event is one event of the running turn.
+	Event(ctx context.Context, c Chat, msgID string, e agent.Event)
+	// Done is the message's outcome; err is nil when the turn succeeded.
+	// The message is acked after Done returns.
+	Done(ctx context.Context, c Chat, msgID string, out protocol.Outcome, err *protocol.CodedError)
+}
+
+// Config configures a Runtime: one agent of one tenant.
+type Config struct {
+	Tenant, Agent string
+	// Consumer names this runtime in the chat streams' consumer group (the
+	// pod's name); stable across restarts, so a restarted runtime finds its
+	// own leftovers.
+	Consumer string
+	Bus      bus.Bus
+	// Store lists a chat's dialogs for /stop.
+	Store store.Store
+	// Manager runs the turns (agenthost.Built.Manager).
+	Manager  *session.Manager
+	Owner    Owner
+	Reporter Reporter
+	// IdleTimeout ends serving a chat after it had no message that long
+	// (DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// Block bounds one wait for the chat's next message (DefaultBlock):
+	// idleness is noticed at this granularity.
+	Block time.Duration
+	// ClaimInterval is how often the chat's stream is checked for messages
+	// left pending by a failed ack (DefaultClaimInterval). At start
+	// everything pending is claimed: only the chat's owner reads it.
+	ClaimInterval time.Duration
+	// BusyWait, when positive, is how long to wait before trying again a
+	// message whose session is leased by another holder (cluster mode: the
+	// lease of a dead owner that has not expired yet). Zero answers such a
+	// message with CodeBusy.
+	BusyWait time.Duration
+	// OnQuiet is called when the chat has gone quiet after messages (the
+	// first empty wait after them); session pods return memory there.
+	OnQuiet func()
+	Log     *slog.Logger
+}
+
+// Runtime serves the chats of one agent of one tenant.
+type Runtime struct {
+	cfg Config
+}
+
+// New returns a Runtime.
+func New(cfg Config) *Runtime {
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Block <= 0 {
+		cfg.Block = DefaultBlock
+	}
+	if cfg.ClaimInterval <= 0 {
+		cfg.ClaimInterval = DefaultClaimInterval
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	cfg.Log = cfg.Log.With("tenant", cfg.Tenant, "agent", cfg.Agent)
+	return &Runtime{cfg: cfg}
+}
+
+// Stream is the inbound stream of a chat.
+func (r *Runtime) Stream(c Chat) string {
+	return protocol.ChatStream(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key)
+}
+
+// Serve serves chat c, which the caller has acquired (Owner), until it has had
+// no message for IdleTimeout, the chat is lost or ctx ends, and releases it.
+// It reports whether it processed a message. A message queued while the chat
+// was being released is served here when the chat can be taken back, and by
+// its new owner otherwise.
+func (r *Runtime) Serve(ctx context.Context, c Chat) (served bool, err error) {
+	ctx = store.WithTenant(ctx, r.cfg.Tenant)
+	for {
+		n, lost, err := r.serveHeld(ctx, c)
+		served = served || n
+		r.cfg.Owner.Release(context.WithoutCancel(ctx), c)
+		if err != nil || lost || ctx.Err() != nil {
+			return served, err
+		}
+		// Released, look once more: a message queued before the release
+		// found the chat owned and woke no one. What this fetch takes is
+		// pending for this consumer; whoever serves the chat next claims
+		// it.
+		late, err := r.cfg.Bus.Fetch(ctx, r.Stream(c), protocol.ChatGroup, r.cfg.Consumer, bus.FetchOptions{Count: 1})
+		if err != nil || len(late) == 0 {
+			return served, nil
+		}
+		if ok, err := r.cfg.Owner.Acquire(ctx, c); !ok || err != nil {
+			return served, nil
+		}
+	}
+}
+
+// serveHeld runs the chat's consumer while the chat is held; it reports
+// whether a message was processed and whether the chat was lost.
+func (r *Runtime) serveHeld(ctx context.Context, c Chat) (served, lost bool, err error) {
+	held, stop, err := r.cfg.Owner.Keep(ctx, c)
+	if err != nil {
+		return false, false, err
+	}
+	defer stop()
+	var last time.Time
+	quiet := true
+	handle := func(ctx context.Context, msgs []bus.Message) error {
+		for _, m := range msgs {
+			if err := r.process(ctx, c, m); err != nil {
+				return err
+			}
+		}
+		served, quiet, last = true, false, time.Now()
+		return nil
+	}
+	idle := func() bool {
+		if !quiet {
+			quiet = true
+			if r.cfg.OnQuiet != nil {
+				r.cfg.OnQuiet()
+			}
+		}
+		return !served || time.Since(last) >= r.cfg.IdleTimeout
+	}
+	consumer := bus.NewConsumer(r.cfg.Bus, r.Stream(c), protocol.ChatGroup, r.cfg.Consumer, handle, bus.ConsumerOptions{
+		Batch: 1, Block: r.cfg.Block, ClaimMinIdle: time.Nanosecond, ClaimInterval: r.cfg.ClaimInterval,
+		Idle: idle, Logger: r.cfg.Log})
+	err = consumer.Start(held)
+	return served, held.Err() != nil && ctx.Err() == nil, err
+}
+
+// process runs one message. It returns an error only to leave the message
+// pending: the runtime is shutting down or lost the chat mid-turn, and the
+// chat's next owner runs it.
+func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) error {
+	in, err := protocol.DecodeInbound(m.Payload)
+	if err != nil {
+		r.cfg.Log.Error("Dropping a chat message this runtime cannot read", "id", m.ID, "err", err)
+		code := protocol.CodeBadRequest
+		if errors.Is(err, protocol.ErrUnknownVersion) {
+			code = protocol.CodeUnavailable
+		}
+		r.cfg.Reporter.Done(ctx, c, m.ID, protocol.Outcome{}, &protocol.CodedError{Code: code, Err: err})
+		return nil
+	}
+	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
+	reply, err := r.handle(ctx, c, m.ID, in.Text)
+	end()
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, store.ErrUnavailable)) {
+		return ctx.Err()
+	}
+	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate}
+	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, r.coded(c, err))
+	return nil
+}
+
+// handle runs the turn, waiting out a session leased by a dead owner
+// (BusyWait) and a store outage: the message stays unacked until the store
+// is back, rather than being answered with an error and dropped. The turn's
+// writes are idempotent (keyed by the message id), and a turn whose results
+// were not stored runs again.
+func (r *Runtime) handle(ctx context.Context, c Chat, msgID, text string) (session.Reply, error) {
+	var backoff time.Duration
+	for {
+		reply, err := r.cfg.Manager.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, MessageID: msgID, Text: text,
+			Stream: true, Sink: func(e agent.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) }})
+		var wait time.Duration
+		switch {
+		case errors.Is(err, session.ErrBusy):
+			wait = r.cfg.BusyWait
+		case errors.Is(err, store.ErrUnavailable):
+			backoff = nextBackoff(backoff)
+			wait = backoff
+			r.cfg.Log.Warn("Store unavailable; retrying the message", "id", msgID, "err", err, "backoff", wait)
+		}
+		if wait <= 0 || !sleep(ctx, wait) {
+			return reply, err
+		}
+	}
+}
+
+// coded maps a turn's error to the protocol: the one mapping of both modes.
+func (r *Runtime) coded(c Chat, err error) *protocol.CodedError {
+	if err == nil {
+		return nil
+	}
+	var ce *protocol.CodedError
+	code := protocol.CodeInternal
+	switch {
+	case errors.As(err, &ce):
+		code = ce.Code
+	case errors.Is(err, session.ErrBusy):
+		code = protocol.CodeBusy
+	case errors.Is(err, context.Canceled):
+		return &protocol.CodedError{Code: protocol.CodeStopped, Err: errors.New("stopped; what was done so far is kept")}
+	case errors.Is(err, store.ErrNotFound):
+		code = protocol.CodeUnknownSession
+	case errors.Is(err, store.ErrInvalid):
+		code = protocol.CodeBadRequest
+	case errors.Is(err, store.ErrNoTenant):
+		code = protocol.CodeForbidden
+	default:
+		r.cfg.Log.Error("Turn failed", "channel", c.Channel, "chat", c.Key, "err", err)
+	}
+	return &protocol.CodedError{Code: code, Err: err}
+}
+
+// Stop drops the chat's queued messages (each is answered as dropped) and
+// cancels its running turn, in whichever dialog of the chat it runs (/new
+// during a turn). It reports whether a turn was running. It is called in the
+// process that serves the chat.
+func (r *Runtime) Stop(ctx context.Context, c Chat) (bool, error) {
+	ctx = store.WithTenant(ctx, r.cfg.Tenant)
+	if err := r.dropQueued(ctx, c); err != nil {
+		return false, err
+	}
+	list, err := r.cfg.Store.ListSessions(ctx, store.SessionFilter{Channel: c.Channel, ChatID: c.Key,
+		IncludeArchived: true, IncludeDeleted: true})
+	if err != nil {
+		return false, err
+	}
+	stopped := false
+	for _, s := range list {
+		stopped = r.cfg.Manager.Stop(s.ID) || stopped
+	}
+	return stopped, nil
+}
+
+// dropQueued takes every message of the chat no one has fetched yet,
+// answers it as dropped and acks it. Dropping comes before cancelling: the
+// cancelled turn's consumer must not pick the next message up first.
+func (r *Runtime) dropQueued(ctx context.Context, c Chat) error {
+	stream := r.Stream(c)
+	for {
+		msgs, err := r.cfg.Bus.Fetch(ctx, stream, protocol.ChatGroup, r.cfg.Consumer, bus.FetchOptions{Count: bus.DefaultBatch})
+		if err != nil || len(msgs) == 0 {
+			return err
+		}
+		seqs := make([]string, len(msgs))
+		for i, m := range msgs {
+			seqs[i] = m.Seq
+			r.cfg.Reporter.Done(ctx, c, m.ID, protocol.Outcome{Command: "stop", Text: "Dropped by /stop before it ran."}, nil)
+		}
+		if err := r.cfg.Bus.Ack(ctx, stream, protocol.ChatGroup, seqs...); err != nil {
+			return err
+		}
+		if len(msgs) < bus.DefaultBatch {
+			return nil
+		}
+	}
+}
+
+// nextBackoff doubles a retry's wait, from 100ms up to 5s.
+func nextBackoff(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 100 * time.Millisecond
+	}
+	return min(2*d, 5*time.Second)
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
