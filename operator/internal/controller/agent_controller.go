@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,12 @@ type AgentReconciler struct {
 	MaxConcurrentReconciles int
 	// Runtime, when set, makes the reconciler keep session pods.
 	Runtime *RuntimeConfig
+
+	// ensured remembers namespaces whose connection Secret and NetworkPolicy
+	// this reconciler made current, so each is checked once (and again after
+	// a restart). A field, not a global: reconcilers of other managers in the
+	// same process (tests) keep their own.
+	ensured sync.Map
 }
 
 // +kubebuilder:rbac:groups=agents.picobot.io,resources=agents,verbs=get;list;watch

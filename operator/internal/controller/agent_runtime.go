@@ -7,7 +7,6 @@ import (
 	"maps"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -69,31 +68,11 @@ type runtimeResult struct {
 	requeue      time.Duration
 }
 
-// podState is a pod's entry in the Redis registry.
-type podState struct {
-	busy          bool
-	channel, chat string
-}
-
-func parseState(v string) podState {
-	f := strings.SplitN(v, " ", 3)
-	if len(f) == 3 && f[0] == "busy" {
-		return podState{busy: true, channel: f[1], chat: f[2]}
-	}
-	return podState{}
-}
-
-// ensuredNamespaces remembers namespaces whose connection Secret and
-// NetworkPolicy are known to be current, so each is checked once per process
-// (and again when the operator restarts).
-var ensuredNamespaces sync.Map
-
-// runtimePhase keeps the Agent's session pods: its identity and network
-// objects, a warm pool, one pod per unclaimed wake, reaping of finished pods
-// and re-waking the chats of pods that died.
+// runtimePhase keeps the Agent's session pods: it writes their identity and
+// network objects, reads the pods, the registry and the wake stream, and
+// applies the warm pool's plan (planPool decides; this only reads and writes).
 func (r *AgentReconciler) runtimePhase(ctx context.Context, s *agentScope) error {
-	rc := r.Runtime
-	if rc == nil {
+	if r.Runtime == nil {
 		return nil
 	}
 	a := s.agent
@@ -105,116 +84,109 @@ func (r *AgentReconciler) runtimePhase(ctx context.Context, s *agentScope) error
 			return err
 		}
 	}
-
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(a.Namespace), client.MatchingLabels(podspec.SessionLabels(a))); err != nil {
-		return fmt.Errorf("failed to list session pods: %w", err)
-	}
-	registry, err := rc.Redis.HGetAll(ctx, wake.PodsKey(a.Namespace, a.Name)).Result()
-	if err != nil {
-		return fmt.Errorf("failed to read the pod registry: %w", err)
-	}
-	live := map[string]*corev1.Pod{}
-	var problem *metav1.Condition
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		switch {
-		case p.DeletionTimestamp != nil:
-			continue
-		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
-			if p.Status.Phase == corev1.PodFailed && registry[p.Name] == "" && problem == nil {
-				problem = ptrTo(condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPodFailed,
-					fmt.Sprintf("session pod %s failed before serving: %s", p.Name, podFailure(p))))
-			}
-			if err := r.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("failed to reap pod %s: %w", p.Name, err)
-			}
-			continue
-		}
-		live[p.Name] = p
-		if c := podProblem(p); c != nil && problem == nil {
-			problem = c
-		}
-	}
-	// Registry entries of pods that are gone: a busy one died mid-chat, so
-	// its chat is woken again for the next runtime (which reclaims the
-	// unacknowledged message and repairs the chain).
-	var active, warm int32
-	for name, v := range registry {
-		st := parseState(v)
-		if _, ok := live[name]; !ok {
-			gone, err := r.podGone(ctx, a.Namespace, name)
-			if err != nil {
-				return err
-			}
-			if !gone {
-				continue
-			}
-			if st.busy {
-				if err := wake.Publish(ctx, rc.Bus, wake.Wake{Tenant: a.Namespace, Agent: a.Name, Channel: st.channel, ChatKey: st.chat}); err != nil {
-					return err
-				}
-				log.FromContext(ctx).Info("Re-woke the chat of a dead session pod", "pod", name, "chat", st.chat)
-			}
-			if err := rc.Redis.HDel(ctx, wake.PodsKey(a.Namespace, a.Name), name).Err(); err != nil {
-				return err
-			}
-			continue
-		}
-		if st.busy {
-			active++
-			if err := r.labelSession(ctx, live[name], podspec.SessionValue(st.channel, st.chat)); err != nil {
-				return err
-			}
-		} else {
-			warm++
-		}
-	}
-	starting := int32(0)
-	for name := range live {
-		if _, ok := registry[name]; !ok {
-			starting++
-		}
-	}
-	lag, err := r.unclaimedWakes(ctx, a)
+	in, listed, err := r.poolInput(ctx, s)
 	if err != nil {
 		return err
 	}
-	pool := int32(0)
-	if rt := a.Spec.Runtime; rt != nil && rt.WarmPool != nil {
-		pool = *rt.WarmPool
-	}
-	demand := lag
-	if rt := a.Spec.Runtime; rt != nil && rt.MaxSessions != nil && active+demand > *rt.MaxSessions {
-		demand = max(0, *rt.MaxSessions-active)
-	}
-	want := active + pool + demand
-	have := int32(len(live))
-	res := &runtimeResult{active: active, warm: warm,
-		cond: condition(picobotv1alpha1.ConditionRuntimeReady, true, picobotv1alpha1.ReasonPodsReady,
-			fmt.Sprintf("%d active, %d warm, %d starting", active, warm, starting))}
-	if problem != nil {
-		res.cond = *problem
-	}
-	// Without a model there is nothing a pod could answer; the gateway
-	// answers wakes for it with the reason instead.
-	canRun := s.model.Effective != nil && problem == nil
-	if canRun {
-		for ; have < want; have++ {
-			if err := r.createPod(ctx, s); err != nil {
-				if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota") {
-					res.cond = condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonQuotaExceeded, err.Error())
-					break
-				}
-				return err
-			}
-		}
-	}
-	if len(live) > 0 || lag > 0 {
-		res.requeue = rc.ResyncBusy
+	plan := planPool(in)
+	res, err := r.applyPoolPlan(ctx, s, plan, listed)
+	if err != nil {
+		return err
 	}
 	s.runtime = res
 	return nil
+}
+
+// poolInput reads what the pool plan is decided from: the session pods (also
+// returned by name, for the writes), the pod registry, whether each
+// registered pod missing from the list is really gone, and the unclaimed
+// wakes.
+func (r *AgentReconciler) poolInput(ctx context.Context, s *agentScope) (poolInput, map[string]*corev1.Pod, error) {
+	a, rc := s.agent, r.Runtime
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(a.Namespace), client.MatchingLabels(podspec.SessionLabels(a))); err != nil {
+		return poolInput{}, nil, fmt.Errorf("failed to list session pods: %w", err)
+	}
+	registry, err := rc.Redis.HGetAll(ctx, wake.PodsKey(a.Namespace, a.Name)).Result()
+	if err != nil {
+		return poolInput{}, nil, fmt.Errorf("failed to read the pod registry: %w", err)
+	}
+	in := poolInput{Registry: registry, Gone: map[string]bool{}, CanRun: s.model.Effective != nil}
+	if rt := a.Spec.Runtime; rt != nil {
+		in.MaxSessions = rt.MaxSessions
+		if rt.WarmPool != nil {
+			in.WarmPool = *rt.WarmPool
+		}
+	}
+	listed := make(map[string]*corev1.Pod, len(pods.Items))
+	for i := range pods.Items {
+		listed[pods.Items[i].Name] = &pods.Items[i]
+		in.Pods = append(in.Pods, poolPodOf(&pods.Items[i]))
+	}
+	// The list comes from the cache: a registered pod it lacks may only be
+	// too new for it, so the API server is asked.
+	for _, name := range unregisteredOrphans(in.Pods, registry) {
+		if in.Gone[name], err = r.podGone(ctx, a.Namespace, name); err != nil {
+			return poolInput{}, nil, err
+		}
+	}
+	if in.Unclaimed, err = r.unclaimedWakes(ctx, a); err != nil {
+		return poolInput{}, nil, err
+	}
+	return in, listed, nil
+}
+
+// applyPoolPlan carries out plan in the order that loses nothing: reap; for
+// each gone pod, wake its chat again before dropping its entry (a failed wake
+// leaves the entry for the next try, and no entry is woken twice); label busy
+// pods; create pods. It returns what status reports; a quota that stops
+// creation is reported, not retried.
+func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan poolPlan, listed map[string]*corev1.Pod) (*runtimeResult, error) {
+	a, rc := s.agent, r.Runtime
+	for _, name := range plan.Reap {
+		if err := r.Delete(ctx, listed[name]); client.IgnoreNotFound(err) != nil {
+			return nil, fmt.Errorf("failed to reap pod %s: %w", name, err)
+		}
+	}
+	rewakes := map[string]rewake{}
+	for _, w := range plan.Rewake {
+		rewakes[w.Pod] = w
+	}
+	for _, name := range plan.Drop {
+		if w, ok := rewakes[name]; ok {
+			if err := wake.Publish(ctx, rc.Bus, wake.Wake{Tenant: a.Namespace, Agent: a.Name, Channel: w.Channel, ChatKey: w.Chat}); err != nil {
+				return nil, err
+			}
+			log.FromContext(ctx).Info("Re-woke the chat of a dead session pod", "pod", name, "chat", w.Chat)
+		}
+		if err := rc.Redis.HDel(ctx, wake.PodsKey(a.Namespace, a.Name), name).Err(); err != nil {
+			return nil, fmt.Errorf("failed to drop pod %s from the registry: %w", name, err)
+		}
+	}
+	for _, l := range plan.Label {
+		if err := r.labelSession(ctx, listed[l.Pod], l.Value); err != nil {
+			return nil, fmt.Errorf("failed to label pod %s with its session: %w", l.Pod, err)
+		}
+	}
+	res := &runtimeResult{active: plan.Active, warm: plan.Warm,
+		cond: condition(picobotv1alpha1.ConditionRuntimeReady, true, picobotv1alpha1.ReasonPodsReady,
+			fmt.Sprintf("%d active, %d warm, %d starting", plan.Active, plan.Warm, plan.Starting))}
+	if plan.Problem != nil {
+		res.cond = *plan.Problem
+	}
+	for range plan.Create {
+		if err := r.createPod(ctx, s); err != nil {
+			if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota") {
+				res.cond = condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonQuotaExceeded, err.Error())
+				break
+			}
+			return nil, err
+		}
+	}
+	if plan.Requeue {
+		res.requeue = rc.ResyncBusy
+	}
+	return res, nil
 }
 
 // unclaimedWakes is the wake stream's lag for the pods' group: wakes no pod
@@ -230,13 +202,15 @@ func (r *AgentReconciler) unclaimedWakes(ctx context.Context, a *picobotv1alpha1
 	}
 	for _, g := range groups {
 		if g.Name == wake.GroupPods {
-			return int32(min(g.Lag, 1000)), nil
+			return int32(min(g.Lag, maxUnclaimed)), nil
 		}
 	}
 	n, err := r.Runtime.Redis.XLen(ctx, stream).Result()
-	return int32(min(n, 1000)), err
+	return int32(min(n, maxUnclaimed)), err
 }
 
+// podGone asks the API server (uncached: the cache may not have seen a new
+// pod yet) whether a registered pod is gone or finished.
 func (r *AgentReconciler) podGone(ctx context.Context, ns, name string) (bool, error) {
 	reader := r.Runtime.APIReader
 	if reader == nil {
@@ -253,6 +227,8 @@ func (r *AgentReconciler) podGone(ctx context.Context, ns, name string) (bool, e
 	return p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, nil
 }
 
+// labelSession labels a busy pod with its chat's session, so the pod
+// serving a chat can be found by label.
 func (r *AgentReconciler) labelSession(ctx context.Context, p *corev1.Pod, value string) error {
 	if p.Labels[podspec.LabelSession] == value {
 		return nil
@@ -265,6 +241,7 @@ func (r *AgentReconciler) labelSession(ctx context.Context, p *corev1.Pod, value
 	return client.IgnoreNotFound(r.Patch(ctx, p, patch))
 }
 
+// createPod creates one session pod of the agent under a generated name.
 func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
 	in := podspec.Input{Agent: s.agent, Image: r.Runtime.Image, SecretKeys: s.secretKeys, Env: r.Runtime.Env}
 	p := podspec.SessionPod(in)
@@ -276,9 +253,9 @@ func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
 }
 
 // ensureNamespace writes the namespace's connection Secret and NetworkPolicy
-// once per process.
+// once per reconciler (main makes one per process), remembered in r.ensured.
 func (r *AgentReconciler) ensureNamespace(ctx context.Context, ns string) error {
-	if _, ok := ensuredNamespaces.Load(ns); ok {
+	if _, ok := r.ensured.Load(ns); ok {
 		return nil
 	}
 	reader := r.Runtime.APIReader
@@ -315,7 +292,7 @@ func (r *AgentReconciler) ensureNamespace(ctx context.Context, ns string) error 
 			return fmt.Errorf("failed to update the NetworkPolicy: %w", err)
 		}
 	}
-	ensuredNamespaces.Store(ns, true)
+	r.ensured.Store(ns, true)
 	return nil
 }
 
@@ -350,6 +327,8 @@ func podProblem(p *corev1.Pod) *metav1.Condition {
 	return nil
 }
 
+// podFailure says why a failed pod stopped: its container's exit, else the
+// pod's message.
 func podFailure(p *corev1.Pod) string {
 	for _, cs := range p.Status.ContainerStatuses {
 		if t := cs.State.Terminated; t != nil {
@@ -368,6 +347,7 @@ func podFailure(p *corev1.Pod) string {
 	return "no reason given"
 }
 
+// ptrTo returns a pointer to a copy of v.
 func ptrTo[T any](v T) *T { return &v }
 
 // secretKeysOf lists the Secret keys a session pod of a needs in its

@@ -1,0 +1,266 @@
+package controller
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/podspec"
+	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/bus/redisbus"
+	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/test/services"
+)
+
+// runtimeEnv runs the Agent reconciler's runtime phase by hand against the
+// suite's API server and a throwaway Redis. The suite's manager keeps status
+// only, so nothing else makes session pods; with no kubelet the test plays
+// the pods (their status) and the runtimes (their registry entries).
+type runtimeEnv struct {
+	r     *AgentReconciler
+	rdb   *redis.Client
+	agent *picobotv1alpha1.Agent
+}
+
+// startRuntimeEnv creates an agent with a warm pool of 2 and at most 2
+// sessions in a fresh namespace, and a reconciler with session pods on.
+func startRuntimeEnv(t *testing.T) *runtimeEnv {
+	t.Helper()
+	needAPIServer(t)
+	url, stop, err := services.Redis()
+	if err != nil {
+		if reason, fatal := services.Unavailable("Redis", err); !fatal {
+			t.Skip(reason)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	b, err := redisbus.Open(url, redisbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ns := newNamespace(t)
+	a := openAIAgent(ns, "helper", "openai")
+	a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](2), MaxSessions: ptr[int32](2)}
+	if err := k8s.Create(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	r := &AgentReconciler{Client: k8s, Runtime: &RuntimeConfig{Image: "registry.example/picobot:test", Redis: b.Client(), Bus: b,
+		Connection: map[string]string{"PICOBOT_REDIS_URL": url}, APIReader: k8s, ResyncBusy: time.Second}}
+	return &runtimeEnv{r: r, rdb: b.Client(), agent: a}
+}
+
+// run runs the runtime phase once, as a reconcile with a usable model does.
+func (e *runtimeEnv) run(t *testing.T) *runtimeResult {
+	t.Helper()
+	s := &agentScope{agent: e.agent.DeepCopy(), model: agentspec.ModelResolution{
+		Effective: &picobotv1alpha1.EffectiveModel{Provider: picobotv1alpha1.ProviderOpenAI, Model: "gpt-5.2"}}}
+	if err := e.r.runtimePhase(context.Background(), s); err != nil {
+		t.Fatalf("runtime phase: %v", err)
+	}
+	return s.runtime
+}
+
+// pods lists the agent's session pods by name.
+func (e *runtimeEnv) pods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	var l corev1.PodList
+	if err := k8s.List(context.Background(), &l, client.InNamespace(e.agent.Namespace), client.MatchingLabels(podspec.SessionLabels(e.agent))); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Name < l.Items[j].Name })
+	return l.Items
+}
+
+// register writes a runtime's registry entry, as a session pod does.
+func (e *runtimeEnv) register(t *testing.T, pod, state string) {
+	t.Helper()
+	if err := e.rdb.HSet(context.Background(), wake.PodsKey(e.agent.Namespace, e.agent.Name), pod, state).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// registry reads the agent's pod registry.
+func (e *runtimeEnv) registry(t *testing.T) map[string]string {
+	t.Helper()
+	m, err := e.rdb.HGetAll(context.Background(), wake.PodsKey(e.agent.Namespace, e.agent.Name)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// wokenChats lists the chat keys of the wakes on the agent's wake stream.
+func (e *runtimeEnv) wokenChats(t *testing.T) []string {
+	t.Helper()
+	msgs, err := e.rdb.XRange(context.Background(), wake.Stream(e.agent.Namespace, e.agent.Name), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range msgs {
+		payload, _ := m.Values["p"].(string) // redisbus's payload field
+		out = append(out, payload)
+	}
+	return out
+}
+
+// setPhase gives a pod a status, as its kubelet would.
+func setPhase(t *testing.T, p *corev1.Pod, st corev1.PodStatus) {
+	t.Helper()
+	NewWithT(t).Eventually(func() error {
+		cur := &corev1.Pod{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(p), cur); err != nil {
+			return err
+		}
+		cur.Status = st
+		return k8s.Status().Update(context.Background(), cur)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+// names lists the pods' names.
+func names(pods []corev1.Pod) []string {
+	out := make([]string, len(pods))
+	for i := range pods {
+		out[i] = pods[i].Name
+	}
+	return out
+}
+
+// TestRuntimePhaseKeepsSessionPods walks one agent through the runtime
+// phase's cases against a real API server and Redis: filling the warm pool,
+// pods for unclaimed wakes up to maxSessions, re-waking the chat of a pod
+// that died mid-chat, and reaping a failed pod.
+func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ns := e.agent.Namespace
+	ready := func(msg string) metav1.Condition {
+		return condition(picobotv1alpha1.ConditionRuntimeReady, true, picobotv1alpha1.ReasonPodsReady, msg)
+	}
+
+	// An empty pool is filled to warmPool; the namespace and agent objects
+	// are written. Nothing is listed yet, so no resync is asked for.
+	res := e.run(t)
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("0 active, 0 warm, 0 starting")}))
+	g.Expect(e.pods(t)).To(HaveLen(2))
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podspec.ConnectionSecret}, &corev1.Secret{})).To(Succeed())
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podspec.NetworkPolicyName}, &networkingv1.NetworkPolicy{})).To(Succeed())
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podspec.ServiceAccountName("helper")}, &corev1.ServiceAccount{})).To(Succeed())
+
+	// Starting pods count toward the pool: nothing more is created.
+	res = e.run(t)
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("0 active, 0 warm, 2 starting"), requeue: time.Second}))
+	pods := e.pods(t)
+	g.Expect(pods).To(HaveLen(2))
+
+	// One pod registers warm and one takes a chat: the busy one is labelled
+	// with its session and a pod is added to keep two warm.
+	e.register(t, pods[0].Name, "warm")
+	e.register(t, pods[1].Name, "busy web chat-1")
+	res = e.run(t)
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 0 starting"), active: 1, warm: 1, requeue: time.Second}))
+	busy := &corev1.Pod{}
+	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(&pods[1]), busy)).To(Succeed())
+	g.Expect(busy.Labels[podspec.LabelSession]).To(Equal(podspec.SessionValue("web", "chat-1")))
+	g.Expect(e.pods(t)).To(HaveLen(3))
+
+	// A registered pod that no longer exists died mid-chat: its chat is woken
+	// again, its entry dropped, and the unclaimed wake gets a pod.
+	e.register(t, "helper-gone", "busy web chat-2")
+	res = e.run(t)
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 1 starting"), active: 1, warm: 1, requeue: time.Second}))
+	g.Expect(e.registry(t)).To(Equal(map[string]string{pods[0].Name: "warm", pods[1].Name: "busy web chat-1"}))
+	woken := e.wokenChats(t)
+	g.Expect(woken).To(HaveLen(1))
+	g.Expect(woken[0]).To(ContainSubstring(`"chat_key":"chat-2"`))
+	g.Expect(e.pods(t)).To(HaveLen(4))
+
+	// A second unclaimed wake would exceed maxSessions (1 active + 2
+	// unclaimed > 2): no pod for it.
+	g.Expect(wake.Publish(context.Background(), e.r.Runtime.Bus, wake.Wake{Tenant: ns, Agent: "helper", Channel: "web", ChatKey: "chat-3"})).To(Succeed())
+	res = e.run(t)
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 2 starting"), active: 1, warm: 1, requeue: time.Second}))
+	g.Expect(e.pods(t)).To(HaveLen(4))
+
+	// A starting pod fails before registering: it is reaped, the condition
+	// says why, and no pod replaces it while the failure is reported.
+	var failed corev1.Pod
+	for _, p := range e.pods(t) {
+		if p.Name != pods[0].Name && p.Name != pods[1].Name {
+			failed = p
+			break
+		}
+	}
+	setPhase(t, &failed, corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "runtime",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "boom", FinishedAt: metav1.Now()}}}}})
+	res = e.run(t)
+	g.Expect(*res).To(Equal(runtimeResult{active: 1, warm: 1, requeue: time.Second,
+		cond: condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPodFailed,
+			"session pod "+failed.Name+" failed before serving: exit code 1: boom")}))
+	g.Expect(names(e.pods(t))).NotTo(ContainElement(failed.Name))
+	g.Expect(e.pods(t)).To(HaveLen(3))
+
+	// The busy pod finishes (its runtime exited without dropping its entry):
+	// it is reaped, its chat woken again, and the pool refilled.
+	setPhase(t, busy, corev1.PodStatus{Phase: corev1.PodSucceeded})
+	res = e.run(t)
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("0 active, 1 warm, 1 starting"), warm: 1, requeue: time.Second}))
+	g.Expect(e.registry(t)).To(Equal(map[string]string{pods[0].Name: "warm"}))
+	woken = e.wokenChats(t)
+	g.Expect(woken).To(HaveLen(3))
+	g.Expect(woken[2]).To(ContainSubstring(`"chat_key":"chat-1"`))
+	// 0 active + 2 warm + 2 unclaimed (wakes of chat-2, chat-3 and chat-1
+	// are three, capped by maxSessions at 2) = 4 pods.
+	g.Expect(names(e.pods(t))).NotTo(ContainElement(busy.Name))
+	g.Expect(e.pods(t)).To(HaveLen(4))
+
+	// A pod that cannot pull its image stops the pool from growing.
+	e.register(t, pods[0].Name, "busy web chat-4")
+	setPhase(t, &pods[0], corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "runtime",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "not found"}}}}})
+	res = e.run(t)
+	g.Expect(*res).To(Equal(runtimeResult{active: 1, requeue: time.Second,
+		cond: condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonImagePullFailed,
+			"session pod "+pods[0].Name+" cannot pull its image: not found")}))
+	g.Expect(e.pods(t)).To(HaveLen(4))
+}
+
+// TestNamespaceObjectsCheckedOncePerReconciler: a reconciler writes a
+// namespace's connection Secret once and then trusts it, while another
+// reconciler of the same process (another manager, as in tests) checks it
+// again instead of sharing a process-wide memory.
+func TestNamespaceObjectsCheckedOncePerReconciler(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	key := client.ObjectKey{Namespace: e.agent.Namespace, Name: podspec.ConnectionSecret}
+	connection := func() map[string][]byte {
+		s := &corev1.Secret{}
+		g.Expect(k8s.Get(context.Background(), key, s)).To(Succeed())
+		return s.Data
+	}
+	first := e.r.Runtime.Connection["PICOBOT_REDIS_URL"]
+	e.run(t)
+	g.Expect(connection()).To(Equal(map[string][]byte{"PICOBOT_REDIS_URL": []byte(first)}))
+
+	// The same reconciler does not look again.
+	e.r.Runtime.Connection = map[string]string{"PICOBOT_REDIS_URL": "redis://changed:6379"}
+	e.run(t)
+	g.Expect(connection()).To(Equal(map[string][]byte{"PICOBOT_REDIS_URL": []byte(first)}))
+
+	// A new one (an operator restart) brings the Secret up to date.
+	rc := *e.r.Runtime
+	e.r = &AgentReconciler{Client: k8s, Runtime: &rc}
+	e.run(t)
+	g.Expect(connection()).To(Equal(map[string][]byte{"PICOBOT_REDIS_URL": []byte("redis://changed:6379")}))
+}
