@@ -19,6 +19,7 @@ import (
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/dialog"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
@@ -54,6 +55,9 @@ type BackendConfig struct {
 // tenant of every call is the one in ctx (store.WithTenant), set by the
 // gateway from the caller's API key.
 type Backend struct {
+	// Service implements the dialog methods of gateway.Backend.
+	dialog.Service
+
 	cfg  BackendConfig
 	sig  signals
 	read *session.Manager // dialog listing only; never runs a turn
@@ -73,7 +77,9 @@ func NewBackend(cfg BackendConfig) *Backend {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Backend{cfg: cfg, sig: signals{cfg.Redis}, read: session.NewManager(session.Config{Store: cfg.Store})}
+	b := &Backend{cfg: cfg, sig: signals{cfg.Redis}, read: session.NewManager(session.Config{Store: cfg.Store})}
+	b.Service = dialog.Service{Store: cfg.Store, Manager: b.manager}
+	return b
 }
 
 // ListAgents implements gateway.Backend: the agents of the tenant in ctx.
@@ -284,112 +290,6 @@ func (b *Backend) Stop(ctx context.Context, c gateway.Chat) (bool, error) {
 	return b.stop(ctx, tenant, c.Agent, c.ChannelName(), c.Key()), nil
 }
 
-// Dialogs implements gateway.Backend.
-func (b *Backend) Dialogs(ctx context.Context, c gateway.Chat) (string, []store.Session, error) {
-	tenant, err := store.TenantFrom(ctx)
-	if err != nil {
-		return "", nil, err
-	}
-	if err := b.known(ctx, tenant, c.Agent); err != nil {
-		return "", nil, err
-	}
-	cur, err := b.cfg.Store.CurrentDialog(ctx, c.ChannelName(), c.Key())
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return "", nil, err
-	}
-	if cur != "" {
-		if s, err := b.cfg.Store.GetSession(ctx, c.SessionID(cur)); err != nil || s.DeletedAt != nil {
-			cur = ""
-		}
-	}
-	list, err := b.read.List(ctx, c.ChannelName(), c.Key())
-	return cur, list, err
-}
-
-// liveDialog checks that a dialog of the chat exists and is not deleted.
-func (b *Backend) liveDialog(ctx context.Context, c gateway.Chat, dialogID string) (session.ID, error) {
-	tenant, err := store.TenantFrom(ctx)
-	if err != nil {
-		return session.ID{}, err
-	}
-	if err := b.known(ctx, tenant, c.Agent); err != nil {
-		return session.ID{}, err
-	}
-	id := session.ID{Channel: c.ChannelName(), ChatID: c.Key(), DialogID: dialogID}
-	if err := id.Validate(); err != nil {
-		return session.ID{}, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
-	}
-	s, err := b.cfg.Store.GetSession(ctx, id.String())
-	if errors.Is(err, store.ErrNotFound) || err == nil && s.DeletedAt != nil {
-		return session.ID{}, &gateway.CodedError{Code: gateway.CodeUnknownDialog,
-			Err: fmt.Errorf("no dialog %q in chat %s of agent %s", dialogID, c.ChatID, c.Agent)}
-	}
-	return id, err
-}
-
-// CreateDialog implements gateway.Backend.
-func (b *Backend) CreateDialog(ctx context.Context, c gateway.Chat, title string) (store.Session, error) {
-	tenant, err := store.TenantFrom(ctx)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if err := b.known(ctx, tenant, c.Agent); err != nil {
-		return store.Session{}, err
-	}
-	id, err := b.read.Create(ctx, c.ChannelName(), c.Key())
-	if err != nil {
-		return store.Session{}, err
-	}
-	if title != "" {
-		if err := b.read.Rename(ctx, id, title); err != nil {
-			return store.Session{}, fmt.Errorf("failed to title dialog %q: %w", id, err)
-		}
-	}
-	return b.cfg.Store.GetSession(ctx, id.String())
-}
-
-// SwitchDialog implements gateway.Backend.
-func (b *Backend) SwitchDialog(ctx context.Context, c gateway.Chat, dialogID string) (store.Session, error) {
-	id, err := b.liveDialog(ctx, c, dialogID)
-	if err != nil {
-		return store.Session{}, err
-	}
-	return b.read.Switch(ctx, id.Channel, id.ChatID, id.DialogID)
-}
-
-// RenameDialog implements gateway.Backend.
-func (b *Backend) RenameDialog(ctx context.Context, c gateway.Chat, dialogID, title string) (store.Session, error) {
-	id, err := b.liveDialog(ctx, c, dialogID)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if err := b.read.Rename(ctx, id, title); err != nil {
-		return store.Session{}, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
-	}
-	return b.cfg.Store.GetSession(ctx, id.String())
-}
-
-// ArchiveDialog implements gateway.Backend.
-func (b *Backend) ArchiveDialog(ctx context.Context, c gateway.Chat, dialogID string) (store.Session, error) {
-	id, err := b.liveDialog(ctx, c, dialogID)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if err := b.read.Archive(ctx, id); err != nil {
-		return store.Session{}, fmt.Errorf("failed to archive %q: %w", id, err)
-	}
-	return b.cfg.Store.GetSession(ctx, id.String())
-}
-
-// DeleteDialog implements gateway.Backend.
-func (b *Backend) DeleteDialog(ctx context.Context, c gateway.Chat, dialogID string) error {
-	id, err := b.liveDialog(ctx, c, dialogID)
-	if err != nil {
-		return err
-	}
-	return b.read.Delete(ctx, id)
-}
-
 func (b *Backend) known(ctx context.Context, tenant, name string) error {
 	var a picobotv1alpha1.Agent
 	if err := b.cfg.Kube.Get(ctx, client.ObjectKey{Namespace: tenant, Name: name}, &a); err != nil {
@@ -401,15 +301,17 @@ func (b *Backend) known(ctx context.Context, tenant, name string) error {
 	return nil
 }
 
-// Messages implements gateway.Backend.
-func (b *Backend) Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error) {
-	if _, err := session.ParseID(sessionID); err != nil {
-		return nil, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
-	}
-	if _, err := b.cfg.Store.GetSession(ctx, sessionID); err != nil {
+// manager is the dialog service's view of the backend: the agent must exist
+// in the tenant; the dialogs are the store's (no turn runs here).
+func (b *Backend) manager(ctx context.Context, agentName string) (*session.Manager, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
 		return nil, err
 	}
-	return b.cfg.Store.LoadMessages(ctx, sessionID, store.LoadOptions{Last: last})
+	if err := b.known(ctx, tenant, agentName); err != nil {
+		return nil, err
+	}
+	return b.read, nil
 }
 
 // Artifact implements gateway.Backend.

@@ -35,6 +35,7 @@ import (
 	"github.com/picobot/picobot/runtime/blob/localblob"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/bus/membus"
+	"github.com/picobot/picobot/runtime/dialog"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/manifest"
 	"github.com/picobot/picobot/runtime/protocol"
@@ -87,6 +88,9 @@ type Options struct {
 
 // Runtime is a running embedded PicoBot. It implements gateway.Backend.
 type Runtime struct {
+	// Service implements the dialog methods of gateway.Backend.
+	dialog.Service
+
 	opts      Options
 	store     store.Store
 	bus       bus.Bus
@@ -178,6 +182,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel, blobs: blobs,
 		artifacts: artifact.Store{Blobs: blobs, State: st}, tenants: map[string]bool{opts.Tenant: true},
 		waiters: map[string]*waiter{}, serving: map[string]bool{}}
+	r.Service = dialog.Service{Store: st, Manager: r.manager, Tenant: r.checkTenant}
 	for _, t := range opts.Tenants {
 		if err := checkTenant(t); err != nil {
 			r.Close()
@@ -439,115 +444,20 @@ func (r *Runtime) Stop(ctx context.Context, c gateway.Chat) (bool, error) {
 	return stopped, nil
 }
 
-// Dialogs implements gateway.Backend.
-func (r *Runtime) Dialogs(ctx context.Context, c gateway.Chat) (string, []store.Session, error) {
-	_, ta, err := r.scope(ctx, c.Agent)
+// manager is the dialog service's view of the runtime: the session manager
+// of an agent for the tenant of ctx.
+func (r *Runtime) manager(ctx context.Context, agentName string) (*session.Manager, error) {
+	_, ta, err := r.scope(ctx, agentName)
 	if err != nil {
-		return "", nil, err
-	}
-	// A deleted current dialog is none: the next message goes to the most
-	// recent remaining dialog.
-	cur, err := r.store.CurrentDialog(ctx, c.ChannelName(), c.Key())
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return "", nil, err
-	}
-	list, err := ta.manager.List(ctx, c.ChannelName(), c.Key())
-	return cur, list, err
-}
-
-// liveDialog returns a dialog of the chat that exists and is not deleted.
-func (r *Runtime) liveDialog(ctx context.Context, c gateway.Chat, dialogID string) (*tenantAgent, session.ID, error) {
-	_, ta, err := r.scope(ctx, c.Agent)
-	if err != nil {
-		return nil, session.ID{}, err
-	}
-	id := session.ID{Channel: c.ChannelName(), ChatID: c.Key(), DialogID: dialogID}
-	if err := id.Validate(); err != nil {
-		return nil, session.ID{}, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
-	}
-	s, err := r.store.GetSession(ctx, id.String())
-	if errors.Is(err, store.ErrNotFound) || err == nil && s.DeletedAt != nil {
-		return nil, session.ID{}, &gateway.CodedError{Code: gateway.CodeUnknownDialog,
-			Err: fmt.Errorf("no dialog %q in chat %s of agent %s", dialogID, c.ChatID, c.Agent)}
-	}
-	if err != nil {
-		return nil, session.ID{}, fmt.Errorf("failed to read session %q: %w", id, err)
-	}
-	return ta, id, nil
-}
-
-// CreateDialog implements gateway.Backend.
-func (r *Runtime) CreateDialog(ctx context.Context, c gateway.Chat, title string) (store.Session, error) {
-	_, ta, err := r.scope(ctx, c.Agent)
-	if err != nil {
-		return store.Session{}, err
-	}
-	id, err := ta.manager.Create(ctx, c.ChannelName(), c.Key())
-	if err != nil {
-		return store.Session{}, err
-	}
-	if title != "" {
-		if err := ta.manager.Rename(ctx, id, title); err != nil {
-			return store.Session{}, fmt.Errorf("failed to title dialog %q: %w", id, err)
-		}
-	}
-	return r.store.GetSession(ctx, id.String())
-}
-
-// SwitchDialog implements gateway.Backend.
-func (r *Runtime) SwitchDialog(ctx context.Context, c gateway.Chat, dialogID string) (store.Session, error) {
-	ta, id, err := r.liveDialog(ctx, c, dialogID)
-	if err != nil {
-		return store.Session{}, err
-	}
-	return ta.manager.Switch(ctx, id.Channel, id.ChatID, id.DialogID)
-}
-
-// RenameDialog implements gateway.Backend.
-func (r *Runtime) RenameDialog(ctx context.Context, c gateway.Chat, dialogID, title string) (store.Session, error) {
-	ta, id, err := r.liveDialog(ctx, c, dialogID)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if err := ta.manager.Rename(ctx, id, title); err != nil {
-		return store.Session{}, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
-	}
-	return r.store.GetSession(ctx, id.String())
-}
-
-// ArchiveDialog implements gateway.Backend.
-func (r *Runtime) ArchiveDialog(ctx context.Context, c gateway.Chat, dialogID string) (store.Session, error) {
-	ta, id, err := r.liveDialog(ctx, c, dialogID)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if err := ta.manager.Archive(ctx, id); err != nil {
-		return store.Session{}, fmt.Errorf("failed to archive %q: %w", id, err)
-	}
-	return r.store.GetSession(ctx, id.String())
-}
-
-// DeleteDialog implements gateway.Backend.
-func (r *Runtime) DeleteDialog(ctx context.Context, c gateway.Chat, dialogID string) error {
-	ta, id, err := r.liveDialog(ctx, c, dialogID)
-	if err != nil {
-		return err
-	}
-	return ta.manager.Delete(ctx, id)
-}
-
-// Messages implements gateway.Backend.
-func (r *Runtime) Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error) {
-	if _, err := r.tenantOf(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := session.ParseID(sessionID); err != nil {
-		return nil, &gateway.CodedError{Code: gateway.CodeBadRequest, Err: err}
-	}
-	if _, err := r.store.GetSession(ctx, sessionID); err != nil {
-		return nil, err
-	}
-	return r.store.LoadMessages(ctx, sessionID, store.LoadOptions{Last: last})
+	return ta.manager, nil
+}
+
+// checkTenant checks that the tenant of ctx is served.
+func (r *Runtime) checkTenant(ctx context.Context) error {
+	_, err := r.tenantOf(ctx)
+	return err
 }
 
 // Artifact implements gateway.Backend.

@@ -67,37 +67,8 @@ type ModelInfo struct {
 // Check is one line of the health report (health.Check).
 type Check = health.Check
 
-// Chat is a client's conversation with an agent on one gateway channel; it
-// has dialogs, one of them current. Its sessions are
-// "<Channel>:<Agent>/<ChatID>:<dialog_id>".
-type Chat struct {
-	// Channel is ChannelWeb (WebSocket and REST clients) or ChannelOpenAI;
-	// empty means ChannelWeb.
-	Channel string
-	Agent   string
-	ChatID  string
-}
-
-// Key is the chat id sessions know the chat by: "<agent>/<chat_id>".
-//
-// On a chat platform's channel (Telegram, Slack...) the channel belongs to
-// one agent and the key is the platform's chat id alone, so the session is
-// "<channel>:<platform chat id>:<dialog>" and replies and send_message
-// targets name the chat the way the platform does.
-func (c Chat) Key() string { return protocol.ChatKey(c.ChannelName(), c.Agent, c.ChatID) }
-
-// ChannelName is the chat's channel, ChannelWeb when unset.
-func (c Chat) ChannelName() string {
-	if c.Channel == "" {
-		return ChannelWeb
-	}
-	return c.Channel
-}
-
-// SessionID is the id of one of the chat's dialogs.
-func (c Chat) SessionID(dialogID string) string {
-	return c.ChannelName() + ":" + c.Key() + ":" + dialogID
-}
+// Chat is a client's conversation with an agent (runtime/protocol).
+type Chat = protocol.Chat
 
 // Send is a message from a client.
 type Send struct {

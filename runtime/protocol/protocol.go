@@ -61,6 +61,32 @@ func ChatKey(channel, agent, chatID string) string {
 	return chatID
 }
 
+// Chat is a client's conversation with an agent on one channel; it has
+// dialogs, one of them current. Its sessions are
+// "<channel>:<Key()>:<dialog_id>".
+type Chat struct {
+	// Channel is the chat's channel; empty means ChannelWeb.
+	Channel string
+	Agent   string
+	ChatID  string
+}
+
+// Key is the chat id sessions know the chat by (ChatKey).
+func (c Chat) Key() string { return ChatKey(c.ChannelName(), c.Agent, c.ChatID) }
+
+// ChannelName is the chat's channel, ChannelWeb when unset.
+func (c Chat) ChannelName() string {
+	if c.Channel == "" {
+		return ChannelWeb
+	}
+	return c.Channel
+}
+
+// SessionID is the id of one of the chat's dialogs.
+func (c Chat) SessionID(dialogID string) string {
+	return c.ChannelName() + ":" + c.Key() + ":" + dialogID
+}
+
 // ChatStream is the bus stream of one chat's inbound messages, read in order by
 // the runtime that owns the chat (consumer group ChatGroup).
 func ChatStream(tenant, agent, channel, chatKey string) string {
