@@ -14,11 +14,13 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/session"
@@ -44,6 +46,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if stop != nil {
 		stop()
+	}
+	// Every runtime, backend and subscription a test started must have
+	// ended: a leaked heartbeat or consumer would keep a chat's lease.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
@@ -167,6 +177,9 @@ func TestWarmRuntimeServesAChatUntilIdle(t *testing.T) {
 	last := es[len(es)-1]
 	g.Expect(last.MessageID).To(Equal("helper/bob/2"))
 	g.Expect(last.Outcome.Text).To(Equal("answer 3")) // no system prompt: hi, answer 1, again
+	for _, e := range es {
+		g.Expect(e.V).To(Equal(protocol.WireVersion), "every frame says its wire version")
+	}
 
 	// Idle: the runtime gives the chat up and returns; the registry entry,
 	// owner hint and lease go with it.
@@ -176,6 +189,44 @@ func TestWarmRuntimeServesAChatUntilIdle(t *testing.T) {
 	ok, err := f.store.AcquireLease(store.WithTenant(context.Background(), f.tenant), leaseKey("web", "helper/bob"), "someone-else", time.Second)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ok).To(BeTrue())
+}
+
+// A gateway newer than the session pod (a rolling upgrade) queues a message
+// of a wire version the pod does not read: the pod answers it with a clear
+// error instead of misreading it, and goes on with the chat's next message,
+// which an older gateway wrote without a version.
+func TestRuntimeRefusesANewerWireFormat(t *testing.T) {
+	f := newFixture(t)
+	g := NewWithT(t)
+	f.llm.Script(fakellm.Turn{Text: "read you"})
+	got := f.events(t, "helper/eve")
+	ctx := context.Background()
+	stream := chatStream(f.tenant, "helper", "web", "helper/eve")
+	newer := []byte(`{"v":2,"id":"helper/eve/1","channel":"web","chat_key":"helper/eve","text":"hi","attachments":[{"id":"a1"}]}`)
+	older := []byte(`{"id":"helper/eve/2","channel":"web","chat_key":"helper/eve","text":"hi"}`)
+	g.Expect(f.bus.Publish(ctx, stream, bus.Message{ID: "helper/eve/1", Payload: newer}, bus.Message{ID: "helper/eve/2", Payload: older})).To(Succeed())
+	g.Expect(wake.Publish(ctx, f.bus, Wake{Tenant: f.tenant, Agent: "helper", Channel: "web", ChatKey: "helper/eve"})).To(Succeed())
+	rt := f.runtime(t, "pod-a", 200*time.Millisecond, 3*time.Second)
+	g.Expect(rt.Run(ctx)).To(Succeed())
+	g.Eventually(func() []string { return kinds(got()) }, 10*time.Second).Should(ContainElement(kindDone))
+	var refused, answered *Event
+	for _, e := range got() {
+		switch {
+		case e.MessageID == "helper/eve/1" && e.Kind == kindError:
+			refused = &e
+		case e.MessageID == "helper/eve/2" && e.Kind == kindDone:
+			answered = &e
+		}
+	}
+	g.Expect(refused).NotTo(BeNil())
+	g.Expect(refused.Code).To(Equal(protocol.CodeUnavailable))
+	g.Expect(refused.Message).To(ContainSubstring("unknown wire format version 2 (this build reads up to 1)"))
+	g.Expect(answered).NotTo(BeNil())
+	g.Expect(answered.Outcome.Text).To(Equal("read you"))
+	g.Expect(f.llm.Requests()).To(HaveLen(1), "the refused message never reached the model")
+	pending, err := f.bus.Pending(ctx, stream, groupRuntime, 10)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pending).To(BeEmpty())
 }
 
 // A runtime that died after fetching a message (never acknowledged) leaves it
