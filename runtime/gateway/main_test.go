@@ -9,12 +9,19 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
+
+// TestMain fails the package if a test leaves a goroutine running.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // agentYAML declares "assistant", answered by the fake model, and "keyless",
 // whose model key is missing.
