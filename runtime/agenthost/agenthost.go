@@ -24,6 +24,7 @@ import (
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/artifact"
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/mcp"
 	"github.com/picobot/picobot/runtime/provider"
@@ -94,7 +95,7 @@ type Parts struct {
 	// Prompt returns a system prompt section for a turn ("" for none).
 	Prompt func(ctx context.Context, turn session.PromptInput) string
 	// Health reports the feature's requirements for this agent.
-	Health func(ctx context.Context) []gateway.Check
+	Health func(ctx context.Context) []health.Check
 	// Close releases what Build started.
 	Close func()
 }
@@ -121,13 +122,13 @@ type Built struct {
 	// caller can derive a manager with other tools (e.g. scheduled runs).
 	Loop    *agent.Loop
 	Session session.Config
-	health  []func(context.Context) []gateway.Check
+	health  []func(context.Context) []health.Check
 	closers []func()
 }
 
 // Health returns the checks of the agent's features.
-func (b *Built) Health(ctx context.Context) []gateway.Check {
-	var out []gateway.Check
+func (b *Built) Health(ctx context.Context) []health.Check {
+	var out []health.Check
 	for _, h := range b.health {
 		out = append(out, h(ctx)...)
 	}

@@ -15,7 +15,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
-	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/manifest"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/policy"
@@ -83,8 +83,8 @@ func (f *Feature) Build(ctx context.Context, a *agenthost.Agent) (agenthost.Part
 	log = log.With("agent", a.Spec.Name)
 	checkName := "agent " + a.Spec.Name + " skills"
 	if !policy.Allowed(a.Policy, skilltool.Name) {
-		return agenthost.Parts{Health: func(context.Context) []gateway.Check {
-			return []gateway.Check{{Name: checkName, OK: true, Message: "get_skill is not in the agent's tool set, so no skills are offered"}}
+		return agenthost.Parts{Health: func(context.Context) []health.Check {
+			return []health.Check{{Name: checkName, OK: true, Message: "get_skill is not in the agent's tool set, so no skills are offered"}}
 		}}, nil
 	}
 	namespace := a.Spec.Namespace
@@ -149,21 +149,21 @@ func (f *Feature) Build(ctx context.Context, a *agenthost.Agent) (agenthost.Part
 	return agenthost.Parts{
 		Tools:  []tool.Tool{skilltool.New(cat)},
 		Prompt: cat.Prompt,
-		Health: func(ctx context.Context) []gateway.Check { return cat.health(ctx, checkName, notes) },
+		Health: func(ctx context.Context) []health.Check { return cat.health(ctx, checkName, notes) },
 		Close:  closeFn,
 	}, nil
 }
 
 // health reports the skill count and one failed check per problem.
-func (c *Catalog) health(ctx context.Context, name string, notes []Problem) []gateway.Check {
+func (c *Catalog) health(ctx context.Context, name string, notes []Problem) []health.Check {
 	snap := c.Snapshot(ctx)
 	msg := fmt.Sprintf("%d skills", len(snap.Skills))
 	if len(snap.Skills) > 0 {
 		msg += " (" + snap.countBySource() + ")"
 	}
-	checks := []gateway.Check{{Name: name, OK: true, Message: msg}}
+	checks := []health.Check{{Name: name, OK: true, Message: msg}}
 	for _, p := range append(append([]Problem(nil), notes...), snap.Problems...) {
-		checks = append(checks, gateway.Check{Name: name + ": " + p.Origin, OK: false, Message: p.Err.Error(), Fix: p.Fix})
+		checks = append(checks, health.Check{Name: name + ": " + p.Origin, OK: false, Message: p.Err.Error(), Fix: p.Fix})
 	}
 	return checks
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/agenthost"
 	driver "github.com/picobot/picobot/runtime/browser"
-	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/tool"
 )
 
@@ -38,7 +38,7 @@ type Feature struct {
 
 	mu        sync.Mutex
 	checked   time.Time
-	lastCheck []gateway.Check
+	lastCheck []health.Check
 }
 
 // NewFeature starts the browser driver (browsers themselves start on first
@@ -98,9 +98,9 @@ func (f *Feature) profiles(a *agenthost.Agent) driver.ProfileStore {
 
 // Health reports the browser's requirements: the executable and a real
 // headless launch (reused for HealthTTL), or the remote endpoint in use.
-func (f *Feature) Health(ctx context.Context) []gateway.Check {
+func (f *Feature) Health(ctx context.Context) []health.Check {
 	if f.cfg.Driver.Endpoint != nil {
-		return []gateway.Check{{Name: "browser", OK: true, Message: "browsers run in browser pods (remote DevTools)"}}
+		return []health.Check{{Name: "browser", OK: true, Message: "browsers run in browser pods (remote DevTools)"}}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -114,13 +114,13 @@ func (f *Feature) Health(ctx context.Context) []gateway.Check {
 }
 
 // Checks checks the executable at bin and launches it headless once.
-func Checks(ctx context.Context, bin string) []gateway.Check {
-	exe := gateway.Check{Name: "browser executable", OK: true, Message: bin}
+func Checks(ctx context.Context, bin string) []health.Check {
+	exe := health.Check{Name: "browser executable", OK: true, Message: bin}
 	if err := driver.CheckExecutable(bin); err != nil {
-		exe = gateway.Check{Name: "browser executable", Message: err.Error(), Fix: driver.InstallFix}
-		return []gateway.Check{exe, {Name: "browser headless launch", Message: "skipped: no executable", Fix: driver.InstallFix}}
+		exe = health.Check{Name: "browser executable", Message: err.Error(), Fix: driver.InstallFix}
+		return []health.Check{exe, {Name: "browser headless launch", Message: "skipped: no executable", Fix: driver.InstallFix}}
 	}
-	launch := gateway.Check{Name: "browser headless launch", OK: true}
+	launch := health.Check{Name: "browser headless launch", OK: true}
 	version, err := driver.CheckLaunch(ctx, bin)
 	if err != nil {
 		launch.OK = false
@@ -129,5 +129,5 @@ func Checks(ctx context.Context, bin string) []gateway.Check {
 	} else {
 		launch.Message = version + " started headless"
 	}
-	return []gateway.Check{exe, launch}
+	return []health.Check{exe, launch}
 }

@@ -11,7 +11,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/channel"
-	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
@@ -69,10 +69,10 @@ func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts,
 	cfg := toolConfig{opts: f.opts, store: a.Host.Store, agent: a.Spec.Name, tenant: a.Host.Tenant, spec: a.Spec}
 	return agenthost.Parts{
 		Tools: []tool.Tool{NewSendMessage(cfg), NewChatManager(cfg)},
-		Health: func(ctx context.Context) []gateway.Check {
-			var out []gateway.Check
+		Health: func(ctx context.Context) []health.Check {
+			var out []health.Check
 			for _, s := range cfg.channels(ctx) {
-				c := gateway.Check{Name: fmt.Sprintf("channel %s (%s)", s.Name, s.Type), OK: s.Ready, Message: "ready"}
+				c := health.Check{Name: fmt.Sprintf("channel %s (%s)", s.Name, s.Type), OK: s.Ready, Message: "ready"}
 				if s.Mode != "" {
 					c.Message = "ready, " + s.Mode
 				}
