@@ -19,28 +19,30 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/picobot/picobot/runtime/protocol"
 )
 
 // ProtocolVersion is the protocol version this client speaks.
 const ProtocolVersion = 1
 
-// Error codes of the protocol, as carried by Error.Code.
+// Error codes of the protocol, as carried by Error.Code (runtime/protocol).
 const (
-	CodeBadRequest   = "bad_request"
-	CodeUnknownAgent = "unknown_agent"
-	CodeNoModel      = "no_model"
-	CodeBusy         = "busy"
-	CodeStopped      = "stopped"
-	CodeInternal     = "internal"
-	CodeUnauthorized = "unauthorized"
-	CodeForbidden    = "forbidden"
-	CodeNotFound     = "not_found"
-	CodeRateLimited  = "rate_limited"
-	CodeTooLarge     = "too_large"
+	CodeBadRequest   = protocol.CodeBadRequest
+	CodeUnknownAgent = protocol.CodeUnknownAgent
+	CodeNoModel      = protocol.CodeNoModel
+	CodeBusy         = protocol.CodeBusy
+	CodeStopped      = protocol.CodeStopped
+	CodeInternal     = protocol.CodeInternal
+	CodeUnauthorized = protocol.CodeUnauthorized
+	CodeForbidden    = protocol.CodeForbidden
+	CodeNotFound     = protocol.CodeNotFound
+	CodeRateLimited  = protocol.CodeRateLimited
+	CodeTooLarge     = protocol.CodeTooLarge
 	// Unknown-thing codes of the REST API (404).
-	CodeUnknownSession  = "unknown_session"
-	CodeUnknownDialog   = "unknown_dialog"
-	CodeUnknownArtifact = "unknown_artifact"
+	CodeUnknownSession  = protocol.CodeUnknownSession
+	CodeUnknownDialog   = protocol.CodeUnknownDialog
+	CodeUnknownArtifact = protocol.CodeUnknownArtifact
 )
 
 // maxErrorBody bounds how much of a non-JSON error reply is quoted.
