@@ -186,18 +186,7 @@ func SystemPrompt(base string, tools *tool.Registry) string {
 // example on cancellation), so the caller can persist what happened; the
 // history in it always has a valid tool-call chain.
 func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
-	emit := in.Sink
-	if emit == nil {
-		emit = func(Event) {}
-	}
-	maxSteps := l.MaxSteps
-	if maxSteps <= 0 {
-		maxSteps = DefaultMaxSteps
-	}
-	reg := l.Tools
-	if reg == nil {
-		reg, _ = tool.NewRegistry()
-	}
+	emit, maxSteps, reg := l.defaults(in)
 	out := &Output{History: RepairToolChains(in.History)}
 	system := SystemPrompt(in.System, reg)
 	defs := reg.Definitions()
@@ -253,26 +242,13 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 				msg.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", step, i)
 			}
 		}
-		out.History = append(out.History, msg)
-		out.New = append(out.New, msg)
+		out.add(msg)
 		if len(msg.ToolCalls) == 0 {
 			out.Final, out.StopReason = msg.Content, StopFinal
 			emit(Event{Kind: EventFinal, Step: step, Text: msg.Content})
 			return out, nil
 		}
-		for i := range msg.ToolCalls {
-			emit(Event{Kind: EventToolCall, Step: step, ToolCall: &msg.ToolCalls[i]})
-		}
-		results := l.runTools(ctx, reg, in.Env, msg.ToolCalls)
-		for i, r := range results {
-			c := msg.ToolCalls[i]
-			tm := llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError}
-			out.History = append(out.History, tm)
-			out.New = append(out.New, tm)
-			out.Artifacts = append(out.Artifacts, r.Artifacts...)
-			emit(Event{Kind: EventToolResult, Step: step, ToolResult: &ToolResult{
-				CallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError, Artifacts: r.Artifacts}})
-		}
+		l.callTools(ctx, reg, in.Env, step, msg.ToolCalls, out, emit)
 		if ctx.Err() != nil {
 			out.StopReason = StopCancelled
 			return out, fmt.Errorf("turn cancelled: %w", ctx.Err())
@@ -280,11 +256,46 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	}
 	out.StopReason = StopStepLimit
 	out.Final = fmt.Sprintf("I stopped after %d steps without finishing. Tell me to continue, or narrow the task.", maxSteps)
-	final := llm.Message{Role: llm.RoleAssistant, Content: out.Final}
-	out.History = append(out.History, final)
-	out.New = append(out.New, final)
+	out.add(llm.Message{Role: llm.RoleAssistant, Content: out.Final})
 	emit(Event{Kind: EventFinal, Step: out.Steps, Text: out.Final})
 	return out, nil
+}
+
+// defaults returns the turn's sink, the step limit and the tools, each with
+// its default when unset.
+func (l *Loop) defaults(in Input) (emit func(Event), maxSteps int, reg *tool.Registry) {
+	emit, maxSteps, reg = in.Sink, l.MaxSteps, l.Tools
+	if emit == nil {
+		emit = func(Event) {}
+	}
+	if maxSteps <= 0 {
+		maxSteps = DefaultMaxSteps
+	}
+	if reg == nil {
+		reg, _ = tool.NewRegistry()
+	}
+	return emit, maxSteps, reg
+}
+
+// add appends a message of the turn to the history and to what is new.
+func (o *Output) add(m llm.Message) {
+	o.History = append(o.History, m)
+	o.New = append(o.New, m)
+}
+
+// callTools runs one step's tool calls and records their results, in the
+// order of the calls, as events and messages of the turn.
+func (l *Loop) callTools(ctx context.Context, reg *tool.Registry, env tool.Env, step int, calls []llm.ToolCall, out *Output, emit func(Event)) {
+	for i := range calls {
+		emit(Event{Kind: EventToolCall, Step: step, ToolCall: &calls[i]})
+	}
+	for i, r := range l.runTools(ctx, reg, env, calls) {
+		c := calls[i]
+		out.add(llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError})
+		out.Artifacts = append(out.Artifacts, r.Artifacts...)
+		emit(Event{Kind: EventToolResult, Step: step, ToolResult: &ToolResult{
+			CallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError, Artifacts: r.Artifacts}})
+	}
 }
 
 // runTools executes one batch of calls: concurrently when every tool is

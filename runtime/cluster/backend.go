@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/artifact"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/channel"
@@ -183,6 +184,14 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		// Queued is what matters: the rewake below tries again.
 		b.cfg.Log.Error("Failed to wake chat", "chat", chat, "err", err)
 	}
+	return b.await(ctx, s, tenant, msgID, events)
+}
+
+// await relays the events of message msgID to the send's sink until its
+// outcome arrives, re-waking the chat every Rewake in case its owner died
+// mid-turn.
+func (b *Backend) await(ctx context.Context, s gateway.Send, tenant, msgID string, events <-chan Event) (gateway.Outcome, error) {
+	c := s.Chat()
 	deadline := time.NewTimer(b.cfg.ReplyTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(b.cfg.Rewake)
@@ -196,25 +205,8 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 			if e.MessageID != msgID {
 				continue
 			}
-			if err := protocol.CheckVersion(e.V); err != nil {
-				// A session pod newer than this gateway (a rolling
-				// upgrade): the turn runs, its events cannot be read here.
-				return gateway.Outcome{}, &gateway.CodedError{Code: gateway.CodeUnavailable,
-					Err: fmt.Errorf("the session runtime answered in a format this gateway cannot read (%w); the reply will be in the history", err)}
-			}
-			switch e.Kind {
-			case kindDone:
-				return *e.Outcome, nil
-			case kindError:
-				out := gateway.Outcome{}
-				if e.Outcome != nil {
-					out = *e.Outcome
-				}
-				return out, &gateway.CodedError{Code: e.Code, Err: errors.New(e.Message)}
-			default:
-				if e.Event != nil && s.Sink != nil {
-					s.Sink(*e.Event)
-				}
+			if out, err, done := relay(e, s.Sink); done {
+				return out, err
 			}
 		case <-tick.C:
 			// The owner may have died mid-turn: its lease and hint expire,
@@ -222,8 +214,8 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 			if err := b.agent(ctx, tenant, s.Agent); err != nil {
 				return gateway.Outcome{}, err // e.g. its pods cannot start
 			}
-			if err := b.ensureRuntime(ctx, tenant, s.Agent, channel, chat); err != nil {
-				b.cfg.Log.Error("Failed to re-wake chat", "chat", chat, "err", err)
+			if err := b.ensureRuntime(ctx, tenant, s.Agent, c.ChannelName(), c.Key()); err != nil {
+				b.cfg.Log.Error("Failed to re-wake chat", "chat", c.Key(), "err", err)
 			}
 		case <-deadline.C:
 			return gateway.Outcome{}, fmt.Errorf("no reply within %s; the reply will be in the history when it comes", b.cfg.ReplyTimeout)
@@ -231,6 +223,30 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 			return gateway.Outcome{}, ctx.Err()
 		}
 	}
+}
+
+// relay hands one event frame of the awaited message to sink; done reports
+// the message's outcome.
+func relay(e Event, sink func(agent.Event)) (out gateway.Outcome, err error, done bool) {
+	if err := protocol.CheckVersion(e.V); err != nil {
+		// A session pod newer than this gateway (a rolling upgrade): the
+		// turn runs, its events cannot be read here.
+		return gateway.Outcome{}, &gateway.CodedError{Code: gateway.CodeUnavailable,
+			Err: fmt.Errorf("the session runtime answered in a format this gateway cannot read (%w); the reply will be in the history", err)}, true
+	}
+	switch e.Kind {
+	case kindDone:
+		return *e.Outcome, nil, true
+	case kindError:
+		if e.Outcome != nil {
+			out = *e.Outcome
+		}
+		return out, &gateway.CodedError{Code: e.Code, Err: errors.New(e.Message)}, true
+	}
+	if e.Event != nil && sink != nil {
+		sink(*e.Event)
+	}
+	return gateway.Outcome{}, nil, false
 }
 
 // retryRedis runs op until it succeeds, backing off exponentially between

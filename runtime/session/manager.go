@@ -177,10 +177,11 @@ type Reply struct {
 
 // Handle processes one inbound message: a slash command, or a model turn in
 // three phases — (1) under the session lock: persist the user message, restore
-// history, compress; (2) without it: the agent loop, storing the files its
-// tools present to the user as they come; (3) under the lock: persist the
-// results (with links to those files, and for a turn the user stopped, the
-// text streamed so far marked with StoppedMarker) and auto-title.
+// history, compress (prepare); (2) without it: the agent loop, storing the
+// files its tools present to the user as they come (run); (3) under the lock:
+// persist the results (with links to those files, and for a turn the user
+// stopped, the text streamed so far marked with StoppedMarker) and auto-title
+// (finish).
 func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	if cmd, ok := ParseCommand(in.Text); ok {
 		return m.command(ctx, in, cmd)
@@ -189,121 +190,155 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	sid := id.String()
 	if in.MessageID == "" {
 		in.MessageID = "m_" + NewDialogID()[2:] + fmt.Sprint(m.cfg.Clock.Now().UnixNano())
 	}
+	t, err := m.prepare(ctx, id, in)
+	if t == nil {
+		return Reply{SessionID: id.String(), Duplicate: err == nil}, err
+	}
+	m.run(ctx, t, in)
+	return m.finish(ctx, t, in.MessageID)
+}
 
-	// Phase 1.
+// turn is a model turn between its phases.
+type turn struct {
+	id  ID
+	sid string
+	// userAt is when the user message was stored (the compression mark).
+	userAt  time.Time
+	system  string
+	history []llm.Message
+	// ctx is cancelled by Stop (errStopped) or a lost lease.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// Filled in by run.
+	out         *agent.Output
+	files       *turnFiles
+	err         error
+	userStopped bool
+}
+
+// prepare is phase 1: under the session lock it takes the lease, stores the
+// user message and builds the turn's history and system prompt. It returns
+// no turn, and no error, when the message was processed before.
+func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*turn, error) {
+	sid := id.String()
 	unlock := m.lock(sid)
+	defer unlock()
 	// A lease taken or renewed less than a third of its TTL ago is still
 	// ours: taking it again would only cost a write per turn.
 	if !m.leaseFresh(sid) {
 		ok, err := m.cfg.Store.AcquireLease(ctx, sid, m.cfg.Holder, m.cfg.LeaseTTL)
-		if err != nil || !ok {
-			unlock()
-			if err == nil {
-				err = fmt.Errorf("%w: %s", ErrBusy, sid)
-			}
-			return Reply{SessionID: sid}, err
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", ErrBusy, sid)
 		}
 		m.markLeased(sid)
 	}
 	stored, err := m.cfg.Store.AppendMessages(ctx, sid, store.Message{ID: in.MessageID, Role: llm.RoleUser, Content: in.Text})
 	if err != nil {
-		unlock()
-		return Reply{SessionID: sid}, fmt.Errorf("failed to store message of session %q: %w", sid, err)
+		return nil, fmt.Errorf("failed to store message of session %q: %w", sid, err)
 	}
 	m.extendHistory(sid, stored, true)
 	if stored[0].Duplicate {
-		resume, err := m.unfinished(ctx, sid, in.MessageID)
-		if err != nil || !resume {
-			unlock()
-			return Reply{SessionID: sid, Duplicate: true}, err
+		// A runtime that died between storing the message and storing its
+		// turn (phase 3 writes the whole turn at once, so nothing half-done
+		// is stored) left it unfinished: run the turn now, once.
+		if resume, err := m.unfinished(ctx, sid, in.MessageID); err != nil || !resume {
+			return nil, err
 		}
-		// A runtime died between storing the message and storing its turn
-		// (phase 3 writes the whole turn at once, so nothing half-done is
-		// stored): run the turn now, once.
 	}
 	history, err := m.history(ctx, id) // read only: the loop works on a copy
 	if err != nil {
-		unlock()
-		return Reply{SessionID: sid}, err
+		return nil, err
 	}
-	system := m.cfg.System
-	if m.cfg.Prompt != nil {
-		if extra := m.cfg.Prompt(ctx, PromptInput{SessionID: id, Text: in.Text}); extra != "" {
-			if system != "" {
-				system += "\n\n"
-			}
-			system += extra
-		}
-	}
+	system := m.systemPrompt(ctx, id, in.Text)
 	history, compressed, err := m.compress(ctx, id, system, history, false)
 	if err != nil {
-		unlock()
-		return Reply{SessionID: sid}, err
+		return nil, err
 	}
 	if compressed {
 		if err := m.markCompressed(ctx, sid, stored[0].CreatedAt); err != nil {
-			unlock()
-			return Reply{SessionID: sid}, err
+			return nil, err
 		}
 	}
 	// Marked running before the lock goes, so a redelivery of this message
 	// cannot start the same turn again (see unfinished).
 	turnCtx, cancel := context.WithCancelCause(ctx)
 	m.setRunning(sid, cancel)
-	unlock()
+	return &turn{id: id, sid: sid, userAt: stored[0].CreatedAt, system: system, history: history, ctx: turnCtx, cancel: cancel}, nil
+}
 
-	// Phase 2: the lease is renewed while the loop runs.
-	stopHeartbeat := m.heartbeat(turnCtx, sid, cancel)
-	files := m.newTurnFiles(ctx, sid, in.Sink)
-	out, runErr := m.cfg.Loop.Run(turnCtx, agent.Input{
-		System: system, History: history, Stream: in.Stream, Sink: files.emit,
-		Env: tool.Env{Workspace: m.cfg.Workspace(id), SessionID: sid, Agent: m.cfg.Agent},
+// systemPrompt is the agent's system prompt with what Config.Prompt adds for
+// this turn.
+func (m *Manager) systemPrompt(ctx context.Context, id ID, text string) string {
+	system := m.cfg.System
+	if m.cfg.Prompt != nil {
+		if extra := m.cfg.Prompt(ctx, PromptInput{SessionID: id, Text: text}); extra != "" {
+			if system != "" {
+				system += "\n\n"
+			}
+			system += extra
+		}
+	}
+	return system
+}
+
+// run is phase 2: the agent loop, without the session lock, while a
+// heartbeat renews the lease.
+func (m *Manager) run(ctx context.Context, t *turn, in Inbound) {
+	stopHeartbeat := m.heartbeat(t.ctx, t.sid, t.cancel)
+	t.files = m.newTurnFiles(ctx, t.sid, in.Sink)
+	t.out, t.err = m.cfg.Loop.Run(t.ctx, agent.Input{
+		System: t.system, History: t.history, Stream: in.Stream, Sink: t.files.emit,
+		Env: tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent},
 	})
 	stopHeartbeat()
-	m.clearRunning(sid)
-	userStopped := errors.Is(context.Cause(turnCtx), errStopped)
-	cancel(nil)
+	m.clearRunning(t.sid)
+	t.userStopped = errors.Is(context.Cause(t.ctx), errStopped)
+	t.cancel(nil)
+}
 
-	// Phase 3: persist what the turn produced, even when it was cancelled, so
-	// the tool-call chain stays whole. The text a stopped turn streamed is
-	// kept only when the user stopped it: a turn cancelled by a shutdown or
-	// a lost lease stores no reply, so the next owner runs the message again
-	// when nothing else of the turn was stored (see unfinished).
-	unlock = m.lock(sid)
+// finish is phase 3: persist what the turn produced, even when it was
+// cancelled, so the tool-call chain stays whole. The text a stopped turn
+// streamed is kept only when the user stopped it: a turn cancelled by a
+// shutdown or a lost lease stores no reply, so the next owner runs the
+// message again when nothing else of the turn was stored (see unfinished).
+func (m *Manager) finish(ctx context.Context, t *turn, messageID string) (Reply, error) {
+	unlock := m.lock(t.sid)
 	defer unlock()
-	reply := Reply{SessionID: sid, Output: out, Attachments: files.attachments()}
-	if news := files.messages(out, userStopped); len(news) > 0 {
+	reply := Reply{SessionID: t.sid, Output: t.out, Attachments: t.files.attachments()}
+	if news := t.files.messages(t.out, t.userStopped); len(news) > 0 {
 		msgs := make([]store.Message, len(news))
 		for i, nm := range news {
 			msgs[i] = store.FromLLM(nm)
 			// Derived ids make a retried phase 3 idempotent.
-			msgs[i].ID = fmt.Sprintf("%s/%d", in.MessageID, i)
+			msgs[i].ID = fmt.Sprintf("%s/%d", messageID, i)
 		}
 		// A cancelled turn must still be recorded: use a context that
 		// outlives the caller's.
 		pctx := context.WithoutCancel(ctx)
-		turn, err := m.cfg.Store.AppendMessages(pctx, sid, msgs...)
+		stored, err := m.cfg.Store.AppendMessages(pctx, t.sid, msgs...)
 		if err != nil {
-			return reply, errors.Join(runErr, fmt.Errorf("failed to store turn of session %q: %w", sid, err))
+			return reply, errors.Join(t.err, fmt.Errorf("failed to store turn of session %q: %w", t.sid, err))
 		}
-		m.extendHistory(sid, turn, false)
-		if out.Compressed {
-			if err := m.markCompressed(pctx, sid, stored[0].CreatedAt); err != nil {
-				return reply, errors.Join(runErr, err)
+		m.extendHistory(t.sid, stored, false)
+		if t.out.Compressed {
+			if err := m.markCompressed(pctx, t.sid, t.userAt); err != nil {
+				return reply, errors.Join(t.err, err)
 			}
 		}
-		if err := m.autoTitle(pctx, sid); err != nil {
-			return reply, errors.Join(runErr, err)
+		if err := m.autoTitle(pctx, t.sid); err != nil {
+			return reply, errors.Join(t.err, err)
 		}
 	}
-	if runErr != nil {
-		return reply, runErr
+	if t.err != nil {
+		return reply, t.err
 	}
-	reply.Text = out.Final
+	reply.Text = t.out.Final
 	return reply, nil
 }
 
