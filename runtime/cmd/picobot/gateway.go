@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -73,10 +74,15 @@ func gatewayCmd(args []string) error {
 	}
 	defer func() { _ = svc.Close() }()
 
-	go func() { _ = keys.Start(ctx) }()
-	go func() { _ = agents.Start(ctx) }()
+	// The background loops run under one group: the first that fails stops
+	// the others and the server, and its error is the command's (the pod
+	// restarts rather than serve without, say, reply delivery).
+	loops, ctx := errgroup.WithContext(ctx)
+	defer func() { _ = stopLoops(stop, loops) }()
+	loops.Go(func() error { return keys.Start(ctx) })
+	loops.Go(func() error { return agents.Start(ctx) })
 	if !keys.WaitForSync(ctx) || !agents.WaitForCacheSync(ctx) {
-		return errors.New("stopped before the API-key and agent caches synced")
+		return errors.Join(errors.New("stopped before the API-key and agent caches synced"), stopLoops(stop, loops))
 	}
 	backend := cluster.NewBackend(cluster.BackendConfig{Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store, Artifacts: svc.Artifacts,
 		Kube: agents, ReplyTimeout: *replyTimeout, Log: log})
@@ -92,13 +98,13 @@ func gatewayCmd(args []string) error {
 	if err := followAgentChannels(ctx, agents, cs, channels, log); err != nil {
 		return err
 	}
-	go func() { _ = channels.Start(ctx) }()
+	loops.Go(func() error { return channels.Start(ctx) })
 	disp, err := outbound.New(outbound.Config{Store: svc.Store, Channels: channels, Artifacts: svc.Artifacts, Web: storedOnly{}, Log: log})
 	if err != nil {
 		return err
 	}
 	relay := &cluster.OutboundRelay{Bus: svc.Bus, Redis: svc.Redis, Dispatcher: disp, Log: log}
-	go func() { _ = relay.Start(ctx) }()
+	loops.Go(func() error { return relay.Start(ctx) })
 	root := http.NewServeMux()
 	root.Handle("/hooks/", channels.Handler())
 	root.Handle("/", srv)
@@ -108,16 +114,26 @@ func gatewayCmd(args []string) error {
 	}
 	hs := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(os.Stderr, "PicoBot gateway is serving http://%s/\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return err
-	}
+	loops.Go(func() error {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("gateway server failed: %w", err)
+		}
+		return nil
+	})
+	<-ctx.Done() // a signal, or a loop failed
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return hs.Shutdown(shutdown)
+	return errors.Join(hs.Shutdown(shutdown), stopLoops(stop, loops))
+}
+
+// stopLoops cancels the gateway's background loops and returns the first
+// error one of them failed with (ending because they were cancelled is none).
+func stopLoops(stop context.CancelFunc, loops *errgroup.Group) error {
+	stop()
+	if err := loops.Wait(); !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 // followAgentChannels keeps the channel manager in step with the Agents'
