@@ -1,7 +1,7 @@
 // Package fakellm is a scripted LLM server that speaks the OpenAI Chat
 // Completions and Anthropic Messages wire protocols for real over HTTP,
 // streaming (SSE) and not, tool calls included. The LLM is the one component
-// PicoBot's tests fake (see DESIGN.md "Testing ground rules"), and faking it
+// PicoBot's tests fake (see docs/architecture.md, "Testing"), and faking it
 // at the wire rather than behind an interface means the official SDKs and our
 // provider translation are exercised exactly as in production.
 //
