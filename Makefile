@@ -59,6 +59,9 @@ test: controlplane chromium ## Run every test (unit, integration on real servers
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./...
 	node --test runtime/gateway/web/
 
+.PHONY: check
+check: verify lint helm-lint test ## Everything CI runs: verify, lint, helm-lint and every test.
+
 .PHONY: test-integration
 test-integration: controlplane ## Run the tests of the operator and API against the real API server.
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./api/... ./operator/...
