@@ -230,6 +230,7 @@ func TestWebFetchExtractsContent(t *testing.T) {
 		{
 			name:     "declared charset converted",
 			args:     map[string]any{"url": s.base + "/latin1.html", "extractMode": "text"},
+			header:   "HTTP 200 OK, text/html as text",
 			contains: []string{"café"},
 		},
 		{
