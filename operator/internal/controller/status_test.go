@@ -44,9 +44,11 @@ func TestResolveModel(t *testing.T) {
 		message  string
 	}{
 		{name: "spec with key", spec: &picobotv1alpha1.ModelSpec{ModelRef: primary, ContextWindow: ptr(int32(64000))},
-			reason: picobotv1alpha1.ReasonResolvedFromSpec, source: picobotv1alpha1.ModelSourceSpec, model: "gpt-5.2", window: 64000},
+			reason: picobotv1alpha1.ReasonResolvedFromSpec, source: picobotv1alpha1.ModelSourceSpec, model: "gpt-5.2", window: 64000,
+			message: "Using openai/gpt-5.2 from spec.model"},
 		{name: "spec without key ref needs no secret", spec: &picobotv1alpha1.ModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "local"}},
-			reason: picobotv1alpha1.ReasonResolvedFromSpec, source: picobotv1alpha1.ModelSourceSpec, model: "local", window: 128000},
+			reason: picobotv1alpha1.ReasonResolvedFromSpec, source: picobotv1alpha1.ModelSourceSpec, model: "local", window: 128000,
+			message: "Using openai/local from spec.model"},
 		{name: "secret missing, no fallback", spec: &picobotv1alpha1.ModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "m", APIKeySecretRef: keyRef("gone")}},
 			reason: picobotv1alpha1.ReasonSecretNotFound, message: `No usable model: spec.model: Secret "gone" (API key of openai/m) not found`},
 		{name: "key missing", spec: &picobotv1alpha1.ModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "anthropic", Model: "c", APIKeySecretRef: keyRef("nokey")}},
@@ -58,9 +60,11 @@ func TestResolveModel(t *testing.T) {
 			message: `Using fallback 1 anthropic/f1 because spec.model: Secret "gone" (API key of openai/m) not found; fallbacks[0]: Secret "nokey" has no key "apiKey" (API key of openai/f0)`},
 		{name: "no model anywhere", reason: picobotv1alpha1.ReasonNoModelConfigured, message: "spec.model is not set"},
 		{name: "namespace default", defaults: &corev1.ConfigMap{Data: map[string]string{"provider": "openai", "model": "d", "apiKeySecret": "ok"}},
-			reason: picobotv1alpha1.ReasonResolvedFromNamespaceDefault, source: picobotv1alpha1.ModelSourceNamespaceDefault, model: "d", window: 128000},
+			reason: picobotv1alpha1.ReasonResolvedFromNamespaceDefault, source: picobotv1alpha1.ModelSourceNamespaceDefault, model: "d", window: 128000,
+			message: `Using openai/d from ConfigMap "picobot-defaults"`},
 		{name: "namespace default custom key", defaults: &corev1.ConfigMap{Data: map[string]string{"provider": "openai", "model": "d", "apiKeySecret": "nokey", "apiKeySecretKey": "other"}},
-			reason: picobotv1alpha1.ReasonResolvedFromNamespaceDefault, source: picobotv1alpha1.ModelSourceNamespaceDefault, model: "d", window: 128000},
+			reason: picobotv1alpha1.ReasonResolvedFromNamespaceDefault, source: picobotv1alpha1.ModelSourceNamespaceDefault, model: "d", window: 128000,
+			message: `Using openai/d from ConfigMap "picobot-defaults"`},
 		{name: "namespace default missing model", defaults: &corev1.ConfigMap{Data: map[string]string{"provider": "openai"}},
 			reason: picobotv1alpha1.ReasonInvalidNamespaceDefault, message: "key model is empty"},
 		{name: "namespace default bad window", defaults: &corev1.ConfigMap{Data: map[string]string{"provider": "openai", "model": "d", "contextWindow": "lots"}},
@@ -69,7 +73,8 @@ func TestResolveModel(t *testing.T) {
 			reason: picobotv1alpha1.ReasonSecretNotFound, message: `Namespace default: Secret "gone" (API key of anthropic/d) not found`},
 		{name: "spec wins over namespace default", spec: &picobotv1alpha1.ModelSpec{ModelRef: primary},
 			defaults: &corev1.ConfigMap{Data: map[string]string{"provider": "openai", "model": "d"}},
-			reason:   picobotv1alpha1.ReasonResolvedFromSpec, source: picobotv1alpha1.ModelSourceSpec, model: "gpt-5.2", window: 128000},
+			reason:   picobotv1alpha1.ReasonResolvedFromSpec, source: picobotv1alpha1.ModelSourceSpec, model: "gpt-5.2", window: 128000,
+			message: "Using openai/gpt-5.2 from spec.model"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
