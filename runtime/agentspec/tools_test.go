@@ -1,0 +1,88 @@
+package agentspec_test
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/tool/policy"
+)
+
+func TestToolPolicy(t *testing.T) {
+	delegates := []picobotv1alpha1.Delegate{{Name: "ops", AgentRef: corev1.LocalObjectReference{Name: "ops"}}}
+	cases := []struct {
+		name string
+		spec picobotv1alpha1.AgentSpec
+		want policy.Spec
+	}{
+		{name: "no tools settings: no delegate without delegates", want: policy.Spec{Deny: []string{"delegate"}}},
+		{name: "delegates keep delegate", spec: picobotv1alpha1.AgentSpec{Delegates: delegates}, want: policy.Spec{}},
+		{name: "profile, allow and deny carried over, the deny extended",
+			spec: picobotv1alpha1.AgentSpec{Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{
+				Profile: "coding", Allow: []string{"group:fs", "web_fetch"}, Deny: []string{"bash"}}}},
+			want: policy.Spec{Profile: policy.ProfileCoding, Allow: []string{"group:fs", "web_fetch"}, Deny: []string{"bash", "delegate"}}},
+		{name: "by provider",
+			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Tools: &picobotv1alpha1.ToolsSpec{ByProvider: map[string]picobotv1alpha1.ToolPolicy{
+				"anthropic":   {Profile: "minimal"},
+				"openai/gpt*": {Allow: []string{"group:web"}, Deny: []string{"http_request"}}}}},
+			want: policy.Spec{ByProvider: map[string]policy.ProviderSpec{
+				"anthropic":   {Profile: policy.ProfileMinimal},
+				"openai/gpt*": {Allow: []string{"group:web"}, Deny: []string{"http_request"}}}}},
+		{name: "browser disabled denies the ui group",
+			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}},
+			want: policy.Spec{Deny: []string{policy.GroupUI}}},
+		{name: "browser enabled denies nothing",
+			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(true)}},
+			want: policy.Spec{}},
+		{name: "memory disabled denies the memory group",
+			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Memory: &picobotv1alpha1.MemorySpec{Enabled: ptr(false)}},
+			want: policy.Spec{Deny: []string{policy.GroupMemory}}},
+		{name: "everything off, after the agent's own denies",
+			spec: picobotv1alpha1.AgentSpec{Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Deny: []string{"exec"}}},
+				Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}, Memory: &picobotv1alpha1.MemorySpec{Enabled: ptr(false)}},
+			want: policy.Spec{Deny: []string{"exec", policy.GroupUI, policy.GroupMemory, "delegate"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			a := &picobotv1alpha1.Agent{Spec: tc.spec}
+			g.Expect(agentspec.ToolPolicy(a)).To(Equal(tc.want))
+		})
+	}
+}
+
+// The denies the features add go to a copy: the Agent (shared, e.g. from an
+// informer cache) keeps its own list, even when that list has room to grow.
+func TestToolPolicyLeavesTheAgentAlone(t *testing.T) {
+	g := NewWithT(t)
+	deny := make([]string, 1, 8)
+	deny[0] = "bash"
+	a := &picobotv1alpha1.Agent{Spec: picobotv1alpha1.AgentSpec{
+		Tools:   &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Deny: deny}},
+		Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}}}
+	first := agentspec.ToolPolicy(a)
+	second := agentspec.ToolPolicy(a)
+	g.Expect(first.Deny).To(Equal([]string{"bash", policy.GroupUI, "delegate"}))
+	g.Expect(second.Deny).To(Equal(first.Deny))
+	g.Expect(a.Spec.Tools.Deny).To(Equal([]string{"bash"}))
+	g.Expect(deny[:3]).To(Equal([]string{"bash", "", ""}), "nothing written past the Agent's list")
+}
+
+// What the model is offered follows: the shared policy resolves the spec
+// without the tools of disabled features.
+func TestToolPolicyResolves(t *testing.T) {
+	g := NewWithT(t)
+	a := &picobotv1alpha1.Agent{Spec: picobotv1alpha1.AgentSpec{
+		Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}, Memory: &picobotv1alpha1.MemorySpec{Enabled: ptr(false)}}}
+	r, err := policy.Resolve(policy.DefaultCatalog(), agentspec.ToolPolicy(a), "openai", "gpt")
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, name := range []string{"browser", "browser_profiles", "memory_store", "memory_recall", "delegate"} {
+		g.Expect(policy.Allowed(r, name)).To(BeFalse(), name)
+	}
+	for _, name := range []string{"file_read", "bash", "web_fetch", "send_message"} {
+		g.Expect(policy.Allowed(r, name)).To(BeTrue(), name)
+	}
+}
