@@ -9,7 +9,7 @@ import (
 	"github.com/picobot/picobot/runtime/llm"
 )
 
-// Compression defaults from picobot-architecture.md: trigger at 70% of a 128K
+// Compression defaults: trigger at 70% of a 128K
 // window, truncate tool outputs of 2,000+ characters, up to 3 summary rounds,
 // hard truncation above 90%.
 const (

@@ -15,7 +15,7 @@ import (
 )
 
 // DefaultContextWindow applies when neither the Agent nor the namespace default
-// names one (picobot-architecture.md: default 128K).
+// names one: 128K tokens.
 const DefaultContextWindow = 128000
 
 // SecretLookup returns the named Secret of the Agent's namespace, or nil.

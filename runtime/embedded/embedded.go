@@ -107,7 +107,7 @@ type Runtime struct {
 	sched   *schedulerHost  // nil without Options.Scheduler
 
 	mu      sync.Mutex
-	waiters map[string]*waiter // chat stream + message id -> the gateway call waiting for it
+	waiters map[string]*waiter // tenantAgent.waiterKey -> the gateway call waiting for it
 	serving map[string]bool    // chat stream -> a goroutine serves the chat (owner)
 }
 
@@ -140,6 +140,7 @@ type agentRuntime struct {
 // by its session runtime.
 type tenantAgent struct {
 	tenant  string
+	agent   string
 	manager *session.Manager
 	rt      *sessionrt.Runtime
 }
@@ -222,7 +223,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		for t := range r.tenants {
 			cfg := built.Session
 			cfg.Workspace = workspaceFunc(opts.StateDir, t, a.Name)
-			ta := &tenantAgent{tenant: t, manager: session.NewManager(cfg)}
+			ta := &tenantAgent{tenant: t, agent: a.Name, manager: session.NewManager(cfg)}
 			ta.rt = sessionrt.New(sessionrt.Config{Tenant: t, Agent: a.Name, Consumer: "embedded", Bus: r.bus, Store: st,
 				Manager: ta.manager, Owner: owner{r, ta}, Reporter: reporter{r, ta}, IdleTimeout: chatIdle, Log: opts.Log})
 			ar.byTenant[t] = ta
@@ -400,7 +401,7 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	id := c.Key() + "/" + s.ID
 	chat := chatOf(c)
 	stream := ta.rt.Stream(chat)
-	key := waiterKey(stream, id)
+	key := ta.waiterKey(chat, id)
 	w := &waiter{sink: s.Sink, done: make(chan result, 1)}
 	r.mu.Lock()
 	if _, busy := r.waiters[key]; busy {
@@ -498,7 +499,7 @@ func (r *Runtime) Health(ctx context.Context) []gateway.Check {
 	}
 	for _, c := range sandbox.Probe().Checks() {
 		c.Name = "tool sandbox: " + c.Name
-		checks = append(checks, gateway.Check(c))
+		checks = append(checks, c)
 	}
 	return checks
 }

@@ -75,14 +75,14 @@ func (reporter) Begin(context.Context, sessionrt.Chat, string) func() { return f
 
 // Event implements sessionrt.Reporter.
 func (p reporter) Event(_ context.Context, c sessionrt.Chat, msgID string, e agent.Event) {
-	if w := p.r.waiter(waiterKey(p.ta.rt.Stream(c), msgID)); w != nil && w.sink != nil {
+	if w := p.r.waiter(p.ta.waiterKey(c, msgID)); w != nil && w.sink != nil {
 		w.sink(e)
 	}
 }
 
 // Done implements sessionrt.Reporter.
 func (p reporter) Done(_ context.Context, c sessionrt.Chat, msgID string, out protocol.Outcome, err *protocol.CodedError) {
-	w := p.r.waiter(waiterKey(p.ta.rt.Stream(c), msgID))
+	w := p.r.waiter(p.ta.waiterKey(c, msgID))
 	if w == nil {
 		return
 	}
@@ -103,8 +103,12 @@ func (r *Runtime) waiter(key string) *waiter {
 	return r.waiters[key]
 }
 
-// waiterKey names the gateway call waiting for a message of a chat stream.
-func waiterKey(stream, msgID string) string { return stream + "\x00" + msgID }
+// waiterKey names the gateway call waiting for a message of a chat (looked up
+// for every event of the turn, so plain concatenation rather than the
+// stream's escaped name).
+func (ta *tenantAgent) waiterKey(c sessionrt.Chat, msgID string) string {
+	return ta.tenant + "\x00" + ta.agent + "\x00" + c.Channel + "\x00" + c.Key + "\x00" + msgID
+}
 
 // chatOf is the session runtime's chat of a gateway chat.
 func chatOf(c gateway.Chat) sessionrt.Chat {

@@ -18,8 +18,8 @@ import (
 	"time"
 )
 
-// Check is the outcome of one requirement. Its fields and JSON form match
-// gateway.Check, so one converts to the other with a plain conversion.
+// Check is the outcome of one requirement: a line of `picobot health` and of
+// the gateway's /health (gateway.Check is this type).
 type Check struct {
 	Name    string `json:"name"`
 	OK      bool   `json:"ok"`

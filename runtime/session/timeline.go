@@ -10,7 +10,7 @@ import (
 )
 
 // timelineImportance is the importance of compression summaries
-// (picobot-architecture.md: Timeline defaults to 0.3).
+// (0.3, the importance of timeline entries).
 const timelineImportance = 0.3
 
 // StoreTimeline keeps compression summaries as timeline memories in the store.

@@ -152,18 +152,31 @@ func (r *Runtime) Serve(ctx context.Context, c Chat) (served bool, err error) {
 		if err != nil || lost || ctx.Err() != nil {
 			return served, err
 		}
-		// Released, look once more: a message queued before the release
-		// found the chat owned and woke no one. What this fetch takes is
-		// pending for this consumer; whoever serves the chat next claims
-		// it.
-		late, err := r.cfg.Bus.Fetch(ctx, r.Stream(c), protocol.ChatGroup, r.cfg.Consumer, bus.FetchOptions{Count: 1})
-		if err != nil || len(late) == 0 {
-			return served, nil
-		}
-		if ok, err := r.cfg.Owner.Acquire(ctx, c); !ok || err != nil {
+		if !r.retake(ctx, c) {
 			return served, nil
 		}
 	}
+}
+
+// retake looks at a released chat once more: a message queued before the
+// release found the chat owned and woke no one. It reports whether there was
+// one and the chat could be taken back to serve it. What the look fetches is
+// pending for this consumer; whoever serves the chat next claims it, which is
+// also what happens when the look or the retake fails.
+func (r *Runtime) retake(ctx context.Context, c Chat) bool {
+	late, err := r.cfg.Bus.Fetch(ctx, r.Stream(c), protocol.ChatGroup, r.cfg.Consumer, bus.FetchOptions{Count: 1})
+	if err != nil {
+		r.cfg.Log.Warn("Could not look for late messages of a released chat; its next owner serves them", "chat", c.Key, "err", err)
+		return false
+	}
+	if len(late) == 0 {
+		return false
+	}
+	ok, err := r.cfg.Owner.Acquire(ctx, c)
+	if err != nil {
+		r.cfg.Log.Warn("Could not take a released chat back; its next owner serves it", "chat", c.Key, "err", err)
+	}
+	return ok && err == nil
 }
 
 // serveHeld runs the chat's consumer while the chat is held; it reports

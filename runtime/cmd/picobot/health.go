@@ -85,11 +85,7 @@ func healthService(dir, state, bin string, env func(string) string) *health.Serv
 	}})
 	if loadErr == nil && browserEnabled(set) {
 		svc.Add(health.Source{Kind: health.Feature, Name: "browser", Run: func(ctx context.Context) []health.Check {
-			var out []health.Check
-			for _, c := range browsertool.Checks(ctx, bin) {
-				out = append(out, health.Check(c))
-			}
-			return out
+			return browsertool.Checks(ctx, bin)
 		}})
 	}
 	return svc

@@ -42,7 +42,7 @@ func (j *job) nextRun(now time.Time) time.Time {
 	return s.Next(now)
 }
 
-// scheduleArg is the schedule as the model writes it (picobot-tools.md):
+// scheduleArg is the schedule as the model writes it (the cron tool schema):
 // {"type":"at","at":ms} | {"type":"every","every_ms":ms} |
 // {"type":"cron","expr":"0 0 9 * * *","tz":"Asia/Shanghai"}.
 type scheduleArg struct {
