@@ -23,10 +23,11 @@ import (
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/artifact"
-	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/mcp"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
@@ -37,12 +38,12 @@ import (
 )
 
 // Mode says where an agent runs.
-type Mode string
+type Mode = feature.Mode
 
 // Modes.
 const (
-	ModeEmbedded Mode = "embedded"
-	ModeCluster  Mode = "cluster"
+	ModeEmbedded = feature.ModeEmbedded
+	ModeCluster  = feature.ModeCluster
 )
 
 // Host is what the hosting process provides to every agent it runs.
@@ -76,45 +77,13 @@ type Host struct {
 	Log      *slog.Logger
 }
 
-// Feature adds capabilities to an agent; each lives in its own package
-// (memory, skills, schedules, messaging, browser).
-type Feature interface {
-	// Name identifies the feature in errors and health reports.
-	Name() string
-	// Build returns the feature's parts for one agent. An error stops the
-	// agent from loading; a feature that merely lacks something optional
-	// returns fewer parts and reports it through Health.
-	Build(ctx context.Context, a *Agent) (Parts, error)
-}
-
-// Parts are what a feature adds to one agent.
-type Parts struct {
-	// Tools are offered to the model when the agent's tool policy allows
-	// them (policy names in policy.DefaultCatalog).
-	Tools []tool.Tool
-	// Prompt returns a system prompt section for a turn ("" for none).
-	Prompt func(ctx context.Context, turn session.PromptInput) string
-	// Health reports the feature's requirements for this agent.
-	Health func(ctx context.Context) []health.Check
-	// Close releases what Build started.
-	Close func()
-}
-
-// Agent is an agent being assembled, as features see it.
-type Agent struct {
-	Spec *picobotv1alpha1.Agent
-	Host *Host
-	// Provider is the agent's model chain (with retry and fallbacks); it
-	// answers with a no_model error when the agent has no usable model.
-	Provider                llm.Provider
-	ProviderName, ModelName string
-	Policy                  policy.Result
-}
+// Feature adds capabilities to an agent (runtime/feature).
+type Feature = feature.Feature
 
 // Built is an assembled agent.
 type Built struct {
 	Name    string
-	Info    gateway.AgentInfo
+	Info    protocol.AgentInfo
 	Manager *session.Manager
 	Tools   *builtin.Set
 	MCP     *mcp.Manager
@@ -236,7 +205,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if res.Effective == nil && a.Spec.Model != nil && a.Spec.Model.APIKeySecretRef != nil && h.SecretHint != nil {
 		res.Message += ". " + h.SecretHint(*a.Spec.Model.APIKeySecretRef)
 	}
-	info := gateway.AgentInfo{Name: a.Name, Ready: res.Effective != nil, Reason: res.Reason, Message: res.Message}
+	info := protocol.AgentInfo{Name: a.Name, Ready: res.Effective != nil, Reason: res.Reason, Message: res.Message}
 	b := &Built{Name: a.Name}
 	fail := func(err error) (*Built, error) {
 		b.Close()
@@ -246,7 +215,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	var prov llm.Provider = noModel{agent: a.Name, reason: res.Message}
 	providerName, modelName := "", ""
 	if e := res.Effective; e != nil {
-		info.Model = &gateway.ModelInfo{Provider: string(e.Provider), Model: e.Model, Source: string(e.Source)}
+		info.Model = &protocol.ModelInfo{Provider: string(e.Provider), Model: e.Model, Source: string(e.Source)}
 		providerName, modelName = string(e.Provider), e.Model
 		p, err := h.chain(a, e)
 		if err != nil {
@@ -255,43 +224,9 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 		prov = p
 	}
 
-	// MCP servers connect now; one failing shows in /mcp and health, the
-	// others still serve. Their tools join the policy catalog, so allow/deny
-	// and wildcards apply to them like to built-ins.
-	var mcpTools []tool.Tool
-	if len(a.Spec.MCPServers) > 0 {
-		wd := filepath.Join(h.StateDir, "mcp", a.Name)
-		if err := os.MkdirAll(wd, 0o700); err != nil {
-			return fail(err)
-		}
-		b.MCP = mcp.NewManager(a.Spec.MCPServers, mcp.WithWorkDir(wd), mcp.WithLogger(h.Log),
-			mcp.WithSecretResolver(func(sel corev1.SecretKeySelector) (string, error) {
-				if v := h.secretValue(&sel); v != "" {
-					return v, nil
-				}
-				msg := fmt.Sprintf("no Secret %q with key %q", sel.Name, sel.Key)
-				if h.SecretHint != nil {
-					msg += "; " + h.SecretHint(sel)
-				}
-				return "", errors.New(msg)
-			}),
-			mcp.WithHeadersResolver(func(name string) (map[string]string, error) {
-				s := secrets(name)
-				if s == nil {
-					return nil, fmt.Errorf("no Secret %q", name)
-				}
-				hd := map[string]string{}
-				for k, v := range s.Data {
-					hd[k] = string(v)
-				}
-				return hd, nil
-			}))
-		mgr := b.MCP
-		b.closers = append(b.closers, func() { _ = mgr.Close() })
-		if err := b.MCP.Connect(ctx); err != nil {
-			return fail(fmt.Errorf("failed to connect MCP servers: %w", err))
-		}
-		mcpTools = b.MCP.Tools()
+	mcpTools, err := h.connectMCP(ctx, a, b, secrets)
+	if err != nil {
+		return fail(err)
 	}
 	catalog := policy.DefaultCatalog()
 	for _, t := range mcpTools {
@@ -301,13 +236,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err != nil {
 		return fail(err)
 	}
-	var fsSpec *picobotv1alpha1.FSToolsSpec
-	if a.Spec.Tools != nil {
-		fsSpec = a.Spec.Tools.FS
-	}
-	fsOpts, shellOpts := builtin.AllowedPaths(fsSpec)
-	tools, err := builtin.New(builtin.Config{LLMTask: &llmtask.Config{DefaultProvider: providerName, DefaultModel: modelName,
-		Resolve: func(string, string) (llm.Provider, error) { return prov, nil }}, FS: fsOpts, Shell: shellOpts})
+	tools, err := builtinTools(a, prov, providerName, modelName)
 	if err != nil {
 		return fail(err)
 	}
@@ -328,18 +257,90 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 		return fail(err)
 	}
 
-	view := &Agent{Spec: a, Host: h, Provider: prov, ProviderName: providerName, ModelName: modelName, Policy: pol}
+	view := &feature.Agent{Spec: a, Provider: prov, ProviderName: providerName, ModelName: modelName, Policy: pol,
+		Host: &feature.Host{Mode: h.Mode, Tenant: h.Tenant, Store: h.Store, StateDir: h.StateDir, Kube: h.Kube, Log: h.Log}}
+	prompts, err := b.addFeatures(ctx, h.Features, view, register)
+	if err != nil {
+		return fail(err)
+	}
+	info.Tools = reg.Names()
+	b.Info = info
+
+	b.Loop, b.Session = h.session(a, res.Effective, prov, reg, prompts, b.MCP)
+	b.Manager = session.NewManager(b.Session)
+	return b, nil
+}
+
+// builtinTools returns the built-in tools, their llm_task on the agent's own
+// model chain and the file and shell tools confined to what the Agent's
+// spec.tools.fs.allowedPaths opens.
+func builtinTools(a *picobotv1alpha1.Agent, prov llm.Provider, providerName, modelName string) (*builtin.Set, error) {
+	var fsSpec *picobotv1alpha1.FSToolsSpec
+	if a.Spec.Tools != nil {
+		fsSpec = a.Spec.Tools.FS
+	}
+	fsOpts, shellOpts := builtin.AllowedPaths(fsSpec)
+	return builtin.New(builtin.Config{LLMTask: &llmtask.Config{DefaultProvider: providerName, DefaultModel: modelName,
+		Resolve: func(string, string) (llm.Provider, error) { return prov, nil }}, FS: fsOpts, Shell: shellOpts})
+}
+
+// connectMCP connects the agent's MCP servers and returns their tools. One
+// failing shows in /mcp and health, the others still serve. Their tools join
+// the policy catalog, so allow/deny and wildcards apply to them like to
+// built-ins.
+func (h *Host) connectMCP(ctx context.Context, a *picobotv1alpha1.Agent, b *Built, secrets func(string) *corev1.Secret) ([]tool.Tool, error) {
+	if len(a.Spec.MCPServers) == 0 {
+		return nil, nil
+	}
+	wd := filepath.Join(h.StateDir, "mcp", a.Name)
+	if err := os.MkdirAll(wd, 0o700); err != nil {
+		return nil, err
+	}
+	b.MCP = mcp.NewManager(a.Spec.MCPServers, mcp.WithWorkDir(wd), mcp.WithLogger(h.Log),
+		mcp.WithSecretResolver(func(sel corev1.SecretKeySelector) (string, error) {
+			if v := h.secretValue(&sel); v != "" {
+				return v, nil
+			}
+			msg := fmt.Sprintf("no Secret %q with key %q", sel.Name, sel.Key)
+			if h.SecretHint != nil {
+				msg += "; " + h.SecretHint(sel)
+			}
+			return "", errors.New(msg)
+		}),
+		mcp.WithHeadersResolver(func(name string) (map[string]string, error) {
+			s := secrets(name)
+			if s == nil {
+				return nil, fmt.Errorf("no Secret %q", name)
+			}
+			hd := map[string]string{}
+			for k, v := range s.Data {
+				hd[k] = string(v)
+			}
+			return hd, nil
+		}))
+	mgr := b.MCP
+	b.closers = append(b.closers, func() { _ = mgr.Close() })
+	if err := b.MCP.Connect(ctx); err != nil {
+		return nil, fmt.Errorf("failed to connect MCP servers: %w", err)
+	}
+	return b.MCP.Tools(), nil
+}
+
+// addFeatures builds the host's features for the agent, registers the tools
+// its policy allows and keeps their closers and health checks; it returns
+// their prompt sections.
+func (b *Built) addFeatures(ctx context.Context, features []Feature, view *feature.Agent, register func([]tool.Tool) error) ([]func(context.Context, session.PromptInput) string, error) {
 	var prompts []func(context.Context, session.PromptInput) string
-	for _, f := range h.Features {
+	for _, f := range features {
 		parts, err := f.Build(ctx, view)
 		if err != nil {
-			return fail(fmt.Errorf("%s: %w", f.Name(), err))
+			return nil, fmt.Errorf("%s: %w", f.Name(), err)
 		}
 		if parts.Close != nil {
 			b.closers = append(b.closers, parts.Close)
 		}
 		if err := register(parts.Tools); err != nil {
-			return fail(fmt.Errorf("%s: %w", f.Name(), err))
+			return nil, fmt.Errorf("%s: %w", f.Name(), err)
 		}
 		if parts.Prompt != nil {
 			prompts = append(prompts, parts.Prompt)
@@ -348,27 +349,27 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 			b.health = append(b.health, parts.Health)
 		}
 	}
-	info.Tools = reg.Names()
-	b.Info = info
+	return prompts, nil
+}
 
+// session returns the agent's loop and the Config of its session manager.
+func (h *Host) session(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel, prov llm.Provider, reg *tool.Registry,
+	prompts []func(context.Context, session.PromptInput) string, m *mcp.Manager) (*agent.Loop, session.Config) {
 	window := agentspec.DefaultContextWindow
-	if res.Effective != nil && res.Effective.ContextWindow > 0 {
-		window = int(res.Effective.ContextWindow)
+	if e != nil && e.ContextWindow > 0 {
+		window = int(e.ContextWindow)
 	}
 	comp := &agent.Compressor{Window: window, Summarizer: prov}
 	loop := &agent.Loop{Provider: prov, Tools: reg, Compressor: comp}
 	ws := filepath.Join(h.StateDir, "workspaces")
-	b.Loop = loop
-	b.Session = session.Config{Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
+	return loop, session.Config{Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
 		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, LeaseTTL: h.LeaseTTL, Timeline: session.StoreTimeline{Store: h.Store},
-		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(b.MCP),
+		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(m),
 		Workspace: func(id session.ID) string {
 			dir := filepath.Join(ws, a.Name, envUnsafe.ReplaceAllString(strings.ToUpper(id.String()), "_"))
 			_ = os.MkdirAll(dir, 0o700)
 			return dir
 		}}
-	b.Manager = session.NewManager(b.Session)
-	return b, nil
 }
 
 func joinPrompts(ps []func(context.Context, session.PromptInput) string) func(context.Context, session.PromptInput) string {
@@ -433,5 +434,5 @@ func (h *Host) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel
 type noModel struct{ agent, reason string }
 
 func (n noModel) Complete(context.Context, llm.Request, func(llm.Delta)) (*llm.Response, error) {
-	return nil, &gateway.CodedError{Code: gateway.CodeNoModel, Err: fmt.Errorf("agent %s has no usable model: %s", n.agent, n.reason)}
+	return nil, &protocol.CodedError{Code: protocol.CodeNoModel, Err: fmt.Errorf("agent %s has no usable model: %s", n.agent, n.reason)}
 }

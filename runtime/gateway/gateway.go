@@ -47,22 +47,11 @@ const (
 	ChannelOpenAI = protocol.ChannelOpenAI
 )
 
-// AgentInfo is an agent as clients see it.
-type AgentInfo struct {
-	Name    string     `json:"name"`
-	Ready   bool       `json:"ready"`
-	Reason  string     `json:"reason"`
-	Message string     `json:"message"`
-	Model   *ModelInfo `json:"model"`
-	Tools   []string   `json:"tools"`
-}
+// AgentInfo is an agent as clients see it (runtime/protocol).
+type AgentInfo = protocol.AgentInfo
 
-// ModelInfo is an agent's effective model.
-type ModelInfo struct {
-	Provider string `json:"provider"`
-	Model    string `json:"model"`
-	Source   string `json:"source"`
-}
+// ModelInfo is an agent's effective model (runtime/protocol).
+type ModelInfo = protocol.ModelInfo
 
 // Check is one line of the health report (health.Check).
 type Check = health.Check

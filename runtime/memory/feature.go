@@ -1,7 +1,7 @@
 // Package memory gives agents long-term memory (picobot-architecture.md,
 // "记忆系统"): the memory tools, the top matching Knowledge injected into every
 // turn's system prompt, and idle consolidation of sessions into the
-// Timeline. It plugs into agents as an agenthost.Feature; the memory model
+// Timeline. It plugs into agents as an feature.Feature; the memory model
 // itself is in memory/longterm, segmentation for search in memory/segment,
 // and the search in the stores (store.MemorySearcher).
 package memory
@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/memory/longterm"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
@@ -54,31 +54,31 @@ const maintenanceEvery = 24 * time.Hour
 // memories past spec.memory.timelineRetentionDays and — when
 // spec.memory.idleConsolidationMinutes is set — a Consolidator, both running
 // until the agent is closed.
-func NewFeature(opts Options) agenthost.Feature {
+func NewFeature(opts Options) feature.Feature {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &feature{opts: opts}
+	return &memoryFeature{opts: opts}
 }
 
-type feature struct {
+type memoryFeature struct {
 	opts Options
 }
 
-// Name implements agenthost.Feature.
-func (f *feature) Name() string { return FeatureName }
+// Name implements feature.Feature.
+func (f *memoryFeature) Name() string { return FeatureName }
 
-// Build implements agenthost.Feature.
-func (f *feature) Build(ctx context.Context, a *agenthost.Agent) (agenthost.Parts, error) {
+// Build implements feature.Feature.
+func (f *memoryFeature) Build(ctx context.Context, a *feature.Agent) (feature.Parts, error) {
 	spec := a.Spec.Spec.Memory
 	if spec == nil {
 		spec = &picobotv1alpha1.MemorySpec{}
 	}
 	if spec.Enabled != nil && !*spec.Enabled {
-		return agenthost.Parts{}, nil
+		return feature.Parts{}, nil
 	}
 	if a.Host.Store == nil {
-		return agenthost.Parts{}, errors.New("long-term memory needs a store, and the host has none")
+		return feature.Parts{}, errors.New("long-term memory needs a store, and the host has none")
 	}
 	log := f.opts.Log
 	if log == nil {
@@ -96,7 +96,7 @@ func (f *feature) Build(ctx context.Context, a *agenthost.Agent) (agenthost.Part
 		cfg.AllowSensitive = append(cfg.AllowSensitive, longterm.Sensitive(s))
 	}
 	mem := longterm.New(cfg)
-	parts := agenthost.Parts{
+	parts := feature.Parts{
 		Tools: memtool.New(mem, log),
 		Prompt: func(ctx context.Context, turn session.PromptInput) string {
 			return Section(ctx, mem, turn.Text, log)
@@ -126,7 +126,7 @@ func (f *feature) Build(ctx context.Context, a *agenthost.Agent) (agenthost.Part
 }
 
 // maintain removes expired timeline memories now and then daily.
-func (f *feature) maintain(ctx context.Context, mem *longterm.Memory, log *slog.Logger) {
+func (f *memoryFeature) maintain(ctx context.Context, mem *longterm.Memory, log *slog.Logger) {
 	t := f.opts.Clock.NewTicker(maintenanceEvery)
 	defer t.Stop()
 	for {

@@ -16,6 +16,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/memory"
 	"github.com/picobot/picobot/runtime/memory/longterm"
@@ -68,13 +69,13 @@ func agentSpec(baseURL string, mem *picobotv1alpha1.MemorySpec) *picobotv1alpha1
 	}
 }
 
-func build(t *testing.T, st store.Store, spec *picobotv1alpha1.Agent, f agenthost.Feature) *agenthost.Built {
+func build(t *testing.T, st store.Store, spec *picobotv1alpha1.Agent, f feature.Feature) *agenthost.Built {
 	t.Helper()
-	host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: tenant, Store: st, StateDir: t.TempDir(), Holder: "test",
+	host := &agenthost.Host{Mode: feature.ModeEmbedded, Tenant: tenant, Store: st, StateDir: t.TempDir(), Holder: "test",
 		Secrets: func(string) *corev1.Secret {
 			return &corev1.Secret{Data: map[string][]byte{"apiKey": []byte("sk-test")}}
 		},
-		Features: []agenthost.Feature{f}}
+		Features: []feature.Feature{f}}
 	b, err := host.Build(tenantCtx(t), spec)
 	if err != nil {
 		t.Fatal(err)

@@ -96,6 +96,23 @@ func ChatStream(tenant, agent, channel, chatKey string) string {
 // ChatGroup is the consumer group of chat streams.
 const ChatGroup = "runtime"
 
+// AgentInfo is an agent as clients see it.
+type AgentInfo struct {
+	Name    string     `json:"name"`
+	Ready   bool       `json:"ready"`
+	Reason  string     `json:"reason"`
+	Message string     `json:"message"`
+	Model   *ModelInfo `json:"model"`
+	Tools   []string   `json:"tools"`
+}
+
+// ModelInfo is an agent's effective model.
+type ModelInfo struct {
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+	Source   string `json:"source"`
+}
+
 // Error codes of the protocol.
 const (
 	CodeBadRequest      = "bad_request"

@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/skill"
 )
 
@@ -41,7 +41,7 @@ func embeddedBench(b *testing.B) *built {
 		name := fmt.Sprintf("user-%02d", i)
 		writeSkill(b, e.userDir(), name, benchSkill(name), nil)
 	}
-	return build(b, e.feature, &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: "default"}, agent("bench", "default"))
+	return build(b, e.feature, &feature.Host{Mode: feature.ModeEmbedded, Tenant: "default"}, agent("bench", "default"))
 }
 
 // BenchmarkPromptEmbedded is the per-turn cost of the skills prompt section
@@ -83,7 +83,7 @@ func BenchmarkPromptCluster(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	bt := build(b, skill.NewFeature(skill.Options{}), &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: ns, Kube: c}, agent("bench", ns))
+	bt := build(b, skill.NewFeature(skill.Options{}), &feature.Host{Mode: feature.ModeCluster, Tenant: ns, Kube: c}, agent("bench", ns))
 	if got := bt.summary().Message; got != "54 skills (50 shared, 4 built-in)" {
 		b.Fatalf("unexpected skills: %s", got)
 	}

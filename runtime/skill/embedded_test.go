@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/embedded"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/manifest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
@@ -92,7 +92,7 @@ func (e *embeddedEnv) build(t *testing.T, a *picobotv1alpha1.Agent) *built {
 	if a.Namespace == "" {
 		a.Namespace = "default"
 	}
-	return build(t, e.feature, &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: "default"}, a)
+	return build(t, e.feature, &feature.Host{Mode: feature.ModeEmbedded, Tenant: "default"}, a)
 }
 
 func TestEmbeddedLevels(t *testing.T) {
@@ -190,7 +190,7 @@ func TestBuiltins(t *testing.T) {
 	g.Expect(names).To(Equal([]string{"browser-automation", "scheduled-tasks", "skill-creator", "web-research"}))
 
 	// In cluster mode (no folders) they are served from the binary.
-	b := build(t, skill.NewFeature(skill.Options{}), &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: "t"}, agent("a", "t"))
+	b := build(t, skill.NewFeature(skill.Options{}), &feature.Host{Mode: feature.ModeCluster, Tenant: "t"}, agent("a", "t"))
 	g.Expect(b.summary().Message).To(Equal("4 skills (4 built-in)"))
 	for _, n := range names {
 		body := b.get(t, n)
@@ -372,8 +372,8 @@ func TestManySkillsKeepThePromptBounded(t *testing.T) {
 func TestGetSkillNotAllowed(t *testing.T) {
 	g := NewWithT(t)
 	e := newEmbeddedEnv(t, "")
-	parts, err := e.feature.Build(context.Background(), &agenthost.Agent{Spec: agent("a", "default"),
-		Host: &agenthost.Host{Mode: agenthost.ModeEmbedded}, Policy: policy.Result{Tools: []string{"calculator"}}})
+	parts, err := e.feature.Build(context.Background(), &feature.Agent{Spec: agent("a", "default"),
+		Host: &feature.Host{Mode: feature.ModeEmbedded}, Policy: policy.Result{Tools: []string{"calculator"}}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(parts.Tools).To(BeEmpty())
 	g.Expect(parts.Prompt).To(BeNil())
@@ -421,7 +421,7 @@ func TestEmbeddedAgent(t *testing.T) {
 	e := newEmbeddedEnv(t, "")
 	g.Expect(os.WriteFile(filepath.Join(e.manifests, "agent.yaml"), fmt.Appendf(nil, e2eAgentYAML, llmServer.URL()), 0o600)).To(Succeed())
 	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: e.manifests, StateDir: t.TempDir(),
-		Env: func(string) string { return "" }, Features: []agenthost.Feature{e.feature}})
+		Env: func(string) string { return "" }, Features: []feature.Feature{e.feature}})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(rt.Close)
 

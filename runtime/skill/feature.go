@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/manifest"
 	"github.com/picobot/picobot/runtime/tool"
@@ -56,9 +56,9 @@ type Feature struct {
 	manifestsErr  error
 }
 
-var _ agenthost.Feature = (*Feature)(nil)
+var _ feature.Feature = (*Feature)(nil)
 
-// NewFeature returns the skills feature; pass it in agenthost.Host.Features
+// NewFeature returns the skills feature; pass it in feature.Host.Features
 // (embedded.Options.Features in embedded mode).
 func NewFeature(opts Options) *Feature {
 	if opts.SyncTimeout <= 0 {
@@ -67,12 +67,12 @@ func NewFeature(opts Options) *Feature {
 	return &Feature{opts: opts}
 }
 
-// Name implements agenthost.Feature.
+// Name implements feature.Feature.
 func (f *Feature) Name() string { return "skills" }
 
-// Build implements agenthost.Feature. Skills never stop an agent from
+// Build implements feature.Feature. Skills never stop an agent from
 // loading: what cannot be read is skipped and reported by Health.
-func (f *Feature) Build(ctx context.Context, a *agenthost.Agent) (agenthost.Parts, error) {
+func (f *Feature) Build(ctx context.Context, a *feature.Agent) (feature.Parts, error) {
 	log := f.opts.Log
 	if log == nil {
 		log = a.Host.Log
@@ -83,7 +83,7 @@ func (f *Feature) Build(ctx context.Context, a *agenthost.Agent) (agenthost.Part
 	log = log.With("agent", a.Spec.Name)
 	checkName := "agent " + a.Spec.Name + " skills"
 	if !policy.Allowed(a.Policy, skilltool.Name) {
-		return agenthost.Parts{Health: func(context.Context) []health.Check {
+		return feature.Parts{Health: func(context.Context) []health.Check {
 			return []health.Check{{Name: checkName, OK: true, Message: "get_skill is not in the agent's tool set, so no skills are offered"}}
 		}}, nil
 	}
@@ -94,7 +94,7 @@ func (f *Feature) Build(ctx context.Context, a *agenthost.Agent) (agenthost.Part
 	var sources []source
 	var notes []Problem // problems of the setup itself
 	var closeFn func()
-	if a.Host.Mode == agenthost.ModeCluster {
+	if a.Host.Mode == feature.ModeCluster {
 		var cms configMaps
 		switch kube := a.Host.Kube.(type) {
 		case nil:
@@ -146,7 +146,7 @@ func (f *Feature) Build(ctx context.Context, a *agenthost.Agent) (agenthost.Part
 		log.Warn("Skills are limited", "origin", n.Origin, "error", n.Err)
 	}
 	cat := newCatalog(log, sources...)
-	return agenthost.Parts{
+	return feature.Parts{
 		Tools:  []tool.Tool{skilltool.New(cat)},
 		Prompt: cat.Prompt,
 		Health: func(ctx context.Context) []health.Check { return cat.health(ctx, checkName, notes) },

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/skill"
 )
 
@@ -101,7 +101,7 @@ func TestClusterConfigMapChangesReachRunningSessions(t *testing.T) {
 	ns, other := namespace(t, c), namespace(t, c)
 	seed(t, c, ns, other)
 
-	b := build(t, skill.NewFeature(skill.Options{}), &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: ns, Kube: c}, clusterAgent(ns))
+	b := build(t, skill.NewFeature(skill.Options{}), &feature.Host{Mode: feature.ModeCluster, Tenant: ns, Kube: c}, clusterAgent(ns))
 
 	// The first build waited for the watch, so everything is there at once.
 	g.Expect(b.prompt()).To(ContainSubstring("\n- review: Shared review v1.\n"))
@@ -166,7 +166,7 @@ func TestClusterClientWithoutWatch(t *testing.T) {
 	ns, other := namespace(t, plain), namespace(t, plain)
 	seed(t, plain, ns, other)
 
-	b := build(t, skill.NewFeature(skill.Options{}), &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: ns, Kube: plain}, clusterAgent(ns))
+	b := build(t, skill.NewFeature(skill.Options{}), &feature.Host{Mode: feature.ModeCluster, Tenant: ns, Kube: plain}, clusterAgent(ns))
 	g.Expect(b.prompt()).To(ContainSubstring("\n- review: Shared review v1.\n"))
 	g.Expect(b.prompt()).To(ContainSubstring("\n- deploy: Agent deploy.\n"))
 	update(t, plain, ns, "skill-review", func(cm *corev1.ConfigMap) {
@@ -191,7 +191,7 @@ func TestClusterForbidden(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	b := build(t, skill.NewFeature(skill.Options{SyncTimeout: time.Second}),
-		&agenthost.Host{Mode: agenthost.ModeCluster, Tenant: ns, Kube: c}, clusterAgent(ns))
+		&feature.Host{Mode: feature.ModeCluster, Tenant: ns, Kube: c}, clusterAgent(ns))
 	g.Expect(b.summary().Message).To(Equal("4 skills (4 built-in)"))
 	g.Eventually(b.failed, eventually, poll).Should(ConsistOf(
 		ContainSubstring("spec.skills[0] (deploy): ConfigMap agent-skills key deploy.md: failed to read ConfigMap agent-skills: the watch has not started: "),

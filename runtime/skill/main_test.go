@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/session"
@@ -96,18 +96,18 @@ func agent(name, ns string, skills ...picobotv1alpha1.SkillSource) *picobotv1alp
 
 // built is a feature built for one agent, with get_skill in a registry.
 type built struct {
-	parts agenthost.Parts
+	parts feature.Parts
 	reg   *tool.Registry
 }
 
 // build builds f for a with get_skill allowed and closes it at cleanup.
-func build(t testing.TB, f *skill.Feature, host *agenthost.Host, a *picobotv1alpha1.Agent) *built {
+func build(t testing.TB, f *skill.Feature, host *feature.Host, a *picobotv1alpha1.Agent) *built {
 	t.Helper()
 	g := NewWithT(t)
 	if host.Log == nil {
 		host.Log = slog.New(slog.DiscardHandler)
 	}
-	parts, err := f.Build(context.Background(), &agenthost.Agent{Spec: a, Host: host, Policy: policy.Result{Tools: []string{"get_skill"}}})
+	parts, err := f.Build(context.Background(), &feature.Agent{Spec: a, Host: host, Policy: policy.Result{Tools: []string{"get_skill"}}})
 	g.Expect(err).NotTo(HaveOccurred())
 	if parts.Close != nil {
 		t.Cleanup(parts.Close)

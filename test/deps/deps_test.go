@@ -62,29 +62,16 @@ func anyOf(dirs ...string) func(string) bool {
 var knownViolations = map[edge]string{
 	// runtime/gateway outside the modes and the gateway.
 	//
-	// agenthost.go: Built.Info is a gateway.AgentInfo with a
-	// gateway.ModelInfo, and an agent without a usable model fails with
-	// &gateway.CodedError{Code: gateway.CodeNoModel}.
-	{"runtime/agenthost", "runtime/gateway"}: "gateway.AgentInfo, ModelInfo, CodedError, CodeNoModel",
 	// clienttest.go: the client's test harness serves a real gateway
 	// (gateway.New over a fake runtime); only tests import clienttest.
 	{"runtime/client/clienttest", "runtime/gateway"}: "gateway.New in the client's test harness",
 
-	// runtime/agenthost outside the modes and the programs. The seven agent
-	// features implement agenthost.Feature: Build(ctx, *agenthost.Agent)
-	// returns agenthost.Parts (the types are to move into a leaf package).
-	{"runtime/health/healthtool", "runtime/agenthost"}: featureNeedsAgenthost,
-	{"runtime/memory", "runtime/agenthost"}:            featureNeedsAgenthost,
-	{"runtime/skill", "runtime/agenthost"}:             featureNeedsAgenthost,
-	{"runtime/tool/bottask", "runtime/agenthost"}:      featureNeedsAgenthost,
-	{"runtime/tool/browser", "runtime/agenthost"}:      featureNeedsAgenthost,
-	{"runtime/tool/cron", "runtime/agenthost"}:         featureNeedsAgenthost,
-	{"runtime/tool/messaging", "runtime/agenthost"}:    featureNeedsAgenthost,
+	// runtime/agenthost outside the modes and the programs (the features'
+	// contract is runtime/feature).
+	//
 	// Local scheduled runs look agents up as *agenthost.Built.
 	{"runtime/scheduler/localrun", "runtime/agenthost"}: "agenthost.Built",
 }
-
-const featureNeedsAgenthost = "agenthost.Feature, Parts, Agent"
 
 var rules = []rule{
 	{

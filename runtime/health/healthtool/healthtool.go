@@ -6,7 +6,7 @@ package healthtool
 import (
 	"context"
 
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/tool"
 )
@@ -33,10 +33,10 @@ type Feature struct{ Service *health.Service }
 // NewFeature returns the feature offering the health tool over s.
 func NewFeature(s *health.Service) *Feature { return &Feature{Service: s} }
 
-// Name implements agenthost.Feature.
+// Name implements feature.Feature.
 func (f *Feature) Name() string { return "health" }
 
-// Build implements agenthost.Feature.
-func (f *Feature) Build(context.Context, *agenthost.Agent) (agenthost.Parts, error) {
-	return agenthost.Parts{Tools: []tool.Tool{NewTool(f.Service)}}, nil
+// Build implements feature.Feature.
+func (f *Feature) Build(context.Context, *feature.Agent) (feature.Parts, error) {
+	return feature.Parts{Tools: []tool.Tool{NewTool(f.Service)}}, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
@@ -56,8 +57,8 @@ func (r *recorder) calls() []string {
 type toolsFeature []tool.Tool
 
 func (f toolsFeature) Name() string { return "test-tools" }
-func (f toolsFeature) Build(context.Context, *agenthost.Agent) (agenthost.Parts, error) {
-	return agenthost.Parts{Tools: f}, nil
+func (f toolsFeature) Build(context.Context, *feature.Agent) (feature.Parts, error) {
+	return feature.Parts{Tools: f}, nil
 }
 
 type fixture struct {

@@ -1,5 +1,5 @@
 // Package bottask implements the dsh-bot task queue and agenda tools,
-// bot_task and bot_agenda, as an agenthost.Feature built on the scheduler.
+// bot_task and bot_agenda, as an feature.Feature built on the scheduler.
 //
 // A task is a store record (store.TaskStore). Every task that is not
 // cancelled has a scheduled job ("task-<id>") that runs its prompt in the
@@ -41,7 +41,7 @@ import (
 	"k8s.io/utils/clock"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/scheduler/agentjobs"
@@ -66,7 +66,7 @@ type Config struct {
 // Feature adds bot_task and bot_agenda to agents.
 type Feature struct{ cfg Config }
 
-var _ agenthost.Feature = (*Feature)(nil)
+var _ feature.Feature = (*Feature)(nil)
 
 // NewFeature returns the task and agenda tools feature.
 func NewFeature(cfg Config) *Feature {
@@ -79,14 +79,14 @@ func NewFeature(cfg Config) *Feature {
 	return &Feature{cfg: cfg}
 }
 
-// Name implements agenthost.Feature.
+// Name implements feature.Feature.
 func (f *Feature) Name() string { return "bottask" }
 
-// Build implements agenthost.Feature.
-func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts, error) {
+// Build implements feature.Feature.
+func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, error) {
 	ts, ok := a.Host.Store.(store.TaskStore)
 	if !ok {
-		return agenthost.Parts{}, fmt.Errorf("the store (%T) does not keep tasks (store.TaskStore)", a.Host.Store)
+		return feature.Parts{}, fmt.Errorf("the store (%T) does not keep tasks (store.TaskStore)", a.Host.Store)
 	}
 	t := &tools{ts: ts, tenant: a.Host.Tenant, agent: a.Spec.Name, cfg: f.cfg}
 	// Run records are in the store in both modes; without them a task's
@@ -99,7 +99,7 @@ func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts,
 			t.jobs = storeJobs{cs: cs, agent: a.Spec.Name, changed: f.cfg.Changed}
 		}
 	}
-	return agenthost.Parts{Tools: t.all()}, nil
+	return feature.Parts{Tools: t.all()}, nil
 }
 
 // tools is the state bot_task and bot_agenda share for one agent.

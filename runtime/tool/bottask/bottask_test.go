@@ -15,7 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/store"
@@ -53,8 +53,8 @@ func newTools(t testing.TB) *agentTools {
 		at.changed = append(at.changed, tn+"/"+name)
 	}})
 	g.Expect(f.Name()).To(Equal("bottask"))
-	host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: tenant, Store: st}
-	parts, err := f.Build(context.Background(), &agenthost.Agent{Host: host,
+	host := &feature.Host{Mode: feature.ModeEmbedded, Tenant: tenant, Store: st}
+	parts, err := f.Build(context.Background(), &feature.Agent{Host: host,
 		Spec: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: tenant}}})
 	g.Expect(err).NotTo(HaveOccurred())
 	at.reg, err = tool.NewRegistry(parts.Tools...)

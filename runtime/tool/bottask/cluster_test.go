@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/scheduler/schedulertest"
@@ -43,9 +43,9 @@ func newClusterTools(t *testing.T, now time.Time) *clusterTools {
 	ns := fmt.Sprintf("bottask-%d", time.Now().UnixNano()%1_000_000_000)
 	g.Expect(kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 	c := &clusterTools{store: schedulertest.Open(t, pg.NewDatabase(t)), ns: ns}
-	host := &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: ns, Store: c.store, Kube: kube}
+	host := &feature.Host{Mode: feature.ModeCluster, Tenant: ns, Store: c.store, Kube: kube}
 	parts, err := bottask.NewFeature(bottask.Config{Clock: clocktesting.NewFakeClock(now)}).Build(context.Background(),
-		&agenthost.Agent{Host: host, Spec: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: ns}}})
+		&feature.Agent{Host: host, Spec: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: ns}}})
 	g.Expect(err).NotTo(HaveOccurred())
 	c.reg, err = tool.NewRegistry(parts.Tools...)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
 	driver "github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/netguard"
 	"github.com/picobot/picobot/runtime/tool"
@@ -267,10 +267,10 @@ func TestBrowserMissing(t *testing.T) {
 	g.Expect(checks[1].OK).To(BeFalse())
 }
 
-func testAgent(t *testing.T, b *picobotv1alpha1.BrowserSpec) *agenthost.Agent {
+func testAgent(t *testing.T, b *picobotv1alpha1.BrowserSpec) *feature.Agent {
 	a := &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: "default"}}
 	a.Spec.Browser = b
-	return &agenthost.Agent{Spec: a, Host: &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: "default", StateDir: t.TempDir()}}
+	return &feature.Agent{Spec: a, Host: &feature.Host{Mode: feature.ModeEmbedded, Tenant: "default", StateDir: t.TempDir()}}
 }
 
 func TestFeature(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/picobot/picobot/runtime/agenthost"
 	driver "github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/tool"
 )
@@ -22,7 +22,7 @@ type FeatureConfig struct {
 	// Profiles, when set, returns the profile store of an agent; by
 	// default embedded mode keeps profiles under <StateDir>/browser-profiles
 	// and cluster mode (Host.Kube set) as BrowserProfile resources.
-	Profiles func(a *agenthost.Agent) driver.ProfileStore
+	Profiles func(a *feature.Agent) driver.ProfileStore
 	// MaxChars caps page text (50,000 when 0).
 	MaxChars int
 	// HealthTTL is how long a headless launch check is reused (5 minutes).
@@ -59,14 +59,14 @@ func (f *Feature) Driver() *driver.Driver { return f.driver }
 // Close closes every browser.
 func (f *Feature) Close() { f.driver.Close() }
 
-// Name implements agenthost.Feature.
+// Name implements feature.Feature.
 func (f *Feature) Name() string { return "browser" }
 
-// Build implements agenthost.Feature.
-func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts, error) {
+// Build implements feature.Feature.
+func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, error) {
 	spec := a.Spec.Spec.Browser
 	if spec != nil && spec.Enabled != nil && !*spec.Enabled {
-		return agenthost.Parts{}, nil
+		return feature.Parts{}, nil
 	}
 	o := Options{Driver: f.driver, Agent: a.Spec.Name, MaxChars: f.cfg.MaxChars, Profiles: f.profiles(a)}
 	if spec != nil {
@@ -75,13 +75,13 @@ func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts,
 			o.DefaultProfile = spec.ProfileRef.Name
 		}
 	}
-	return agenthost.Parts{
+	return feature.Parts{
 		Tools:  []tool.Tool{NewTool(o), NewProfilesTool(o)},
 		Health: f.Health,
 	}, nil
 }
 
-func (f *Feature) profiles(a *agenthost.Agent) driver.ProfileStore {
+func (f *Feature) profiles(a *feature.Agent) driver.ProfileStore {
 	if f.cfg.Profiles != nil {
 		return f.cfg.Profiles(a)
 	}

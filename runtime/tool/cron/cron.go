@@ -1,6 +1,6 @@
 // Package cron implements the scheduling tools — cron_add, cron_list,
 // cron_runs, cron_update, cron_remove, cron_enable and cron_disable — as an
-// agenthost.Feature. The host adds the feature only when its scheduler is
+// feature.Feature. The host adds the feature only when its scheduler is
 // enabled, so agents see the tools only when something will fire their jobs.
 //
 // In cluster mode (Host.Kube set) jobs are CronJob resources in the agent's
@@ -29,7 +29,7 @@ import (
 	"k8s.io/utils/clock"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/scheduler/agentjobs"
@@ -55,7 +55,7 @@ type Config struct {
 // Feature adds the cron tools to agents.
 type Feature struct{ cfg Config }
 
-var _ agenthost.Feature = (*Feature)(nil)
+var _ feature.Feature = (*Feature)(nil)
 
 // NewFeature returns the cron tools feature; add it only when the host runs
 // a scheduler.
@@ -69,14 +69,14 @@ func NewFeature(cfg Config) *Feature {
 	return &Feature{cfg: cfg}
 }
 
-// Name implements agenthost.Feature.
+// Name implements feature.Feature.
 func (f *Feature) Name() string { return "cron" }
 
-// Build implements agenthost.Feature.
-func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts, error) {
+// Build implements feature.Feature.
+func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, error) {
 	runs, ok := a.Host.Store.(store.CronStore)
 	if !ok {
-		return agenthost.Parts{}, fmt.Errorf("the store (%T) does not keep scheduled jobs and runs (store.CronStore)", a.Host.Store)
+		return feature.Parts{}, fmt.Errorf("the store (%T) does not keep scheduled jobs and runs (store.CronStore)", a.Host.Store)
 	}
 	var b backend
 	if a.Host.Kube != nil {
@@ -85,7 +85,7 @@ func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts,
 		b = &storeBackend{cs: runs, tenant: a.Host.Tenant, agent: a.Spec.Name, manifest: f.cfg.Manifest, changed: f.cfg.Changed, agents: f.cfg.Agents}
 	}
 	t := &tools{b: b, runs: runs, tenant: a.Host.Tenant, clock: f.cfg.Clock}
-	return agenthost.Parts{Tools: t.all()}, nil
+	return feature.Parts{Tools: t.all()}, nil
 }
 
 // tools is the state the seven tools share for one agent.

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/store"
@@ -84,8 +84,8 @@ func newTools(t *testing.T, kubeClient client.Client, ns string, manifest ...pic
 			at.changed = append(at.changed, tenant+"/"+name)
 		},
 		Agents: func(string) []string { return []string{"root", "ops"} }})
-	host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: ns, Store: st, Kube: kubeClient}
-	parts, err := f.Build(context.Background(), &agenthost.Agent{Host: host,
+	host := &feature.Host{Mode: feature.ModeEmbedded, Tenant: ns, Store: st, Kube: kubeClient}
+	parts, err := f.Build(context.Background(), &feature.Agent{Host: host,
 		Spec: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: ns}}})
 	g.Expect(err).NotTo(HaveOccurred())
 	at.reg, err = tool.NewRegistry(parts.Tools...)

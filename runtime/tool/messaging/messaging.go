@@ -1,7 +1,7 @@
 // Package messaging gives agents send_message (deliver a message and files
 // to any chat of the agent's channels, or attach files to the current
 // reply) and chat_manager (list sessions, channels and messages), as an
-// agenthost.Feature.
+// feature.Feature.
 package messaging
 
 import (
@@ -9,8 +9,8 @@ import (
 	"fmt"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/channel"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/store"
@@ -50,7 +50,7 @@ const DefaultMaxFileBytes = 20 << 20
 // Feature is the messaging feature.
 type Feature struct{ opts Options }
 
-var _ agenthost.Feature = (*Feature)(nil)
+var _ feature.Feature = (*Feature)(nil)
 
 // NewFeature returns the messaging feature.
 func NewFeature(opts Options) *Feature {
@@ -60,14 +60,14 @@ func NewFeature(opts Options) *Feature {
 	return &Feature{opts: opts}
 }
 
-// Name implements agenthost.Feature.
+// Name implements feature.Feature.
 func (f *Feature) Name() string { return "messaging" }
 
-// Build implements agenthost.Feature: send_message and chat_manager for one
+// Build implements feature.Feature: send_message and chat_manager for one
 // agent, and a health check per channel.
-func (f *Feature) Build(_ context.Context, a *agenthost.Agent) (agenthost.Parts, error) {
+func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, error) {
 	cfg := toolConfig{opts: f.opts, store: a.Host.Store, agent: a.Spec.Name, tenant: a.Host.Tenant, spec: a.Spec}
-	return agenthost.Parts{
+	return feature.Parts{
 		Tools: []tool.Tool{NewSendMessage(cfg), NewChatManager(cfg)},
 		Health: func(ctx context.Context) []health.Check {
 			var out []health.Check

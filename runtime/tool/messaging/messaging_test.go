@@ -24,6 +24,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/channel"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
@@ -134,7 +135,7 @@ func newEnv(t *testing.T, llmURL string) *env {
 	e.d, err = outbound.New(outbound.Config{Store: st, Channels: e.mgr, Log: slog.New(slog.DiscardHandler)})
 	g.Expect(err).NotTo(HaveOccurred())
 	e.feat = NewFeature(Options{Sender: e.d, Channels: e.mgr})
-	parts, err := e.feat.Build(e.ctx, &agenthost.Agent{Spec: e.spec, Host: &agenthost.Host{Store: st, Tenant: tenant}})
+	parts, err := e.feat.Build(e.ctx, &feature.Agent{Spec: e.spec, Host: &feature.Host{Store: st, Tenant: tenant}})
 	g.Expect(err).NotTo(HaveOccurred())
 	e.tools, err = tool.NewRegistry(parts.Tools...)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -373,7 +374,7 @@ func parseSession(id string) ([3]string, error) {
 func TestFeatureHealthAndSchemas(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t, "http://127.0.0.1:1")
-	parts, err := e.feat.Build(e.ctx, &agenthost.Agent{Spec: e.spec, Host: &agenthost.Host{Store: e.st, Tenant: tenant}})
+	parts, err := e.feat.Build(e.ctx, &feature.Agent{Spec: e.spec, Host: &feature.Host{Store: e.st, Tenant: tenant}})
 	g.Expect(err).NotTo(HaveOccurred())
 	checks := parts.Health(e.ctx)
 	g.Expect(checks).To(HaveLen(3))
@@ -399,8 +400,8 @@ func TestAgentTurnWithSendMessage(t *testing.T) {
 	llmServer := fakellm.New()
 	t.Cleanup(llmServer.Close)
 	e := newEnv(t, llmServer.URL())
-	host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: tenant, Store: e.st, StateDir: t.TempDir(), Holder: "test",
-		Secrets: e.secrets, Features: []agenthost.Feature{e.feat}, Log: slog.New(slog.DiscardHandler)}
+	host := &agenthost.Host{Mode: feature.ModeEmbedded, Tenant: tenant, Store: e.st, StateDir: t.TempDir(), Holder: "test",
+		Secrets: e.secrets, Features: []feature.Feature{e.feat}, Log: slog.New(slog.DiscardHandler)}
 	built, err := host.Build(e.ctx, e.spec)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(built.Close)

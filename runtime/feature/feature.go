@@ -1,0 +1,77 @@
+// Package feature is the contract between the agent assembler
+// (runtime/agenthost) and the features that add capabilities to an agent
+// (memory, skills, schedules, the task queue, messaging, the browser, health):
+// a feature imports this package, not the assembler, so the imports run from
+// the hosting modes down to the features.
+package feature
+
+import (
+	"context"
+	"log/slog"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/policy"
+)
+
+// Mode says where an agent runs.
+type Mode string
+
+// Modes.
+const (
+	ModeEmbedded Mode = "embedded"
+	ModeCluster  Mode = "cluster"
+)
+
+// Feature adds capabilities to an agent; each lives in its own package.
+type Feature interface {
+	// Name identifies the feature in errors and health reports.
+	Name() string
+	// Build returns the feature's parts for one agent. An error stops the
+	// agent from loading; a feature that merely lacks something optional
+	// returns fewer parts and reports it through Health.
+	Build(ctx context.Context, a *Agent) (Parts, error)
+}
+
+// Parts are what a feature adds to one agent.
+type Parts struct {
+	// Tools are offered to the model when the agent's tool policy allows
+	// them (policy names in policy.DefaultCatalog).
+	Tools []tool.Tool
+	// Prompt returns a system prompt section for a turn ("" for none).
+	Prompt func(ctx context.Context, turn session.PromptInput) string
+	// Health reports the feature's requirements for this agent.
+	Health func(ctx context.Context) []health.Check
+	// Close releases what Build started.
+	Close func()
+}
+
+// Host is what the hosting process offers features.
+type Host struct {
+	Mode   Mode
+	Tenant string
+	Store  store.Store
+	// StateDir is a local folder for the agent's working files (an emptyDir
+	// in a pod).
+	StateDir string
+	// Kube is the cluster client in cluster mode, nil in embedded mode.
+	Kube client.Client
+	Log  *slog.Logger
+}
+
+// Agent is an agent being assembled, as features see it.
+type Agent struct {
+	Spec *picobotv1alpha1.Agent
+	Host *Host
+	// Provider is the agent's model chain (with retry and fallbacks); it
+	// answers with a no_model error when the agent has no usable model.
+	Provider                llm.Provider
+	ProviderName, ModelName string
+	Policy                  policy.Result
+}
