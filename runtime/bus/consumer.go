@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -46,6 +47,14 @@ type ConsumerOptions struct {
 	// store outage is ridden out without a retry storm.
 	BackoffInitial time.Duration
 	BackoffMax     time.Duration
+	// Concurrency, when above 1, hands messages to the handler one at a
+	// time on up to that many goroutines, each acked as soon as its handler
+	// returns, while the loop goes on fetching (Batch defaults to
+	// Concurrency then). For work whose items are independent and may be
+	// slow (a delivery waiting out a platform's retries): one slow item
+	// holds one slot, not the stream. Order across messages is not kept; a
+	// failed message stays pending and comes back through Claim.
+	Concurrency int
 	// Idle, when set, is called after a fetch that found nothing; when it
 	// returns true, Start returns nil. A consumer that serves one chat ends
 	// this way once the chat has gone quiet.
@@ -71,6 +80,10 @@ type Consumer struct {
 	// Loop state, owned by Start.
 	backoff   time.Duration
 	nextClaim time.Time
+	// slots and inflight bound and track concurrent handlers
+	// (ConsumerOptions.Concurrency).
+	slots    chan struct{}
+	inflight sync.WaitGroup
 }
 
 // NewConsumer returns a Consumer reading stream as member name of group.
@@ -79,6 +92,9 @@ type Consumer struct {
 func NewConsumer(b Bus, stream, group, name string, h Handler, opts ConsumerOptions) *Consumer {
 	if opts.Batch <= 0 {
 		opts.Batch = DefaultBatch
+		if opts.Concurrency > 1 {
+			opts.Batch = opts.Concurrency
+		}
 	}
 	if opts.Block <= 0 {
 		opts.Block = 5 * time.Second
@@ -102,10 +118,14 @@ func NewConsumer(b Bus, stream, group, name string, h Handler, opts ConsumerOpti
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{
+	c := &Consumer{
 		bus: b, stream: stream, group: group, name: name, handle: h, opts: opts,
 		log: log.With("stream", stream, "group", group, "consumer", name),
 	}
+	if opts.Concurrency > 1 {
+		c.slots = make(chan struct{}, opts.Concurrency)
+	}
+	return c
 }
 
 // errIdle ends Start when ConsumerOptions.Idle says so.
@@ -116,6 +136,7 @@ var errIdle = errors.New("consumer is idle")
 // it.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.nextClaim = c.opts.Clock.Now()
+	defer c.inflight.Wait()
 	for {
 		err := c.step(ctx)
 		if errors.Is(err, errIdle) {
@@ -176,10 +197,38 @@ func (c *Consumer) step(ctx context.Context) error {
 	return c.process(ctx, msgs)
 }
 
-// process hands the new messages of a batch to the handler and acks the batch.
-// A failed ack is not retried here: the messages stay pending, come back
-// through Claim, and Dedup (or the store) recognises them.
+// process hands the new messages of a batch to the handler and acks the batch
+// (with Concurrency, each message on its own goroutine). A failed ack is not
+// retried here: the messages stay pending, come back through Claim, and Dedup
+// (or the store) recognises them.
 func (c *Consumer) process(ctx context.Context, msgs []Message) error {
+	if c.slots != nil {
+		return c.dispatch(ctx, msgs)
+	}
+	return c.processBatch(ctx, msgs)
+}
+
+// dispatch starts a handler per message once a slot is free. A handler's
+// error is logged; its message stays pending.
+func (c *Consumer) dispatch(ctx context.Context, msgs []Message) error {
+	for _, m := range msgs {
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		c.inflight.Go(func() {
+			defer func() { <-c.slots }()
+			if err := c.processBatch(ctx, []Message{m}); err != nil && ctx.Err() == nil {
+				c.log.Error("Handling a message failed; it stays pending", "id", m.ID, "err", err)
+			}
+		})
+	}
+	return nil
+}
+
+// processBatch handles msgs and acks them once the handler succeeded.
+func (c *Consumer) processBatch(ctx context.Context, msgs []Message) error {
 	fresh := msgs
 	if c.opts.Dedup != nil {
 		fresh = make([]Message, 0, len(msgs))

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -150,4 +151,49 @@ func TestConsumerEndsWhenIdleSaysSo(t *testing.T) {
 	pending, err := mb.Pending(t.Context(), "s", "g", 10)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pending).To(BeEmpty())
+}
+
+func TestConcurrentConsumerDoesNotWaitForASlowMessage(t *testing.T) {
+	g := NewWithT(t)
+	mb := membus.New(membus.Options{})
+	defer func() { _ = mb.Close() }()
+	g.Expect(mb.Publish(t.Context(), "s", bus.Message{ID: "slow"}, bus.Message{ID: "fast1"}, bus.Message{ID: "fast2"}, bus.Message{ID: "bad"})).To(Succeed())
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var handled []string
+	c := bus.NewConsumer(mb, "s", "g", "c1", func(_ context.Context, msgs []bus.Message) error {
+		g.Expect(msgs).To(HaveLen(1), "one message per handler call")
+		m := msgs[0]
+		switch m.ID {
+		case "slow":
+			<-release
+		case "bad":
+			return errors.New("cannot deliver")
+		}
+		mu.Lock()
+		handled = append(handled, m.ID)
+		mu.Unlock()
+		return nil
+	}, bus.ConsumerOptions{Concurrency: 2, Block: 10 * time.Millisecond, ClaimMinIdle: -1})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	handledIDs := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(handled) }
+	// Both fast messages finish while the slow one holds its slot.
+	g.Eventually(handledIDs, 5*time.Second).Should(ConsistOf("fast1", "fast2"))
+	pendingIDs := func() []string {
+		p, err := mb.Pending(t.Context(), "s", "g", 10)
+		g.Expect(err).NotTo(HaveOccurred())
+		ids := []string{}
+		for _, e := range p {
+			ids = append(ids, e.Seq)
+		}
+		return ids
+	}
+	g.Eventually(pendingIDs, 5*time.Second).Should(HaveLen(2), "the slow one runs, the failed one waits for a claim; both unacked")
+	close(release)
+	g.Eventually(handledIDs, 5*time.Second).Should(ConsistOf("fast1", "fast2", "slow"))
+	g.Eventually(pendingIDs, 5*time.Second).Should(HaveLen(1))
+	cancel()
+	g.Eventually(done, 5*time.Second).Should(Receive(BeNil()), "Start returns once the handlers in flight are done")
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -131,54 +130,30 @@ func (o *OutboundRelay) Start(ctx context.Context) error {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	sem := make(chan struct{}, o.Parallel)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	lastClaim := time.Time{}
-	for ctx.Err() == nil {
-		var msgs []bus.Message
-		var err error
-		// Requests a dead replica took are taken over after the longest a
-		// delivery may take.
-		if time.Since(lastClaim) > time.Minute {
-			lastClaim = time.Now()
-			msgs, err = o.Bus.Claim(ctx, wake.OutboundStream, groupGateway, o.Consumer, resultWait+time.Minute, 100)
-		}
-		if err == nil && len(msgs) == 0 {
-			msgs, err = o.Bus.Fetch(ctx, wake.OutboundStream, groupGateway, o.Consumer, bus.FetchOptions{Count: 16, Block: 5 * time.Second})
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			o.Log.Error("Failed to read outbound requests; retrying", "err", err)
-			sleep(ctx, time.Second)
-			continue
-		}
+	// Requests a dead replica took are taken over after the longest a
+	// delivery may take.
+	c := bus.NewConsumer(o.Bus, wake.OutboundStream, groupGateway, o.Consumer, func(ctx context.Context, msgs []bus.Message) error {
 		for _, m := range msgs {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return nil
+			if err := o.deliver(ctx, m); err != nil {
+				return err
 			}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				o.deliver(ctx, m)
-			})
 		}
-	}
-	return nil
+		return nil
+	}, bus.ConsumerOptions{Concurrency: o.Parallel, ClaimMinIdle: resultWait + time.Minute, ClaimInterval: time.Minute, Logger: o.Log})
+	return c.Start(ctx)
 }
 
 // NeedLeaderElection reports false: every gateway replica relays.
 func (o *OutboundRelay) NeedLeaderElection() bool { return false }
 
-func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) {
+// deliver delivers one request and publishes its result when the sender
+// waits for it. It returns an error only when shutting down mid-delivery: the
+// request stays pending and another replica takes it over.
+func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) error {
 	var req wake.OutboundRequest
 	if err := json.Unmarshal(m.Payload, &req); err != nil || req.Tenant == "" {
 		o.Log.Error("Dropping malformed outbound request", "id", m.ID)
-		_ = o.Bus.Ack(ctx, wake.OutboundStream, groupGateway, m.Seq)
-		return
+		return nil
 	}
 	msg := outbound.Message{Agent: req.Message.Agent, Target: req.Message.Target, Text: req.Message.Text, Origin: req.Message.Origin,
 		Stored: req.Message.Stored}
@@ -187,7 +162,7 @@ func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) {
 	}
 	res, err := o.Dispatcher.Deliver(store.WithTenant(ctx, req.Tenant), msg)
 	if ctx.Err() != nil {
-		return // shutting down: another replica takes the request over
+		return ctx.Err()
 	}
 	if err != nil {
 		o.Log.Warn("Outbound delivery failed", "tenant", req.Tenant, "target", msg.Target, "err", err)
@@ -203,7 +178,5 @@ func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) {
 			o.Log.Error("Failed to publish delivery result", "err", perr)
 		}
 	}
-	if err := o.Bus.Ack(ctx, wake.OutboundStream, groupGateway, m.Seq); err != nil {
-		o.Log.Error("Failed to acknowledge outbound request", "err", err)
-	}
+	return nil
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -384,24 +386,10 @@ func secretKeysOf(a *picobotv1alpha1.Agent, defaults *corev1.ConfigMap) []corev1
 // leader only, like the controller.
 func wakeNotices(b bus.Bus, out chan<- event.TypedGenericEvent[*picobotv1alpha1.Agent]) manager.RunnableFunc {
 	return func(ctx context.Context) error {
-		l := log.FromContext(ctx).WithName("wakes")
-		consumer := "operator"
-		for ctx.Err() == nil {
-			msgs, err := b.Fetch(ctx, wake.Notices, wake.GroupOperator, consumer, bus.FetchOptions{Count: 100, Block: 5 * time.Second})
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil //nolint:nilerr // shutting down is not a failure
-				}
-				l.Error(err, "Failed to read wake notices; retrying")
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-				continue
-			}
-			seqs := make([]string, 0, len(msgs))
+		// Only the leader reads; a notice is a hint (the resync sees every
+		// chat too), so nothing pending needs claiming after a restart.
+		c := bus.NewConsumer(b, wake.Notices, wake.GroupOperator, "operator", func(ctx context.Context, msgs []bus.Message) error {
 			for _, m := range msgs {
-				seqs = append(seqs, m.Seq)
 				var w wake.Wake
 				if json.Unmarshal(m.Payload, &w) != nil || w.Agent == "" {
 					continue
@@ -410,15 +398,11 @@ func wakeNotices(b bus.Bus, out chan<- event.TypedGenericEvent[*picobotv1alpha1.
 				select {
 				case out <- event.TypedGenericEvent[*picobotv1alpha1.Agent]{Object: a}:
 				case <-ctx.Done():
-					return nil
+					return ctx.Err()
 				}
 			}
-			if len(seqs) > 0 {
-				if err := b.Ack(ctx, wake.Notices, wake.GroupOperator, seqs...); err != nil {
-					l.Error(err, "Failed to acknowledge wake notices")
-				}
-			}
-		}
-		return nil
+			return nil
+		}, bus.ConsumerOptions{ClaimMinIdle: -1, Logger: slog.New(logr.ToSlogHandler(log.FromContext(ctx).WithName("wakes")))})
+		return c.Start(ctx)
 	}
 }
