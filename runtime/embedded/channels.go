@@ -12,32 +12,19 @@ import (
 	"github.com/picobot/picobot/runtime/store"
 )
 
-// ChannelOptions configure the chat platforms of embedded mode.
-type ChannelOptions struct {
-	// PublicURL is where the platforms reach this process (for Telegram's
-	// setWebhook); without it Telegram bots poll.
-	PublicURL string
-	// BaseURLs point the platforms' APIs elsewhere (tests).
-	BaseURLs channel.BaseURLs
-}
-
-// Channels connects the agents' spec.channels (Telegram, Feishu/Lark, Slack,
-// webhook): it returns the handler of their webhooks (mount it at /hooks/)
-// and the dispatcher that delivers replies and send_message. An inbound
-// message is answered like a gateway client's, in the session
-// "<channel>:<platform chat id>:<dialog>", and the reply (or the reason
-// there is none) goes back through the dispatcher. Channels with missing
-// credentials are reported in the log and in the agent's list_channels.
-func (r *Runtime) Channels(ctx context.Context, opts ChannelOptions) (http.Handler, *outbound.Dispatcher, *channel.Manager, error) {
-	var disp *outbound.Dispatcher
-	mgr := channel.NewManager(channel.Options{PublicURL: opts.PublicURL, BaseURLs: opts.BaseURLs, Log: r.log,
-		OnInbound: func(ctx context.Context, agentName string, in channel.Inbound) error {
-			// The turn runs in the background: the platform gets its
-			// 200 once the message is queued, the reply comes as a
-			// message of its own.
-			r.wg.Go(func() { r.answerChannel(context.WithoutCancel(ctx), disp, agentName, in) })
-			return nil
-		}})
+// ServeChannels connects the agents' spec.channels (Telegram, Feishu/Lark,
+// Slack, webhook) to mgr and starts it, and resumes the deliveries disp left
+// unfinished; it returns the handler of the platforms' webhooks (mount it at
+// /hooks/). The caller built mgr with Inbound as its OnInbound and disp on
+// mgr and the runtime's state: an inbound message is answered like a gateway
+// client's, in the session "<channel>:<platform chat id>:<dialog>", and the
+// reply (or the reason there is none) goes back through disp. Channels with
+// missing credentials are reported in the log and in the agent's
+// list_channels.
+func (r *Runtime) ServeChannels(ctx context.Context, mgr *channel.Manager, disp *outbound.Dispatcher) http.Handler {
+	r.mu.Lock()
+	r.disp = disp
+	r.mu.Unlock()
 	for _, a := range r.agents {
 		if len(a.spec.Spec.Channels) == 0 {
 			continue
@@ -45,10 +32,6 @@ func (r *Runtime) Channels(ctx context.Context, opts ChannelOptions) (http.Handl
 		if err := mgr.SetAgent(r.opts.Tenant, a.spec, a.secrets); err != nil {
 			r.log.Warn("Some channels of an agent are not usable", "agent", a.name, "err", err)
 		}
-	}
-	disp, err := outbound.New(outbound.Config{Store: r.store, Channels: mgr, Artifacts: r.artifacts, Web: storedOnly{}, Log: r.log})
-	if err != nil {
-		return nil, nil, nil, err
 	}
 	r.wg.Go(func() {
 		if err := mgr.Start(r.ctx); err != nil && r.ctx.Err() == nil {
@@ -60,7 +43,21 @@ func (r *Runtime) Channels(ctx context.Context, opts ChannelOptions) (http.Handl
 	} else if n > 0 {
 		r.log.Info("Resumed deliveries left by the last run", "count", n)
 	}
-	return mgr.Handler(), disp, mgr, nil
+	return mgr.Handler()
+}
+
+// Inbound is the OnInbound of the channel manager given to ServeChannels: the
+// turn runs in the background, so the platform gets its 200 once the message
+// is queued; the reply comes as a message of its own.
+func (r *Runtime) Inbound(ctx context.Context, agentName string, in channel.Inbound) error {
+	r.mu.Lock()
+	disp := r.disp
+	r.mu.Unlock()
+	if disp == nil {
+		return errors.New("chat platform channels are not served yet")
+	}
+	r.wg.Go(func() { r.answerChannel(context.WithoutCancel(ctx), disp, agentName, in) })
+	return nil
 }
 
 // answerChannel runs a platform message and delivers its reply.
@@ -87,13 +84,6 @@ func (r *Runtime) answerChannel(ctx context.Context, disp *outbound.Dispatcher, 
 		r.log.Error("Failed to deliver a reply", "agent", agentName, "channel", in.Channel, "chat", in.ChatID, "err", err)
 	}
 }
-
-// storedOnly is embedded mode's web sink: a send_message to a gateway
-// client's chat is stored in its session and shows when the history is
-// loaded; open connections are not pushed to.
-type storedOnly struct{}
-
-func (storedOnly) DeliverWeb(context.Context, outbound.WebMessage) error { return nil }
 
 // ChannelOwner returns the agent with a channel of that name ("" when none
 // has one: gateway channels such as web belong to no agent).

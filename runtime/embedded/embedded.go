@@ -38,6 +38,7 @@ import (
 	"github.com/picobot/picobot/runtime/dialog"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/manifest"
+	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/session"
@@ -84,6 +85,54 @@ type Options struct {
 	// Scheduler, when set, fires scheduled jobs in this process and gives
 	// agents the cron tools (scheduler.go).
 	Scheduler *SchedulerOptions
+	// State is the runtime's store, bus and artifact blobs, chosen by the
+	// caller (picobot serve opens them with OpenState before the runtime,
+	// so the outbound dispatcher it hands to features exists first). Open
+	// opens them with OpenState when it is nil. The runtime closes them.
+	State *State
+}
+
+// State is what an embedded runtime keeps its state in.
+type State struct {
+	Store store.Store
+	Bus   bus.Bus
+	Blobs *localblob.Store
+	// Artifacts is Blobs with Store as the artifacts' index.
+	Artifacts artifact.Store
+}
+
+// StateDir is where a runtime keeps its state: stateDir, or <dir>/.picobot
+// when empty.
+func StateDir(dir, stateDir string) string {
+	if stateDir == "" {
+		return filepath.Join(dir, ".picobot")
+	}
+	return stateDir
+}
+
+// OpenState opens embedded mode's state in a folder: SQLite
+// (dir/picobot.db), the in-process bus and the artifacts folder.
+func OpenState(ctx context.Context, dir string) (*State, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create state folder %s: %w", dir, err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(dir, sqlite.FileName))
+	if err != nil {
+		return nil, err
+	}
+	blobs, err := localblob.Open(filepath.Join(dir, "artifacts"), localblob.Options{})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	return &State{Store: st, Bus: membus.New(membus.Options{}), Blobs: blobs, Artifacts: artifact.Store{Blobs: blobs, State: st}}, nil
+}
+
+// Close closes the store, bus and blobs.
+func (s *State) Close() {
+	_ = s.Bus.Close()
+	_ = s.Blobs.Close()
+	_ = s.Store.Close()
 }
 
 // Runtime is a running embedded PicoBot. It implements gateway.Backend.
@@ -92,12 +141,14 @@ type Runtime struct {
 	dialog.Service
 
 	opts      Options
+	state     *State
 	store     store.Store
 	bus       bus.Bus
-	blobs     *localblob.Store
 	artifacts artifact.Store
-	agents    map[string]*agentRuntime
-	log       *slog.Logger
+	// disp delivers chat platform replies (ServeChannels).
+	disp   *outbound.Dispatcher
+	agents map[string]*agentRuntime
+	log    *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -150,9 +201,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.Tenant == "" {
 		opts.Tenant = manifest.DefaultNamespace
 	}
-	if opts.StateDir == "" {
-		opts.StateDir = filepath.Join(opts.Dir, ".picobot")
-	}
+	opts.StateDir = StateDir(opts.Dir, opts.StateDir)
 	if opts.Env == nil {
 		opts.Env = os.Getenv
 	}
@@ -166,22 +215,17 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	if len(set.Agents) == 0 {
 		return nil, fmt.Errorf("no Agent manifest in %s: add one (see config/samples/agents_v1alpha1_agent.yaml)", opts.Dir)
 	}
-	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("failed to create state folder %s: %w", opts.StateDir, err)
+	state := opts.State
+	if state == nil {
+		if state, err = OpenState(ctx, opts.StateDir); err != nil {
+			return nil, err
+		}
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(opts.StateDir, sqlite.FileName))
-	if err != nil {
-		return nil, err
-	}
-	blobs, err := localblob.Open(filepath.Join(opts.StateDir, "artifacts"), localblob.Options{})
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
+	st := state.Store
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Runtime{opts: opts, store: st, bus: membus.New(membus.Options{}), agents: map[string]*agentRuntime{},
-		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel, blobs: blobs,
-		artifacts: artifact.Store{Blobs: blobs, State: st}, tenants: map[string]bool{opts.Tenant: true},
+	r := &Runtime{opts: opts, state: state, store: st, bus: state.Bus, agents: map[string]*agentRuntime{},
+		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel,
+		artifacts: state.Artifacts, tenants: map[string]bool{opts.Tenant: true},
 		waiters: map[string]*waiter{}, serving: map[string]bool{}}
 	r.Service = dialog.Service{Store: st, Manager: r.manager, Tenant: r.checkTenant}
 	for _, t := range opts.Tenants {
@@ -321,9 +365,7 @@ func (r *Runtime) Close() {
 			}
 		}
 	}
-	_ = r.bus.Close()
-	_ = r.blobs.Close()
-	_ = r.store.Close()
+	r.state.Close()
 }
 
 // Agents returns every agent (all tenants share them), by name.

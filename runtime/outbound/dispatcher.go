@@ -65,6 +65,15 @@ type WebSink interface {
 	DeliverWeb(ctx context.Context, m WebMessage) error
 }
 
+// StoredOnly is the web sink of a gateway that pushes nothing to open
+// connections: the message the dispatcher stored in the session shows when
+// the history is loaded. Both modes use it (in cluster mode the connection
+// may be on another replica).
+type StoredOnly struct{}
+
+// DeliverWeb implements WebSink.
+func (StoredOnly) DeliverWeb(context.Context, WebMessage) error { return nil }
+
 // WebMessage is a delivery to a gateway client's session.
 type WebMessage struct {
 	Agent     string

@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"sync/atomic"
 
 	"github.com/picobot/picobot/runtime/agenthost"
 	driver "github.com/picobot/picobot/runtime/browser"
-	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/memory"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/scheduler"
@@ -63,41 +60,10 @@ func features(o featureOptions) ([]agenthost.Feature, func()) {
 	return feats, browser.Close
 }
 
-// lazySender is a messaging.Sender connected after start-up.
-type lazySender struct {
-	d atomic.Pointer[outbound.Dispatcher]
-}
-
-func (l *lazySender) set(d *outbound.Dispatcher) { l.d.Store(d) }
-
-// Deliver implements messaging.Sender.
-func (l *lazySender) Deliver(ctx context.Context, m outbound.Message) (outbound.Result, error) {
-	d := l.d.Load()
-	if d == nil {
-		return outbound.Result{}, errors.New("message delivery is not ready yet; try again in a moment")
-	}
-	return d.Deliver(ctx, m)
-}
-
-// lazyChannels is a messaging.ChannelStatus connected after start-up.
-type lazyChannels struct {
-	m atomic.Pointer[channel.Manager]
-}
-
-func (l *lazyChannels) set(m *channel.Manager) { l.m.Store(m) }
-
-// Status implements messaging.ChannelStatus.
-func (l *lazyChannels) Status(tenant, agent string) []channel.Status {
-	if m := l.m.Load(); m != nil {
-		return m.Status(tenant, agent)
-	}
-	return nil
-}
-
 // notices delivers scheduled runs' outcomes through the dispatcher, from the
 // agent that owns the target channel.
 type notices struct {
-	sender *lazySender
+	sender messaging.Sender
 	owner  func(channel string) string
 }
 

@@ -99,7 +99,7 @@ func gatewayCmd(args []string) error {
 		return err
 	}
 	loops.Go(func() error { return channels.Start(ctx) })
-	disp, err := outbound.New(outbound.Config{Store: svc.Store, Channels: channels, Artifacts: svc.Artifacts, Web: storedOnly{}, Log: log})
+	disp, err := outbound.New(outbound.Config{Store: svc.Store, Channels: channels, Artifacts: svc.Artifacts, Web: outbound.StoredOnly{}, Log: log})
 	if err != nil {
 		return err
 	}
@@ -178,11 +178,3 @@ func followAgentChannels(ctx context.Context, agents cache.Cache, cs kubernetes.
 	})
 	return err
 }
-
-// storedOnly is the cluster gateway's web sink: a message for a gateway
-// client is stored in its session by the dispatcher and shows in the
-// history; it is not pushed to open connections (which may be on another
-// replica).
-type storedOnly struct{}
-
-func (storedOnly) DeliverWeb(context.Context, outbound.WebMessage) error { return nil }

@@ -16,9 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/web"
+	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
 )
 
@@ -86,7 +88,7 @@ Run 'picobot serve -h' for its flags.
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	dir := fs.String("dir", ".", "Folder with Agent/CronJob/BrowserProfile manifests (and Secrets).")
-	state := fs.String("state", "", "Folder for picobot.db, artifacts and workspaces (default <dir>/.picobot).")
+	stateDir := fs.String("state", "", "Folder for picobot.db, artifacts and workspaces (default <dir>/.picobot).")
 	addr := fs.String("addr", "127.0.0.1:8080", "Address of the gateway and web UI.")
 	key := fs.String("api-key", os.Getenv("PICOBOT_API_KEY"), "API key clients must send (default $PICOBOT_API_KEY; none on loopback when empty).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for chat platform webhooks (default $PICOBOT_PUBLIC_URL; without it Telegram bots poll).")
@@ -97,26 +99,35 @@ func serve(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	// send_message needs the dispatcher, which needs the runtime's store:
-	// the features get a sender that is connected once both exist.
-	sender := &lazySender{}
-	status := &lazyChannels{}
-	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir, sender: sender, channels: status})
-	defer closeFeatures()
-	var rt *embedded.Runtime
-	owner := func(channel string) string { return rt.ChannelOwner(channel) }
-	rt, err := embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *state, Log: log, Features: feats,
-		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: sender, owner: owner}}})
+	// The state is chosen here, before the runtime: the dispatcher that
+	// delivers send_message, replies and scheduled notices works on it, and
+	// the features get it when the runtime builds the agents.
+	state, err := embedded.OpenState(ctx, embedded.StateDir(*dir, *stateDir))
 	if err != nil {
+		return err
+	}
+	var rt *embedded.Runtime
+	channels := channel.NewManager(channel.Options{PublicURL: *publicURL, Log: log,
+		OnInbound: func(ctx context.Context, agentName string, in channel.Inbound) error {
+			return rt.Inbound(ctx, agentName, in)
+		}})
+	disp, err := outbound.New(outbound.Config{Store: state.Store, Channels: channels, Artifacts: state.Artifacts,
+		Web: outbound.StoredOnly{}, Log: log})
+	if err != nil {
+		state.Close()
+		return err
+	}
+	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir, sender: disp, channels: channels})
+	defer closeFeatures()
+	owner := func(channel string) string { return rt.ChannelOwner(channel) }
+	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
+		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
+	if err != nil {
+		state.Close()
 		return err
 	}
 	defer rt.Close()
-	hooks, disp, channels, err := rt.Channels(ctx, embedded.ChannelOptions{PublicURL: *publicURL})
-	if err != nil {
-		return err
-	}
-	sender.set(disp)
-	status.set(channels)
+	hooks := rt.ServeChannels(ctx, channels, disp)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("failed to listen on %s: %w", *addr, err)
