@@ -366,7 +366,7 @@ func (h *Host) session(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveMod
 		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, LeaseTTL: h.LeaseTTL, Timeline: session.StoreTimeline{Store: h.Store},
 		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(m),
 		Workspace: func(id session.ID) string {
-			dir := filepath.Join(ws, a.Name, envUnsafe.ReplaceAllString(strings.ToUpper(id.String()), "_"))
+			dir := filepath.Join(ws, a.Name, session.WorkspaceName(id))
 			_ = os.MkdirAll(dir, 0o700)
 			return dir
 		}}

@@ -282,16 +282,24 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	return r, nil
 }
 
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+// legacyName is how workspace folders were named before
+// session.WorkspaceName: ids that read alike shared a folder.
+var legacyName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // workspaceFunc returns where a tenant's sessions of an agent work:
-// StateDir/workspaces/<tenant>/<agent>/<session id, made safe>.
+// StateDir/workspaces/<tenant>/<agent>/<session.WorkspaceName>. A folder of
+// the earlier naming is moved to the new name the first time its session
+// works, so an upgrade loses no files.
 func workspaceFunc(stateDir, tenant, agentName string) func(session.ID) string {
 	base := filepath.Join(stateDir, "workspaces", tenant, agentName)
 	var made sync.Map // folders created, so a turn costs no syscall
 	return func(id session.ID) string {
-		dir := filepath.Join(base, unsafeName.ReplaceAllString(id.String(), "_"))
+		dir := filepath.Join(base, session.WorkspaceName(id))
 		if _, ok := made.Load(dir); !ok {
+			legacy := filepath.Join(base, legacyName.ReplaceAllString(id.String(), "_"))
+			if _, err := os.Stat(dir); os.IsNotExist(err) {
+				_ = os.Rename(legacy, dir) // nothing to move is the usual case
+			}
 			if err := os.MkdirAll(dir, 0o700); err == nil {
 				made.Store(dir, struct{}{})
 			}

@@ -6,9 +6,12 @@ package session
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base32"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -61,4 +64,22 @@ func NewDialogID() string {
 	var b [5]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
 	return "d_" + dialogEncoding.EncodeToString(b[:])
+}
+
+// unsafeName matches what a workspace folder name does not keep of an id.
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// WorkspaceName is the folder name of a session's workspace: readable (the
+// id with every run of characters other than letters, digits, '.', '_' and
+// '-' replaced by '_', at most 100 bytes) and unique (a hash of the whole id
+// follows, so ids that read alike, or differ only in case on a
+// case-insensitive file system, never share a folder).
+func WorkspaceName(id ID) string {
+	s := id.String()
+	sum := sha256.Sum256([]byte(s))
+	readable := unsafeName.ReplaceAllString(s, "_")
+	if len(readable) > 100 {
+		readable = readable[:100]
+	}
+	return readable + "-" + hex.EncodeToString(sum[:8])
 }

@@ -469,3 +469,21 @@ func TestCachedHistoryEqualsStoredHistory(t *testing.T) {
 	g.Expect(cached).To(Equal(fresh))
 	g.Expect(cached).To(HaveLen(8)) // hello, done, use the tool, call, result, done, thanks, done
 }
+
+func TestWorkspaceNamesAreReadableAndNeverShared(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(WorkspaceName(ID{"web", "helper/alice.smith", "default"})).To(MatchRegexp(`^web_helper_alice\.smith_default-[0-9a-f]{16}$`))
+	// Ids that read alike (or differ only in case, which a case-insensitive
+	// file system folds) get folders of their own.
+	alike := [][2]ID{
+		{{"web", "helper/alice.smith", "default"}, {"web", "helper/Alice.Smith", "default"}},
+		{{"web", "helper/a b", "default"}, {"web", "helper/a_b", "default"}},
+		{{"feishu", "oc_a:b", "default"}, {"feishu", "oc_a_b", "default"}},
+	}
+	for _, p := range alike {
+		a, b := WorkspaceName(p[0]), WorkspaceName(p[1])
+		g.Expect(strings.ToLower(a)).NotTo(Equal(strings.ToLower(b)), "%s and %s", p[0], p[1])
+	}
+	long := WorkspaceName(ID{"web", strings.Repeat("x", 300), "default"})
+	g.Expect(len(long)).To(Equal(100 + 1 + 16))
+}
