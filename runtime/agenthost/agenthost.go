@@ -217,7 +217,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if e := res.Effective; e != nil {
 		info.Model = &protocol.ModelInfo{Provider: string(e.Provider), Model: e.Model, Source: string(e.Source)}
 		providerName, modelName = string(e.Provider), e.Model
-		p, err := h.chain(a, e)
+		p, err := h.chain(a, e, res.Ref)
 		if err != nil {
 			return fail(err)
 		}
@@ -395,8 +395,13 @@ func mcpStatus(m *mcp.Manager) func() string {
 }
 
 // chain builds the effective model and the fallbacks after it, each with retry.
-func (h *Host) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel) (llm.Provider, error) {
+func (h *Host) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel, chosen *picobotv1alpha1.ModelRef) (llm.Provider, error) {
+	// The namespace default's reference carries its API key; the effective
+	// model (a status field) names no Secret.
 	refs := []picobotv1alpha1.ModelRef{{Provider: e.Provider, Model: e.Model, BaseURL: e.BaseURL}}
+	if chosen != nil {
+		refs = []picobotv1alpha1.ModelRef{*chosen}
+	}
 	if m := a.Spec.Model; m != nil {
 		all := append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...)
 		start := 0

@@ -249,11 +249,8 @@ func TestBuildWithTheNamespaceDefault(t *testing.T) {
 	g.Expect(f.llm.Requests()[0].Model).To(Equal("house-model"))
 
 	t.Run("its key reaches the model", func(t *testing.T) {
-		// KNOWN BUG (reported): Host.chain builds the namespace default's
-		// ModelRef from the EffectiveModel, which has no apiKeySecretRef, so
-		// the key ResolveModel checked is never sent: the request goes out
-		// without Authorization. Remove this Skip once chain uses the key.
-		t.Skip("known bug: the namespace default's apiKeySecret is resolved but not sent (agenthost.Host.chain)")
+		// The effective model (a status field) names no Secret: the key
+		// comes from the resolution's reference.
 		NewWithT(t).Expect(f.llm.Requests()[0].Header.Get("Authorization")).To(Equal("Bearer sk-shared"))
 	})
 }

@@ -31,6 +31,9 @@ type ModelResolution struct {
 	Reason string
 	// Message explains the choice, or what is missing.
 	Message string
+	// Ref is the chosen model as a reference, API key included (the
+	// effective model, a status field, names no Secret).
+	Ref *picobotv1alpha1.ModelRef
 }
 
 // CheckModelRef says why ref is unusable, or "" when it is usable.
@@ -67,7 +70,8 @@ func ResolveModel(spec *picobotv1alpha1.ModelSpec, defaults *corev1.ConfigMap, s
 	}
 	reason, problem := CheckModelRef(spec.ModelRef, secrets)
 	if problem == "" {
-		return ModelResolution{Effective: effectiveOf(spec.ModelRef, picobotv1alpha1.ModelSourceSpec, window),
+		ref := spec.ModelRef
+		return ModelResolution{Effective: effectiveOf(spec.ModelRef, picobotv1alpha1.ModelSourceSpec, window), Ref: &ref,
 			Reason: picobotv1alpha1.ReasonResolvedFromSpec, Message: fmt.Sprintf("Using %s/%s from spec.model", spec.Provider, spec.Model)}
 	}
 	problems := []string{"spec.model: " + problem}
@@ -77,7 +81,7 @@ func ResolveModel(spec *picobotv1alpha1.ModelSpec, defaults *corev1.ConfigMap, s
 			eff := effectiveOf(fb, picobotv1alpha1.ModelSourceFallback, window)
 			idx := int32(i)
 			eff.FallbackIndex = &idx
-			return ModelResolution{Effective: eff, Reason: picobotv1alpha1.ReasonResolvedFromFallback,
+			return ModelResolution{Effective: eff, Ref: &fb, Reason: picobotv1alpha1.ReasonResolvedFromFallback,
 				Message: fmt.Sprintf("Using fallback %d %s/%s because %s", i, fb.Provider, fb.Model, strings.Join(problems, "; "))}
 		}
 		problems = append(problems, fmt.Sprintf("fallbacks[%d]: %s", i, fbProblem))
@@ -125,7 +129,7 @@ func resolveNamespaceDefault(cm *corev1.ConfigMap, secrets SecretLookup) ModelRe
 	if reason, problem := CheckModelRef(ref, secrets); problem != "" {
 		return ModelResolution{Reason: reason, Message: "Namespace default: " + problem}
 	}
-	return ModelResolution{Effective: effectiveOf(ref, picobotv1alpha1.ModelSourceNamespaceDefault, window),
+	return ModelResolution{Effective: effectiveOf(ref, picobotv1alpha1.ModelSourceNamespaceDefault, window), Ref: &ref,
 		Reason:  picobotv1alpha1.ReasonResolvedFromNamespaceDefault,
 		Message: fmt.Sprintf("Using %s/%s from ConfigMap %q", ref.Provider, ref.Model, picobotv1alpha1.NamespaceDefaultsConfigMap)}
 }
