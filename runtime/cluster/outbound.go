@@ -151,9 +151,14 @@ func (o *OutboundRelay) NeedLeaderElection() bool { return false }
 // request stays pending and another replica takes it over.
 func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) error {
 	var req wake.OutboundRequest
-	if err := json.Unmarshal(m.Payload, &req); err != nil || req.Tenant == "" {
-		o.Log.Error("Dropping malformed outbound request", "id", m.ID)
-		return nil
+	err := json.Unmarshal(m.Payload, &req)
+	if err == nil && req.Tenant == "" {
+		err = errors.New("no tenant")
+	}
+	if err != nil {
+		// Dropped (acked): no replica could ever deliver it.
+		o.Log.Error("Dropping malformed outbound request", "id", m.ID, "err", err)
+		return nil //nolint:nilerr // a malformed request is dropped, not retried
 	}
 	msg := outbound.Message{Agent: req.Message.Agent, Target: req.Message.Target, Text: req.Message.Text, Origin: req.Message.Origin,
 		Stored: req.Message.Stored}
