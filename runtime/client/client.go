@@ -127,21 +127,10 @@ func New(baseURL string, opts Options) (*Client, error) {
 func (c *Client) URL() string { return c.base.String() }
 
 // Agent is an agent as the gateway lists it.
-type Agent struct {
-	Name    string   `json:"name"`
-	Ready   bool     `json:"ready"`
-	Reason  string   `json:"reason"`
-	Message string   `json:"message"`
-	Model   *Model   `json:"model"`
-	Tools   []string `json:"tools"`
-}
+type Agent = protocol.AgentInfo
 
 // Model is an agent's effective model.
-type Model struct {
-	Provider string `json:"provider"`
-	Model    string `json:"model"`
-	Source   string `json:"source"`
-}
+type Model = protocol.ModelInfo
 
 // Session is one dialog of a chat.
 type Session struct {

@@ -24,6 +24,7 @@ import (
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 )
 
@@ -267,7 +268,7 @@ func (b *Backend) retryRedis(ctx context.Context, deadline time.Time, what strin
 				Err: fmt.Errorf("failed to %s, so the message was not queued; send it again: %w", what, err)}
 		}
 		b.cfg.Log.Warn("Redis unreachable; retrying", "op", what, "err", err, "backoff", wait)
-		if !sleep(ctx, wait) {
+		if !sessionrt.Sleep(ctx, wait) {
 			return ctx.Err()
 		}
 		wait = min(2*wait, 2*time.Second)

@@ -105,7 +105,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 				return ctx.Err()
 			}
 			r.cfg.Log.Error("Failed to read wakes; retrying", "err", err)
-			if !sleep(ctx, time.Second) {
+			if !sessionrt.Sleep(ctx, time.Second) {
 				return ctx.Err()
 			}
 			continue
@@ -155,9 +155,9 @@ func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
 		if !errors.Is(err, store.ErrUnavailable) {
 			break
 		}
-		backoff = nextBackoff(backoff)
+		backoff = sessionrt.NextBackoff(backoff)
 		r.cfg.Log.Warn("Store unavailable; retrying the chat lease", "chat", w.ChatKey, "err", err, "backoff", backoff)
-		if !sleep(ctx, backoff) {
+		if !sessionrt.Sleep(ctx, backoff) {
 			return false, ctx.Err()
 		}
 	}
@@ -318,24 +318,5 @@ func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out 
 func (r strategy) publish(ctx context.Context, c sessionrt.Chat, e Event) {
 	if err := r.sig.publish(context.WithoutCancel(ctx), eventChannel(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key), e); err != nil {
 		r.cfg.Log.Error("Failed to publish turn event", "err", err)
-	}
-}
-
-// nextBackoff doubles a retry's wait, from 100ms up to 5s.
-func nextBackoff(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 100 * time.Millisecond
-	}
-	return min(2*d, 5*time.Second)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

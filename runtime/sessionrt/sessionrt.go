@@ -254,11 +254,11 @@ func (r *Runtime) handle(ctx context.Context, c Chat, msgID, text string) (sessi
 		case errors.Is(err, session.ErrBusy):
 			wait = r.cfg.BusyWait
 		case errors.Is(err, store.ErrUnavailable):
-			backoff = nextBackoff(backoff)
+			backoff = NextBackoff(backoff)
 			wait = backoff
 			r.cfg.Log.Warn("Store unavailable; retrying the message", "id", msgID, "err", err, "backoff", wait)
 		}
-		if wait <= 0 || !sleep(ctx, wait) {
+		if wait <= 0 || !Sleep(ctx, wait) {
 			return reply, err
 		}
 	}
@@ -335,16 +335,17 @@ func (r *Runtime) dropQueued(ctx context.Context, c Chat) error {
 	}
 }
 
-// nextBackoff doubles a retry's wait, from 100ms up to 5s.
-func nextBackoff(d time.Duration) time.Duration {
+// NextBackoff doubles a retry's wait, from 100ms up to 5s (the retry loops of
+// the runtime and of the modes around it).
+func NextBackoff(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 100 * time.Millisecond
 	}
 	return min(2*d, 5*time.Second)
 }
 
-// sleep waits for d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits for d or until ctx ends; it reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
