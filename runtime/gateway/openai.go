@@ -213,29 +213,32 @@ func lastUserText(msgs []oaMessage) (string, string) {
 // chatCompletions is POST /v1/chat/completions: the last user message goes to
 // the agent named by "model", in the chat named by X-PicoBot-Chat-Id or
 // "user" (channel "openai").
-func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+// readCompletion reads and checks a chat completions request and returns it
+// with the text of its last user message; on a bad request it has answered it
+// and reports false.
+func readCompletion(w http.ResponseWriter, r *http.Request) (oaRequest, string, bool) {
 	data, err := io.ReadAll(r.Body)
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
 		writeOpenAIErrorCode(w, CodeTooLarge, fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit))
-		return
+		return oaRequest{}, "", false
 	case err != nil:
 		badOpenAI(w, "", "failed to read request body: %v", err)
-		return
+		return oaRequest{}, "", false
 	}
 	var req oaRequest
 	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&req); err != nil {
 		badOpenAI(w, "", "request body is not valid JSON: %v", err)
-		return
+		return oaRequest{}, "", false
 	}
 	if req.Model == "" {
 		badOpenAI(w, "model", "model is required: the name of a PicoBot agent (GET /v1/models)")
-		return
+		return oaRequest{}, "", false
 	}
 	if req.N != nil && *req.N != 1 {
 		badOpenAI(w, "n", "n must be 1")
-		return
+		return oaRequest{}, "", false
 	}
 	text, msg := lastUserText(req.Messages)
 	if msg == "" && strings.TrimSpace(text) == "" {
@@ -246,6 +249,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	if msg != "" {
 		badOpenAI(w, "messages", "%s", msg)
+		return oaRequest{}, "", false
+	}
+	return req, text, true
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	req, text, ok := readCompletion(w, r)
+	if !ok {
 		return
 	}
 	chatID := r.Header.Get(HeaderChatID)

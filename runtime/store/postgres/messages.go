@@ -92,20 +92,9 @@ func (s *Store) appendMessages(ctx context.Context, sessionID string, msgs []sto
 		if m.CreatedAt.After(lastAt) {
 			lastAt = m.CreatedAt
 		}
-		toolCalls, err := encodeJSON(m.ToolCalls, len(m.ToolCalls) == 0)
-		if err != nil {
-			return nil, fmt.Errorf("failed to encode tool calls of message %q: %w", m.ID, err)
+		if err := queueInsert(batch, m); err != nil {
+			return nil, err
 		}
-		images, err := encodeJSON(m.Images, len(m.Images) == 0)
-		if err != nil {
-			return nil, fmt.Errorf("failed to encode images of message %q: %w", m.ID, err)
-		}
-		meta, err := encodeJSON(m.Meta, len(m.Meta) == 0)
-		if err != nil {
-			return nil, fmt.Errorf("failed to encode meta of message %q: %w", m.ID, err)
-		}
-		batch.Queue(sqlInsertMessage, tenant, sessionID, m.Seq, m.ID, string(m.Role), m.Content, toolCalls,
-			m.ToolCallID, m.Name, m.IsError, images, meta, m.CreatedAt)
 		seen[m.ID] = m
 		out[i] = m
 	}
@@ -121,6 +110,26 @@ func (s *Store) appendMessages(ctx context.Context, sessionID string, msgs []sto
 		return nil, err
 	}
 	return out, nil
+}
+
+// queueInsert queues the insert of one new message (tenant, session and seq
+// set).
+func queueInsert(batch *pgx.Batch, m store.Message) error {
+	toolCalls, err := encodeJSON(m.ToolCalls, len(m.ToolCalls) == 0)
+	if err != nil {
+		return fmt.Errorf("failed to encode tool calls of message %q: %w", m.ID, err)
+	}
+	images, err := encodeJSON(m.Images, len(m.Images) == 0)
+	if err != nil {
+		return fmt.Errorf("failed to encode images of message %q: %w", m.ID, err)
+	}
+	meta, err := encodeJSON(m.Meta, len(m.Meta) == 0)
+	if err != nil {
+		return fmt.Errorf("failed to encode meta of message %q: %w", m.ID, err)
+	}
+	batch.Queue(sqlInsertMessage, m.Tenant, m.SessionID, m.Seq, m.ID, string(m.Role), m.Content, toolCalls,
+		m.ToolCallID, m.Name, m.IsError, images, meta, m.CreatedAt)
+	return nil
 }
 
 // LoadMessages implements store.Store. The session's existence is checked in
