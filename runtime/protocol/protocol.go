@@ -8,6 +8,7 @@
 package protocol
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -155,6 +156,26 @@ type Outcome struct {
 	Text string `json:"text,omitempty"`
 	// Duplicate: the message id was processed before; nothing ran again.
 	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// UnmarshalJSON reads an Outcome, also as the session pods before the wire
+// format was versioned wrote it (Go field names: encoding/json matches
+// "Text", "Command" and "Duplicate" to the tags case-insensitively, but not
+// "SessionID" to "session_id"), so a rolling upgrade keeps the session id.
+func (o *Outcome) UnmarshalJSON(b []byte) error {
+	type plain Outcome
+	var v struct {
+		plain
+		Legacy string `json:"SessionID"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*o = Outcome(v.plain)
+	if o.SessionID == "" {
+		o.SessionID = v.Legacy
+	}
+	return nil
 }
 
 // ErrUnknownVersion is returned for a wire message of a version this build
