@@ -140,11 +140,8 @@ type Runtime struct {
 	// Service implements the dialog methods of gateway.Backend.
 	dialog.Service
 
-	opts      Options
-	state     *State
-	store     store.Store
-	bus       bus.Bus
-	artifacts artifact.Store
+	opts  Options
+	state *State
 	// disp delivers chat platform replies (ServeChannels).
 	disp   *outbound.Dispatcher
 	agents map[string]*agentRuntime
@@ -223,9 +220,8 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	st := state.Store
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Runtime{opts: opts, state: state, store: st, bus: state.Bus, agents: map[string]*agentRuntime{},
-		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel,
-		artifacts: state.Artifacts, tenants: map[string]bool{opts.Tenant: true},
+	r := &Runtime{opts: opts, state: state, agents: map[string]*agentRuntime{},
+		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel, tenants: map[string]bool{opts.Tenant: true},
 		waiters: map[string]*waiter{}, serving: map[string]bool{}}
 	r.Service = dialog.Service{Store: st, Manager: r.manager, Tenant: r.checkTenant}
 	for _, t := range opts.Tenants {
@@ -247,7 +243,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	holder := "embedded:" + host + ":" + abs
 	for i := range set.Agents {
 		a := &set.Agents[i]
-		host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: opts.Tenant, Store: st, Artifacts: r.artifacts,
+		host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: opts.Tenant, Store: st, Artifacts: r.state.Artifacts,
 			ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 			StateDir:    opts.StateDir, Holder: holder, Defaults: defaults, Log: opts.Log,
 			Secrets: agenthost.EnvSecrets(secrets, opts.Env, a),
@@ -268,7 +264,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			cfg := built.Session
 			cfg.Workspace = workspaceFunc(opts.StateDir, t, a.Name)
 			ta := &tenantAgent{tenant: t, agent: a.Name, manager: session.NewManager(cfg)}
-			ta.rt = sessionrt.New(sessionrt.Config{Tenant: t, Agent: a.Name, Consumer: "embedded", Bus: r.bus, Store: st,
+			ta.rt = sessionrt.New(sessionrt.Config{Tenant: t, Agent: a.Name, Consumer: "embedded", Bus: r.state.Bus, Store: st,
 				Manager: ta.manager, Owner: owner{r, ta}, Reporter: reporter{r, ta}, IdleTimeout: chatIdle, Log: opts.Log})
 			ar.byTenant[t] = ta
 		}
@@ -469,7 +465,7 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	if err != nil {
 		return gateway.Outcome{}, err
 	}
-	if err := r.bus.Publish(ctx, stream, bus.Message{ID: id, Payload: payload}); err != nil {
+	if err := r.state.Bus.Publish(ctx, stream, bus.Message{ID: id, Payload: payload}); err != nil {
 		return gateway.Outcome{}, fmt.Errorf("failed to queue message: %w", err)
 	}
 	r.wake(ta, chat)
@@ -516,7 +512,7 @@ func (r *Runtime) Artifact(ctx context.Context, id string) (io.ReadCloser, store
 	if _, err := r.tenantOf(ctx); err != nil {
 		return nil, store.Artifact{}, err
 	}
-	return r.artifacts.Open(ctx, id)
+	return r.state.Artifacts.Open(ctx, id)
 }
 
 // Health implements gateway.Backend.
@@ -525,7 +521,7 @@ func (r *Runtime) Health(ctx context.Context) []gateway.Check {
 		ctx = store.WithTenant(ctx, r.opts.Tenant) // probes carry no tenant
 	}
 	checks := []gateway.Check{}
-	_, err := r.store.ListSessions(ctx, store.SessionFilter{Limit: 1})
+	_, err := r.state.Store.ListSessions(ctx, store.SessionFilter{Limit: 1})
 	checks = append(checks, check("state database", err == nil, errText(err, "SQLite at "+filepath.Join(r.opts.StateDir, sqlite.FileName)),
 		"check that "+r.opts.StateDir+" is writable"))
 	for _, a := range r.Agents() {

@@ -61,9 +61,9 @@ func (r *Runtime) prepareScheduler(set *manifest.Set) ([]agenthost.Feature, erro
 	if so == nil {
 		return r.opts.Features, nil
 	}
-	jobs, ok := r.store.(store.CronStore)
+	jobs, ok := r.state.Store.(store.CronStore)
 	if !ok {
-		return nil, fmt.Errorf("the state database (%T) cannot keep scheduled jobs", r.store)
+		return nil, fmt.Errorf("the state database (%T) cannot keep scheduled jobs", r.state.Store)
 	}
 	if so.Clock == nil {
 		so.Clock = clock.RealClock{}
