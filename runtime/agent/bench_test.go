@@ -11,6 +11,7 @@ import (
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // timedProvider measures the time spent inside the provider (SDK + HTTP round
@@ -61,7 +62,7 @@ func BenchmarkTurn(b *testing.B) {
 				b.Fatal(err)
 			}
 			l := &Loop{Provider: tp, Tools: reg}
-			in := Input{System: "You are helpful.", History: []llm.Message{user("what is 6*7?")}, Sink: func(Event) {}}
+			in := Input{System: "You are helpful.", History: []llm.Message{user("what is 6*7?")}, Sink: func(turn.Event) {}}
 			var total, own []time.Duration
 			b.ReportAllocs()
 			b.ResetTimer()

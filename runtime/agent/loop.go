@@ -13,96 +13,8 @@ import (
 
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/turn"
 )
-
-// EventKind names what a turn event reports.
-type EventKind string
-
-// Turn events, in the order a client sees them.
-const (
-	EventDelta      EventKind = "delta"       // streamed answer text
-	EventToolCall   EventKind = "tool_call"   // the model asked for a tool
-	EventToolResult EventKind = "tool_result" // a tool finished
-	EventUsage      EventKind = "usage"       // tokens of one model call
-	EventCompressed EventKind = "compressed"  // history was compressed
-	EventFinal      EventKind = "final"       // the final answer
-)
-
-// Event is one thing that happened during a turn.
-type Event struct {
-	Kind       EventKind
-	Step       int
-	Text       string
-	ToolCall   *llm.ToolCall
-	ToolResult *ToolResult
-	Usage      *llm.Usage
-	// Attachments are the stored files shown with a tool_result (the files
-	// its tool presented) or a final event (every file of the turn). The
-	// loop stores nothing and leaves it empty; the session runtime fills it
-	// in as it stores the tools' artifacts.
-	Attachments []Attachment
-}
-
-// Attachment is a reference to a stored file (an artifact) shown to the user
-// with a turn's events and reply; the bytes stay in the artifact store.
-type Attachment struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	MediaType string `json:"media_type,omitempty"`
-	// URL is where clients fetch the file ("/api/v1/artifacts/<id>"); empty
-	// when the runtime has no artifact URLs.
-	URL string `json:"url,omitempty"`
-}
-
-// Image reports whether clients show the file inline as an image (SVG is
-// not: it can carry script).
-func (a Attachment) Image() bool {
-	mt := strings.ToLower(a.MediaType)
-	return strings.HasPrefix(mt, "image/") && !strings.HasPrefix(mt, "image/svg")
-}
-
-// Markdown is the attachment as a markdown link, an image link for images:
-// how stored messages and plain-text clients show it.
-func (a Attachment) Markdown() string {
-	name := strings.Map(func(r rune) rune {
-		switch {
-		case r == '[' || r == ']':
-			return '_'
-		case r < ' ' || r == 0x7f:
-			return -1
-		}
-		return r
-	}, a.Name)
-	if name == "" {
-		name = "file"
-	}
-	if a.URL == "" {
-		return fmt.Sprintf("%s (artifact %s)", name, a.ID)
-	}
-	link := "[" + name + "](" + a.URL + ")"
-	if a.Image() {
-		return "!" + link
-	}
-	return link
-}
-
-// AttachmentsMarkdown lists attachments as markdown, one per line.
-func AttachmentsMarkdown(list []Attachment) string {
-	lines := make([]string, len(list))
-	for i, a := range list {
-		lines[i] = a.Markdown()
-	}
-	return strings.Join(lines, "\n")
-}
-
-// ToolResult is a finished tool call as the client sees it.
-type ToolResult struct {
-	CallID    string
-	Name      string
-	Content   string
-	IsError   bool
-	Artifacts []tool.Artifact
-}
 
 // StopReason says how a turn ended.
 type StopReason string
@@ -141,7 +53,7 @@ type Input struct {
 	// Stream asks the provider for token deltas.
 	Stream bool
 	// Sink receives events; it must not block for long. Optional.
-	Sink func(Event)
+	Sink func(turn.Event)
 }
 
 // Output is what a turn produced.
@@ -198,7 +110,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	if in.Stream {
 		onDelta = func(d llm.Delta) {
 			partial.WriteString(d.Text)
-			emit(Event{Kind: EventDelta, Step: step, Text: d.Text})
+			emit(turn.Event{Kind: turn.EventDelta, Step: step, Text: d.Text})
 		}
 	}
 	overflowRetried, truncRetried := false, false
@@ -219,7 +131,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 				return out, fmt.Errorf("failed to compress history after context overflow: %w", errors.Join(err, cerr))
 			}
 			out.History, out.Compressed = compressed, true
-			emit(Event{Kind: EventCompressed, Step: step, Text: stats.String()})
+			emit(turn.Event{Kind: turn.EventCompressed, Step: step, Text: stats.String()})
 			step--
 			continue
 		case errors.Is(err, llm.ErrTruncated) && !truncRetried:
@@ -233,7 +145,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 		out.Steps = step
 		out.Usage.Add(resp.Usage)
 		u := resp.Usage
-		emit(Event{Kind: EventUsage, Step: step, Usage: &u})
+		emit(turn.Event{Kind: turn.EventUsage, Step: step, Usage: &u})
 
 		msg := resp.Message
 		msg.Role = llm.RoleAssistant
@@ -245,7 +157,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 		out.add(msg)
 		if len(msg.ToolCalls) == 0 {
 			out.Final, out.StopReason = msg.Content, StopFinal
-			emit(Event{Kind: EventFinal, Step: step, Text: msg.Content})
+			emit(turn.Event{Kind: turn.EventFinal, Step: step, Text: msg.Content})
 			return out, nil
 		}
 		l.callTools(ctx, reg, in.Env, step, msg.ToolCalls, out, emit)
@@ -257,16 +169,16 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	out.StopReason = StopStepLimit
 	out.Final = fmt.Sprintf("I stopped after %d steps without finishing. Tell me to continue, or narrow the task.", maxSteps)
 	out.add(llm.Message{Role: llm.RoleAssistant, Content: out.Final})
-	emit(Event{Kind: EventFinal, Step: out.Steps, Text: out.Final})
+	emit(turn.Event{Kind: turn.EventFinal, Step: out.Steps, Text: out.Final})
 	return out, nil
 }
 
 // defaults returns the turn's sink, the step limit and the tools, each with
 // its default when unset.
-func (l *Loop) defaults(in Input) (emit func(Event), maxSteps int, reg *tool.Registry) {
+func (l *Loop) defaults(in Input) (emit func(turn.Event), maxSteps int, reg *tool.Registry) {
 	emit, maxSteps, reg = in.Sink, l.MaxSteps, l.Tools
 	if emit == nil {
-		emit = func(Event) {}
+		emit = func(turn.Event) {}
 	}
 	if maxSteps <= 0 {
 		maxSteps = DefaultMaxSteps
@@ -285,15 +197,15 @@ func (o *Output) add(m llm.Message) {
 
 // callTools runs one step's tool calls and records their results, in the
 // order of the calls, as events and messages of the turn.
-func (l *Loop) callTools(ctx context.Context, reg *tool.Registry, env tool.Env, step int, calls []llm.ToolCall, out *Output, emit func(Event)) {
+func (l *Loop) callTools(ctx context.Context, reg *tool.Registry, env tool.Env, step int, calls []llm.ToolCall, out *Output, emit func(turn.Event)) {
 	for i := range calls {
-		emit(Event{Kind: EventToolCall, Step: step, ToolCall: &calls[i]})
+		emit(turn.Event{Kind: turn.EventToolCall, Step: step, ToolCall: &calls[i]})
 	}
 	for i, r := range l.runTools(ctx, reg, env, calls) {
 		c := calls[i]
 		out.add(llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError})
 		out.Artifacts = append(out.Artifacts, r.Artifacts...)
-		emit(Event{Kind: EventToolResult, Step: step, ToolResult: &ToolResult{
+		emit(turn.Event{Kind: turn.EventToolResult, Step: step, ToolResult: &turn.ToolResult{
 			CallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError, Artifacts: r.Artifacts}})
 	}
 }

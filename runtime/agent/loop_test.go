@@ -17,6 +17,7 @@ import (
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 func TestMain(m *testing.M) {
@@ -52,21 +53,21 @@ func echoTool() tool.Tool {
 
 type recorder struct {
 	mu     sync.Mutex
-	events []Event
+	events []turn.Event
 }
 
-func (r *recorder) sink(e Event) {
+func (r *recorder) sink(e turn.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
 }
 
-func (r *recorder) kinds() []EventKind {
+func (r *recorder) kinds() []turn.EventKind {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var ks []EventKind
+	var ks []turn.EventKind
 	for _, e := range r.events {
-		if e.Kind != EventDelta {
+		if e.Kind != turn.EventDelta {
 			ks = append(ks, e.Kind)
 		}
 	}
@@ -78,7 +79,7 @@ func (r *recorder) text() string {
 	defer r.mu.Unlock()
 	var b strings.Builder
 	for _, e := range r.events {
-		if e.Kind == EventDelta {
+		if e.Kind == turn.EventDelta {
 			b.WriteString(e.Text)
 		}
 	}
@@ -115,7 +116,7 @@ func TestLoopToolCallThenFinal(t *testing.T) {
 				g.Expect(out.New).To(HaveLen(3)) // assistant call, tool result, final
 				g.Expect(out.New[1].Content).To(Equal("echo: hi"))
 				g.Expect(out.Usage.InputTokens).To(BeNumerically(">", 0))
-				g.Expect(rec.kinds()).To(Equal([]EventKind{EventUsage, EventToolCall, EventToolResult, EventUsage, EventFinal}))
+				g.Expect(rec.kinds()).To(Equal([]turn.EventKind{turn.EventUsage, turn.EventToolCall, turn.EventToolResult, turn.EventUsage, turn.EventFinal}))
 				if stream {
 					g.Expect(rec.text()).To(Equal("Let me echo that.The tool said: echo: hi"))
 				} else {
@@ -248,7 +249,7 @@ func TestLoopContextOverflowCompressesAndRetriesOnce(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(out.Final).To(Equal("fits now"))
 			g.Expect(out.Compressed).To(BeTrue())
-			g.Expect(rec.kinds()).To(ContainElement(EventCompressed))
+			g.Expect(rec.kinds()).To(ContainElement(turn.EventCompressed))
 			reqs := s.Requests()
 			g.Expect(reqs).To(HaveLen(2))
 			g.Expect(len(reqs[1].Body)).To(BeNumerically("<", len(reqs[0].Body)/2))
@@ -307,9 +308,9 @@ func TestLoopStopCancelsCleanly(t *testing.T) {
 				rec := &recorder{}
 				l := &Loop{Provider: newProvider(t, s, proto)}
 				out, err := l.Run(ctx, Input{History: []llm.Message{user("talk")}, Stream: true,
-					Sink: func(e Event) {
+					Sink: func(e turn.Event) {
 						rec.sink(e)
-						if e.Kind == EventDelta {
+						if e.Kind == turn.EventDelta {
 							once.Do(cancel) // the user sends /stop after the first words
 						}
 					}})

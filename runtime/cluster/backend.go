@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/artifact"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/channel"
@@ -26,6 +25,7 @@ import (
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // codeNotReady answers a message for an agent the operator reports not
@@ -162,7 +162,7 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	// msgID answers it once.
 	queueBy := time.Now().Add(b.cfg.QueueTimeout)
 	var ps *redis.PubSub
-	var events <-chan Event
+	var events <-chan received
 	err = b.retryRedis(ctx, queueBy, "subscribe to the chat's events", func() (err error) {
 		ps, events, err = b.sig.subscribe(ctx, eventChannel(tenant, s.Agent, channel, chat))
 		return err
@@ -191,7 +191,7 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 // await relays the events of message msgID to the send's sink until its
 // outcome arrives, re-waking the chat every Rewake in case its owner died
 // mid-turn.
-func (b *Backend) await(ctx context.Context, s gateway.Send, tenant, msgID string, events <-chan Event) (gateway.Outcome, error) {
+func (b *Backend) await(ctx context.Context, s gateway.Send, tenant, msgID string, events <-chan received) (gateway.Outcome, error) {
 	c := s.Chat()
 	deadline := time.NewTimer(b.cfg.ReplyTimeout)
 	defer deadline.Stop()
@@ -228,17 +228,17 @@ func (b *Backend) await(ctx context.Context, s gateway.Send, tenant, msgID strin
 
 // relay hands one event frame of the awaited message to sink; done reports
 // the message's outcome.
-func relay(e Event, sink func(agent.Event)) (out gateway.Outcome, err error, done bool) {
-	if err := protocol.CheckVersion(e.V); err != nil {
+func relay(e received, sink func(turn.Event)) (out gateway.Outcome, err error, done bool) {
+	if err := e.Err; err != nil {
 		// A session pod newer than this gateway (a rolling upgrade): the
 		// turn runs, its events cannot be read here.
 		return gateway.Outcome{}, &gateway.CodedError{Code: gateway.CodeUnavailable,
 			Err: fmt.Errorf("the session runtime answered in a format this gateway cannot read (%w); the reply will be in the history", err)}, true
 	}
 	switch e.Kind {
-	case kindDone:
+	case protocol.FrameDone:
 		return *e.Outcome, nil, true
-	case kindError:
+	case protocol.FrameError:
 		if e.Outcome != nil {
 			out = *e.Outcome
 		}
@@ -292,7 +292,7 @@ func (b *Backend) stop(ctx context.Context, tenant, agentName, channel, chat str
 	if !running {
 		return false
 	}
-	return b.sig.publish(ctx, controlChannel(tenant, agentName, channel, chat), Event{Kind: kindStop}) == nil
+	return b.sig.publish(ctx, controlChannel(tenant, agentName, channel, chat), protocol.Frame{Kind: protocol.FrameStop}) == nil
 }
 
 // Stop implements gateway.Backend: the chat's runtime cancels its turn.

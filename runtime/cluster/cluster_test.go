@@ -104,31 +104,31 @@ func (f *fixture) queue(t *testing.T, chat, id, text string) {
 }
 
 // events collects a chat's event channel.
-func (f *fixture) events(t *testing.T, chat string) func() []Event {
+func (f *fixture) events(t *testing.T, chat string) func() []protocol.Frame {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ps, ch, err := signals{f.rdb}.subscribe(ctx, eventChannel(f.tenant, "helper", "web", chat))
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	var mu sync.Mutex
-	var got []Event
+	var got []protocol.Frame
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for e := range ch {
 			mu.Lock()
-			got = append(got, e)
+			got = append(got, e.Frame)
 			mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() { cancel(); _ = ps.Close(); <-done })
-	return func() []Event {
+	return func() []protocol.Frame {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(got)
 	}
 }
 
-func kinds(es []Event) []string {
+func kinds(es []protocol.Frame) []string {
 	var out []string
 	for _, e := range es {
 		out = append(out, e.Kind)
@@ -158,7 +158,7 @@ func TestWarmRuntimeServesAChatUntilIdle(t *testing.T) {
 	}).Should(Equal("warm"))
 
 	f.queue(t, "helper/bob", "helper/bob/1", "hi")
-	g.Eventually(got, 10*time.Second).Should(ContainElement(HaveField("Kind", kindDone)))
+	g.Eventually(got, 10*time.Second).Should(ContainElement(HaveField("Kind", protocol.FrameDone)))
 	g.Expect(f.rdb.HGet(context.Background(), wake.PodsKey(f.tenant, "helper"), "pod-a").Val()).To(Equal("busy web helper/bob"))
 	owner := f.rdb.Get(context.Background(), ownerKey(f.tenant, "helper", "web", "helper/bob")).Val()
 	g.Expect(owner).To(Equal("pod-a"))
@@ -166,19 +166,19 @@ func TestWarmRuntimeServesAChatUntilIdle(t *testing.T) {
 	g.Eventually(func() int {
 		n := 0
 		for _, e := range got() {
-			if e.Kind == kindDone {
+			if e.Kind == protocol.FrameDone {
 				n++
 			}
 		}
 		return n
 	}, 10*time.Second).Should(Equal(2))
 	es := got()
-	g.Expect(kinds(es)).To(ContainElements("delta", "final", kindDone))
+	g.Expect(kinds(es)).To(ContainElements("delta", "final", protocol.FrameDone))
 	last := es[len(es)-1]
 	g.Expect(last.MessageID).To(Equal("helper/bob/2"))
 	g.Expect(last.Outcome.Text).To(Equal("answer 3")) // no system prompt: hi, answer 1, again
 	for _, e := range es {
-		g.Expect(e.V).To(Equal(protocol.WireVersion), "every frame says its wire version")
+		g.Expect(e.V).To(Equal(protocol.FrameVersion), "every frame says its wire version")
 	}
 
 	// Idle: the runtime gives the chat up and returns; the registry entry,
@@ -208,13 +208,13 @@ func TestRuntimeRefusesANewerWireFormat(t *testing.T) {
 	g.Expect(wake.Publish(ctx, f.bus, Wake{Tenant: f.tenant, Agent: "helper", Channel: "web", ChatKey: "helper/eve"})).To(Succeed())
 	rt := f.runtime(t, "pod-a", 200*time.Millisecond, 3*time.Second)
 	g.Expect(rt.Run(ctx)).To(Succeed())
-	g.Eventually(func() []string { return kinds(got()) }, 10*time.Second).Should(ContainElement(kindDone))
-	var refused, answered *Event
+	g.Eventually(func() []string { return kinds(got()) }, 10*time.Second).Should(ContainElement(protocol.FrameDone))
+	var refused, answered *protocol.Frame
 	for _, e := range got() {
 		switch {
-		case e.MessageID == "helper/eve/1" && e.Kind == kindError:
+		case e.MessageID == "helper/eve/1" && e.Kind == protocol.FrameError:
 			refused = &e
-		case e.MessageID == "helper/eve/2" && e.Kind == kindDone:
+		case e.MessageID == "helper/eve/2" && e.Kind == protocol.FrameDone:
 			answered = &e
 		}
 	}
@@ -270,12 +270,12 @@ func TestNextRuntimeReclaimsTheMessageOfADeadOne(t *testing.T) {
 	// Wakes arrive (the operator's and the gateway's re-wakes); the first
 	// ones find the dead pod's lease and are set aside.
 	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) && !slices.Contains(kinds(got()), kindDone) {
+	for time.Now().Before(deadline) && !slices.Contains(kinds(got()), protocol.FrameDone) {
 		g.Expect(wake.Publish(ctx, f.bus, Wake{Tenant: f.tenant, Agent: "helper", Channel: "web", ChatKey: chat})).To(Succeed())
 		time.Sleep(500 * time.Millisecond)
 	}
 	es := got()
-	g.Expect(kinds(es)).To(ContainElement(kindDone))
+	g.Expect(kinds(es)).To(ContainElement(protocol.FrameDone))
 	g.Eventually(done, 20*time.Second).Should(Receive(BeNil()))
 	msgs, err := f.store.LoadMessages(ctx, "web:helper/eve:default", store.LoadOptions{})
 	g.Expect(err).NotTo(HaveOccurred())

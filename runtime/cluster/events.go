@@ -2,7 +2,7 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,35 +17,43 @@ import (
 // record.
 type signals struct{ rdb *redis.Client }
 
-func (s signals) publish(ctx context.Context, channel string, e Event) error {
-	e.V = protocol.WireVersion
-	b, err := json.Marshal(e)
+func (s signals) publish(ctx context.Context, channel string, f protocol.Frame) error {
+	b, err := protocol.EncodeFrame(f)
 	if err != nil {
 		return err
 	}
 	return s.rdb.Publish(ctx, channel, b).Err()
 }
 
-// subscribe returns a subscription whose channel yields decoded events; the
-// subscription is confirmed before it returns, so nothing published after
-// the call is missed.
-func (s signals) subscribe(ctx context.Context, channel string) (*redis.PubSub, <-chan Event, error) {
+// received is a frame read from a channel, or why it could not be read
+// (a frame of a newer version: Frame then holds its message id).
+type received struct {
+	protocol.Frame
+	Err error
+}
+
+// subscribe returns a subscription whose channel yields decoded frames and
+// the frames of versions this build cannot read (malformed payloads are
+// dropped: nothing could say whose they were); the subscription is confirmed
+// before it returns, so nothing published after the call is missed.
+func (s signals) subscribe(ctx context.Context, channel string) (*redis.PubSub, <-chan received, error) {
 	ps := s.rdb.Subscribe(ctx, channel)
 	if _, err := ps.Receive(ctx); err != nil {
 		_ = ps.Close()
 		return nil, nil, fmt.Errorf("failed to subscribe to %s: %w", channel, err)
 	}
-	out := make(chan Event, 64)
+	out := make(chan received, 64)
 	go func() {
 		defer close(out)
 		for m := range ps.Channel() {
-			var e Event
-			if json.Unmarshal([]byte(m.Payload), &e) == nil {
-				select {
-				case out <- e:
-				case <-ctx.Done():
-					return
-				}
+			f, err := protocol.DecodeFrame([]byte(m.Payload))
+			if err != nil && !errors.Is(err, protocol.ErrUnknownVersion) {
+				continue
+			}
+			select {
+			case out <- received{Frame: f, Err: err}:
+			case <-ctx.Done():
+				return
 			}
 		}
 	}()

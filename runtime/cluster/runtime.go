@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/outbound"
@@ -21,6 +20,7 @@ import (
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // Defaults of a session runtime.
@@ -233,7 +233,9 @@ func (r strategy) Keep(ctx context.Context, c sessionrt.Chat) (context.Context, 
 	wg.Go(func() { r.heartbeat(held, cancel, c) })
 	wg.Go(func() {
 		for e := range events {
-			if e.Kind == kindStop {
+			// A stop from a newer gateway (e.Err says its version is
+			// unknown) still names what it asks.
+			if e.Kind == protocol.FrameStop {
 				if _, err := r.rt.Stop(held, c); err != nil {
 					r.cfg.Log.Error("Failed to stop the chat's turn", "chat", c.Key, "err", err)
 				}
@@ -292,8 +294,8 @@ func (r strategy) Begin(ctx context.Context, c sessionrt.Chat, msgID string) fun
 }
 
 // Event implements sessionrt.Reporter.
-func (r strategy) Event(ctx context.Context, c sessionrt.Chat, msgID string, e agent.Event) {
-	r.publish(ctx, c, Event{MessageID: msgID, Kind: string(e.Kind), Event: wireEvent(e)})
+func (r strategy) Event(ctx context.Context, c sessionrt.Chat, msgID string, e turn.Event) {
+	r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: string(e.Kind), Event: &e})
 }
 
 // Done implements sessionrt.Reporter: the outcome goes to the gateway; a
@@ -301,10 +303,10 @@ func (r strategy) Event(ctx context.Context, c sessionrt.Chat, msgID string, e a
 // dispatcher (which alone holds the channel's credentials).
 func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out protocol.Outcome, err *protocol.CodedError) {
 	if err != nil {
-		r.publish(ctx, c, Event{MessageID: msgID, Kind: kindError, Code: err.Code, Message: err.Error(), Outcome: &out})
+		r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: protocol.FrameError, Code: err.Code, Message: err.Error(), Outcome: &out})
 		return
 	}
-	r.publish(ctx, c, Event{MessageID: msgID, Kind: kindDone, Outcome: &out})
+	r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: protocol.FrameDone, Outcome: &out})
 	if !protocol.GatewayClient(c.Channel) && out.Text != "" && !out.Duplicate {
 		err := QueueReply(ctx, r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent,
 			Target: c.Channel + ":" + c.Key, Text: out.Text, Origin: out.SessionID, Stored: true})
@@ -315,7 +317,7 @@ func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out 
 }
 
 // publish sends a frame on the chat's event channel.
-func (r strategy) publish(ctx context.Context, c sessionrt.Chat, e Event) {
+func (r strategy) publish(ctx context.Context, c sessionrt.Chat, e protocol.Frame) {
 	if err := r.sig.publish(context.WithoutCancel(ctx), eventChannel(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key), e); err != nil {
 		r.cfg.Log.Error("Failed to publish turn event", "err", err)
 	}

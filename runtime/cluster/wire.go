@@ -23,10 +23,8 @@
 package cluster
 
 import (
-	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
-	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/protocol"
 )
 
@@ -56,37 +54,3 @@ type Wake = wake.Wake
 
 // Inbound is a queued user message (runtime/protocol's wire format).
 type Inbound = protocol.Inbound
-
-// Event kinds on a chat's event channel besides agent event kinds.
-const (
-	kindDone  = "done"
-	kindError = "error"
-	kindStop  = "stop"
-)
-
-// Event is one frame on a chat's event channel. V is the wire version
-// (protocol.WireVersion); the gateway refuses frames of a newer version.
-type Event struct {
-	V int `json:"v"`
-	// MessageID is the inbound message the event belongs to.
-	MessageID string `json:"message_id"`
-	Kind      string `json:"kind"`
-	// Event is set for agent events (deltas, tool calls and results, final).
-	Event *agent.Event `json:"event,omitempty"`
-	// Outcome is set on done.
-	Outcome *gateway.Outcome `json:"outcome,omitempty"`
-	// Code and Message are set on error.
-	Code    string `json:"code,omitempty"`
-	Message string `json:"message,omitempty"`
-}
-
-// wireEvent strips what must not travel (artifact bytes: they are in the
-// artifact store) from an agent event.
-func wireEvent(e agent.Event) *agent.Event {
-	if e.ToolResult != nil && len(e.ToolResult.Artifacts) > 0 {
-		tr := *e.ToolResult
-		tr.Artifacts = nil
-		e.ToolResult = &tr
-	}
-	return &e
-}

@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/artifact"
 	"github.com/picobot/picobot/runtime/blob/localblob"
@@ -45,6 +44,7 @@ import (
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // Channel is the channel name of WebSocket and REST clients of the gateway
@@ -160,7 +160,7 @@ type Runtime struct {
 }
 
 type waiter struct {
-	sink func(agent.Event)
+	sink func(turn.Event)
 	done chan result
 }
 

@@ -3,10 +3,10 @@ package embedded
 import (
 	"context"
 
-	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/sessionrt"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // Embedded mode's strategies of the session runtime (runtime/sessionrt): a
@@ -74,7 +74,7 @@ type reporter struct {
 func (reporter) Begin(context.Context, sessionrt.Chat, string) func() { return func() {} }
 
 // Event implements sessionrt.Reporter.
-func (p reporter) Event(_ context.Context, c sessionrt.Chat, msgID string, e agent.Event) {
+func (p reporter) Event(_ context.Context, c sessionrt.Chat, msgID string, e turn.Event) {
 	if w := p.r.waiter(p.ta.waiterKey(c, msgID)); w != nil && w.sink != nil {
 		w.sink(e)
 	}

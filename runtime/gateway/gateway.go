@@ -17,10 +17,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // ProtocolVersion is the "v" of every frame and REST answer.
@@ -65,7 +65,7 @@ type Send struct {
 	// Channel is the chat's channel (ChannelWeb when empty).
 	Channel, Agent, ChatID, Text string
 	// Sink receives the turn's events; it is called from another goroutine.
-	Sink func(agent.Event)
+	Sink func(turn.Event)
 }
 
 // Chat is the chat the message goes to.

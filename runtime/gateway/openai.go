@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // HeaderChatID names the chat of an OpenAI-compatible request; without it the
@@ -284,9 +284,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var mu sync.Mutex
 	var usage oaUsage
 	files := &finalFiles{}
-	send.Sink = func(e agent.Event) {
+	send.Sink = func(e turn.Event) {
 		files.sink(e)
-		if e.Kind == agent.EventUsage && e.Usage != nil {
+		if e.Kind == turn.EventUsage && e.Usage != nil {
 			mu.Lock()
 			usage.PromptTokens += e.Usage.InputTokens
 			usage.CompletionTokens += e.Usage.OutputTokens
@@ -395,12 +395,12 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 	var usage oaUsage
 	files := &finalFiles{}
 	streamed, afterTool := false, false
-	send.Sink = func(e agent.Event) {
+	send.Sink = func(e turn.Event) {
 		files.sink(e)
 		mu.Lock()
 		defer mu.Unlock()
 		switch e.Kind {
-		case agent.EventDelta:
+		case turn.EventDelta:
 			if e.Text == "" {
 				return
 			}
@@ -410,9 +410,9 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 			}
 			afterTool, streamed = false, true
 			sse.data(chunk(&oaDelta{Content: &text}, nil))
-		case agent.EventToolCall:
+		case turn.EventToolCall:
 			afterTool = true
-		case agent.EventUsage:
+		case turn.EventUsage:
 			if e.Usage != nil {
 				usage.PromptTokens += e.Usage.InputTokens
 				usage.CompletionTokens += e.Usage.OutputTokens

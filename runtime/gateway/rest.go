@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // errStyle is the error body shape of an endpoint family.
@@ -178,11 +178,11 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 // that are not streamed; its sink is called from the turn's goroutine.
 type finalFiles struct {
 	mu    sync.Mutex
-	files []agent.Attachment
+	files []turn.Attachment
 }
 
-func (f *finalFiles) sink(e agent.Event) {
-	if e.Kind == agent.EventFinal {
+func (f *finalFiles) sink(e turn.Event) {
+	if e.Kind == turn.EventFinal {
 		f.mu.Lock()
 		f.files = e.Attachments
 		f.mu.Unlock()
@@ -207,12 +207,12 @@ func (f *finalFiles) markdown() string {
 	if len(f.files) == 0 {
 		return ""
 	}
-	refs := make([]agent.Attachment, len(f.files))
+	refs := make([]turn.Attachment, len(f.files))
 	for i, a := range f.files {
 		a.URL = artifactURL(a)
 		refs[i] = a
 	}
-	return agent.AttachmentsMarkdown(refs)
+	return turn.AttachmentsMarkdown(refs)
 }
 
 func newRequestID(prefix string) string {

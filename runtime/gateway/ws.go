@@ -12,7 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // Dialog operations of the control channel.
@@ -75,7 +75,7 @@ type Attachment struct {
 
 // toAttachments converts the attachments of an event; an attachment without
 // a url gets the gateway's artifact url.
-func toAttachments(list []agent.Attachment) []Attachment {
+func toAttachments(list []turn.Attachment) []Attachment {
 	if len(list) == 0 {
 		return nil
 	}
@@ -87,25 +87,25 @@ func toAttachments(list []agent.Attachment) []Attachment {
 }
 
 // artifactURL is where clients of this gateway fetch an attachment.
-func artifactURL(a agent.Attachment) string {
+func artifactURL(a turn.Attachment) string {
 	if a.URL != "" {
 		return a.URL
 	}
 	return "/api/v1/artifacts/" + url.PathEscape(a.ID)
 }
 
-func toEventBody(e agent.Event) *eventBody {
+func toEventBody(e turn.Event) *eventBody {
 	switch e.Kind {
-	case agent.EventDelta:
+	case turn.EventDelta:
 		return &eventBody{Kind: string(e.Kind), Text: e.Text}
-	case agent.EventFinal:
+	case turn.EventFinal:
 		return &eventBody{Kind: string(e.Kind), Text: e.Text, Attachments: toAttachments(e.Attachments)}
-	case agent.EventToolCall:
+	case turn.EventToolCall:
 		return &eventBody{Kind: string(e.Kind), CallID: e.ToolCall.ID, Name: e.ToolCall.Name, Arguments: e.ToolCall.Arguments}
-	case agent.EventToolResult:
+	case turn.EventToolResult:
 		return &eventBody{Kind: string(e.Kind), CallID: e.ToolResult.CallID, Name: e.ToolResult.Name, Content: e.ToolResult.Content,
 			IsError: e.ToolResult.IsError, Attachments: toAttachments(e.Attachments)}
-	case agent.EventUsage:
+	case turn.EventUsage:
 		return &eventBody{Kind: string(e.Kind), InputTokens: e.Usage.InputTokens, OutputTokens: e.Usage.OutputTokens}
 	}
 	return nil // compressed and future kinds are internal
@@ -292,7 +292,7 @@ func (s *Server) wsDialog(ctx context.Context, c *conn, f frame) {
 func (s *Server) turn(ctx context.Context, c *conn, f frame) {
 	var session string
 	var smu sync.Mutex
-	sink := func(e agent.Event) {
+	sink := func(e turn.Event) {
 		if b := toEventBody(e); b != nil {
 			smu.Lock()
 			sid := session

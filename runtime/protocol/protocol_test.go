@@ -6,6 +6,10 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 func TestOutcomeReadsTheFormatBeforeVersioning(t *testing.T) {
@@ -45,4 +49,50 @@ func TestChannels(t *testing.T) {
 	g.Expect(Chat{Agent: "a", ChatID: "u"}.Key()).To(Equal("a/u"))
 	g.Expect(Chat{Channel: "telegram", Agent: "a", ChatID: "-100"}.Key()).To(Equal("-100"))
 	g.Expect(Chat{Agent: "a", ChatID: "u"}.SessionID("d")).To(Equal("web:a/u:d"))
+}
+
+func TestFrameVersions(t *testing.T) {
+	g := NewWithT(t)
+	call := &llm.ToolCall{ID: "c1", Name: "bash", Arguments: `{"command":"ls"}`}
+	sent := Frame{MessageID: "a/u/1", Kind: string(turn.EventToolResult), Event: &turn.Event{
+		Kind: turn.EventToolResult, Step: 2, ToolCall: call,
+		ToolResult:  &turn.ToolResult{CallID: "c1", Name: "bash", Content: "boom", IsError: true, Artifacts: []tool.Artifact{{Name: "big.png", Data: []byte("secret bytes")}}},
+		Attachments: []turn.Attachment{{ID: "art1", Name: "big.png", MediaType: "image/png"}},
+	}}
+	b, err := EncodeFrame(sent)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).To(HavePrefix(`{"v":2,"message_id":"a/u/1","kind":"tool_result","event":{"kind":"tool_result","step":2,"tool_call":{"id":"c1"`))
+	g.Expect(string(b)).To(ContainSubstring(`"tool_result":{"call_id":"c1","name":"bash","content":"boom","is_error":true}`))
+	g.Expect(string(b)).NotTo(ContainSubstring("secret bytes"), "artifact bytes stay in the artifact store")
+	got, err := DecodeFrame(b)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.V).To(Equal(FrameVersion))
+	g.Expect(got.Event.ToolCall).To(Equal(call))
+	g.Expect(*got.Event.ToolResult).To(Equal(turn.ToolResult{CallID: "c1", Name: "bash", Content: "boom", IsError: true}))
+	g.Expect(got.Event.Attachments).To(Equal(sent.Event.Attachments))
+
+	// Version 1, as a session pod before the event was tagged wrote it.
+	v1 := `{"v":1,"message_id":"a/u/1","kind":"tool_result","event":{"Kind":"tool_result","Step":2,` +
+		`"Text":"","ToolCall":{"id":"c1","name":"bash","arguments":"{\"command\":\"ls\"}"},` +
+		`"ToolResult":{"CallID":"c1","Name":"bash","Content":"boom","IsError":true,"Artifacts":null},"Usage":null,` +
+		`"Attachments":[{"id":"art1","name":"big.png","media_type":"image/png"}]}}`
+	old, err := DecodeFrame([]byte(v1))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(old.Event).To(Equal(got.Event), "a version 1 frame reads as the same event")
+
+	v3 := []byte(`{"v":3,"message_id":"a/u/9","kind":"thinking","event":{"kind":"thinking"}}`)
+	refused, err := DecodeFrame(v3)
+	g.Expect(errors.Is(err, ErrUnknownVersion)).To(BeTrue())
+	g.Expect(err).To(MatchError(ContainSubstring("version 3 (this build reads up to 2)")))
+	g.Expect(refused.MessageID).To(Equal("a/u/9"), "a refused frame still says whose it was")
+	g.Expect(refused.Event).To(BeNil())
+
+	for payload, want := range map[string]string{
+		`{"v":2,"message_id":"a/u/1"}`:               "no kind",
+		`{"v":2,"message_id":"a/u/1","kind":"done"}`: "done without an outcome",
+		`{"v":2,"kind":`:                             "malformed event frame",
+	} {
+		_, err := DecodeFrame([]byte(payload))
+		g.Expect(err).To(MatchError(ContainSubstring(want)), payload)
+	}
 }

@@ -4,20 +4,31 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/picobot/picobot/runtime/turn"
 )
 
-// WireVersion is the version of the bus messages this build writes. Readers
-// accept every version up to it (a message without "v" is version 1, the
-// format before it was versioned) and refuse newer ones with
-// ErrUnknownVersion, so a gateway newer than a session pod during a rolling
-// upgrade gets a clear error instead of a misread message. A change that old
-// readers would misread bumps it; adding an optional field does not.
-const WireVersion = 1
+// Each kind of message that crosses between components has its own version,
+// so a change to one does not make old readers refuse the others. Readers
+// accept every version up to the one they write (a message without "v" is
+// version 0, the format before it was versioned, read as version 1) and
+// refuse newer ones with ErrUnknownVersion, so during a rolling upgrade a
+// component older than its peer gets a clear error instead of a misread
+// message. A change that old readers would misread bumps the version;
+// adding an optional field does not.
+const (
+	// InboundVersion is the version of Inbound.
+	InboundVersion = 1
+	// FrameVersion is the version of Frame. Version 1 carried the turn
+	// event with Go field names ("ToolCall"); version 2 with the JSON tags
+	// of runtime/turn ("tool_call"), and turn.Event still reads version 1.
+	FrameVersion = 2
+)
 
 // Inbound is a queued user message on a chat stream (ChatStream): what the
 // gateway (or a chat platform's channel) hands to the session runtime.
 type Inbound struct {
-	// V is the wire version (WireVersion when written by this build).
+	// V is the wire version (InboundVersion when written by this build).
 	V int `json:"v"`
 	// ID is the message id, the idempotency key of the turn (the bus
 	// message carries it too).
@@ -29,9 +40,9 @@ type Inbound struct {
 }
 
 // EncodeInbound returns the bus payload of a message, stamped with
-// WireVersion.
+// InboundVersion.
 func EncodeInbound(in Inbound) ([]byte, error) {
-	in.V = WireVersion
+	in.V = InboundVersion
 	b, err := json.Marshal(in)
 	if err != nil {
 		return nil, fmt.Errorf("failed to encode message %q: %w", in.ID, err)
@@ -46,7 +57,7 @@ func DecodeInbound(payload []byte) (Inbound, error) {
 	if err := json.Unmarshal(payload, &in); err != nil {
 		return Inbound{}, fmt.Errorf("malformed queued message: %w", err)
 	}
-	if err := CheckVersion(in.V); err != nil {
+	if err := checkVersion(in.V, InboundVersion); err != nil {
 		return Inbound{}, err
 	}
 	if in.Channel == "" || in.ChatKey == "" {
@@ -55,11 +66,74 @@ func DecodeInbound(payload []byte) (Inbound, error) {
 	return in, nil
 }
 
-// CheckVersion accepts the wire versions this build reads (0, meaning before
-// versioning, up to WireVersion).
-func CheckVersion(v int) error {
-	if v < 0 || v > WireVersion {
-		return fmt.Errorf("%w %d (this build reads up to %d): the sender is newer; upgrade this component", ErrUnknownVersion, v, WireVersion)
+// Frame kinds besides the turn event kinds (runtime/turn).
+const (
+	// FrameDone ends a turn: Outcome is set.
+	FrameDone = "done"
+	// FrameError ends a turn that failed: Code and Message are set, and
+	// Outcome when the turn stored a partial answer.
+	FrameError = "error"
+	// FrameStop asks the runtime serving a chat to stop its turn (on the
+	// chat's control channel).
+	FrameStop = "stop"
+)
+
+// Frame is one message on a chat's event channel (the session runtime's
+// turn events and outcome, relayed by the gateway to the client) or control
+// channel (a stop).
+type Frame struct {
+	// V is the wire version (FrameVersion when written by this build).
+	V int `json:"v"`
+	// MessageID is the inbound message the frame belongs to.
+	MessageID string `json:"message_id,omitempty"`
+	// Kind is a turn event kind or one of the Frame kinds.
+	Kind string `json:"kind"`
+	// Event is set for turn events (deltas, tool calls and results, final).
+	Event *turn.Event `json:"event,omitempty"`
+	// Outcome is set on done.
+	Outcome *Outcome `json:"outcome,omitempty"`
+	// Code and Message are set on error.
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// EncodeFrame returns the payload of a frame, stamped with FrameVersion.
+// What must not travel does not: a tool result's artifact bytes (they are
+// in the artifact store; the event's attachments point at them).
+func EncodeFrame(f Frame) ([]byte, error) {
+	f.V = FrameVersion
+	b, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode %s frame of message %q: %w", f.Kind, f.MessageID, err)
+	}
+	return b, nil
+}
+
+// DecodeFrame reads a payload written by EncodeFrame of this or an earlier
+// version; a frame of a newer version is refused with ErrUnknownVersion
+// (its message id is still returned, so the reader knows whose it was).
+func DecodeFrame(payload []byte) (Frame, error) {
+	var f Frame
+	if err := json.Unmarshal(payload, &f); err != nil {
+		return Frame{}, fmt.Errorf("malformed event frame: %w", err)
+	}
+	if err := checkVersion(f.V, FrameVersion); err != nil {
+		return Frame{V: f.V, MessageID: f.MessageID, Kind: f.Kind}, err
+	}
+	if f.Kind == "" {
+		return Frame{}, errors.New("malformed event frame: no kind")
+	}
+	if f.Kind == FrameDone && f.Outcome == nil {
+		return Frame{}, fmt.Errorf("malformed event frame: done without an outcome (message %q)", f.MessageID)
+	}
+	return f, nil
+}
+
+// checkVersion accepts the wire versions up to newest (0 means before
+// versioning).
+func checkVersion(v, newest int) error {
+	if v < 0 || v > newest {
+		return fmt.Errorf("%w %d (this build reads up to %d): the sender is newer; upgrade this component", ErrUnknownVersion, v, newest)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // StoppedMarker ends the assistant message stored for a turn the user
@@ -35,33 +36,33 @@ type turnFiles struct {
 	sid   string
 	saver ArtifactSaver
 	url   func(store.Artifact) string
-	sink  func(agent.Event)
+	sink  func(turn.Event)
 
 	mu      sync.Mutex
-	results []toolFiles        // one per tool_result event, in order
-	all     []agent.Attachment // every file of the turn, in order
+	results []toolFiles       // one per tool_result event, in order
+	all     []turn.Attachment // every file of the turn, in order
 }
 
 // toolFiles are the files of one tool result.
 type toolFiles struct {
 	callID string
-	refs   []agent.Attachment
+	refs   []turn.Attachment
 	// notes say which files could not be stored, and why.
 	notes []string
 }
 
-func (m *Manager) newTurnFiles(ctx context.Context, sid string, sink func(agent.Event)) *turnFiles {
+func (m *Manager) newTurnFiles(ctx context.Context, sid string, sink func(turn.Event)) *turnFiles {
 	return &turnFiles{ctx: context.WithoutCancel(ctx), sid: sid, saver: m.cfg.Artifacts, url: m.cfg.ArtifactURL, sink: sink}
 }
 
 // emit is the loop's sink.
-func (t *turnFiles) emit(e agent.Event) {
+func (t *turnFiles) emit(e turn.Event) {
 	switch e.Kind {
-	case agent.EventToolResult:
+	case turn.EventToolResult:
 		if e.ToolResult != nil {
 			e = t.toolResult(e)
 		}
-	case agent.EventFinal:
+	case turn.EventFinal:
 		e.Attachments = t.attachments()
 	}
 	if t.sink != nil {
@@ -72,7 +73,7 @@ func (t *turnFiles) emit(e agent.Event) {
 // toolResult stores the presented artifacts of a tool result and returns
 // the event with their references (and a note on the files that could not
 // be stored).
-func (t *turnFiles) toolResult(e agent.Event) agent.Event {
+func (t *turnFiles) toolResult(e turn.Event) turn.Event {
 	tf := toolFiles{callID: e.ToolResult.CallID}
 	for _, a := range e.ToolResult.Artifacts {
 		if !a.PresentToUser {
@@ -87,7 +88,7 @@ func (t *turnFiles) toolResult(e agent.Event) agent.Event {
 			tf.notes = append(tf.notes, fmt.Sprintf("%s was not attached: %v", a.Name, err))
 			continue
 		}
-		ref := agent.Attachment{ID: rec.ID, Name: rec.Name, MediaType: rec.MediaType}
+		ref := turn.Attachment{ID: rec.ID, Name: rec.Name, MediaType: rec.MediaType}
 		if t.url != nil {
 			ref.URL = t.url(rec)
 		}
@@ -107,7 +108,7 @@ func (t *turnFiles) toolResult(e agent.Event) agent.Event {
 }
 
 // attachments returns every file of the turn so far.
-func (t *turnFiles) attachments() []agent.Attachment {
+func (t *turnFiles) attachments() []turn.Attachment {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return slices.Clone(t.all)
@@ -157,11 +158,11 @@ func stoppedText(partial string) string {
 }
 
 // withFiles appends the markdown links of files to a message's text.
-func withFiles(text string, refs []agent.Attachment) string {
+func withFiles(text string, refs []turn.Attachment) string {
 	if len(refs) == 0 {
 		return text
 	}
-	md := agent.AttachmentsMarkdown(refs)
+	md := turn.AttachmentsMarkdown(refs)
 	if strings.TrimSpace(text) == "" {
 		return md
 	}

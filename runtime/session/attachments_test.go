@@ -19,6 +19,7 @@ import (
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 var (
@@ -72,19 +73,19 @@ func fileFixture(t *testing.T, blobs *localblob.Options, mutate ...func(*Config)
 // events records a turn's events.
 type events struct {
 	mu   sync.Mutex
-	list []agent.Event
+	list []turn.Event
 }
 
-func (e *events) sink(ev agent.Event) {
+func (e *events) sink(ev turn.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.list = append(e.list, ev)
 }
 
-func (e *events) of(kind agent.EventKind) []agent.Event {
+func (e *events) of(kind turn.EventKind) []turn.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []agent.Event
+	var out []turn.Event
 	for _, ev := range e.list {
 		if ev.Kind == kind {
 			out = append(out, ev)
@@ -95,7 +96,7 @@ func (e *events) of(kind agent.EventKind) []agent.Event {
 
 func (e *events) text() string {
 	var b strings.Builder
-	for _, ev := range e.of(agent.EventDelta) {
+	for _, ev := range e.of(turn.EventDelta) {
 		b.WriteString(ev.Text)
 	}
 	return b.String()
@@ -121,8 +122,8 @@ func TestToolFilesReachTheReplyAndTheHistory(t *testing.T) {
 	g.Expect(arts).To(HaveLen(2))
 	g.Expect(arts[0].Name).To(Equal("shot.png"))
 	g.Expect(arts[1].Name).To(Equal("report [v2].pdf"))
-	shot := agent.Attachment{ID: arts[0].ID, Name: "shot.png", MediaType: "image/png", URL: "/api/v1/artifacts/" + arts[0].ID}
-	pdf := agent.Attachment{ID: arts[1].ID, Name: "report [v2].pdf", MediaType: "application/pdf", URL: "/api/v1/artifacts/" + arts[1].ID}
+	shot := turn.Attachment{ID: arts[0].ID, Name: "shot.png", MediaType: "image/png", URL: "/api/v1/artifacts/" + arts[0].ID}
+	pdf := turn.Attachment{ID: arts[1].ID, Name: "report [v2].pdf", MediaType: "application/pdf", URL: "/api/v1/artifacts/" + arts[1].ID}
 	rc, a, err := f.m.cfg.Artifacts.(artifact.Store).Open(f.ctx, shot.ID)
 	g.Expect(err).NotTo(HaveOccurred())
 	data, err := io.ReadAll(rc)
@@ -132,16 +133,16 @@ func TestToolFilesReachTheReplyAndTheHistory(t *testing.T) {
 	g.Expect(a.SessionID).To(Equal(r.SessionID))
 
 	// Events: each tool result carries its files, the final event all of them.
-	results := ev.of(agent.EventToolResult)
+	results := ev.of(turn.EventToolResult)
 	g.Expect(results).To(HaveLen(2))
-	g.Expect(results[0].Attachments).To(Equal([]agent.Attachment{shot}))
+	g.Expect(results[0].Attachments).To(Equal([]turn.Attachment{shot}))
 	g.Expect(results[0].ToolResult.Content).To(Equal("Took a screenshot."))
-	g.Expect(results[1].Attachments).To(Equal([]agent.Attachment{pdf}))
-	final := ev.of(agent.EventFinal)
+	g.Expect(results[1].Attachments).To(Equal([]turn.Attachment{pdf}))
+	final := ev.of(turn.EventFinal)
 	g.Expect(final).To(HaveLen(1))
 	g.Expect(final[0].Text).To(Equal("Here is the page and the report."))
-	g.Expect(final[0].Attachments).To(Equal([]agent.Attachment{shot, pdf}))
-	g.Expect(r.Attachments).To(Equal([]agent.Attachment{shot, pdf}))
+	g.Expect(final[0].Attachments).To(Equal([]turn.Attachment{shot, pdf}))
+	g.Expect(r.Attachments).To(Equal([]turn.Attachment{shot, pdf}))
 
 	// The history links them: in each tool result, and all in the reply.
 	shotMD := "![shot.png](/api/v1/artifacts/" + shot.ID + ")"
@@ -195,11 +196,11 @@ func TestFilesThatCannotBeStoredAreNamed(t *testing.T) {
 			r, err := f.m.Handle(f.ctx, Inbound{Channel: "web", ChatID: "u1", Text: "snap it", Sink: ev.sink})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(r.Attachments).To(BeEmpty())
-			res := ev.of(agent.EventToolResult)
+			res := ev.of(turn.EventToolResult)
 			g.Expect(res).To(HaveLen(1))
 			g.Expect(res[0].Attachments).To(BeEmpty())
 			g.Expect(res[0].ToolResult.Content).To(HavePrefix("Took a screenshot.\n" + tc.note))
-			g.Expect(ev.of(agent.EventFinal)[0].Attachments).To(BeEmpty())
+			g.Expect(ev.of(turn.EventFinal)[0].Attachments).To(BeEmpty())
 			msgs, err := f.st.LoadMessages(f.ctx, r.SessionID, store.LoadOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(msgs).To(HaveLen(4))
@@ -220,9 +221,9 @@ func TestStoppedTurnKeepsItsPartialReply(t *testing.T) {
 	stopped := make(chan Reply, 1)
 	var once sync.Once
 	r, err := f.m.Handle(f.ctx, Inbound{Channel: "web", ChatID: "u1", Text: "talk a lot", Stream: true,
-		Sink: func(e agent.Event) {
+		Sink: func(e turn.Event) {
 			ev.sink(e)
-			if e.Kind == agent.EventDelta && strings.Count(ev.text(), "slow") >= 3 {
+			if e.Kind == turn.EventDelta && strings.Count(ev.text(), "slow") >= 3 {
 				once.Do(func() {
 					go func() { // /stop arrives from another goroutine, like a client's
 						sr, _ := f.m.Handle(f.ctx, Inbound{Channel: "web", ChatID: "u1", Text: "/stop"})
@@ -294,8 +295,8 @@ func TestShutdownDoesNotMarkTheTurnStopped(t *testing.T) {
 	ctx, shutdown := context.WithCancel(f.ctx)
 	defer shutdown()
 	in := Inbound{Channel: "telegram", ChatID: "42", MessageID: "tg-9", Text: "talk", Stream: true}
-	in.Sink = func(e agent.Event) {
-		if e.Kind == agent.EventDelta {
+	in.Sink = func(e turn.Event) {
+		if e.Kind == turn.EventDelta {
 			shutdown()
 		}
 	}
@@ -315,14 +316,14 @@ func TestShutdownDoesNotMarkTheTurnStopped(t *testing.T) {
 
 func TestAttachmentMarkdown(t *testing.T) {
 	cases := []struct {
-		in   agent.Attachment
+		in   turn.Attachment
 		want string
 	}{
-		{agent.Attachment{ID: "a1", Name: "shot.png", MediaType: "image/png", URL: "/api/v1/artifacts/a1"}, "![shot.png](/api/v1/artifacts/a1)"},
-		{agent.Attachment{ID: "a2", Name: "x.svg", MediaType: "image/svg+xml", URL: "/u/a2"}, "[x.svg](/u/a2)"},
-		{agent.Attachment{ID: "a3", Name: "a]b[\nc.txt", MediaType: "text/plain", URL: "/u/a3"}, "[a_b_c.txt](/u/a3)"},
-		{agent.Attachment{ID: "a4", Name: "", URL: "/u/a4"}, "[file](/u/a4)"},
-		{agent.Attachment{ID: "a5", Name: "n.bin"}, "n.bin (artifact a5)"},
+		{turn.Attachment{ID: "a1", Name: "shot.png", MediaType: "image/png", URL: "/api/v1/artifacts/a1"}, "![shot.png](/api/v1/artifacts/a1)"},
+		{turn.Attachment{ID: "a2", Name: "x.svg", MediaType: "image/svg+xml", URL: "/u/a2"}, "[x.svg](/u/a2)"},
+		{turn.Attachment{ID: "a3", Name: "a]b[\nc.txt", MediaType: "text/plain", URL: "/u/a3"}, "[a_b_c.txt](/u/a3)"},
+		{turn.Attachment{ID: "a4", Name: "", URL: "/u/a4"}, "[file](/u/a4)"},
+		{turn.Attachment{ID: "a5", Name: "n.bin"}, "n.bin (artifact a5)"},
 	}
 	for _, tc := range cases {
 		NewWithT(t).Expect(tc.in.Markdown()).To(Equal(tc.want))
@@ -353,13 +354,13 @@ func BenchmarkPresentedFile(b *testing.B) {
 		{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "c1", Name: "snap"}}},
 		{Role: llm.RoleTool, ToolCallID: "c1", Name: "snap", Content: "Took a screenshot."},
 		{Role: llm.RoleAssistant, Content: "Here it is."}}}
-	ev := agent.Event{Kind: agent.EventToolResult, ToolResult: &agent.ToolResult{CallID: "c1", Name: "snap", Content: "Took a screenshot.",
+	ev := turn.Event{Kind: turn.EventToolResult, ToolResult: &turn.ToolResult{CallID: "c1", Name: "snap", Content: "Took a screenshot.",
 		Artifacts: []tool.Artifact{{Name: "shot.png", MediaType: "image/png", Data: png, PresentToUser: true}}}}
 	b.SetBytes(int64(len(png)))
 	for b.Loop() {
 		files := m.newTurnFiles(ctx, "web:u1:default", nil)
 		files.emit(ev)
-		files.emit(agent.Event{Kind: agent.EventFinal, Text: "Here it is."})
+		files.emit(turn.Event{Kind: turn.EventFinal, Text: "Here it is."})
 		if msgs := files.messages(out, false); !strings.Contains(msgs[2].Content, "shot.png") {
 			b.Fatalf("reply without the file: %q", msgs[2].Content)
 		}

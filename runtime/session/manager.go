@@ -16,6 +16,7 @@ import (
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // DefaultTitle is the title of a conversation until it is auto-titled.
@@ -67,7 +68,7 @@ type Config struct {
 	System string
 	// Prompt, when set, returns sections appended to System for one turn
 	// (relevant memories, the skill list); "" adds nothing.
-	Prompt func(ctx context.Context, turn PromptInput) string
+	Prompt func(ctx context.Context, in PromptInput) string
 	// Compressor shrinks long histories before a turn. Optional.
 	Compressor *agent.Compressor
 	Timeline   TimelineStore
@@ -150,7 +151,7 @@ type Inbound struct {
 	MessageID string
 	Text      string
 	Stream    bool
-	Sink      func(agent.Event)
+	Sink      func(turn.Event)
 }
 
 // PromptInput is what a Config.Prompt sees of the turn it extends.
@@ -171,7 +172,7 @@ type Reply struct {
 	// Attachments are the files the turn's tools presented to the user,
 	// stored as artifacts of the session; they belong to the reply (the
 	// final event carries them too, and the stored reply links them).
-	Attachments []agent.Attachment
+	Attachments []turn.Attachment
 	Output      *agent.Output
 }
 
@@ -201,8 +202,8 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	return m.finish(ctx, t, in.MessageID)
 }
 
-// turn is a model turn between its phases.
-type turn struct {
+// pending is a model turn between its phases.
+type pending struct {
 	id  ID
 	sid string
 	// userAt is when the user message was stored (the compression mark).
@@ -222,7 +223,7 @@ type turn struct {
 // prepare is phase 1: under the session lock it takes the lease, stores the
 // user message and builds the turn's history and system prompt. It returns
 // no turn, and no error, when the message was processed before.
-func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*turn, error) {
+func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, error) {
 	sid := id.String()
 	unlock := m.lock(sid)
 	defer unlock()
@@ -269,7 +270,7 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*turn, error)
 	// cannot start the same turn again (see unfinished).
 	turnCtx, cancel := context.WithCancelCause(ctx)
 	m.setRunning(sid, cancel)
-	return &turn{id: id, sid: sid, userAt: stored[0].CreatedAt, system: system, history: history, ctx: turnCtx, cancel: cancel}, nil
+	return &pending{id: id, sid: sid, userAt: stored[0].CreatedAt, system: system, history: history, ctx: turnCtx, cancel: cancel}, nil
 }
 
 // systemPrompt is the agent's system prompt with what Config.Prompt adds for
@@ -289,7 +290,7 @@ func (m *Manager) systemPrompt(ctx context.Context, id ID, text string) string {
 
 // run is phase 2: the agent loop, without the session lock, while a
 // heartbeat renews the lease.
-func (m *Manager) run(ctx context.Context, t *turn, in Inbound) {
+func (m *Manager) run(ctx context.Context, t *pending, in Inbound) {
 	stopHeartbeat := m.heartbeat(t.ctx, t.sid, t.cancel)
 	t.files = m.newTurnFiles(ctx, t.sid, in.Sink)
 	t.out, t.err = m.cfg.Loop.Run(t.ctx, agent.Input{
@@ -307,7 +308,7 @@ func (m *Manager) run(ctx context.Context, t *turn, in Inbound) {
 // streamed is kept only when the user stopped it: a turn cancelled by a
 // shutdown or a lost lease stores no reply, so the next owner runs the
 // message again when nothing else of the turn was stored (see unfinished).
-func (m *Manager) finish(ctx context.Context, t *turn, messageID string) (Reply, error) {
+func (m *Manager) finish(ctx context.Context, t *pending, messageID string) (Reply, error) {
 	unlock := m.lock(t.sid)
 	defer unlock()
 	reply := Reply{SessionID: t.sid, Output: t.out, Attachments: t.files.attachments()}

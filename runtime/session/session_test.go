@@ -19,6 +19,7 @@ import (
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 func TestParseID(t *testing.T) {
@@ -266,8 +267,8 @@ func TestStopCancelsTheRunningTurn(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := f.m.Handle(f.ctx, Inbound{Channel: "web", ChatID: "u1", Text: "talk a lot", Stream: true,
-			Sink: func(e agent.Event) {
-				if e.Kind == agent.EventDelta {
+			Sink: func(e turn.Event) {
+				if e.Kind == turn.EventDelta {
 					once.Do(func() { close(started) })
 				}
 			}})

@@ -27,11 +27,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // Defaults of Config.
@@ -69,7 +69,7 @@ type Reporter interface {
 	// chat).
 	Begin(ctx context.Context, c Chat, msgID string) (end func())
 	// Event is one event of the running turn.
-	Event(ctx context.Context, c Chat, msgID string, e agent.Event)
+	Event(ctx context.Context, c Chat, msgID string, e turn.Event)
 	// Done is the message's outcome; err is nil when the turn succeeded.
 	// The message is acked after Done returns.
 	Done(ctx context.Context, c Chat, msgID string, out protocol.Outcome, err *protocol.CodedError)
@@ -248,7 +248,7 @@ func (r *Runtime) handle(ctx context.Context, c Chat, msgID, text string) (sessi
 	var backoff time.Duration
 	for {
 		reply, err := r.cfg.Manager.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, MessageID: msgID, Text: text,
-			Stream: true, Sink: func(e agent.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) }})
+			Stream: true, Sink: func(e turn.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) }})
 		var wait time.Duration
 		switch {
 		case errors.Is(err, session.ErrBusy):

@@ -21,6 +21,7 @@ import (
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -87,12 +88,12 @@ type done struct {
 type reporter struct {
 	mu      sync.Mutex
 	begun   chan string
-	events  map[string][]agent.EventKind
+	events  map[string][]turn.EventKind
 	outcome chan done
 }
 
 func newReporter() *reporter {
-	return &reporter{begun: make(chan string, 100), events: map[string][]agent.EventKind{}, outcome: make(chan done, 100)}
+	return &reporter{begun: make(chan string, 100), events: map[string][]turn.EventKind{}, outcome: make(chan done, 100)}
 }
 
 func (p *reporter) Begin(_ context.Context, _ Chat, id string) func() {
@@ -100,7 +101,7 @@ func (p *reporter) Begin(_ context.Context, _ Chat, id string) func() {
 	return func() {}
 }
 
-func (p *reporter) Event(_ context.Context, _ Chat, id string, e agent.Event) {
+func (p *reporter) Event(_ context.Context, _ Chat, id string, e turn.Event) {
 	p.mu.Lock()
 	p.events[id] = append(p.events[id], e.Kind)
 	p.mu.Unlock()
@@ -208,7 +209,7 @@ func TestServeRunsTheChatsMessagesInOrderAndAcksThem(t *testing.T) {
 	g.Expect([]string{got[0].Out.Text, got[1].Out.Text, got[2].Out.Text}).To(Equal([]string{"first", "second", "third"}))
 	g.Expect(got[0].Out.SessionID).To(Equal("web:assistant/u1:default"))
 	g.Expect(got[0].Code).To(BeEmpty())
-	g.Expect(f.rep.events["assistant/u1/m1"]).To(ContainElement(agent.EventFinal))
+	g.Expect(f.rep.events["assistant/u1/m1"]).To(ContainElement(turn.EventFinal))
 	reqs := f.llm.Requests()
 	g.Expect(reqs).To(HaveLen(3))
 	last := reqs[2].Messages[len(reqs[2].Messages)-1]

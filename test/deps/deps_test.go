@@ -51,6 +51,11 @@ func under(pkg string, dirs ...string) bool {
 
 func not(f func(string) bool) func(string) bool { return func(p string) bool { return !f(p) } }
 
+// oneOf matches exactly the packages named, not those below them.
+func oneOf(pkgs ...string) func(string) bool {
+	return func(p string) bool { return slices.Contains(pkgs, p) }
+}
+
 func anyOf(dirs ...string) func(string) bool {
 	return func(p string) bool { return under(p, dirs...) }
 }
@@ -98,6 +103,15 @@ var rules = []rule{
 		name:    "runtime/provider/ imports neither runtime/session nor runtime/bus",
 		applies: anyOf("runtime/provider"),
 		banned:  anyOf("runtime/session", "runtime/bus"),
+	},
+	{
+		// The contracts between the components (turn events, the gateway
+		// protocol and wire format, health checks) are leaves: every layer
+		// may use them because they use no layer.
+		name:       "runtime/turn, runtime/protocol and runtime/health depend only on runtime/llm, runtime/tool, runtime/bus and each other",
+		applies:    oneOf("runtime/turn", "runtime/protocol", "runtime/health"),
+		banned:     not(oneOf("runtime/turn", "runtime/protocol", "runtime/health", "runtime/llm", "runtime/tool", "runtime/bus")),
+		transitive: true,
 	},
 	{
 		name:       "runtime/sessionrt depends on neither runtime/embedded nor runtime/cluster",

@@ -1,0 +1,153 @@
+// Package turn holds what a turn reports while it runs: its events and the
+// files shown with them. It is the contract between the agent loop that emits
+// events, the session runtime that stores and forwards them, the cluster's
+// event channel that carries them between pods, and the gateway that turns
+// them into client frames; so it imports nothing of ours but the model and
+// tool types, and every type has JSON tags (the cluster's wire format).
+package turn
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/tool"
+)
+
+// EventKind names what a turn event reports.
+type EventKind string
+
+// Turn events, in the order a client sees them.
+const (
+	EventDelta      EventKind = "delta"       // streamed answer text
+	EventToolCall   EventKind = "tool_call"   // the model asked for a tool
+	EventToolResult EventKind = "tool_result" // a tool finished
+	EventUsage      EventKind = "usage"       // tokens of one model call
+	EventCompressed EventKind = "compressed"  // history was compressed
+	EventFinal      EventKind = "final"       // the final answer
+)
+
+// Event is one thing that happened during a turn.
+type Event struct {
+	Kind       EventKind     `json:"kind"`
+	Step       int           `json:"step"`
+	Text       string        `json:"text,omitempty"`
+	ToolCall   *llm.ToolCall `json:"tool_call,omitempty"`
+	ToolResult *ToolResult   `json:"tool_result,omitempty"`
+	Usage      *llm.Usage    `json:"usage,omitempty"`
+	// Attachments are the stored files shown with a tool_result (the files
+	// its tool presented) or a final event (every file of the turn). The
+	// loop stores nothing and leaves it empty; the session runtime fills it
+	// in as it stores the tools' artifacts.
+	Attachments []Attachment `json:"attachments,omitempty"`
+}
+
+// UnmarshalJSON reads an Event, also as session pods before the event
+// format was tagged wrote it (Go field names: encoding/json matches "Kind",
+// "Step", "Text", "Usage" and "Attachments" to the tags case-insensitively,
+// but not "ToolCall" and "ToolResult"), so a gateway newer than a session pod
+// keeps the tool calls and results of its turns during a rolling upgrade.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	type plain Event
+	var v struct {
+		plain
+		LegacyToolCall   *llm.ToolCall `json:"ToolCall"`
+		LegacyToolResult *ToolResult   `json:"ToolResult"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*e = Event(v.plain)
+	if e.ToolCall == nil {
+		e.ToolCall = v.LegacyToolCall
+	}
+	if e.ToolResult == nil {
+		e.ToolResult = v.LegacyToolResult
+	}
+	return nil
+}
+
+// ToolResult is a finished tool call as the client sees it.
+type ToolResult struct {
+	CallID  string `json:"call_id"`
+	Name    string `json:"name"`
+	Content string `json:"content"`
+	IsError bool   `json:"is_error,omitempty"`
+	// Artifacts are the files the tool produced, bytes included; they never
+	// travel (the session runtime stores them and sets the event's
+	// Attachments instead).
+	Artifacts []tool.Artifact `json:"-"`
+}
+
+// UnmarshalJSON reads a ToolResult, also in the untagged format of Event's
+// UnmarshalJSON ("CallID" and "IsError" do not match their tags).
+func (r *ToolResult) UnmarshalJSON(b []byte) error {
+	type plain ToolResult
+	var v struct {
+		plain
+		LegacyCallID  string `json:"CallID"`
+		LegacyIsError bool   `json:"IsError"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = ToolResult(v.plain)
+	if r.CallID == "" {
+		r.CallID = v.LegacyCallID
+	}
+	r.IsError = r.IsError || v.LegacyIsError
+	return nil
+}
+
+// Attachment is a reference to a stored file (an artifact) shown to the user
+// with a turn's events and reply; the bytes stay in the artifact store.
+type Attachment struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	MediaType string `json:"media_type,omitempty"`
+	// URL is where clients fetch the file ("/api/v1/artifacts/<id>"); empty
+	// when the runtime has no artifact URLs.
+	URL string `json:"url,omitempty"`
+}
+
+// Image reports whether clients show the file inline as an image (SVG is
+// not: it can carry script).
+func (a Attachment) Image() bool {
+	mt := strings.ToLower(a.MediaType)
+	return strings.HasPrefix(mt, "image/") && !strings.HasPrefix(mt, "image/svg")
+}
+
+// Markdown is the attachment as a markdown link, an image link for images:
+// how stored messages and plain-text clients show it.
+func (a Attachment) Markdown() string {
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r == '[' || r == ']':
+			return '_'
+		case r < ' ' || r == 0x7f:
+			return -1
+		}
+		return r
+	}, a.Name)
+	if name == "" {
+		name = "file"
+	}
+	if a.URL == "" {
+		return fmt.Sprintf("%s (artifact %s)", name, a.ID)
+	}
+	link := "[" + name + "](" + a.URL + ")"
+	if a.Image() {
+		return "!" + link
+	}
+	return link
+}
+
+// AttachmentsMarkdown lists attachments as markdown, one per line.
+func AttachmentsMarkdown(list []Attachment) string {
+	lines := make([]string, len(list))
+	for i, a := range list {
+		lines[i] = a.Markdown()
+	}
+	return strings.Join(lines, "\n")
+}
