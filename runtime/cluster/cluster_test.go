@@ -20,12 +20,15 @@ import (
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/runtime/turn"
 	"github.com/picobot/picobot/test/services"
 )
 
@@ -232,6 +235,52 @@ func TestRuntimeRefusesANewerWireFormat(t *testing.T) {
 // A runtime that died after fetching a message (never acknowledged) leaves it
 // pending; once its lease expires the next runtime reclaims it and the turn
 // runs exactly once.
+// A gateway newer than a session pod reads the pod's frames of the previous
+// version (turn events with Go field names) through a real Redis channel,
+// tool calls included; a frame of a version newer than the gateway ends the
+// wait with a clear, retryable error instead of a misread turn.
+func TestGatewayReadsOlderFramesAndRefusesNewerOnes(t *testing.T) {
+	f := newFixture(t)
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := eventChannel(f.tenant, "helper", "web", "helper/old")
+	ps, frames, err := signals{f.rdb}.subscribe(ctx, ch)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = ps.Close() }()
+	publish := func(payload string) { g.Expect(f.rdb.Publish(ctx, ch, payload).Err()).To(Succeed()) }
+	next := func() received {
+		var r received
+		g.Eventually(frames, 5*time.Second).Should(Receive(&r))
+		return r
+	}
+	var sunk []turn.Event
+	sink := func(e turn.Event) { sunk = append(sunk, e) }
+
+	publish(`{"v":1,"message_id":"m1","kind":"tool_call","event":{"Kind":"tool_call","Step":1,"Text":"","ToolCall":{"id":"c1","name":"bash","arguments":"{}"},"ToolResult":null,"Usage":null,"Attachments":null}}`)
+	_, err, done := relay(next(), sink)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(done).To(BeFalse())
+	g.Expect(sunk).To(HaveLen(1))
+	g.Expect(sunk[0].ToolCall).To(Equal(&llm.ToolCall{ID: "c1", Name: "bash", Arguments: "{}"}))
+
+	publish(`{"v":1,"message_id":"m1","kind":"done","outcome":{"SessionID":"web:helper/old:default","Text":"ok"}}`)
+	out, err, done := relay(next(), sink)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(done).To(BeTrue())
+	g.Expect(out).To(Equal(gateway.Outcome{SessionID: "web:helper/old:default", Text: "ok"}))
+
+	publish(`{"v":3,"message_id":"m2","kind":"done","outcome":{"text":"?"}}`)
+	r := next()
+	g.Expect(r.MessageID).To(Equal("m2"), "the refused frame still says whose it was, so only its waiter ends")
+	_, err, done = relay(r, sink)
+	g.Expect(done).To(BeTrue())
+	var coded *gateway.CodedError
+	g.Expect(errors.As(err, &coded)).To(BeTrue())
+	g.Expect(coded.Code).To(Equal(protocol.CodeUnavailable))
+	g.Expect(err).To(MatchError(ContainSubstring("unknown wire format version 3 (this build reads up to 2)")))
+}
+
 func TestNextRuntimeReclaimsTheMessageOfADeadOne(t *testing.T) {
 	f := newFixture(t)
 	g := NewWithT(t)
