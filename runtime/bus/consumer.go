@@ -19,7 +19,16 @@ import (
 // this consumer or another, with Deliveries incremented, so a handler must
 // tolerate seeing a message again (the store's idempotent append keyed by
 // Message.ID makes that safe).
+//
+// A handler that has what it came for returns ErrDone (or an error wrapping
+// it): the batch is acked and Start returns nil without fetching again. A
+// warm session pod ends its wait this way once it has claimed a chat. Not
+// with Concurrency (there a handler's error only leaves its message
+// pending).
 type Handler func(ctx context.Context, msgs []Message) error
+
+// ErrDone, returned by a Handler, acks its batch and ends Start.
+var ErrDone = errors.New("consumer is done")
 
 // ConsumerOptions tune a Consumer. Zero values pick the defaults.
 type ConsumerOptions struct {
@@ -139,7 +148,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	defer c.inflight.Wait()
 	for {
 		err := c.step(ctx)
-		if errors.Is(err, errIdle) {
+		if errors.Is(err, errIdle) || errors.Is(err, ErrDone) {
 			return nil
 		}
 		select {
@@ -241,8 +250,11 @@ func (c *Consumer) processBatch(ctx context.Context, msgs []Message) error {
 			c.log.Debug("Skipping redelivered messages", "count", dups)
 		}
 	}
+	var done error
 	if len(fresh) > 0 {
-		if err := c.handle(ctx, fresh); err != nil {
+		if err := c.handle(ctx, fresh); errors.Is(err, ErrDone) {
+			done = err
+		} else if err != nil {
 			return fmt.Errorf("failed to handle %d messages: %w", len(fresh), err)
 		}
 		if c.opts.Dedup != nil {
@@ -257,7 +269,15 @@ func (c *Consumer) processBatch(ctx context.Context, msgs []Message) error {
 	for i := range msgs {
 		seqs[i] = msgs[i].Seq
 	}
-	return c.bus.Ack(ctx, c.stream, c.group, seqs...)
+	err := c.bus.Ack(ctx, c.stream, c.group, seqs...)
+	if done != nil {
+		if err != nil {
+			// Handled all the same; the messages come back through Claim.
+			c.log.Error("Failed to ack the last batch", "err", err)
+		}
+		return done
+	}
+	return err
 }
 
 // nextBackoff doubles the wait after each failure in a row, up to BackoffMax,

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -196,4 +197,32 @@ func TestConcurrentConsumerDoesNotWaitForASlowMessage(t *testing.T) {
 	g.Eventually(pendingIDs, 5*time.Second).Should(HaveLen(1))
 	cancel()
 	g.Eventually(done, 5*time.Second).Should(Receive(BeNil()), "Start returns once the handlers in flight are done")
+}
+
+// A handler that has what it came for ends the loop: its batch is acked and
+// nothing more is fetched (the next message stays for another consumer).
+func TestConsumerEndsWhenTheHandlerIsDone(t *testing.T) {
+	g := NewWithT(t)
+	mb := membus.New(membus.Options{})
+	defer func() { _ = mb.Close() }()
+	g.Expect(mb.Publish(t.Context(), "s", bus.Message{ID: "skip"}, bus.Message{ID: "mine"}, bus.Message{ID: "other"})).To(Succeed())
+	var handled []string
+	c := bus.NewConsumer(mb, "s", "g", "c1", func(_ context.Context, msgs []bus.Message) error {
+		handled = append(handled, msgs[0].ID)
+		if msgs[0].ID == "mine" {
+			return fmt.Errorf("claimed %s: %w", msgs[0].ID, bus.ErrDone)
+		}
+		return nil
+	}, bus.ConsumerOptions{Batch: 1, Block: time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- c.Start(t.Context()) }()
+	g.Eventually(done).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
+	g.Expect(handled).To(Equal([]string{"skip", "mine"}))
+	pending, err := mb.Pending(t.Context(), "s", "g", 10)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pending).To(BeEmpty(), "the done batch is acked")
+	rest, err := mb.Fetch(t.Context(), "s", "g", "c2", bus.FetchOptions{Count: 10, Block: time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rest).To(HaveLen(1))
+	g.Expect(rest[0].ID).To(Equal("other"), "nothing was fetched after the handler was done")
 }

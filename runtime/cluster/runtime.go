@@ -96,64 +96,74 @@ func (r *Runtime) Run(ctx context.Context) error {
 		return fmt.Errorf("failed to register pod: %w", err)
 	}
 	defer r.cfg.Redis.HDel(context.WithoutCancel(ctx), pods, r.cfg.Pod)
-	wakes := wakeStream(r.cfg.Tenant, r.cfg.Agent)
 	r.quiet()
 	for {
-		msgs, err := r.cfg.Bus.Fetch(ctx, wakes, groupPods, r.cfg.Pod, bus.FetchOptions{Count: 1, Block: 5 * time.Second})
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			r.cfg.Log.Error("Failed to read wakes; retrying", "err", err)
-			if !sessionrt.Sleep(ctx, time.Second) {
-				return ctx.Err()
-			}
-			continue
-		}
-		if len(msgs) == 0 {
-			continue
-		}
-		m := msgs[0]
-		var w Wake
-		if err := json.Unmarshal(m.Payload, &w); err != nil || w.ChatKey == "" {
-			r.cfg.Log.Error("Dropping malformed wake", "id", m.ID)
-			_ = r.cfg.Bus.Ack(ctx, wakes, groupPods, m.Seq)
-			continue
+		w, err := r.claim(ctx)
+		if err != nil || w == nil {
+			return err
 		}
 		if w.Run != nil {
 			// A scheduled run: a fresh session, then the pod exits like
 			// after a chat.
-			_ = r.cfg.Bus.Ack(ctx, wakes, groupPods, m.Seq)
-			r.run(ctx, w)
+			r.run(ctx, *w)
 			return nil
 		}
-		served, err := r.serve(ctx, w, func() { _ = r.cfg.Bus.Ack(ctx, wakes, groupPods, m.Seq) })
-		if err != nil {
+		served, err := r.rt.Serve(ctx, sessionrt.Chat{Channel: w.Channel, Key: w.ChatKey})
+		if err != nil || served {
 			return err
 		}
-		if served {
-			return nil
-		}
-		// The chat had an owner or nothing to do: stay warm.
+		// Nothing was waiting: stay warm.
 		if err := r.cfg.Redis.HSet(ctx, pods, r.cfg.Pod, "warm").Err(); err != nil {
 			r.cfg.Log.Error("Failed to mark pod warm", "err", err)
 		}
 	}
 }
 
-// serve owns the chat of w until it is idle. It reports false when it did not
-// serve it (another runtime owns it, or nothing was waiting).
-func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
+// claim consumes the agent's wake stream until a wake is this pod's: a
+// scheduled run, or a chat whose lease it took. Wakes of chats another
+// runtime owns are acked (the owner sees their messages), and so is the
+// claimed one, before serving starts: serving outlasts any claim timeout. A
+// wake left pending by a pod that died before acking it is claimed from it.
+// It returns nil when ctx ends first.
+func (r *Runtime) claim(ctx context.Context) (*Wake, error) {
+	var claimed *Wake
+	c := bus.NewConsumer(r.cfg.Bus, wakeStream(r.cfg.Tenant, r.cfg.Agent), groupPods, r.cfg.Pod,
+		func(ctx context.Context, msgs []bus.Message) error {
+			var w Wake
+			if err := json.Unmarshal(msgs[0].Payload, &w); err != nil || w.ChatKey == "" {
+				r.cfg.Log.Error("Dropping malformed wake", "id", msgs[0].ID)
+				return nil
+			}
+			if w.Run == nil {
+				ok, err := r.acquire(ctx, w)
+				if err != nil || !ok {
+					return err // not ok: another runtime owns the chat
+				}
+			}
+			claimed = &w
+			return bus.ErrDone
+		}, bus.ConsumerOptions{Batch: 1, Logger: r.cfg.Log})
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	if claimed == nil {
+		return nil, ctx.Err()
+	}
+	return claimed, nil
+}
+
+// acquire takes the lease of w's chat. While the store is down (a PostgreSQL
+// restart) it waits for it rather than give the wake up, which would leave
+// the chat to the gateway's rewakes.
+func (r *Runtime) acquire(ctx context.Context, w Wake) (bool, error) {
 	c := sessionrt.Chat{Channel: w.Channel, Key: w.ChatKey}
-	var ok bool
-	var err error
-	// The wake is ours until acknowledged: while the store is down (a
-	// PostgreSQL restart) wait for it rather than exit, which would leave
-	// the chat to the gateway's rewakes and mark the pod failed.
 	for backoff := time.Duration(0); ; {
-		ok, err = strategy{r}.Acquire(ctx, c)
+		ok, err := strategy{r}.Acquire(ctx, c)
+		if err == nil {
+			return ok, nil
+		}
 		if !errors.Is(err, store.ErrUnavailable) {
-			break
+			return false, fmt.Errorf("failed to take the lease of chat %q: %w", w.ChatKey, err)
 		}
 		backoff = sessionrt.NextBackoff(backoff)
 		r.cfg.Log.Warn("Store unavailable; retrying the chat lease", "chat", w.ChatKey, "err", err, "backoff", backoff)
@@ -161,14 +171,6 @@ func (r *Runtime) serve(ctx context.Context, w Wake, ack func()) (bool, error) {
 			return false, ctx.Err()
 		}
 	}
-	if err != nil {
-		return false, fmt.Errorf("failed to take chat lease: %w", err)
-	}
-	ack() // served here, or by the owner, which will see the message
-	if !ok {
-		return false, nil
-	}
-	return r.rt.Serve(ctx, c)
 }
 
 // quiet calls OnQuiet, if set.
