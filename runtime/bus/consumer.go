@@ -27,7 +27,7 @@ import (
 // pending).
 type Handler func(ctx context.Context, msgs []Message) error
 
-// ErrDone, returned by a Handler, acks its batch and ends Start.
+// ErrDone is what a Handler returns to ack its batch and end Start.
 var ErrDone = errors.New("consumer is done")
 
 // ConsumerOptions tune a Consumer. Zero values pick the defaults.

@@ -130,9 +130,9 @@ func (r *Runtime) claim(ctx context.Context) (*Wake, error) {
 	c := bus.NewConsumer(r.cfg.Bus, wakeStream(r.cfg.Tenant, r.cfg.Agent), groupPods, r.cfg.Pod,
 		func(ctx context.Context, msgs []bus.Message) error {
 			var w Wake
-			if err := json.Unmarshal(msgs[0].Payload, &w); err != nil || w.ChatKey == "" {
+			if json.Unmarshal(msgs[0].Payload, &w) != nil || w.ChatKey == "" {
 				r.cfg.Log.Error("Dropping malformed wake", "id", msgs[0].ID)
-				return nil
+				return nil // acked: it can never be served
 			}
 			if w.Run == nil {
 				ok, err := r.acquire(ctx, w)
