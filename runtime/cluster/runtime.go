@@ -129,9 +129,9 @@ func (r *Runtime) claim(ctx context.Context) (*Wake, error) {
 	var claimed *Wake
 	c := bus.NewConsumer(r.cfg.Bus, wakeStream(r.cfg.Tenant, r.cfg.Agent), groupPods, r.cfg.Pod,
 		func(ctx context.Context, msgs []bus.Message) error {
-			var w Wake
-			if json.Unmarshal(msgs[0].Payload, &w) != nil || w.ChatKey == "" {
-				r.cfg.Log.Error("Dropping malformed wake", "id", msgs[0].ID)
+			w, err := decodeWake(msgs[0].Payload)
+			if err != nil {
+				r.cfg.Log.Error("Dropping malformed wake", "id", msgs[0].ID, "err", err)
 				return nil // acked: it can never be served
 			}
 			if w.Run == nil {
@@ -150,6 +150,17 @@ func (r *Runtime) claim(ctx context.Context) (*Wake, error) {
 		return nil, ctx.Err()
 	}
 	return claimed, nil
+}
+
+func decodeWake(payload []byte) (Wake, error) {
+	var w Wake
+	if err := json.Unmarshal(payload, &w); err != nil {
+		return Wake{}, err
+	}
+	if w.ChatKey == "" {
+		return Wake{}, errors.New("no chat key")
+	}
+	return w, nil
 }
 
 // acquire takes the lease of w's chat. While the store is down (a PostgreSQL
