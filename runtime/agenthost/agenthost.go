@@ -29,6 +29,7 @@ import (
 	"github.com/picobot/picobot/runtime/mcp"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/provider"
+	"github.com/picobot/picobot/runtime/scheduler/localrun"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
@@ -93,6 +94,12 @@ type Built struct {
 	Session session.Config
 	health  []func(context.Context) []health.Check
 	closers []func()
+}
+
+// RunTarget is the agent as its scheduled runs (runtime/scheduler/localrun)
+// need it.
+func (b *Built) RunTarget() localrun.Agent {
+	return localrun.Agent{Name: b.Name, Loop: b.Loop, Session: b.Session}
 }
 
 // Health returns the checks of the agent's features.

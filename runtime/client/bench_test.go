@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/picobot/picobot/runtime/client"
-	"github.com/picobot/picobot/runtime/client/clienttest"
+	"github.com/picobot/picobot/runtime/embedded/embeddedtest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -13,7 +13,7 @@ import (
 // WebSocket send to the real gateway over loopback, the embedded runtime, and
 // the fake LLM answering at once.
 func BenchmarkAsk(b *testing.B) {
-	env := clienttest.Start(b, clienttest.Options{})
+	env := embeddedtest.Start(b, embeddedtest.Options{})
 	env.LLM.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
 	c, err := client.New(env.URL, client.Options{})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/picobot/picobot/runtime/client"
-	"github.com/picobot/picobot/runtime/client/clienttest"
+	"github.com/picobot/picobot/runtime/embedded/embeddedtest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -56,7 +56,7 @@ func dial(t *testing.T, c *client.Client) *client.Conn {
 
 func TestAskStreamsToolCallsAndReply(t *testing.T) {
 	g := NewWithT(t)
-	env := clienttest.Start(t, clienttest.Options{})
+	env := embeddedtest.Start(t, embeddedtest.Options{})
 	env.LLM.Script(
 		fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "call_1", Name: "calculator", Args: `{"function":"evaluate","expression":"6*7"}`}}},
 		fakellm.Turn{Text: "The answer is 42."},
@@ -98,7 +98,7 @@ func TestAskStreamsToolCallsAndReply(t *testing.T) {
 
 func TestSlashCommandsAndREST(t *testing.T) {
 	g := NewWithT(t)
-	env := clienttest.Start(t, clienttest.Options{})
+	env := embeddedtest.Start(t, embeddedtest.Options{})
 	env.LLM.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "hi there"} })
 	c := newClient(t, env.URL+"/", client.Options{})
 	conn := dial(t, c)
@@ -149,7 +149,7 @@ func TestSlashCommandsAndREST(t *testing.T) {
 
 func TestStopEndsTheTurnWithStopped(t *testing.T) {
 	g := NewWithT(t)
-	env := clienttest.Start(t, clienttest.Options{})
+	env := embeddedtest.Start(t, embeddedtest.Options{})
 	env.LLM.Script(fakellm.Turn{Text: "too late", Delay: time.Minute})
 	conn := dial(t, newClient(t, env.URL, client.Options{}))
 	ctx := hangGuard(t)
@@ -174,7 +174,7 @@ func TestStopEndsTheTurnWithStopped(t *testing.T) {
 
 func TestGatewayErrorsCarryTheirCode(t *testing.T) {
 	g := NewWithT(t)
-	env := clienttest.Start(t, clienttest.Options{Keyless: "keyless"})
+	env := embeddedtest.Start(t, embeddedtest.Options{Keyless: "keyless"})
 	conn := dial(t, newClient(t, env.URL, client.Options{}))
 	ctx := hangGuard(t)
 
@@ -201,7 +201,7 @@ func TestGatewayErrorsCarryTheirCode(t *testing.T) {
 
 func TestAPIKeyInHeaderOrQuery(t *testing.T) {
 	g := NewWithT(t)
-	env := clienttest.Start(t, clienttest.Options{APIKey: "s3cret"})
+	env := embeddedtest.Start(t, embeddedtest.Options{APIKey: "s3cret"})
 	env.LLM.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
 	ctx := hangGuard(t)
 
@@ -241,9 +241,9 @@ func TestUnreachableGateway(t *testing.T) {
 
 func TestConnectionLostEndsRunningTurns(t *testing.T) {
 	g := NewWithT(t)
-	env := clienttest.Start(t, clienttest.Options{})
+	env := embeddedtest.Start(t, embeddedtest.Options{})
 	env.LLM.Script(fakellm.Turn{Text: "never", Delay: time.Minute})
-	proxy := clienttest.NewProxy(t, env.Server.Listener.Addr().String())
+	proxy := embeddedtest.NewProxy(t, env.Server.Listener.Addr().String())
 	c := newClient(t, proxy.URL(), client.Options{})
 	conn := dial(t, c)
 	ctx := hangGuard(t)

@@ -151,7 +151,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		idle = a.Spec.Runtime.IdleTimeout.Duration
 	}
 	log.Info("Session runtime ready", "tenant", tenant, "agent", agentName, "pod", pod, "idleTimeout", idle)
-	runs := localrun.New(func(name string) (*agenthost.Built, bool) { return built, name == agentName })
+	runs := localrun.New(func(name string) (localrun.Agent, bool) { return built.RunTarget(), name == agentName })
 	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
 		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, Log: log,
 		// A session pod spends most of its life waiting: warm for a wake,

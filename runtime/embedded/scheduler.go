@@ -79,12 +79,12 @@ func (r *Runtime) prepareScheduler(set *manifest.Set) ([]agenthost.Feature, erro
 		}
 		h.manifest[cj.Namespace] = append(h.manifest[cj.Namespace], cj)
 	}
-	runner := localrun.New(func(name string) (*agenthost.Built, bool) {
+	runner := localrun.New(func(name string) (localrun.Agent, bool) {
 		a := r.agents[name] // complete before the scheduler starts
 		if a == nil {
-			return nil, false
+			return localrun.Agent{}, false
 		}
-		return a.Built, true
+		return a.RunTarget(), true
 	}, localrun.WithWorkspace(func(tenant, agent string) func(session.ID) string {
 		return workspaceFunc(r.opts.StateDir, tenant, agent)
 	}))

@@ -63,20 +63,8 @@ func anyOf(dirs ...string) func(string) bool {
 // knownViolations are the imports that break a rule today, each with what
 // it is imported for. They are tolerated until fixed, and the list can only
 // shrink: a violation not on it fails the test, and so does an entry that is
-// no longer a violation.
-var knownViolations = map[edge]string{
-	// runtime/gateway outside the modes and the gateway.
-	//
-	// clienttest.go: the client's test harness serves a real gateway
-	// (gateway.New over a fake runtime); only tests import clienttest.
-	{"runtime/client/clienttest", "runtime/gateway"}: "gateway.New in the client's test harness",
-
-	// runtime/agenthost outside the modes and the programs (the features'
-	// contract is runtime/feature).
-	//
-	// Local scheduled runs look agents up as *agenthost.Built.
-	{"runtime/scheduler/localrun", "runtime/agenthost"}: "agenthost.Built",
-}
+// no longer a violation. It is empty: keep it so.
+var knownViolations = map[edge]string{}
 
 var rules = []rule{
 	{

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/picobot/picobot/runtime/client"
-	"github.com/picobot/picobot/runtime/client/clienttest"
+	"github.com/picobot/picobot/runtime/embedded/embeddedtest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -180,8 +180,8 @@ func (d *driver) idle() {
 	d.until("the turn to end", func(string) bool { return !d.m.(Model).busy() })
 }
 
-func start(t *testing.T, opts clienttest.Options, agent string) (*clienttest.Env, *driver) {
-	env := clienttest.Start(t, opts)
+func start(t *testing.T, opts embeddedtest.Options, agent string) (*embeddedtest.Env, *driver) {
+	env := embeddedtest.Start(t, opts)
 	c, err := client.New(env.URL, client.Options{APIKey: opts.APIKey})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	agents, err := c.Agents(t.Context())
@@ -191,7 +191,7 @@ func start(t *testing.T, opts clienttest.Options, agent string) (*clienttest.Env
 
 func TestChatAgainstGateway(t *testing.T) {
 	g := NewWithT(t)
-	env, d := start(t, clienttest.Options{}, "")
+	env, d := start(t, embeddedtest.Options{}, "")
 	d.shows("● online")
 	g.Expect(d.view()).To(ContainSubstring("PicoBot │ assistant │ new conversation"))
 
@@ -233,7 +233,7 @@ func TestChatAgainstGateway(t *testing.T) {
 
 func TestChatStopsARunningReplyAndQuitsWhenIdle(t *testing.T) {
 	g := NewWithT(t)
-	env, d := start(t, clienttest.Options{}, "assistant")
+	env, d := start(t, embeddedtest.Options{}, "assistant")
 	d.shows("● online")
 	env.LLM.Script(fakellm.Turn{Text: "slow", Delay: time.Minute})
 	d.say("take your time")
@@ -256,9 +256,9 @@ func TestChatStopsARunningReplyAndQuitsWhenIdle(t *testing.T) {
 
 func TestChatReconnectsAfterTheGatewayWentAway(t *testing.T) {
 	g := NewWithT(t)
-	env := clienttest.Start(t, clienttest.Options{})
+	env := embeddedtest.Start(t, embeddedtest.Options{})
 	env.LLM.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "pong"} })
-	proxy := clienttest.NewProxy(t, env.Server.Listener.Addr().String())
+	proxy := embeddedtest.NewProxy(t, env.Server.Listener.Addr().String())
 	c, err := client.New(proxy.URL(), client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	d := drive(t, New(Config{Client: c, Agent: "assistant", ChatID: "tui"}))
@@ -278,7 +278,7 @@ func TestChatReconnectsAfterTheGatewayWentAway(t *testing.T) {
 
 func TestChatShowsGatewayErrors(t *testing.T) {
 	g := NewWithT(t)
-	_, d := start(t, clienttest.Options{Keyless: "keyless"}, "keyless")
+	_, d := start(t, embeddedtest.Options{Keyless: "keyless"}, "keyless")
 	d.shows("● online")
 	d.say("hello")
 	d.shows("has no usable model")
@@ -305,7 +305,7 @@ func TestChatShowsGatewayErrors(t *testing.T) {
 
 func TestAgentPicker(t *testing.T) {
 	g := NewWithT(t)
-	env, d := start(t, clienttest.Options{Agents: []string{"alpha", "beta"}}, "")
+	env, d := start(t, embeddedtest.Options{Agents: []string{"alpha", "beta"}}, "")
 	g.Expect(d.view()).To(ContainSubstring("pick an agent"))
 	g.Expect(d.view()).To(ContainSubstring("› alpha"))
 	d.key(tea.KeyDown)

@@ -1,5 +1,5 @@
 // Package localrun runs scheduled runs in-process: each run is a fresh
-// session of the target agent, built by runtime/agenthost, whose turn runs
+// session of the target agent (as runtime/agenthost builds it), whose turn runs
 // with the run's tool set — the agent's tools minus send_message (delivery
 // is the scheduler's) plus complete_scheduled_run, with delegation forced
 // to the foreground. Embedded mode uses it as its scheduler.Runner; a
@@ -14,7 +14,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/session"
@@ -40,8 +40,17 @@ const maxMessage = 4000
 const instructions = `## Scheduled run
 This is a scheduled run, not a chat: there is no chat history and nobody reads your replies. The task is the user message and carries its own context. Do it with your tools, then call complete_scheduled_run exactly once: ok (nothing needs attention), alert (the user must know something), failed (you could not do the task) or refused (you will not do it). Only that call's message reaches the user, by the job's delivery policy; you cannot send messages yourself. Delegation runs in the foreground.`
 
-// Agents finds a built agent by name; false when there is none.
-type Agents func(name string) (*agenthost.Built, bool)
+// Agent is what a run needs of its target agent: what runtime/agenthost
+// built for it (the loop with the agent's tools, and the config of its
+// session manager).
+type Agent struct {
+	Name    string
+	Loop    *agent.Loop
+	Session session.Config
+}
+
+// Agents finds an agent by name; false when there is none.
+type Agents func(name string) (Agent, bool)
 
 // Runner implements scheduler.Runner with in-process turns.
 type Runner struct {
@@ -54,8 +63,10 @@ type Runner struct {
 	managers map[managerKey]*session.Manager
 }
 
+// managerKey names the derived manager of an agent's runs in a tenant; the
+// agent's loop stands for the agent (a rebuilt agent has a new loop).
 type managerKey struct {
-	built  *agenthost.Built
+	loop   *agent.Loop
 	tenant string
 }
 
@@ -136,10 +147,10 @@ func excerpt(s string, n int) string {
 
 // manager derives, once per built agent, the session manager of its runs:
 // the agent's session config with the run's tools and instructions.
-func (r *Runner) manager(b *agenthost.Built, tenant string) (*session.Manager, error) {
+func (r *Runner) manager(b Agent, tenant string) (*session.Manager, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key := managerKey{built: b, tenant: tenant}
+	key := managerKey{loop: b.Loop, tenant: tenant}
 	if m := r.managers[key]; m != nil {
 		return m, nil
 	}
@@ -171,17 +182,6 @@ func (r *Runner) manager(b *agenthost.Built, tenant string) (*session.Manager, e
 	m := session.NewManager(cfg)
 	r.managers[key] = m
 	return m, nil
-}
-
-// Forget drops the derived managers of an agent that was rebuilt or closed.
-func (r *Runner) Forget(b *agenthost.Built) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k := range r.managers {
-		if k.built == b {
-			delete(r.managers, k)
-		}
-	}
 }
 
 // foreground is the delegate tool of a run: every delegation runs in the

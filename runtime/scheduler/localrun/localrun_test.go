@@ -90,11 +90,11 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(built.Close)
 	g.Expect(built.Info.Tools).To(ContainElements("send_message", "delegate"), "the agent itself has them")
 	f.built = built
-	f.runner = localrun.New(func(name string) (*agenthost.Built, bool) {
+	f.runner = localrun.New(func(name string) (localrun.Agent, bool) {
 		if name == "root" {
-			return built, true
+			return built.RunTarget(), true
 		}
-		return nil, false
+		return localrun.Agent{}, false
 	})
 	return f
 }
@@ -243,7 +243,7 @@ func TestDelegationIsSynchronous(t *testing.T) {
 
 func TestUnknownAgentIsAClearError(t *testing.T) {
 	g := NewWithT(t)
-	runner := localrun.New(func(string) (*agenthost.Built, bool) { return nil, false })
+	runner := localrun.New(func(string) (localrun.Agent, bool) { return localrun.Agent{}, false })
 	_, err := runner.Run(context.Background(), request("r"))
 	g.Expect(err).To(MatchError(scheduler.ErrUnknownAgent))
 	g.Expect(err.Error()).To(ContainSubstring(`no agent named "root" in tenant "team"; the job names no agent, so it runs on the Root agent`))

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/picobot/picobot/runtime/client/clienttest"
 	"github.com/picobot/picobot/runtime/embedded"
+	"github.com/picobot/picobot/runtime/embedded/embeddedtest"
 	"github.com/picobot/picobot/test/controlplane"
 )
 
@@ -59,10 +59,10 @@ func writeAgents(t *testing.T, llmURL string, agents, keyless []string) string {
 	t.Helper()
 	docs := []string{}
 	for _, a := range agents {
-		docs = append(docs, clienttest.AgentYAML(a, llmURL, "llm"))
+		docs = append(docs, embeddedtest.AgentYAML(a, llmURL, "llm"))
 	}
 	for _, a := range keyless {
-		docs = append(docs, clienttest.AgentYAML(a, llmURL, "missing"))
+		docs = append(docs, embeddedtest.AgentYAML(a, llmURL, "missing"))
 	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(strings.Join(docs, "---\n")), 0o600); err != nil {

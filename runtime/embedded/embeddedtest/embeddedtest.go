@@ -1,7 +1,7 @@
-// Package clienttest starts a real gateway for tests of gateway clients: the
+// Package embeddedtest starts a real gateway for tests of gateway clients: the
 // embedded runtime (SQLite, in-process bus) behind the real gateway handler
 // on a loopback HTTP server, with agents answered by the scripted fake LLM.
-package clienttest
+package embeddedtest
 
 import (
 	"context"
