@@ -177,57 +177,10 @@ type block struct {
 func (p *Provider) stream(ctx context.Context, params anthropicsdk.MessageNewParams, onDelta func(llm.Delta)) (*llm.Response, error) {
 	s := p.client.Messages.NewStreaming(ctx, params)
 	defer func() { _ = s.Close() }()
-
-	var (
-		blocks  []*block
-		byIndex = map[int64]*block{}
-		stop    anthropicsdk.StopReason
-		stopped bool
-		model   string
-		in      [4]int64 // input, output, cache read, cache creation
-	)
+	st := streamState{byIndex: map[int64]*block{}}
 	for s.Next() {
-		ev := s.Current()
-		switch ev.Type {
-		case "message_start":
-			model = ev.Message.Model
-			u := ev.Message.Usage
-			in = [4]int64{u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens}
-		case "content_block_start":
-			b := &block{kind: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name}
-			if b.kind == "text" {
-				b.buf.WriteString(ev.ContentBlock.Text)
-			}
-			byIndex[ev.Index] = b
-			blocks = append(blocks, b)
-		case "content_block_delta":
-			b := byIndex[ev.Index]
-			if b == nil {
-				return nil, fmt.Errorf("failed to stream anthropic message: delta for unknown content block %d", ev.Index)
-			}
-			switch ev.Delta.Type {
-			case "text_delta":
-				if ev.Delta.Text != "" {
-					b.buf.WriteString(ev.Delta.Text)
-					onDelta(llm.Delta{Text: ev.Delta.Text})
-				}
-			case "input_json_delta":
-				b.buf.WriteString(ev.Delta.PartialJSON)
-			}
-		case "message_delta":
-			stop = ev.Delta.StopReason
-			in[1] = ev.Usage.OutputTokens
-			if ev.Usage.JSON.InputTokens.Valid() {
-				in[0] = ev.Usage.InputTokens
-			}
-			if ev.Usage.JSON.CacheReadInputTokens.Valid() {
-				in[2] = ev.Usage.CacheReadInputTokens
-			}
-			if ev.Usage.JSON.CacheCreationInputTokens.Valid() {
-				in[3] = ev.Usage.CacheCreationInputTokens
-			}
-		case "message_stop":
-			stopped = true
+		if err := st.apply(s.Current(), onDelta); err != nil {
+			return nil, err
 		}
 	}
 	if err := s.Err(); err != nil {
@@ -236,16 +189,78 @@ func (p *Provider) stream(ctx context.Context, params anthropicsdk.MessageNewPar
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("failed to stream anthropic message: %w", err)
 	}
-	if !stopped || stop == "" {
+	if !st.stopped || st.stop == "" {
 		return nil, fmt.Errorf("failed to stream anthropic message: %w", llm.ErrTruncated)
 	}
+	return st.response(params.Model), nil
+}
+
+// streamState gathers a streamed message from its events.
+type streamState struct {
+	blocks  []*block
+	byIndex map[int64]*block
+	stop    anthropicsdk.StopReason
+	stopped bool
+	model   string
+	in      [4]int64 // input, output, cache read, cache creation
+}
+
+// apply takes one stream event, handing text deltas to onDelta.
+func (st *streamState) apply(ev anthropicsdk.MessageStreamEventUnion, onDelta func(llm.Delta)) error {
+	switch ev.Type {
+	case "message_start":
+		st.model = ev.Message.Model
+		u := ev.Message.Usage
+		st.in = [4]int64{u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens}
+	case "content_block_start":
+		b := &block{kind: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name}
+		if b.kind == "text" {
+			b.buf.WriteString(ev.ContentBlock.Text)
+		}
+		st.byIndex[ev.Index] = b
+		st.blocks = append(st.blocks, b)
+	case "content_block_delta":
+		b := st.byIndex[ev.Index]
+		if b == nil {
+			return fmt.Errorf("failed to stream anthropic message: delta for unknown content block %d", ev.Index)
+		}
+		switch ev.Delta.Type {
+		case "text_delta":
+			if ev.Delta.Text != "" {
+				b.buf.WriteString(ev.Delta.Text)
+				onDelta(llm.Delta{Text: ev.Delta.Text})
+			}
+		case "input_json_delta":
+			b.buf.WriteString(ev.Delta.PartialJSON)
+		}
+	case "message_delta":
+		st.stop = ev.Delta.StopReason
+		st.in[1] = ev.Usage.OutputTokens
+		if ev.Usage.JSON.InputTokens.Valid() {
+			st.in[0] = ev.Usage.InputTokens
+		}
+		if ev.Usage.JSON.CacheReadInputTokens.Valid() {
+			st.in[2] = ev.Usage.CacheReadInputTokens
+		}
+		if ev.Usage.JSON.CacheCreationInputTokens.Valid() {
+			st.in[3] = ev.Usage.CacheCreationInputTokens
+		}
+	case "message_stop":
+		st.stopped = true
+	}
+	return nil
+}
+
+// response is the gathered message (requested names the model when the
+// stream did not).
+func (st *streamState) response(requested string) *llm.Response {
 	out := &llm.Response{
 		Message: llm.Message{Role: llm.RoleAssistant},
-		Usage:   usage(in[0], in[1], in[2], in[3]),
-		Model:   firstString(model, params.Model),
+		Usage:   usage(st.in[0], st.in[1], st.in[2], st.in[3]),
+		Model:   firstString(st.model, requested),
 	}
 	var text strings.Builder
-	for _, b := range blocks {
+	for _, b := range st.blocks {
 		switch b.kind {
 		case "text":
 			text.WriteString(b.buf.String())
@@ -258,8 +273,8 @@ func (p *Provider) stream(ctx context.Context, params anthropicsdk.MessageNewPar
 		}
 	}
 	out.Message.Content = text.String()
-	out.StopReason = stopReason(stop, len(out.Message.ToolCalls) > 0)
-	return out, nil
+	out.StopReason = stopReason(st.stop, len(out.Message.ToolCalls) > 0)
+	return out
 }
 
 // usage normalises Anthropic's split counts: input_tokens excludes cache

@@ -42,12 +42,37 @@ func (p *Provider) BuildParams(req llm.Request) (anthropicsdk.MessageNewParams, 
 		Model:     model,
 		MaxTokens: int64(firstNonZero(req.MaxTokens, p.opts.MaxTokens, DefaultMaxTokens)),
 	}
-
 	var system []string
 	if req.System != "" {
 		system = append(system, req.System)
 	}
-	msgs := make([]anthropicsdk.MessageParam, 0, len(req.Messages))
+	msgs, more, err := messageParams(req.Messages)
+	if err != nil {
+		return anthropicsdk.MessageNewParams{}, err
+	}
+	params.Messages = msgs
+	system = append(system, more...)
+	if req.JSON {
+		system = append(system, JSONInstruction)
+	}
+	if len(system) > 0 {
+		params.System = []anthropicsdk.TextBlockParam{{Text: strings.Join(system, "\n\n")}}
+	}
+	if params.Tools, err = toolParams(req.Tools); err != nil {
+		return anthropicsdk.MessageNewParams{}, err
+	}
+	if req.Temperature != nil {
+		params.Temperature = param.NewOpt(*req.Temperature)
+	}
+	return params, nil
+}
+
+// messageParams maps a conversation to Anthropic messages: system messages
+// are returned apart (Anthropic has one system prompt), tool results become
+// user messages, and consecutive messages of one role are merged (the API
+// wants roles to alternate).
+func messageParams(in []llm.Message) (msgs []anthropicsdk.MessageParam, system []string, err error) {
+	msgs = make([]anthropicsdk.MessageParam, 0, len(in))
 	add := func(role anthropicsdk.MessageParamRole, blocks ...anthropicsdk.ContentBlockParamUnion) {
 		if len(blocks) == 0 {
 			return
@@ -58,77 +83,84 @@ func (p *Provider) BuildParams(req llm.Request) (anthropicsdk.MessageNewParams, 
 		}
 		msgs = append(msgs, anthropicsdk.MessageParam{Role: role, Content: blocks})
 	}
-	for i := range req.Messages {
-		m := &req.Messages[i]
+	for i := range in {
+		m := &in[i]
 		switch m.Role {
 		case llm.RoleSystem:
 			if m.Content != "" {
 				system = append(system, m.Content)
 			}
 		case llm.RoleUser:
-			blocks := make([]anthropicsdk.ContentBlockParamUnion, 0, len(m.Images)+1)
-			for _, img := range m.Images {
-				blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfImage: imageBlock(img)})
-			}
-			if m.Content != "" {
-				blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfText: &anthropicsdk.TextBlockParam{Text: m.Content}})
-			}
-			add(anthropicsdk.MessageParamRoleUser, blocks...)
+			add(anthropicsdk.MessageParamRoleUser, userBlocks(m)...)
 		case llm.RoleAssistant:
-			blocks := make([]anthropicsdk.ContentBlockParamUnion, 0, len(m.ToolCalls)+1)
-			if m.Content != "" {
-				blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfText: &anthropicsdk.TextBlockParam{Text: m.Content}})
-			}
-			for _, tc := range m.ToolCalls {
-				blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfToolUse: &anthropicsdk.ToolUseBlockParam{
-					ID: tc.ID, Name: tc.Name, Input: toolInput(tc.Arguments),
-				}})
-			}
-			add(anthropicsdk.MessageParamRoleAssistant, blocks...)
+			add(anthropicsdk.MessageParamRoleAssistant, assistantBlocks(m)...)
 		case llm.RoleTool:
-			res := &anthropicsdk.ToolResultBlockParam{ToolUseID: m.ToolCallID}
-			if m.IsError {
-				res.IsError = param.NewOpt(true)
-			}
-			if m.Content != "" || len(m.Images) > 0 {
-				res.Content = make([]anthropicsdk.ToolResultBlockParamContentUnion, 0, len(m.Images)+1)
-			}
-			if m.Content != "" {
-				res.Content = append(res.Content, anthropicsdk.ToolResultBlockParamContentUnion{OfText: &anthropicsdk.TextBlockParam{Text: m.Content}})
-			}
-			for _, img := range m.Images {
-				res.Content = append(res.Content, anthropicsdk.ToolResultBlockParamContentUnion{OfImage: imageBlock(img)})
-			}
-			add(anthropicsdk.MessageParamRoleUser, anthropicsdk.ContentBlockParamUnion{OfToolResult: res})
+			add(anthropicsdk.MessageParamRoleUser, anthropicsdk.ContentBlockParamUnion{OfToolResult: toolResultBlock(m)})
 		default:
-			return anthropicsdk.MessageNewParams{}, fmt.Errorf("failed to build request: message %d has unknown role %q", i, m.Role)
+			return nil, nil, fmt.Errorf("failed to build request: message %d has unknown role %q", i, m.Role)
 		}
 	}
-	params.Messages = msgs
+	return msgs, system, nil
+}
 
-	if req.JSON {
-		system = append(system, JSONInstruction)
+func userBlocks(m *llm.Message) []anthropicsdk.ContentBlockParamUnion {
+	blocks := make([]anthropicsdk.ContentBlockParamUnion, 0, len(m.Images)+1)
+	for _, img := range m.Images {
+		blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfImage: imageBlock(img)})
 	}
-	if len(system) > 0 {
-		params.System = []anthropicsdk.TextBlockParam{{Text: strings.Join(system, "\n\n")}}
+	if m.Content != "" {
+		blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfText: &anthropicsdk.TextBlockParam{Text: m.Content}})
 	}
-	if len(req.Tools) > 0 {
-		params.Tools = make([]anthropicsdk.ToolUnionParam, len(req.Tools))
-		for i, t := range req.Tools {
-			tool := &anthropicsdk.ToolParam{Name: t.Name, InputSchema: inputSchema(t.Parameters)}
-			if len(t.Parameters) > 0 && !json.Valid(t.Parameters) {
-				return anthropicsdk.MessageNewParams{}, fmt.Errorf("failed to build schema of tool %q: invalid JSON", t.Name)
-			}
-			if t.Description != "" {
-				tool.Description = param.NewOpt(t.Description)
-			}
-			params.Tools[i] = anthropicsdk.ToolUnionParam{OfTool: tool}
+	return blocks
+}
+
+func assistantBlocks(m *llm.Message) []anthropicsdk.ContentBlockParamUnion {
+	blocks := make([]anthropicsdk.ContentBlockParamUnion, 0, len(m.ToolCalls)+1)
+	if m.Content != "" {
+		blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfText: &anthropicsdk.TextBlockParam{Text: m.Content}})
+	}
+	for _, tc := range m.ToolCalls {
+		blocks = append(blocks, anthropicsdk.ContentBlockParamUnion{OfToolUse: &anthropicsdk.ToolUseBlockParam{
+			ID: tc.ID, Name: tc.Name, Input: toolInput(tc.Arguments),
+		}})
+	}
+	return blocks
+}
+
+func toolResultBlock(m *llm.Message) *anthropicsdk.ToolResultBlockParam {
+	res := &anthropicsdk.ToolResultBlockParam{ToolUseID: m.ToolCallID}
+	if m.IsError {
+		res.IsError = param.NewOpt(true)
+	}
+	if m.Content != "" || len(m.Images) > 0 {
+		res.Content = make([]anthropicsdk.ToolResultBlockParamContentUnion, 0, len(m.Images)+1)
+	}
+	if m.Content != "" {
+		res.Content = append(res.Content, anthropicsdk.ToolResultBlockParamContentUnion{OfText: &anthropicsdk.TextBlockParam{Text: m.Content}})
+	}
+	for _, img := range m.Images {
+		res.Content = append(res.Content, anthropicsdk.ToolResultBlockParamContentUnion{OfImage: imageBlock(img)})
+	}
+	return res
+}
+
+// toolParams declares the request's tools.
+func toolParams(tools []llm.ToolDef) ([]anthropicsdk.ToolUnionParam, error) {
+	if len(tools) == 0 {
+		return nil, nil
+	}
+	out := make([]anthropicsdk.ToolUnionParam, len(tools))
+	for i, t := range tools {
+		if len(t.Parameters) > 0 && !json.Valid(t.Parameters) {
+			return nil, fmt.Errorf("failed to build schema of tool %q: invalid JSON", t.Name)
 		}
+		tool := &anthropicsdk.ToolParam{Name: t.Name, InputSchema: inputSchema(t.Parameters)}
+		if t.Description != "" {
+			tool.Description = param.NewOpt(t.Description)
+		}
+		out[i] = anthropicsdk.ToolUnionParam{OfTool: tool}
 	}
-	if req.Temperature != nil {
-		params.Temperature = param.NewOpt(*req.Temperature)
-	}
-	return params, nil
+	return out, nil
 }
 
 // noParameters is the schema of a tool declared without one; input_schema
