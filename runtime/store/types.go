@@ -1,6 +1,8 @@
 package store
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/picobot/picobot/runtime/llm"
@@ -91,6 +93,34 @@ type Message struct {
 	// Duplicate is set on a message AppendMessages returns when a message with
 	// the same ID was already stored (this copy is the stored one). Not stored.
 	Duplicate bool `json:"-"`
+}
+
+// MessageColumns are the JSON-encoded columns of a stored message, as every
+// store writes them; nil means SQL NULL (nothing to store).
+type MessageColumns struct {
+	ToolCalls, Images, Meta []byte
+}
+
+// Columns encodes the message's JSON columns.
+func (m Message) Columns() (MessageColumns, error) {
+	var c MessageColumns
+	var err error
+	if len(m.ToolCalls) > 0 {
+		if c.ToolCalls, err = json.Marshal(m.ToolCalls); err != nil {
+			return c, fmt.Errorf("failed to encode tool calls of message %q: %w", m.ID, err)
+		}
+	}
+	if len(m.Images) > 0 {
+		if c.Images, err = json.Marshal(m.Images); err != nil {
+			return c, fmt.Errorf("failed to encode images of message %q: %w", m.ID, err)
+		}
+	}
+	if len(m.Meta) > 0 {
+		if c.Meta, err = json.Marshal(m.Meta); err != nil {
+			return c, fmt.Errorf("failed to encode meta of message %q: %w", m.ID, err)
+		}
+	}
+	return c, nil
 }
 
 // ToLLM returns the message as the model sees it.

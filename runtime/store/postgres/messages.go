@@ -115,20 +115,12 @@ func (s *Store) appendMessages(ctx context.Context, sessionID string, msgs []sto
 // queueInsert queues the insert of one new message (tenant, session and seq
 // set).
 func queueInsert(batch *pgx.Batch, m store.Message) error {
-	toolCalls, err := encodeJSON(m.ToolCalls, len(m.ToolCalls) == 0)
+	c, err := m.Columns()
 	if err != nil {
-		return fmt.Errorf("failed to encode tool calls of message %q: %w", m.ID, err)
+		return err
 	}
-	images, err := encodeJSON(m.Images, len(m.Images) == 0)
-	if err != nil {
-		return fmt.Errorf("failed to encode images of message %q: %w", m.ID, err)
-	}
-	meta, err := encodeJSON(m.Meta, len(m.Meta) == 0)
-	if err != nil {
-		return fmt.Errorf("failed to encode meta of message %q: %w", m.ID, err)
-	}
-	batch.Queue(sqlInsertMessage, m.Tenant, m.SessionID, m.Seq, m.ID, string(m.Role), m.Content, toolCalls,
-		m.ToolCallID, m.Name, m.IsError, images, meta, m.CreatedAt)
+	batch.Queue(sqlInsertMessage, m.Tenant, m.SessionID, m.Seq, m.ID, string(m.Role), m.Content, c.ToolCalls,
+		m.ToolCallID, m.Name, m.IsError, c.Images, c.Meta, m.CreatedAt)
 	return nil
 }
 

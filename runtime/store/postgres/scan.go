@@ -101,15 +101,7 @@ func scanArtifact(row pgx.CollectableRow) (store.Artifact, error) {
 	return a, err
 }
 
-// encodeJSON returns v as JSON for a jsonb column, or nil (SQL NULL) when
-// empty is true, so absent fields stay NULL rather than "null" or "[]".
-func encodeJSON(v any, empty bool) ([]byte, error) {
-	if empty {
-		return nil, nil
-	}
-	return json.Marshal(v)
-}
-
+// decodeJSON reads a jsonb column; NULL leaves v as it is.
 func decodeJSON(b []byte, v any) error {
 	if len(b) == 0 {
 		return nil

@@ -35,20 +35,12 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...st
 				created = micros(m.CreatedAt)
 			}
 			m.CreatedAt = fromMicros(created)
-			toolCalls, err := encodeJSON(m.ToolCalls, len(m.ToolCalls) == 0)
+			c, err := m.Columns()
 			if err != nil {
-				return fmt.Errorf("failed to encode tool calls of message %q: %w", m.ID, err)
+				return err
 			}
-			images, err := encodeJSON(m.Images, len(m.Images) == 0)
-			if err != nil {
-				return fmt.Errorf("failed to encode images of message %q: %w", m.ID, err)
-			}
-			meta, err := encodeJSON(m.Meta, len(m.Meta) == 0)
-			if err != nil {
-				return fmt.Errorf("failed to encode meta of message %q: %w", m.ID, err)
-			}
-			res, err := tx.ExecContext(ctx, sqlInsertMessage, tenant, sessionID, m.Seq, m.ID, string(m.Role), m.Content, toolCalls,
-				m.ToolCallID, m.Name, m.IsError, images, meta, created)
+			res, err := tx.ExecContext(ctx, sqlInsertMessage, tenant, sessionID, m.Seq, m.ID, string(m.Role), m.Content, text(c.ToolCalls),
+				m.ToolCallID, m.Name, m.IsError, text(c.Images), text(c.Meta), created)
 			if err != nil {
 				return err
 			}

@@ -131,17 +131,13 @@ func scanInt64(row scanner) (int64, error) {
 	return n, err
 }
 
-// encodeJSON returns v as JSON text, or nil (SQL NULL) when empty is true.
-func encodeJSON(v any, empty bool) (*string, error) {
-	if empty {
-		return nil, nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
+// text is an encoded JSON column as SQLite stores it: TEXT, or NULL for nil.
+func text(b []byte) *string {
+	if b == nil {
+		return nil
 	}
 	s := string(b)
-	return &s, nil
+	return &s
 }
 
 func decodeJSON(s sql.NullString, v any) error {
