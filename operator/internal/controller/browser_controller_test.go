@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,6 +54,11 @@ type browserEnv struct {
 	pods  BrowserPods
 	port  int
 	store *s3blob.Store
+	// clock is the time of this cluster: the operator decides idleness by
+	// it, sessions stamp their Leases and run their heartbeat by it, and
+	// fakeKubelet-style status the tests write uses it. Tests step it
+	// instead of sleeping.
+	clock *clocktesting.FakeClock
 	// stopKubelet stops the last pod fakeKubelet serves (the port is one).
 	stopKubelet func()
 }
@@ -117,7 +123,8 @@ func startBrowserEnv(t *testing.T) *browserEnv {
 		t.Fatal(err)
 	}
 	pods.Port = int32(port)
-	if err := setupBrowsers(mgr, Config{Concurrency: 2}, pods); err != nil {
+	clk := clocktesting.NewFakeClock(time.Now())
+	if err := setupBrowsers(mgr, Config{Concurrency: 2, Clock: clk}, pods); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -127,7 +134,7 @@ func startBrowserEnv(t *testing.T) *browserEnv {
 		}
 	})
 	t.Cleanup(func() { cancel(); wg.Wait(); _ = store.Close() })
-	return &browserEnv{c: c, cfg: env.Config, pods: *pods, port: port, store: store}
+	return &browserEnv{c: c, cfg: env.Config, pods: *pods, port: port, store: store, clock: clk}
 }
 
 func (e *browserEnv) namespace(t *testing.T) string {
@@ -169,7 +176,7 @@ func (e *browserEnv) profile(t *testing.T, ns, name, agent string, mut ...func(*
 func (e *browserEnv) provider(t *testing.T, ns, agent string, mut ...func(*remote.ProviderConfig)) *remote.Provider {
 	t.Helper()
 	cfg := remote.ProviderConfig{Client: e.c, Namespace: ns, Agent: agent, Holder: agent + "-session-1",
-		Heartbeat: 200 * time.Millisecond, ReadyTimeout: 30 * time.Second, Poll: 50 * time.Millisecond}
+		Heartbeat: 200 * time.Millisecond, ReadyTimeout: 30 * time.Second, Poll: 50 * time.Millisecond, Clock: e.clock}
 	for _, m := range mut {
 		m(&cfg)
 	}
@@ -422,12 +429,26 @@ func testProfileLifecycle(t *testing.T, e *browserEnv) {
 		g.Expect(readyOf(bp).ObservedGeneration).To(Equal(bp.Generation))
 	})
 
-	// While the driver keeps it open the session renews the Lease, well
-	// past the idle timeout, and the pod stays.
+	// While the driver keeps it open the session renews the Lease on every
+	// heartbeat, well past the idle timeout (3s), and the pod stays: 20
+	// heartbeats of 200ms, each seen in the Lease before the next.
 	first := lease.Spec.RenewTime.Time
-	time.Sleep(4 * time.Second)
-	g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, lease)).To(Succeed())
-	g.Expect(lease.Spec.RenewTime.After(first)).To(BeTrue())
+	g.Eventually(e.clock.HasWaiters).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the heartbeat's ticker")
+	for range 20 {
+		e.clock.Step(200 * time.Millisecond)
+		now := e.clock.Now().Truncate(time.Microsecond)
+		g.Eventually(func(g Gomega) {
+			g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, lease)).To(Succeed())
+			g.Expect(lease.Spec.RenewTime.Time).To(BeTemporally("==", now))
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	}
+	g.Expect(lease.Spec.RenewTime.Sub(first)).To(Equal(4 * time.Second))
+	// The operator reconciled the last renewal (4s after the first, past
+	// the idle timeout) and kept the pod.
+	e.waitProfile(t, ns, "shop", func(g Gomega, bp *picobotv1alpha1.BrowserProfile) {
+		g.Expect(bp.Status.LastUsed.Time).To(BeTemporally("==", e.clock.Now().Truncate(time.Second)))
+		g.Expect(bp.Status.ActivePod).To(Equal(pod.Name))
+	})
 	g.Expect(e.livePod(t, ns, name).Name).To(Equal(pod.Name))
 
 	// Another agent may use the profile now: the pod is replaced, so the
@@ -449,6 +470,7 @@ func testProfileLifecycle(t *testing.T, e *browserEnv) {
 	// address is withdrawn, the profile keeps its last use.
 	stopHeartbeat()
 	p.Beat(ctx, func(browser.Key) bool { return false })
+	e.clock.Step(3 * time.Second) // the idle timeout since the last renewal
 	e.noPods(t, ns, name)
 	e.waitProfile(t, ns, "shop", func(g Gomega, bp *picobotv1alpha1.BrowserProfile) {
 		g.Expect(bp.Status.ActivePod).To(BeEmpty())
@@ -501,6 +523,7 @@ func testEphemeralBrowser(t *testing.T, e *browserEnv) {
 	stopHeartbeat()
 	name = wire.DialogName("helper", "web:bob:1")
 	e.serve(t, p, ns, browser.DialogKey("web:bob:1"), name)
+	e.clock.Step(2 * time.Second) // the Lease's idle time since it was asked for
 	e.noPods(t, ns, name)
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &coordinationv1.Lease{}))
@@ -565,7 +588,7 @@ func testFailedBrowserPod(t *testing.T, e *browserEnv) {
 	p := e.provider(t, ns, "helper")
 	name := wire.ProfileName("shop")
 	pod, err := e.fail(t, p, ns, browser.ProfileKey("shop"), name, corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "browser",
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "chromium exited", FinishedAt: metav1.Now()}}}}})
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "chromium exited", FinishedAt: metav1.NewTime(e.clock.Now())}}}}})
 	g.Expect(err).To(MatchError(ContainSubstring("browser pod " + pod.Name + " failed: exit code 1: chromium exited")))
 	e.waitProfile(t, ns, "shop", func(g Gomega, bp *picobotv1alpha1.BrowserProfile) {
 		g.Expect(readyOf(bp).Reason).To(Equal(picobotv1alpha1.ReasonPodFailed))
@@ -576,7 +599,9 @@ func testFailedBrowserPod(t *testing.T, e *browserEnv) {
 		g.Expect(list.Items).To(HaveLen(1))
 	}).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 
-	time.Sleep(1100 * time.Millisecond) // the next request is after the failure
+	// The next request is after the failure (pod times have second
+	// precision: a second later).
+	e.clock.Step(time.Second)
 	second, _ := e.serve(t, p, ns, browser.ProfileKey("shop"), name)
 	g.Expect(second.Name).NotTo(Equal(pod.Name))
 	e.waitProfile(t, ns, "shop", func(g Gomega, bp *picobotv1alpha1.BrowserProfile) {
@@ -664,7 +689,7 @@ func testBrowserResync(t *testing.T, e *browserEnv) {
 	g.Expect(SetupIndexes(ctx, mgr)).To(Succeed())
 	pods := e.pods
 	pods.APIReader = mgr.GetAPIReader()
-	g.Expect(setupBrowsers(mgr, Config{Concurrency: 2}, &pods)).To(Succeed())
+	g.Expect(setupBrowsers(mgr, Config{Concurrency: 2, Clock: e.clock}, &pods)).To(Succeed())
 	mctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mgr.Start(mctx) })
