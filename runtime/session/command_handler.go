@@ -26,25 +26,11 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 		}
 		return reply(id, "Started a new conversation (%s).", id.DialogID)
 	case "sessions":
-		cur, _ := m.cfg.Store.CurrentDialog(ctx, in.Channel, in.ChatID)
-		list, err := m.List(ctx, in.Channel, in.ChatID)
+		text, err := m.sessionsText(ctx, in)
 		if err != nil {
 			return Reply{}, err
 		}
-		if len(list) == 0 {
-			return Reply{Command: cmd.Name, Text: "No conversations yet."}, nil
-		}
-		var b strings.Builder
-		b.WriteString("Recent conversations:\n")
-		for _, s := range list {
-			mark := " "
-			if s.DialogID == cur {
-				mark = "*"
-			}
-			fmt.Fprintf(&b, "%s %s  %s  (%s)\n", mark, s.DialogID, s.Title, s.LastMessageAt.UTC().Format(time.DateTime))
-		}
-		b.WriteString("Switch with /switch <dialog_id>.")
-		return Reply{Command: cmd.Name, Text: b.String()}, nil
+		return Reply{Command: cmd.Name, Text: text}, nil
 	case "switch":
 		if cmd.Args == "" {
 			return Reply{Command: cmd.Name, Text: "Usage: /switch <dialog_id> (see /sessions)"}, nil
@@ -83,33 +69,16 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 		}
 		return reply(id, "Deleted conversation %s.", id.DialogID)
 	case "info":
-		s, err := m.cfg.Store.GetSession(ctx, id.String())
+		text, err := m.infoText(ctx, id)
 		if err != nil {
 			return Reply{}, err
 		}
-		n, err := m.cfg.Store.CountMessages(ctx, id.String())
-		if err != nil {
-			return Reply{}, err
-		}
-		compressed := "never"
-		if s.LastCompressedAt != nil {
-			compressed = s.LastCompressedAt.UTC().Format(time.DateTime)
-		}
-		return reply(id, "Session %s\nTitle: %s\nAgent: %s\nMessages: %d\nCreated: %s\nLast active: %s\nCompressed: %s",
-			s.ID, s.Title, s.Agent, n, s.CreatedAt.UTC().Format(time.DateTime), s.LastMessageAt.UTC().Format(time.DateTime), compressed)
+		return reply(id, "%s", text)
 	case "compact":
-		history, err := m.History(ctx, id)
-		if err != nil {
-			return Reply{}, err
-		}
 		if m.cfg.Compressor == nil {
 			return reply(id, "Context compression is not configured for this agent.")
 		}
-		if _, _, err := m.compress(ctx, id, m.cfg.System, history, true); err != nil {
-			return Reply{}, err
-		}
-		now := m.cfg.Clock.Now()
-		if err := m.markCompressed(ctx, id.String(), now); err != nil {
+		if err := m.compact(ctx, id); err != nil {
 			return Reply{}, err
 		}
 		return reply(id, "Compressed the context of %s; earlier details stay reachable through timeline memory.", id.DialogID)
@@ -122,6 +91,60 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 		return reply(id, "%s", m.cfg.MCPStatus())
 	}
 	return Reply{}, fmt.Errorf("unhandled command /%s", cmd.Name)
+}
+
+// sessionsText lists the chat's dialogs for /sessions, the current one
+// marked.
+func (m *Manager) sessionsText(ctx context.Context, in Inbound) (string, error) {
+	cur, _ := m.cfg.Store.CurrentDialog(ctx, in.Channel, in.ChatID)
+	list, err := m.List(ctx, in.Channel, in.ChatID)
+	if err != nil {
+		return "", err
+	}
+	if len(list) == 0 {
+		return "No conversations yet.", nil
+	}
+	var b strings.Builder
+	b.WriteString("Recent conversations:\n")
+	for _, s := range list {
+		mark := " "
+		if s.DialogID == cur {
+			mark = "*"
+		}
+		fmt.Fprintf(&b, "%s %s  %s  (%s)\n", mark, s.DialogID, s.Title, s.LastMessageAt.UTC().Format(time.DateTime))
+	}
+	b.WriteString("Switch with /switch <dialog_id>.")
+	return b.String(), nil
+}
+
+// infoText describes the session for /info.
+func (m *Manager) infoText(ctx context.Context, id ID) (string, error) {
+	s, err := m.cfg.Store.GetSession(ctx, id.String())
+	if err != nil {
+		return "", err
+	}
+	n, err := m.cfg.Store.CountMessages(ctx, id.String())
+	if err != nil {
+		return "", err
+	}
+	compressed := "never"
+	if s.LastCompressedAt != nil {
+		compressed = s.LastCompressedAt.UTC().Format(time.DateTime)
+	}
+	return fmt.Sprintf("Session %s\nTitle: %s\nAgent: %s\nMessages: %d\nCreated: %s\nLast active: %s\nCompressed: %s",
+		s.ID, s.Title, s.Agent, n, s.CreatedAt.UTC().Format(time.DateTime), s.LastMessageAt.UTC().Format(time.DateTime), compressed), nil
+}
+
+// compact compresses the session's history now (/compact), under its lock.
+func (m *Manager) compact(ctx context.Context, id ID) error {
+	history, err := m.History(ctx, id)
+	if err != nil {
+		return err
+	}
+	if _, _, err := m.compress(ctx, id, m.cfg.System, history, true); err != nil {
+		return err
+	}
+	return m.markCompressed(ctx, id.String(), m.cfg.Clock.Now())
 }
 
 // dump saves the conversation as a markdown artifact.

@@ -213,11 +213,11 @@ func (t *browserTool) run(ctx context.Context, env tool.Env, a args) (tool.Resul
 }
 
 func (t *browserTool) act(ctx context.Context, env tool.Env, b *driver.Browser, a args) (tool.Result, error) {
-	maxChars := t.o.MaxChars
-	if a.MaxChars > 0 {
-		maxChars = a.MaxChars
-	}
 	switch a.Action {
+	case "click", "click_at", "fill", "type", "press", "focus", "hover":
+		return t.interact(ctx, b, a)
+	case "snapshot", "get_text", "get_title", "get_url", "console", "pdf":
+		return t.read(ctx, b, a)
 	case "open":
 		info, err := b.Open(ctx, a.URL, a.NewTab)
 		if err != nil {
@@ -237,13 +237,43 @@ func (t *browserTool) act(ctx context.Context, env tool.Env, b *driver.Browser, 
 			return tool.Result{}, err
 		}
 		return t.pageText("Now at", info), nil
-	case "snapshot":
-		snap, err := b.Snapshot(ctx)
-		if err != nil {
+	case "scroll":
+		return t.scroll(ctx, b, a)
+	case "wait":
+		return t.wait(ctx, b, a)
+	case "screenshot":
+		return t.screenshot(ctx, b, a)
+	case "tabs":
+		if a.Tab != "" {
+			info, err := b.SwitchTab(ctx, a.Tab)
+			if err != nil {
+				return tool.Result{}, err
+			}
+			return t.pageText("Switched to", info), nil
+		}
+		return t.tabs(ctx, b)
+	case "upload":
+		return t.upload(ctx, env, b, a)
+	case "dialog":
+		pol := driver.DialogPolicy{Accept: a.Accept == nil || *a.Accept, PromptText: a.Text}
+		b.SetDialogPolicy(pol)
+		verb := "dismissed"
+		if pol.Accept {
+			verb = "accepted"
+		}
+		return tool.Text("Later confirm/prompt dialogs will be " + verb + " (alerts are always accepted)."), nil
+	case "close":
+		if err := b.CloseTab(ctx, a.Tab); err != nil {
 			return tool.Result{}, err
 		}
-		info, _ := b.Info(ctx)
-		return tool.Text(untrusted(info.URL, snap, maxChars)), nil
+		return tool.Text("Closed tab " + a.Tab + "."), nil
+	}
+	return tool.Errorf("error: unknown action %q", a.Action), nil
+}
+
+// interact runs the actions that act on an element or the page.
+func (t *browserTool) interact(ctx context.Context, b *driver.Browser, a args) (tool.Result, error) {
+	switch a.Action {
 	case "click":
 		if err := b.Click(ctx, a.Ref); err != nil {
 			return tool.Result{}, err
@@ -279,8 +309,25 @@ func (t *browserTool) act(ctx context.Context, env tool.Env, b *driver.Browser, 
 			return tool.Result{}, err
 		}
 		return tool.Text("Hovering over " + a.Ref + "."), nil
-	case "scroll":
-		return t.scroll(ctx, b, a)
+	}
+	return tool.Errorf("error: unknown action %q", a.Action), nil
+}
+
+// read runs the actions that read the page (its text untrusted: it comes
+// from the site).
+func (t *browserTool) read(ctx context.Context, b *driver.Browser, a args) (tool.Result, error) {
+	maxChars := t.o.MaxChars
+	if a.MaxChars > 0 {
+		maxChars = a.MaxChars
+	}
+	switch a.Action {
+	case "snapshot":
+		snap, err := b.Snapshot(ctx)
+		if err != nil {
+			return tool.Result{}, err
+		}
+		info, _ := b.Info(ctx)
+		return tool.Text(untrusted(info.URL, snap, maxChars)), nil
 	case "get_text":
 		text, err := b.Text(ctx, a.Ref)
 		if err != nil {
@@ -300,27 +347,6 @@ func (t *browserTool) act(ctx context.Context, env tool.Env, b *driver.Browser, 
 			return tool.Result{}, err
 		}
 		return tool.Text(info.URL), nil
-	case "wait":
-		return t.wait(ctx, b, a)
-	case "screenshot":
-		return t.screenshot(ctx, b, a)
-	case "pdf":
-		data, err := b.PDF(ctx)
-		if err != nil {
-			return tool.Result{}, err
-		}
-		name := fmt.Sprintf("page-%s.pdf", t.o.Now().UTC().Format("20060102-150405"))
-		return tool.Result{Content: fmt.Sprintf("Saved the page as %s (%d KiB).", name, len(data)>>10),
-			Artifacts: []tool.Artifact{{Name: name, MediaType: "application/pdf", Data: data, PresentToUser: present(a)}}}, nil
-	case "tabs":
-		if a.Tab != "" {
-			info, err := b.SwitchTab(ctx, a.Tab)
-			if err != nil {
-				return tool.Result{}, err
-			}
-			return t.pageText("Switched to", info), nil
-		}
-		return t.tabs(ctx, b)
 	case "console":
 		lines, err := b.Console(a.Clear)
 		if err != nil {
@@ -331,21 +357,14 @@ func (t *browserTool) act(ctx context.Context, env tool.Env, b *driver.Browser, 
 		}
 		info, _ := b.Info(ctx)
 		return tool.Text(untrusted(info.URL, strings.Join(lines, "\n"), maxChars)), nil
-	case "upload":
-		return t.upload(ctx, env, b, a)
-	case "dialog":
-		pol := driver.DialogPolicy{Accept: a.Accept == nil || *a.Accept, PromptText: a.Text}
-		b.SetDialogPolicy(pol)
-		verb := "dismissed"
-		if pol.Accept {
-			verb = "accepted"
-		}
-		return tool.Text("Later confirm/prompt dialogs will be " + verb + " (alerts are always accepted)."), nil
-	case "close":
-		if err := b.CloseTab(ctx, a.Tab); err != nil {
+	case "pdf":
+		data, err := b.PDF(ctx)
+		if err != nil {
 			return tool.Result{}, err
 		}
-		return tool.Text("Closed tab " + a.Tab + "."), nil
+		name := fmt.Sprintf("page-%s.pdf", t.o.Now().UTC().Format("20060102-150405"))
+		return tool.Result{Content: fmt.Sprintf("Saved the page as %s (%d KiB).", name, len(data)>>10),
+			Artifacts: []tool.Artifact{{Name: name, MediaType: "application/pdf", Data: data, PresentToUser: present(a)}}}, nil
 	}
 	return tool.Errorf("error: unknown action %q", a.Action), nil
 }
