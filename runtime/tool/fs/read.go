@@ -72,76 +72,93 @@ func (ps *Paths) readFile(ctx context.Context, env tool.Env, a ReadArgs) (tool.R
 		return tool.Errorf("error: %s looks like a binary file (it contains NUL bytes); file_read only shows text files.", a.Path), nil
 	}
 
-	var (
-		out     strings.Builder
-		lineNo  int  // lines consumed from the file
-		last    int  // last line shown
-		chars   int  // characters in out
-		capped  bool // stopped because of maxReadChars
-		cutLine bool // the only shown line was cut to fit
-	)
-	for {
-		if lineNo%1024 == 0 && ctx.Err() != nil {
-			return tool.Result{}, ctx.Err()
-		}
-		line, ok, err := readLine(br, maxReadChars*utf8.UTFMax)
-		if err != nil {
-			return tool.Result{}, errorf("read file", a.Path, err)
-		}
-		if !ok {
-			break
-		}
-		lineNo++
-		if lineNo < offset {
-			continue
-		}
-		if lineNo >= offset+limit {
-			break
-		}
-		entry := fmt.Sprintf("%6d\t%s\n", lineNo, strings.TrimSuffix(string(line), "\r"))
-		n := utf8.RuneCountInString(entry)
-		if chars+n > maxReadChars {
-			if last != 0 {
-				capped = true
-				break
-			}
-			// A single line longer than the cap: show its start.
-			entry = truncateRunes(entry, maxReadChars) + "\n"
-			cutLine = true
-			n = maxReadChars
-		}
-		out.WriteString(entry)
-		chars += n
-		last = lineNo
-		if cutLine {
-			break
-		}
+	w, err := readWindow(ctx, br, offset, limit)
+	if err != nil {
+		return tool.Result{}, errorf("read file", a.Path, err)
 	}
 	// Count what is left so the model knows how large the file is.
 	rest, err := countLines(br)
 	if err != nil {
 		return tool.Result{}, errorf("read file", a.Path, err)
 	}
-	total := lineNo + rest
+	return w.result(a.Path, offset, w.lineNo+rest), nil
+}
+
+// window is the part of a file file_read shows.
+type window struct {
+	out     strings.Builder
+	lineNo  int  // lines consumed from the file
+	last    int  // last line shown
+	chars   int  // characters in out
+	capped  bool // stopped because of maxReadChars
+	cutLine bool // the only shown line was cut to fit
+}
+
+// readWindow reads limit lines from line offset on, numbered, up to
+// maxReadChars characters (a single longer line is cut).
+func readWindow(ctx context.Context, br *bufio.Reader, offset, limit int) (*window, error) {
+	w := &window{}
+	for {
+		if w.lineNo%1024 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		line, ok, err := readLine(br, maxReadChars*utf8.UTFMax)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return w, nil
+		}
+		w.lineNo++
+		if w.lineNo < offset {
+			continue
+		}
+		if w.lineNo >= offset+limit {
+			return w, nil
+		}
+		entry := fmt.Sprintf("%6d\t%s\n", w.lineNo, strings.TrimSuffix(string(line), "\r"))
+		n := utf8.RuneCountInString(entry)
+		if w.chars+n > maxReadChars {
+			if w.last != 0 {
+				w.capped = true
+				return w, nil
+			}
+			// A single line longer than the cap: show its start.
+			entry = truncateRunes(entry, maxReadChars) + "\n"
+			w.cutLine = true
+			n = maxReadChars
+		}
+		w.out.WriteString(entry)
+		w.chars += n
+		w.last = w.lineNo
+		if w.cutLine {
+			return w, nil
+		}
+	}
+}
+
+// result is what file_read returns for the window of a file of total
+// lines, with how to read on.
+func (w *window) result(path string, offset, total int) tool.Result {
 	switch {
 	case total == 0:
-		return tool.Text(fmt.Sprintf("(%s is empty)", a.Path)), nil
-	case last == 0:
-		return tool.Errorf("error: offset %d is past the end of %s, which has %d lines. Use an offset between 1 and %d.", offset, a.Path, total, total), nil
+		return tool.Text(fmt.Sprintf("(%s is empty)", path))
+	case w.last == 0:
+		return tool.Errorf("error: offset %d is past the end of %s, which has %d lines. Use an offset between 1 and %d.", offset, path, total, total)
 	}
-	content := strings.TrimSuffix(out.String(), "\n")
-	next := last + 1
+	content := strings.TrimSuffix(w.out.String(), "\n")
+	last, next := w.last, w.last+1
 	switch {
-	case cutLine && last < total:
+	case w.cutLine && last < total:
 		content += fmt.Sprintf("\n\n[Line %d is longer than %d characters and was cut. The file has %d lines; call file_read with offset=%d to continue.]", last, maxReadChars, total, next)
-	case cutLine:
+	case w.cutLine:
 		content += fmt.Sprintf("\n\n[Line %d is longer than %d characters and was cut.]", last, maxReadChars)
-	case capped:
+	case w.capped:
 		content += fmt.Sprintf("\n\n[Output capped at %d characters: showing lines %d-%d of %d. Call file_read with offset=%d to continue.]", maxReadChars, offset, last, total, next)
 	case last < total:
 		content += fmt.Sprintf("\n\n[Showing lines %d-%d of %d. Call file_read with offset=%d to continue.]", offset, last, total, next)
 	}
-	return tool.Text(content), nil
+	return tool.Text(content)
 }
 
 // readLine returns the next line without its newline, keeping at most keep
