@@ -185,19 +185,27 @@ func (k *browserKeeper) sync(ctx context.Context, w browserWant) (browserState, 
 	if err := k.deletePods(ctx, live[1:]); err != nil {
 		return st, err
 	}
-	st.pod = live[0]
+	return k.serveLive(ctx, w, st, live[0])
+}
+
+// serveLive keeps the browser's live pod: replaced when its settings
+// changed or (S3 storage) before its presigned URLs expire, its problem
+// reported, and once ready its address and token published to the agents.
+func (k *browserKeeper) serveLive(ctx context.Context, w browserWant, st browserState, pod *corev1.Pod) (browserState, error) {
+	ns, name := w.in.Namespace, w.in.Name
+	st.pod = pod
 	if want := podspec.BrowserPod(k.input(w.in)); st.pod.Annotations[podspec.AnnotationBrowserSpec] != want.Annotations[podspec.AnnotationBrowserSpec] {
 		// Who may connect, the domains or the image changed: a new pod
 		// (with a new token) replaces this one once it has saved.
 		log.FromContext(ctx).Info("Replacing a browser pod whose settings changed", "pod", st.pod.Name)
-		return browserState{requeue: time.Second}, k.deletePods(ctx, live[:1])
+		return browserState{requeue: time.Second}, k.deletePods(ctx, []*corev1.Pod{pod})
 	}
 	if w.in.Storage() == picobotv1alpha1.StorageS3 {
 		// Replace the pod before its presigned URLs expire (it saves first).
 		left := st.pod.CreationTimestamp.Add(maxPresignTTL - recycleMargin).Sub(k.clock.Now())
 		if left <= 0 {
 			log.FromContext(ctx).Info("Replacing a browser pod before its storage URLs expire", "pod", st.pod.Name)
-			return browserState{requeue: time.Second}, k.deletePods(ctx, live[:1])
+			return browserState{requeue: time.Second}, k.deletePods(ctx, []*corev1.Pod{pod})
 		}
 		st.requeue = min(st.requeue, left)
 	}
