@@ -1,11 +1,13 @@
 // Package netguard keeps outbound requests made on the model's behalf (the
 // http_request and web_fetch tools, later the browser) away from the machine
-// and the networks it sits in: loopback, private, link-local, CGNAT and cloud
-// metadata addresses, in every spelling a URL parser, a resolver or a browser
-// accepts. Checking the URL is not enough on its own, because a public-looking
-// name can resolve to a private address (or to a public one first and a private
-// one a second later: DNS rebinding), so the Guard also checks the address of
-// every connection it opens, at connect time.
+// and the networks it sits in: this host's own interface addresses, loopback,
+// private, link-local, CGNAT and cloud metadata addresses, and every range of
+// the IANA special-purpose registries (documentation, benchmarking, AS112 and
+// the rest), in every spelling a URL parser, a resolver or a browser accepts.
+// Checking the URL is not enough on its own, because a public-looking name can
+// resolve to a private address (or to a public one first and a private one a
+// second later: DNS rebinding), so the Guard also checks the address of every
+// connection it opens, at connect time.
 package netguard
 
 import (
@@ -83,6 +85,14 @@ func AllowPrefixes(prefixes ...netip.Prefix) Option {
 	return func(g *Guard) { g.allow = append(g.allow, prefixes...) }
 }
 
+// WithLocalAddrs replaces the source of this host's own addresses (by default
+// net.InterfaceAddrs), which the Guard refuses like a blocked range. The Guard
+// reads it at most once every few seconds; tests use it to make an address
+// local, or to make the reading fail.
+func WithLocalAddrs(read func() ([]netip.Addr, error)) Option {
+	return func(g *Guard) { g.readLocal = read }
+}
+
 // WithDialTimeout bounds how long one connection attempt may take (default 30s).
 func WithDialTimeout(d time.Duration) Option { return func(g *Guard) { g.dialTimeout = d } }
 
@@ -93,20 +103,25 @@ type Guard struct {
 	resolver    Resolver
 	allow       []netip.Prefix
 	blocked     []blockedRange
+	readLocal   func() ([]netip.Addr, error)
+	local       *localAddrs
 	dialTimeout time.Duration
 	transport   *http.Transport
 }
 
-// New returns a Guard that refuses every blocked range.
+// New returns a Guard that refuses every blocked range and this host's own
+// addresses.
 func New(opts ...Option) *Guard {
 	g := &Guard{
 		resolver:    net.DefaultResolver,
 		blocked:     defaultBlocked(),
+		readLocal:   interfaceAddrs,
 		dialTimeout: 30 * time.Second,
 	}
 	for _, opt := range opts {
 		opt(g)
 	}
+	g.local = newLocalAddrs(g.readLocal, time.Now)
 	g.transport = &http.Transport{
 		Proxy:                 nil, // never a proxy from the environment: it would dial for us, unchecked
 		DialContext:           g.DialContext,
@@ -119,8 +134,8 @@ func New(opts ...Option) *Guard {
 	return g
 }
 
-// CheckAddr returns a RefusedError when ip is in a blocked range (and not
-// explicitly allowed), nil otherwise.
+// CheckAddr returns a RefusedError when ip is in a blocked range or is an
+// address of this host (and is not explicitly allowed), nil otherwise.
 func (g *Guard) CheckAddr(ip netip.Addr) error {
 	if why := g.classify(ip); why != "" {
 		return refused("%s is %s", ip, why)
@@ -135,7 +150,26 @@ func (g *Guard) classify(ip netip.Addr) string {
 			return ""
 		}
 	}
-	return classify(g.blocked, ip)
+	return g.judge(ip)
+}
+
+// judge says why ip may not be reached, the allowlist aside, or "" when it
+// may. An address of this host comes first, being the narrowest reason (a
+// pod's 10.x address is named as this host's, not as a private one), except
+// loopback addresses, which keep their own familiar reason.
+func (g *Guard) judge(ip netip.Addr) string {
+	ip = ip.WithZone("")
+	local, err := g.local.contains(ip)
+	if local && !ip.IsLoopback() {
+		return "an address of this host"
+	}
+	if why := classify(g.blocked, ip, g.judge); why != "" {
+		return why
+	}
+	if err != nil {
+		return fmt.Sprintf("possibly an address of this host (its addresses could not be read: %v)", err)
+	}
+	return ""
 }
 
 // CheckURL parses raw and refuses anything but a plain http(s) URL to an

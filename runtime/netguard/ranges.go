@@ -23,10 +23,16 @@ var (
 	teredo    = netip.MustParsePrefix("2001::/32")
 )
 
-// defaultBlocked returns the ranges refused by every Guard, most specific first
-// so a refusal names the narrowest reason (a metadata address before the
-// link-local range holding it). It is built per Guard rather than kept in a
-// package variable so no caller can alter another's policy.
+// defaultBlocked returns the ranges refused by every Guard: the usual
+// private and local ranges plus every entry of the IANA IPv4 and IPv6
+// Special-Purpose Address Registries (RFC 6890 and its updates), including
+// those the registries mark globally reachable (AS112, AMT, the anycast
+// addresses): no tool has a reason to fetch from them, and an explicit
+// AllowPrefixes still can. The list is most specific first so a refusal names
+// the narrowest reason (a metadata address before the link-local range holding
+// it, Teredo before the IETF protocol assignments holding it). It is built per
+// Guard rather than kept in a package variable so no caller can alter
+// another's policy.
 func defaultBlocked() []blockedRange {
 	r := func(p, what string) blockedRange {
 		return blockedRange{prefix: netip.MustParsePrefix(p), what: what}
@@ -48,12 +54,27 @@ func defaultBlocked() []blockedRange {
 		r("192.168.0.0/16", "a private address"),
 		r("100.64.0.0/10", "a shared (CGNAT) address"),
 		r("169.254.0.0/16", "a link-local address"),
+		r("192.0.0.0/29", "an IPv4 service continuity (DS-Lite) address"),
+		r("192.0.0.8/32", "an IPv4 dummy address"),
+		r("192.0.0.9/32", "a Port Control Protocol anycast address"),
+		r("192.0.0.10/32", "a TURN anycast address"),
+		r("192.0.0.170/32", "a NAT64/DNS64 discovery address"),
+		r("192.0.0.171/32", "a NAT64/DNS64 discovery address"),
 		r("192.0.0.0/24", "an IETF protocol assignment address"),
+		r("192.0.2.0/24", "a documentation address (TEST-NET-1)"),
+		r("198.51.100.0/24", "a documentation address (TEST-NET-2)"),
+		r("203.0.113.0/24", "a documentation address (TEST-NET-3)"),
+		r("192.31.196.0/24", "an AS112 DNS sink address (AS112-v4)"),
+		r("192.175.48.0/24", "an AS112 DNS sink address (direct delegation)"),
+		r("192.52.193.0/24", "an AMT (multicast tunnelling) address"),
+		r("192.88.99.2/32", "a 6a44 relay anycast address"),
+		r("192.88.99.0/24", "a deprecated 6to4 relay anycast address"),
 		r("198.18.0.0/15", "a benchmarking address"),
 		r("224.0.0.0/4", "a multicast address"),
 		r("240.0.0.0/4", "a reserved address"),
 
-		// IPv6.
+		// IPv6. The embedding prefixes (mapped, compatible, NAT64, 6to4) are
+		// not listed: their addresses are judged by the IPv4 address inside.
 		r("::/128", "an unspecified address"),
 		r("::1/128", "a loopback address"),
 		r("fe80::/10", "a link-local address"),
@@ -62,24 +83,55 @@ func defaultBlocked() []blockedRange {
 		r("ff00::/8", "a multicast address"),
 		r("64:ff9b:1::/48", "a local-use NAT64 address"),
 		r("100::/64", "a discard-only address"),
+		r("100:0:0:1::/64", "a dummy IPv6 prefix address"),
+		r("2001::/32", "a Teredo tunnelling address"),
+		r("2001:1::1/128", "a Port Control Protocol anycast address"),
+		r("2001:1::2/128", "a TURN anycast address"),
+		r("2001:1::3/128", "a DNS-SD service registration (SRP) anycast address"),
+		r("2001:2::/48", "a benchmarking address"),
+		r("2001:3::/32", "an AMT (multicast tunnelling) address"),
+		r("2001:4:112::/48", "an AS112 DNS sink address (AS112-v6)"),
+		r("2001:10::/28", "a deprecated ORCHID address"),
+		r("2001:20::/28", "an ORCHIDv2 (overlay identifier) address"),
+		r("2001:30::/28", "a drone remote ID (DET) address"),
+		r("2001::/23", "an IETF protocol assignment address"),
+		r("2001:db8::/32", "a documentation address"),
+		r("3fff::/20", "a documentation address"),
+		r("2620:4f:8000::/48", "an AS112 DNS sink address (direct delegation)"),
+		r("5f00::/16", "a segment routing (SRv6 SID) address"),
 	}
 }
 
-// classify says why ip may not be reached, or "" when it may. Addresses that
-// embed an IPv4 address (mapped, compatible, NAT64, 6to4, Teredo) are judged by
-// the address they lead to, since that is where the packets end up.
-func classify(blocked []blockedRange, ip netip.Addr) string {
+// classify says why ip may not be reached by the ranges in blocked, or ""
+// when none holds it. Addresses that embed an IPv4 address (mapped,
+// compatible, NAT64, 6to4, Teredo) are judged by the address they lead to,
+// since that is where the packets end up; judge is how that IPv4 address is
+// judged (the Guard's whole policy, this host's addresses included).
+func classify(blocked []blockedRange, ip netip.Addr, judge func(netip.Addr) string) string {
 	ip = ip.WithZone("")
 	for _, b := range blocked {
-		if b.prefix.Contains(ip) {
-			return b.what
+		if !b.prefix.Contains(ip) {
+			continue
 		}
+		// Every Teredo address is refused (2001::/23 holds it), but when the
+		// IPv4 address it leads to is blocked too, that names the danger.
+		if b.prefix == teredo {
+			if why := viaEmbedded(ip, judge); why != "" {
+				return why
+			}
+		}
+		return b.what
 	}
+	return viaEmbedded(ip, judge)
+}
+
+// viaEmbedded says why ip is refused for the IPv4 address it carries, or "".
+func viaEmbedded(ip netip.Addr, judge func(netip.Addr) string) string {
 	if !ip.Is6() {
 		return ""
 	}
 	for _, e := range embedded(ip) {
-		if why := classify(blocked, e.v4); why != "" {
+		if why := judge(e.v4); why != "" {
 			return fmt.Sprintf("%s of %s, %s", e.kind, e.v4, why)
 		}
 	}
