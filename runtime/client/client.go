@@ -39,6 +39,7 @@ const (
 	CodeNotFound     = protocol.CodeNotFound
 	CodeRateLimited  = protocol.CodeRateLimited
 	CodeTooLarge     = protocol.CodeTooLarge
+	CodeTimeout      = protocol.CodeTimeout
 	// Unknown-thing codes of the REST API (404).
 	CodeUnknownSession  = protocol.CodeUnknownSession
 	CodeUnknownDialog   = protocol.CodeUnknownDialog

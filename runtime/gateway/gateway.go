@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -124,6 +125,7 @@ const (
 	CodeBusy            = protocol.CodeBusy
 	CodeStopped         = protocol.CodeStopped
 	CodeTooLarge        = protocol.CodeTooLarge
+	CodeTimeout         = protocol.CodeTimeout
 	CodeRateLimited     = protocol.CodeRateLimited
 	CodeNoModel         = protocol.CodeNoModel
 	CodeUnavailable     = protocol.CodeUnavailable
@@ -143,6 +145,7 @@ var statusOf = map[string]int{
 	CodeBusy:            http.StatusConflict,
 	CodeStopped:         http.StatusConflict,
 	CodeTooLarge:        http.StatusRequestEntityTooLarge,
+	CodeTimeout:         http.StatusRequestTimeout,
 	CodeRateLimited:     http.StatusTooManyRequests,
 	CodeNoModel:         http.StatusServiceUnavailable,
 	CodeUnavailable:     http.StatusServiceUnavailable,
@@ -172,18 +175,22 @@ type Config struct {
 	// besides the gateway's own (localhost and 127.0.0.1 on any port when
 	// nil).
 	OriginPatterns []string
+	// BodyTimeout bounds reading a request body (DefaultBodyTimeout).
+	BodyTimeout time.Duration
 }
 
 // Server is the gateway's HTTP handler.
 type Server struct {
-	backend Backend
-	auth    Authenticator
-	limits  *limiters
-	maxBody int64
-	origins []string
-	ui      fs.FS
-	log     *slog.Logger
-	mux     *http.ServeMux
+	backend     Backend
+	auth        Authenticator
+	limits      *limiters
+	authFails   *authFailures
+	bodyTimeout time.Duration
+	maxBody     int64
+	origins     []string
+	ui          fs.FS
+	log         *slog.Logger
+	mux         *http.ServeMux
 }
 
 // New returns a gateway for one tenant, the way embedded mode serves: with an
@@ -223,8 +230,11 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.OriginPatterns == nil {
 		cfg.OriginPatterns = []string{"localhost:*", "127.0.0.1:*"}
 	}
-	s := &Server{backend: cfg.Backend, auth: cfg.Auth, limits: newLimiters(cfg.DefaultLimit), maxBody: cfg.MaxBodyBytes,
-		origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log, mux: http.NewServeMux()}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	s := &Server{backend: cfg.Backend, auth: cfg.Auth, limits: newLimiters(cfg.DefaultLimit), authFails: newAuthFailures(),
+		bodyTimeout: cfg.BodyTimeout, maxBody: cfg.MaxBodyBytes, origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log, mux: http.NewServeMux()}
 	s.routes()
 	return s, nil
 }
@@ -276,8 +286,25 @@ func (s *Server) routes() {
 	}
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// contentSecurityPolicy is the web UI's: its own scripts, styles and
+// images (artifacts included) only, no framing, no plugins, no base or
+// form targets elsewhere, so text a model wrote cannot load or send
+// anything off the gateway even if it slipped past the UI's escaping.
+const contentSecurityPolicy = "default-src 'self'; img-src 'self' data: blob:; connect-src 'self'; " +
+	"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// ServeHTTP implements http.Handler. Every answer says its content type is
+// what it declares and may not be framed; the UI also carries its CSP.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	if !strings.HasPrefix(r.URL.Path, "/api/") && !strings.HasPrefix(r.URL.Path, "/v1/") {
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // errorCode returns the protocol code of err, with notFound for
 // store.ErrNotFound and CodeInternal for anything uncoded.
@@ -313,8 +340,15 @@ func errorMessage(code string, err error) string {
 		}
 		return "no such dialog in this chat"
 	}
-	return err.Error()
+	return redactURLs(err.Error())
 }
+
+// urlPattern matches URLs in error text: a backend error may carry a
+// model provider's or a store's internal address, which clients are not
+// told (the log keeps the whole error).
+var urlPattern = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+`)
+
+func redactURLs(msg string) string { return urlPattern.ReplaceAllString(msg, "<url>") }
 
 // validChatPart checks an agent name or chat id.
 func checkChat(c Chat) error {

@@ -171,7 +171,7 @@ func (s *Server) openAIFail(w http.ResponseWriter, r *http.Request, err error) {
 	if code == CodeUnknownAgent {
 		param = "model"
 	}
-	writeOpenAIError(w, status, typ, oaCode, param, err.Error())
+	writeOpenAIError(w, status, typ, oaCode, param, errorMessage(code, err))
 }
 
 func badOpenAI(w http.ResponseWriter, param, format string, args ...any) {
@@ -428,8 +428,12 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 		return
 	}
 	if err != nil {
-		_, typ, oaCode := openAIError(errorCode(err, CodeUnknownSession))
-		sse.data(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "param": nil, "code": oaCode}})
+		code := errorCode(err, CodeUnknownSession)
+		if code == CodeInternal {
+			s.log.Error("OpenAI stream failed", "path", r.URL.Path, "err", err)
+		}
+		_, typ, oaCode := openAIError(code)
+		sse.data(map[string]any{"error": map[string]any{"message": errorMessage(code, err), "type": typ, "param": nil, "code": oaCode}})
 		return
 	}
 	if !streamed && out.Text != "" { // a slash command's reply, or a duplicate

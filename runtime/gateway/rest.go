@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,15 +40,8 @@ func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Requ
 			}
 			writeError(w, statusOf[code], code, msg)
 		}
-		p, err := s.auth.Authenticate(r, bearer(r, style == styleProtocol))
-		if err == nil && p.Tenant == "" {
-			err = errors.New("authenticator returned a principal without a tenant")
-		}
-		if err != nil {
-			if !errors.Is(err, ErrUnauthorized) {
-				s.log.Error("Failed to authenticate request", "path", r.URL.Path, "err", err)
-			}
-			fail(CodeUnauthorized, "missing or wrong API key: send Authorization: Bearer <key>")
+		p, ok := s.authenticate(w, r, style, fail)
+		if !ok {
 			return
 		}
 		if ok, wait := s.limits.allow(p); !ok {
@@ -59,11 +53,70 @@ func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Requ
 			fail(CodeTooLarge, fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, s.maxBody))
 			return
 		}
-		if r.Body != nil {
-			r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		if !s.readBody(w, r, fail) {
+			return
 		}
 		next(w, r.WithContext(WithPrincipal(store.WithTenant(r.Context(), p.Tenant), p)))
 	}
+}
+
+// authenticate resolves r to its principal. A client address that failed
+// too often is refused before its key is looked at; every failure is logged
+// (address and path, never key material) and counted against the address.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, style errStyle, fail func(code, msg string)) (Principal, bool) {
+	if blocked, wait := s.authFails.blocked(r); blocked {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+		fail(CodeRateLimited, fmt.Sprintf("too many failed authentications from this address; retry in %s", wait.Round(time.Second)))
+		return Principal{}, false
+	}
+	token := bearer(r, style == styleProtocol)
+	p, err := s.auth.Authenticate(r, token)
+	if err == nil && p.Tenant == "" {
+		err = errors.New("authenticator returned a principal without a tenant")
+	}
+	if err == nil {
+		return p, true
+	}
+	if errors.Is(err, ErrUnauthorized) {
+		s.authFails.fail(r)
+		s.log.Warn("Authentication failed", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path,
+			"key_sent", token != "", "reason", err.Error())
+	} else {
+		s.log.Error("Failed to authenticate request", "path", r.URL.Path, "err", err)
+	}
+	fail(CodeUnauthorized, "missing or wrong API key: send Authorization: Bearer <key>")
+	return Principal{}, false
+}
+
+// readBody reads a request's body whole, within the body timeout, so a
+// client cannot hold a connection (and a handler) by sending it slowly; the
+// handler then reads it from memory. WebSocket upgrades have no body.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, fail func(code, msg string)) bool {
+	if r.Body == nil || r.Body == http.NoBody || strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return true
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.bodyTimeout))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		fail(CodeTooLarge, fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit))
+		return false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		fail(CodeTimeout, fmt.Sprintf("request body not received within %s", s.bodyTimeout))
+		return false
+	case err != nil:
+		w.Header().Set("Connection", "close")
+		fail(CodeBadRequest, "failed to read request body")
+		return false
+	}
+	// Only now: after a failure the expired deadline also ends the
+	// server's attempt to drain what is left of the body.
+	_ = rc.SetReadDeadline(time.Time{})
+	r.Body = io.NopCloser(bytes.NewReader(data))
+	return true
 }
 
 func retryAfterSeconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seconds()))) }
@@ -116,6 +169,9 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
 	return true
 }
 
+// health answers every caller ok or degraded; only an authenticated one
+// also gets the checks (they name paths, providers and models). A wrong
+// key counts as a failed authentication like anywhere else.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	checks := s.backend.Health(r.Context())
 	status := "ok"
@@ -124,7 +180,25 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 			status = "degraded"
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": status, "checks": checks})
+	body := map[string]any{"status": status}
+	if s.healthDetails(r) {
+		body["checks"] = checks
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// healthDetails reports whether r may see the health checks.
+func (s *Server) healthDetails(r *http.Request) bool {
+	if blocked, _ := s.authFails.blocked(r); blocked {
+		return false
+	}
+	token := bearer(r, true)
+	p, err := s.auth.Authenticate(r, token)
+	if err != nil && token != "" {
+		s.authFails.fail(r)
+		s.log.Warn("Authentication failed", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "key_sent", true)
+	}
+	return err == nil && p.Tenant != ""
 }
 
 func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
@@ -167,7 +241,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 			s.log.Error("Turn failed", "agent", req.Agent, "session", out.SessionID, "err", err)
 		}
 		writeJSON(w, statusOf[code], map[string]any{"id": req.ID, "session": out.SessionID,
-			"error": map[string]string{"code": code, "message": err.Error()}})
+			"error": map[string]string{"code": code, "message": errorMessage(code, err)}})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": req.ID, "session": out.SessionID, "command": out.Command,

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -148,10 +149,17 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 	var turns sync.WaitGroup
 	defer turns.Wait()
 	for {
-		_, data, err := ws.Read(ctx)
+		typ, data, err := ws.Read(ctx)
 		if err != nil {
 			cancel()
 			_ = ws.CloseNow()
+			return
+		}
+		if typ == websocket.MessageText && !utf8.Valid(data) {
+			// RFC 6455 §8.1: a text frame that is not UTF-8 fails the
+			// connection with 1007.
+			cancel()
+			_ = ws.Close(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
 			return
 		}
 		var f frame
@@ -310,7 +318,7 @@ func (s *Server) turn(ctx context.Context, c *conn, f frame) {
 		if code == CodeInternal && !errors.Is(err, context.Canceled) {
 			s.log.Error("Turn failed", "agent", f.Agent, "session", out.SessionID, "err", err)
 		}
-		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: err.Error()})
+		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: errorMessage(code, err)})
 	case out.Command != "":
 		c.send(frame{Type: "event", ID: f.ID, Session: out.SessionID, Event: &eventBody{Kind: "command", Text: out.Text}})
 	}

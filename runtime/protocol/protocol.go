@@ -127,6 +127,7 @@ const (
 	CodeBusy            = "busy"
 	CodeStopped         = "stopped"
 	CodeTooLarge        = "too_large"
+	CodeTimeout         = "timeout" // the request body did not arrive in time
 	CodeRateLimited     = "rate_limited"
 	CodeNoModel         = "no_model"
 	CodeUnavailable     = "unavailable" // not queued (Redis down); resend with the same id

@@ -112,7 +112,8 @@ func gatewayCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("failed to listen on %s: %w", *addr, err)
 	}
-	hs := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second}
+	hs := gateway.HTTPServer(root, gateway.Limits{})
+	ln = gateway.Listen(ln, gateway.Limits{})
 	fmt.Fprintf(os.Stderr, "PicoBot gateway is serving http://%s/\n", ln.Addr())
 	loops.Go(func() error {
 		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -141,7 +141,8 @@ func serve(args []string) error {
 	root := http.NewServeMux()
 	root.Handle("/hooks/", hooks) // chat platforms authenticate with their own signatures
 	root.Handle("/", gateway.New(rt, *key, web.FS, log))
-	srv := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second}
+	srv := gateway.HTTPServer(root, gateway.Limits{})
+	ln = gateway.Listen(ln, gateway.Limits{})
 	for _, a := range rt.Agents() {
 		state := "ready"
 		if !a.Ready {
