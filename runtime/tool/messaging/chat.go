@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
 )
@@ -124,14 +126,27 @@ func (c toolConfig) listChannels(ctx context.Context, agent string) (tool.Result
 		return tool.Result{}, err
 	}
 	chats := map[string][]string{}
+	clientChannel := map[string]bool{}
 	for _, s := range sessions { // newest first
+		client, seen := clientChannel[s.Channel]
+		if !seen {
+			client = agentKeyed(s.Channel) && !c.platformChannel(ctx, s.Channel)
+			clientChannel[s.Channel] = client
+		}
+		// A client's chat is keyed "<agent>/<chat_id>"; one keyed otherwise
+		// is an orphan no client can open (sent to before send_message
+		// resolved the bare form), and naming it would invite the bare
+		// form, which now means the agent's own chat.
+		if client && !strings.HasPrefix(s.ChatID, agent+"/") {
+			continue
+		}
 		cs := chats[s.Channel]
 		if len(cs) < chatsPerChannel && !contains(cs, s.ChatID) {
 			chats[s.Channel] = append(cs, s.ChatID)
 		}
 	}
 	var b strings.Builder
-	b.WriteString("Channels (target: <channel>:<chat_id>[:<dialog_id>]):\n")
+	fmt.Fprintf(&b, "Channels (target: <channel>:<chat_id>[:<dialog_id>]; web:px-art means your web chat %s/px-art):\n", agent)
 	listed := map[string]bool{}
 	for _, st := range c.channels(ctx) {
 		listed[st.Name] = true
@@ -142,11 +157,12 @@ func (c toolConfig) listChannels(ctx context.Context, agent string) (tool.Result
 		fmt.Fprintf(&b, "- %s (%s, %s)", st.Name, st.Type, state)
 		writeChats(&b, chats[st.Name])
 	}
-	// Chats on channels the spec does not name (gateway clients, an
-	// OpenAI-compatible endpoint) can be answered too.
+	// Chats of gateway clients that keep a connection (web, terminal) can
+	// be sent to also when the spec does not name their channel; OpenAI
+	// clients and scheduled runs cannot (the dispatcher has no way to them).
 	var others []string
 	for ch := range chats {
-		if !listed[ch] {
+		if !listed[ch] && slices.Contains(protocol.PushChannels(), ch) {
 			others = append(others, ch)
 		}
 	}

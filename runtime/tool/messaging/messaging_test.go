@@ -118,6 +118,13 @@ type env struct {
 
 func newEnv(t *testing.T, llmURL string) *env {
 	t.Helper()
+	return newEnvFor(t, llmURL, agentDoc, `secret "tg-missing" not found`)
+}
+
+// newEnvFor is newEnv for another agent spec (doc, with %s for the LLM's
+// URL); wantErr is the error its channels are set up with ("" for none).
+func newEnvFor(t *testing.T, llmURL, doc, wantErr string) *env {
+	t.Helper()
 	g := NewWithT(t)
 	e := &env{ctx: store.WithTenant(t.Context(), tenant), recv: newReceiver(t), ws: t.TempDir()}
 	// The store's clock stands before the messages tests append, so their
@@ -128,11 +135,16 @@ func newEnv(t *testing.T, llmURL string) *env {
 	t.Cleanup(func() { _ = st.Close() })
 	e.st = st
 	e.spec = &picobotv1alpha1.Agent{}
-	g.Expect(yaml.Unmarshal(fmt.Appendf(nil, agentDoc, llmURL), e.spec)).To(Succeed())
+	g.Expect(yaml.Unmarshal(fmt.Appendf(nil, doc, llmURL), e.spec)).To(Succeed())
 	e.mgr = channel.NewManager(channel.Options{Log: slog.New(slog.DiscardHandler)})
 	err = e.mgr.SetAgent(tenant, e.spec, e.secrets)
-	g.Expect(err).To(MatchError(ContainSubstring(`secret "tg-missing" not found`)))
-	e.d, err = outbound.New(outbound.Config{Store: st, Channels: e.mgr, Log: slog.New(slog.DiscardHandler)})
+	if wantErr == "" {
+		g.Expect(err).NotTo(HaveOccurred())
+	} else {
+		g.Expect(err).To(MatchError(ContainSubstring(wantErr)))
+	}
+	// Both modes give the dispatcher this web sink.
+	e.d, err = outbound.New(outbound.Config{Store: st, Channels: e.mgr, Web: outbound.StoredOnly{}, Log: slog.New(slog.DiscardHandler)})
 	g.Expect(err).NotTo(HaveOccurred())
 	e.feat = NewFeature(Options{Sender: e.d, Channels: e.mgr})
 	parts, err := e.feat.Build(e.ctx, &feature.Agent{Spec: e.spec, Host: &feature.Host{Store: st, Tenant: tenant}})
@@ -206,7 +218,7 @@ func TestSendMessageToTheCurrentSessionAttachesToTheReply(t *testing.T) {
 	abs := e.file(t, "shot.png", png)
 	e.file(t, "capture", png) // no extension: sniffed
 
-	for _, target := range []string{"web:bot/alice", current} {
+	for _, target := range []string{"web:bot/alice", current, "web:alice", "web:alice:default"} {
 		res := e.call("send_message", map[string]any{"target_chat_id": target, "content": "here it is", "files": []string{abs, "capture"}})
 		g.Expect(res.IsError).To(BeFalse(), res.Content)
 		g.Expect(res.Content).To(Equal("Attached shot.png, capture to your reply in this conversation. Write the message itself in your reply."))
@@ -325,7 +337,7 @@ func TestChatManager(t *testing.T) {
 
 	res = e.call("chat_manager", map[string]any{"action": "list_channels"})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
-	g.Expect(res.Content).To(Equal("Channels (target: <channel>:<chat_id>[:<dialog_id>]):\n" +
+	g.Expect(res.Content).To(Equal("Channels (target: <channel>:<chat_id>[:<dialog_id>]; web:px-art means your web chat bot/px-art):\n" +
 		"- tickets (webhook, ready) recent chats: T-7\n" +
 		`- telegram (telegram, NOT ready: secret "tg-missing" not found)` + "\n" +
 		"- web (web, ready) recent chats: bot/alice"))
@@ -442,4 +454,239 @@ func TestAgentTurnWithSendMessage(t *testing.T) {
 	g.Expect(msgs).To(HaveLen(1))
 	g.Expect(msgs[0].Content).To(Equal("Weekly report\n\n[attachments: report.txt]"))
 	g.Expect(msgs[0].Meta).To(HaveKeyWithValue(outbound.MetaOrigin, current))
+}
+
+// seed stores a session of agent ag with msgs.
+func (e *env) seed(t *testing.T, id, ag string, msgs ...store.Message) {
+	t.Helper()
+	g := NewWithT(t)
+	p, err := parseSession(id)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.st.CreateSession(e.ctx, store.Session{ID: id, Channel: p[0], ChatID: p[1], DialogID: p[2], Agent: ag})
+	g.Expect(err).NotTo(HaveOccurred())
+	if len(msgs) > 0 {
+		_, err = e.st.AppendMessages(e.ctx, id, msgs...)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+}
+
+func userMsg(id, text string) store.Message {
+	return store.Message{ID: id, Role: llm.RoleUser, Content: text, CreatedAt: testBase}
+}
+
+// sentMsg is a message as the dispatcher stores it in its target session.
+func sentMsg(id, text string) store.Message {
+	return store.Message{ID: id, Role: llm.RoleAssistant, Content: text, CreatedAt: testBase,
+		Meta: map[string]string{outbound.MetaDelivery: "d" + id, outbound.MetaAgent: agent}}
+}
+
+func (e *env) messages(t *testing.T, sessionID string) []store.Message {
+	t.Helper()
+	msgs, err := e.st.LoadMessages(e.ctx, sessionID, store.LoadOptions{})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return msgs
+}
+
+func (e *env) deliveries(t *testing.T) []store.Delivery {
+	t.Helper()
+	dels, err := e.st.ListDeliveries(e.ctx, store.DeliveryFilter{})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return dels
+}
+
+// TestSendMessageToAWebChat: "web:px-art", the form the web client names its
+// chat by, is the agent's own chat web:bot/px-art, which its client reads —
+// not a chat keyed "px-art" that no client can open.
+func TestSendMessageToAWebChat(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, "http://127.0.0.1:1")
+	e.seed(t, "web:bot/px-art:default", agent, userMsg("u1", "draw me a cat"))
+	e.seed(t, "web:px-art:default", agent, sentMsg("o1", "sent here by the bare form before"))
+
+	for i, tc := range []struct{ target, want string }{
+		{"web:px-art", "web:bot/px-art"},
+		{"web:bot/px-art", "web:bot/px-art"},
+		{"web:px-art:default", "web:bot/px-art:default"},
+	} {
+		text := fmt.Sprint("the cat, take ", i+1)
+		res := e.call("send_message", map[string]any{"target_chat_id": tc.target, "content": text})
+		g.Expect(res.IsError).To(BeFalse(), res.Content)
+		g.Expect(res.Content).To(Equal("Delivered to " + tc.want + " (session web:bot/px-art:default, 1 attempt(s)): " +
+			"stored in the chat's history, which its client shows when it loads the chat."))
+		msgs := e.messages(t, "web:bot/px-art:default")
+		g.Expect(msgs).To(HaveLen(i + 2))
+		g.Expect(msgs[i+1].Content).To(Equal(text))
+		g.Expect(msgs[i+1].Meta).To(HaveKeyWithValue(outbound.MetaOrigin, current))
+	}
+	g.Expect(e.messages(t, "web:px-art:default")).To(HaveLen(1), "the orphan chat gets nothing")
+	dels := e.deliveries(t)
+	g.Expect(dels).To(HaveLen(3))
+	for _, d := range dels {
+		g.Expect(d.Status).To(Equal(store.DeliveryDelivered))
+		g.Expect(d.ChatID).To(Equal("bot/px-art"))
+	}
+
+	// The orphan is not listed as a chat to send to: its key is no chat.
+	res := e.call("chat_manager", map[string]any{"action": "list_channels"})
+	g.Expect(strings.Split(res.Content, "\n")).To(ContainElement("- web (web, ready) recent chats: bot/px-art"))
+}
+
+// TestSendMessageWebChatNeedsAReader: a web or terminal chat only shows a
+// message to a client that loads it, so a chat no user has written in is
+// refused, and nothing is stored or recorded for it.
+func TestSendMessageWebChatNeedsAReader(t *testing.T) {
+	e := newEnv(t, "http://127.0.0.1:1")
+	// Only messages sent to it: nobody ever opened it.
+	e.seed(t, "web:bot/ghost:default", agent, sentMsg("o1", "hello?"))
+	// The user wrote, but then deleted the dialog.
+	e.seed(t, "web:bot/gone:default", agent, userMsg("u1", "hi"))
+	_, err := e.st.UpdateSession(e.ctx, "web:bot/gone:default", store.SessionUpdate{Deleted: ptr(true)})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	// The user wrote long ago; since then more than a page of messages were sent.
+	old := []store.Message{userMsg("u1", "report daily")}
+	for i := range readerRecent + 5 {
+		old = append(old, sentMsg(fmt.Sprint("o", i), "daily report"))
+	}
+	e.seed(t, "web:bot/daily:default", agent, old...)
+	e.seed(t, "terminal:bot/tty1:default", agent, userMsg("u1", "hi from the terminal"))
+
+	for _, tc := range []struct {
+		target, want string
+	}{
+		{"web:nobody", "web:bot/nobody"},
+		{"web:bot/nobody:default", "web:bot/nobody:default"},
+		{"terminal:tty9", "terminal:bot/tty9"},
+		{"web:ghost", "web:bot/ghost"},
+		{"web:gone", "web:bot/gone"},
+	} {
+		t.Run(tc.target, func(t *testing.T) {
+			g := NewWithT(t)
+			res := e.call("send_message", map[string]any{"target_chat_id": tc.target, "content": "x"})
+			g.Expect(res.IsError).To(BeTrue(), res.Content)
+			g.Expect(res.Content).To(HavePrefix("error: NOT sent to " + tc.want + ": no user has written in this chat"))
+			g.Expect(res.Content).To(ContainSubstring("nothing was stored"))
+			g.Expect(res.Content).NotTo(ContainSubstring("Delivered"))
+		})
+	}
+	g := NewWithT(t)
+	g.Expect(e.deliveries(t)).To(BeEmpty())
+	for _, chat := range []string{"bot/nobody", "nobody"} {
+		s, err := e.st.ListSessions(e.ctx, store.SessionFilter{Channel: "web", ChatID: chat, IncludeArchived: true, IncludeDeleted: true})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(s).To(BeEmpty(), "no session is made for %s", chat)
+	}
+	g.Expect(e.messages(t, "web:bot/ghost:default")).To(HaveLen(1))
+
+	// Chats a user has written in are reached.
+	for _, target := range []string{"web:daily", "terminal:tty1"} {
+		res := e.call("send_message", map[string]any{"target_chat_id": target, "content": "x"})
+		g.Expect(res.IsError).To(BeFalse(), res.Content)
+		g.Expect(res.Content).To(HavePrefix("Delivered to "))
+	}
+	g.Expect(e.deliveries(t)).To(HaveLen(2))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestSendMessageRefusesAnotherAgentsChat: an agent sends to its own chats
+// only, as it sees only its own sessions.
+func TestSendMessageRefusesAnotherAgentsChat(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, "http://127.0.0.1:1")
+	e.seed(t, "web:other/bob:default", "other", userMsg("u1", "hi other"))
+
+	for _, target := range []string{"web:other/bob", "web:other/bob:default"} {
+		res := e.call("send_message", map[string]any{"target_chat_id": target, "content": "from bot"})
+		g.Expect(res.IsError).To(BeTrue(), res.Content)
+		g.Expect(res.Content).To(HavePrefix(`error: bad target "` + target + `": other/bob is a chat of agent "other", not yours (bot); ` +
+			"you can only send to your own chats. Nothing was sent. Accepted targets:"))
+	}
+	g.Expect(e.messages(t, "web:other/bob:default")).To(HaveLen(1))
+	g.Expect(e.deliveries(t)).To(BeEmpty())
+}
+
+// TestSendMessageGarbageTargets: a target that is not one of the accepted
+// forms is refused with the forms, and nothing is stored.
+func TestSendMessageGarbageTargets(t *testing.T) {
+	e := newEnv(t, "http://127.0.0.1:1")
+	for _, tc := range []struct{ target, why string }{
+		{"", "empty"},
+		{"   ", "empty"},
+		{"px-art", "no channel"},
+		{":px-art", "no channel"},
+		{"web:", "no chat id"},
+		{"web:px-art:", "empty dialog id"},
+		{"web:/px-art", "a web chat is <chat_id> or bot/<chat_id>"},
+		{"web:bot/", "a web chat is <chat_id> or bot/<chat_id>"},
+		{"web:bot/px/art", "a web chat is <chat_id> or bot/<chat_id>"},
+		{"terminal:a/b/c", "a terminal chat is <chat_id> or bot/<chat_id>"},
+		{"openai:bot/x", "openai clients only get answers to their own requests"},
+	} {
+		t.Run(tc.target, func(t *testing.T) {
+			g := NewWithT(t)
+			res := e.call("send_message", map[string]any{"target_chat_id": tc.target, "content": "x"})
+			g.Expect(res.IsError).To(BeTrue(), res.Content)
+			g.Expect(res.Content).To(HavePrefix("error: bad target"))
+			g.Expect(res.Content).To(ContainSubstring(tc.why))
+			g.Expect(res.Content).To(ContainSubstring("Nothing was sent. " + targetForms(agent)))
+			g.Expect(res.Content).To(HaveSuffix("Accepted targets: <channel>:<chat_id> or <channel>:<chat_id>:<dialog_id>. " +
+				"On a chat platform the chat id is the platform's: telegram:123456789, telegram:123456789:d_k3x9qa2m. " +
+				"On web and terminal it is one of your own chats, which a user has written in: " +
+				"web:px-art (your chat web:bot/px-art, which may be written so too), web:px-art:default (one of its dialogs). " +
+				"chat_manager list_channels shows your channels and chats."))
+		})
+	}
+	g := NewWithT(t)
+	g.Expect(e.deliveries(t)).To(BeEmpty())
+	all, err := e.st.ListSessions(e.ctx, store.SessionFilter{IncludeArchived: true, IncludeDeleted: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(all).To(BeEmpty())
+}
+
+// TestSendMessageToAPlatformChannelNamedWeb: a chat platform's channel that
+// happens to be named like a gateway channel takes the platform's chat ids,
+// as the dispatcher routes to it first.
+func TestSendMessageToAPlatformChannelNamedWeb(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnvFor(t, "http://127.0.0.1:1", `apiVersion: agents.picobot.io/v1alpha1
+kind: Agent
+metadata:
+  name: bot
+spec:
+  model:
+    provider: openai
+    model: test-model
+    baseURL: %s
+  channels:
+  - type: webhook
+    name: web
+    secretRef: {name: tickets}
+`, "")
+	res := e.call("send_message", map[string]any{"target_chat_id": "web:T-1", "content": "ticket update"})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(res.Content).To(Equal("Delivered to web:T-1 (session web:T-1:default, 1 attempt(s))."))
+	got := e.recv.got()
+	g.Expect(got).To(HaveLen(1))
+	g.Expect(got[0]).To(HaveKeyWithValue("chat_id", "T-1"))
+}
+
+// TestListChannelsNamesOnlyReachableChats: list_channels names the chats
+// send_message can reach: no orphan keyed without the agent, no OpenAI or
+// scheduled-run sessions; a terminal chat is a gateway client's.
+func TestListChannelsNamesOnlyReachableChats(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, "http://127.0.0.1:1")
+	e.seed(t, current, agent, userMsg("u1", "hi"))
+	e.seed(t, "web:px-art:default", agent, sentMsg("o1", "orphan"))
+	e.seed(t, "openai:bot/api:default", agent, userMsg("u1", "hi"))
+	e.seed(t, "cron:nightly:run1", agent, userMsg("u1", "run"))
+	e.seed(t, "terminal:bot/tty1:default", agent, userMsg("u1", "hi"))
+
+	res := e.call("chat_manager", map[string]any{"action": "list_channels"})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(res.Content).To(Equal("Channels (target: <channel>:<chat_id>[:<dialog_id>]; web:px-art means your web chat bot/px-art):\n" +
+		"- tickets (webhook, ready)\n" +
+		`- telegram (telegram, NOT ready: secret "tg-missing" not found)` + "\n" +
+		"- web (web, ready) recent chats: bot/alice\n" +
+		"- terminal (gateway clients) recent chats: bot/tty1"))
 }

@@ -25,7 +25,7 @@ const maxFiles = 10
 
 // SendArgs are the arguments of send_message.
 type SendArgs struct {
-	TargetChatID string   `json:"target_chat_id" jsonschema:"<channel>:<chat_id> or <channel>:<chat_id>:<dialog_id>"`
+	TargetChatID string   `json:"target_chat_id" jsonschema:"<channel>:<chat_id>[:<dialog_id>]: a platform's chat (telegram:123456789, telegram:123456789:d_k3x9qa2m) or your own web/terminal chat that a user wrote in (web:px-art, which is web:<your name>/px-art)"`
 	Content      string   `json:"content" jsonschema:"message text"`
 	Files        []string `json:"files,omitempty" jsonschema:"file paths, absolute or relative to the workspace"`
 	Origin       string   `json:"origin,omitempty" jsonschema:"source label; default: this session"`
@@ -46,10 +46,15 @@ func NewSendMessage(cfg toolConfig) tool.Tool {
 }
 
 func (c toolConfig) send(ctx context.Context, env tool.Env, a SendArgs) (tool.Result, error) {
-	target, err := outbound.ParseTarget(a.TargetChatID)
-	if err != nil {
-		return tool.Errorf("error: %v", err), nil
+	agent := env.Agent
+	if agent == "" {
+		agent = c.agent
 	}
+	t, err := c.resolveTarget(ctx, agent, a.TargetChatID)
+	if err != nil {
+		return tool.Errorf("error: %v. Nothing was sent. %s", err, targetForms(agent)), nil
+	}
+	target := t.Target
 	files := make([]channel.File, 0, len(a.Files))
 	for _, p := range a.Files {
 		f, err := c.loadFile(env, p)
@@ -76,17 +81,26 @@ func (c toolConfig) send(ctx context.Context, env tool.Env, a SendArgs) (tool.Re
 	if c.opts.Sender == nil {
 		return tool.Errorf("error: this runtime cannot deliver to other chats (no outbound dispatcher). Only this conversation can be reached, through your reply."), nil
 	}
+	if t.client {
+		read, err := c.clientWrote(ctx, target)
+		if err != nil {
+			return tool.Errorf("error: NOT sent to %s: %v", target, err), nil
+		}
+		if !read {
+			return tool.Errorf("error: NOT sent to %s: no user has written in this chat, so nobody is known to read it "+
+				"(nothing was stored). chat_manager list_channels shows your chats; this conversation you reach with your reply.", target), nil
+		}
+	}
 	origin := a.Origin
 	if origin == "" {
 		origin = env.SessionID
 	}
-	agent := env.Agent
-	if agent == "" {
-		agent = c.agent
-	}
-	res, err := c.opts.Sender.Deliver(ctx, outbound.Message{Agent: agent, Target: a.TargetChatID, Text: a.Content, Files: files, Origin: origin})
+	res, err := c.opts.Sender.Deliver(ctx, outbound.Message{Agent: agent, Target: target.String(), Text: a.Content, Files: files, Origin: origin})
 	var de *outbound.DeliveryError
 	switch {
+	case err == nil && t.client:
+		return tool.Text(fmt.Sprintf("Delivered to %s (session %s, %d attempt(s)): stored in the chat's history, "+
+			"which its client shows when it loads the chat.", target, res.SessionID, res.Attempts)), nil
 	case err == nil:
 		return tool.Text(fmt.Sprintf("Delivered to %s (session %s, %d attempt(s)).", target, res.SessionID, res.Attempts)), nil
 	case errors.Is(err, outbound.ErrUnknownChannel):
