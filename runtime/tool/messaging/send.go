@@ -78,6 +78,9 @@ func (c toolConfig) send(ctx context.Context, env tool.Env, a SendArgs) (tool.Re
 			strings.Join(names, ", ")), Artifacts: arts}, nil
 	}
 
+	if t.noPush != "" {
+		return tool.Errorf("error: %v %q: %s. Nothing was sent. %s", outbound.ErrBadTarget, a.TargetChatID, t.noPush, targetForms(agent)), nil
+	}
 	if c.opts.Sender == nil {
 		return tool.Errorf("error: this runtime cannot deliver to other chats (no outbound dispatcher). Only this conversation can be reached, through your reply."), nil
 	}

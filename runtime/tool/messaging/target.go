@@ -30,6 +30,10 @@ type target struct {
 	// message is stored in the chat's history and seen by a client that
 	// loads the chat, not handed to a chat platform.
 	client bool
+	// noPush names the channel of a gateway client that only gets answers
+	// to its own requests (openai): it can be this conversation (files
+	// attached to the reply), never another chat.
+	noPush string
 }
 
 // resolveTarget reads a send_message target for agent.
@@ -51,8 +55,9 @@ func (c toolConfig) resolveTarget(ctx context.Context, agent, raw string) (targe
 	if !agentKeyed(t.Channel) || c.platformChannel(ctx, t.Channel) {
 		return target{Target: t}, nil
 	}
+	noPush := ""
 	if !slices.Contains(protocol.PushChannels(), t.Channel) {
-		return target{}, fmt.Errorf("%w %q: %s clients only get answers to their own requests; nothing can be sent to them", outbound.ErrBadTarget, raw, t.Channel)
+		noPush = fmt.Sprintf("%s clients only get answers to their own requests; nothing can be sent to them", t.Channel)
 	}
 	owner, chat, keyed := strings.Cut(t.ChatID, "/")
 	if !keyed {
@@ -66,7 +71,7 @@ func (c toolConfig) resolveTarget(ctx context.Context, agent, raw string) (targe
 			outbound.ErrBadTarget, raw, owner, chat, owner, agent)
 	}
 	t.ChatID = protocol.ChatKey(t.Channel, agent, chat)
-	return target{Target: t, client: true}, nil
+	return target{Target: t, client: true, noPush: noPush}, nil
 }
 
 // targetForms is what a refused target is told: the accepted forms, with
