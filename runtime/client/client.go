@@ -28,18 +28,20 @@ const ProtocolVersion = 1
 
 // Error codes of the protocol, as carried by Error.Code (runtime/protocol).
 const (
-	CodeBadRequest   = protocol.CodeBadRequest
-	CodeUnknownAgent = protocol.CodeUnknownAgent
-	CodeNoModel      = protocol.CodeNoModel
-	CodeBusy         = protocol.CodeBusy
-	CodeStopped      = protocol.CodeStopped
-	CodeInternal     = protocol.CodeInternal
-	CodeUnauthorized = protocol.CodeUnauthorized
-	CodeForbidden    = protocol.CodeForbidden
-	CodeNotFound     = protocol.CodeNotFound
-	CodeRateLimited  = protocol.CodeRateLimited
-	CodeTooLarge     = protocol.CodeTooLarge
-	CodeTimeout      = protocol.CodeTimeout
+	CodeBadRequest       = protocol.CodeBadRequest
+	CodeUnknownAgent     = protocol.CodeUnknownAgent
+	CodeNoModel          = protocol.CodeNoModel
+	CodeBusy             = protocol.CodeBusy
+	CodeStopped          = protocol.CodeStopped
+	CodeInternal         = protocol.CodeInternal
+	CodeUnauthorized     = protocol.CodeUnauthorized
+	CodeForbidden        = protocol.CodeForbidden
+	CodeNotFound         = protocol.CodeNotFound
+	CodeRateLimited      = protocol.CodeRateLimited
+	CodeTooLarge         = protocol.CodeTooLarge
+	CodeTimeout          = protocol.CodeTimeout
+	CodeUnsupportedMedia = protocol.CodeUnsupportedMedia
+	CodeMisdirected      = protocol.CodeMisdirected
 	// Unknown-thing codes of the REST API (404).
 	CodeUnknownSession  = protocol.CodeUnknownSession
 	CodeUnknownDialog   = protocol.CodeUnknownDialog

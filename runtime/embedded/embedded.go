@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -99,6 +100,9 @@ type State struct {
 	Blobs *localblob.Store
 	// Artifacts is Blobs with Store as the artifacts' index.
 	Artifacts artifact.Store
+	// UIKey is the install's key of the web UI (gateway.Loopback.UIKey),
+	// kept in <dir>/ui-key so open tabs survive a restart.
+	UIKey string
 }
 
 // StateDir is where a runtime keeps its state: stateDir, or <dir>/.picobot
@@ -125,8 +129,31 @@ func OpenState(ctx context.Context, dir string) (*State, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	return &State{Store: st, Bus: membus.New(membus.Options{}), Blobs: blobs, Artifacts: artifact.Store{Blobs: blobs, State: st}}, nil
+	key, err := uiKey(filepath.Join(dir, "ui-key"))
+	if err != nil {
+		_ = blobs.Close()
+		_ = st.Close()
+		return nil, err
+	}
+	return &State{Store: st, Bus: membus.New(membus.Options{}), Blobs: blobs, Artifacts: artifact.Store{Blobs: blobs, State: st}, UIKey: key}, nil
 }
+
+// uiKey reads the install's web UI key, creating it (0600) the first time.
+func uiKey(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("failed to read the web UI key %s: %w", path, err)
+	}
+	key := gateway.NewUIKey()
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("failed to write the web UI key %s: %w", path, err)
+	}
+	return key, nil
+}
+
+// UIKey is the install's web UI key (gateway.New gives it to the UI).
+func (r *Runtime) UIKey() string { return r.state.UIKey }
 
 // Close closes the store, bus and blobs.
 func (s *State) Close() {

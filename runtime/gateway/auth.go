@@ -50,12 +50,25 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 // Loopback serves clients on loopback addresses without a key, all as one
 // tenant: embedded mode on a laptop. Requests from other addresses are refused
 // (the process also refuses to listen beyond loopback without a key).
+//
+// A browser is a loopback client too, and any page it shows may send
+// requests to the gateway; so a request that carries an Origin (every
+// browser request that can change something does) is served only with
+// UIKey, which the gateway gives its own web UI as a SameSite=Strict cookie
+// (UICookie) that no other site's page gets or sends. Clients without an
+// Origin (picobot chat, curl, SDKs) need no key.
 type Loopback struct {
 	Tenant string
+	// UIKey is the per-install key of the web UI; browsers without it are
+	// refused.
+	UIKey string
 }
 
+// UICookie is the cookie that carries Loopback.UIKey.
+const UICookie = "picobot_ui"
+
 // Authenticate implements Authenticator.
-func (l Loopback) Authenticate(r *http.Request, _ string) (Principal, error) {
+func (l Loopback) Authenticate(r *http.Request, token string) (Principal, error) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
@@ -63,7 +76,22 @@ func (l Loopback) Authenticate(r *http.Request, _ string) (Principal, error) {
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 		return Principal{}, fmt.Errorf("%w: clients beyond loopback need a key", ErrUnauthorized)
 	}
+	if r.Header.Get("Origin") != "" && !l.uiKey(r, token) {
+		return Principal{}, fmt.Errorf("%w: a browser needs the key of the gateway's own web UI (open the UI from this gateway)", ErrUnauthorized)
+	}
 	return Principal{Tenant: l.Tenant, KeyID: "loopback", Limit: &Unlimited}, nil
+}
+
+// uiKey reports whether r carries UIKey, as the cookie or the token.
+func (l Loopback) uiKey(r *http.Request, token string) bool {
+	if l.UIKey == "" {
+		return false
+	}
+	if token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(l.UIKey)) == 1 {
+		return true
+	}
+	c, err := r.Cookie(UICookie)
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(l.UIKey)) == 1
 }
 
 // StaticKey is an API key given in configuration.

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,42 +115,46 @@ type Backend interface {
 
 // Error codes of the protocol (runtime/protocol holds the one definition).
 const (
-	CodeBadRequest      = protocol.CodeBadRequest
-	CodeUnauthorized    = protocol.CodeUnauthorized
-	CodeForbidden       = protocol.CodeForbidden
-	CodeNotFound        = protocol.CodeNotFound
-	CodeUnknownAgent    = protocol.CodeUnknownAgent
-	CodeUnknownSession  = protocol.CodeUnknownSession
-	CodeUnknownDialog   = protocol.CodeUnknownDialog
-	CodeUnknownArtifact = protocol.CodeUnknownArtifact
-	CodeBusy            = protocol.CodeBusy
-	CodeStopped         = protocol.CodeStopped
-	CodeTooLarge        = protocol.CodeTooLarge
-	CodeTimeout         = protocol.CodeTimeout
-	CodeRateLimited     = protocol.CodeRateLimited
-	CodeNoModel         = protocol.CodeNoModel
-	CodeUnavailable     = protocol.CodeUnavailable
-	CodeInternal        = protocol.CodeInternal
+	CodeBadRequest       = protocol.CodeBadRequest
+	CodeUnauthorized     = protocol.CodeUnauthorized
+	CodeForbidden        = protocol.CodeForbidden
+	CodeNotFound         = protocol.CodeNotFound
+	CodeUnknownAgent     = protocol.CodeUnknownAgent
+	CodeUnknownSession   = protocol.CodeUnknownSession
+	CodeUnknownDialog    = protocol.CodeUnknownDialog
+	CodeUnknownArtifact  = protocol.CodeUnknownArtifact
+	CodeBusy             = protocol.CodeBusy
+	CodeStopped          = protocol.CodeStopped
+	CodeTooLarge         = protocol.CodeTooLarge
+	CodeTimeout          = protocol.CodeTimeout
+	CodeUnsupportedMedia = protocol.CodeUnsupportedMedia
+	CodeMisdirected      = protocol.CodeMisdirected
+	CodeRateLimited      = protocol.CodeRateLimited
+	CodeNoModel          = protocol.CodeNoModel
+	CodeUnavailable      = protocol.CodeUnavailable
+	CodeInternal         = protocol.CodeInternal
 )
 
 // statusOf maps protocol codes to HTTP statuses.
 var statusOf = map[string]int{
-	CodeBadRequest:      http.StatusBadRequest,
-	CodeUnauthorized:    http.StatusUnauthorized,
-	CodeForbidden:       http.StatusForbidden,
-	CodeNotFound:        http.StatusNotFound,
-	CodeUnknownAgent:    http.StatusNotFound,
-	CodeUnknownSession:  http.StatusNotFound,
-	CodeUnknownDialog:   http.StatusNotFound,
-	CodeUnknownArtifact: http.StatusNotFound,
-	CodeBusy:            http.StatusConflict,
-	CodeStopped:         http.StatusConflict,
-	CodeTooLarge:        http.StatusRequestEntityTooLarge,
-	CodeTimeout:         http.StatusRequestTimeout,
-	CodeRateLimited:     http.StatusTooManyRequests,
-	CodeNoModel:         http.StatusServiceUnavailable,
-	CodeUnavailable:     http.StatusServiceUnavailable,
-	CodeInternal:        http.StatusInternalServerError,
+	CodeBadRequest:       http.StatusBadRequest,
+	CodeUnauthorized:     http.StatusUnauthorized,
+	CodeForbidden:        http.StatusForbidden,
+	CodeNotFound:         http.StatusNotFound,
+	CodeUnknownAgent:     http.StatusNotFound,
+	CodeUnknownSession:   http.StatusNotFound,
+	CodeUnknownDialog:    http.StatusNotFound,
+	CodeUnknownArtifact:  http.StatusNotFound,
+	CodeBusy:             http.StatusConflict,
+	CodeStopped:          http.StatusConflict,
+	CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	CodeTimeout:          http.StatusRequestTimeout,
+	CodeUnsupportedMedia: http.StatusUnsupportedMediaType,
+	CodeMisdirected:      http.StatusMisdirectedRequest,
+	CodeRateLimited:      http.StatusTooManyRequests,
+	CodeNoModel:          http.StatusServiceUnavailable,
+	CodeUnavailable:      http.StatusServiceUnavailable,
+	CodeInternal:         http.StatusInternalServerError,
 }
 
 // CodedError carries a protocol error code.
@@ -171,10 +176,17 @@ type Config struct {
 	DefaultLimit RateLimit
 	// MaxBodyBytes caps REST request bodies; MaxBodyBytes when zero.
 	MaxBodyBytes int64
-	// OriginPatterns are the browser origins allowed to open a WebSocket
-	// besides the gateway's own (localhost and 127.0.0.1 on any port when
-	// nil).
+	// OriginPatterns are the browser origins (host patterns, path.Match
+	// syntax, e.g. "chat.example.com" or "*.example.com") allowed to open a
+	// WebSocket or send a request that changes something, besides the
+	// gateway's own origin. None by default: another port of localhost is
+	// another site.
 	OriginPatterns []string
+	// AllowedHosts are the names clients reach the gateway by (the Host
+	// header), besides loopback names and addresses; other Hosts get 421.
+	// When empty, a keyed gateway answers any Host and a keyless one only
+	// loopback names (the DNS-rebinding guard).
+	AllowedHosts []string
 	// BodyTimeout bounds reading a request body (DefaultBodyTimeout).
 	BodyTimeout time.Duration
 }
@@ -186,6 +198,8 @@ type Server struct {
 	limits      *limiters
 	authFails   *authFailures
 	bodyTimeout time.Duration
+	hosts       []string
+	keyless     bool
 	maxBody     int64
 	origins     []string
 	ui          fs.FS
@@ -195,14 +209,20 @@ type Server struct {
 
 // New returns a gateway for one tenant, the way embedded mode serves: with an
 // API key, clients must send it; without one, only loopback clients are
-// served. The tenant is the backend's Tenant() when it has that method, else
-// "default". NewServer configures everything else.
+// served, browsers only with the key of the web UI this gateway serves (its
+// UIKey() when the backend has that method, else a key of this process). The
+// tenant is the backend's Tenant() when it has that method, else "default".
+// NewServer configures everything else.
 func New(b Backend, apiKey string, ui fs.FS, log *slog.Logger) *Server {
 	tenant := "default"
 	if t, ok := b.(interface{ Tenant() string }); ok && t.Tenant() != "" {
 		tenant = t.Tenant()
 	}
-	var auth Authenticator = Loopback{Tenant: tenant}
+	uiKey := NewUIKey()
+	if k, ok := b.(interface{ UIKey() string }); ok && k.UIKey() != "" {
+		uiKey = k.UIKey() // per install: open tabs survive a restart
+	}
+	var auth Authenticator = Loopback{Tenant: tenant, UIKey: uiKey}
 	if apiKey != "" {
 		auth = MustStaticKeys(StaticKey{ID: "api-key", Token: apiKey, Tenant: tenant})
 	}
@@ -227,14 +247,12 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = MaxBodyBytes
 	}
-	if cfg.OriginPatterns == nil {
-		cfg.OriginPatterns = []string{"localhost:*", "127.0.0.1:*"}
-	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
 	s := &Server{backend: cfg.Backend, auth: cfg.Auth, limits: newLimiters(cfg.DefaultLimit), authFails: newAuthFailures(),
-		bodyTimeout: cfg.BodyTimeout, maxBody: cfg.MaxBodyBytes, origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log, mux: http.NewServeMux()}
+		bodyTimeout: cfg.BodyTimeout, hosts: cfg.AllowedHosts, maxBody: cfg.MaxBodyBytes, origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log, mux: http.NewServeMux()}
+	_, s.keyless = cfg.Auth.(Loopback)
 	s.routes()
 	return s, nil
 }
@@ -281,6 +299,7 @@ func (s *Server) routes() {
 				http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 				return
 			}
+			s.setUICookie(w)
 			files.ServeHTTP(w, r)
 		})
 	}
@@ -296,6 +315,11 @@ const contentSecurityPolicy = "default-src 'self'; img-src 'self' data: blob:; c
 // ServeHTTP implements http.Handler. Every answer says its content type is
 // what it declares and may not be framed; the UI also carries its CSP.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.hostAllowed(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, CodeMisdirected,
+			"this gateway is not served under the name "+strconv.Quote(r.Host)+"; use localhost or a configured host")
+		return
+	}
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")

@@ -40,6 +40,9 @@ func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Requ
 			}
 			writeError(w, statusOf[code], code, msg)
 		}
+		if !s.browserSafe(r, fail) {
+			return
+		}
 		p, ok := s.authenticate(w, r, style, fail)
 		if !ok {
 			return

@@ -116,22 +116,24 @@ type ModelInfo struct {
 
 // Error codes of the protocol.
 const (
-	CodeBadRequest      = "bad_request"
-	CodeUnauthorized    = "unauthorized"
-	CodeForbidden       = "forbidden"
-	CodeNotFound        = "not_found"
-	CodeUnknownAgent    = "unknown_agent"
-	CodeUnknownSession  = "unknown_session"
-	CodeUnknownDialog   = "unknown_dialog"
-	CodeUnknownArtifact = "unknown_artifact"
-	CodeBusy            = "busy"
-	CodeStopped         = "stopped"
-	CodeTooLarge        = "too_large"
-	CodeTimeout         = "timeout" // the request body did not arrive in time
-	CodeRateLimited     = "rate_limited"
-	CodeNoModel         = "no_model"
-	CodeUnavailable     = "unavailable" // not queued (Redis down); resend with the same id
-	CodeInternal        = "internal"
+	CodeBadRequest       = "bad_request"
+	CodeUnauthorized     = "unauthorized"
+	CodeForbidden        = "forbidden"
+	CodeNotFound         = "not_found"
+	CodeUnknownAgent     = "unknown_agent"
+	CodeUnknownSession   = "unknown_session"
+	CodeUnknownDialog    = "unknown_dialog"
+	CodeUnknownArtifact  = "unknown_artifact"
+	CodeBusy             = "busy"
+	CodeStopped          = "stopped"
+	CodeTooLarge         = "too_large"
+	CodeTimeout          = "timeout"                // the request body did not arrive in time
+	CodeUnsupportedMedia = "unsupported_media_type" // a request body that is not JSON
+	CodeMisdirected      = "misdirected"            // a Host that does not name this gateway
+	CodeRateLimited      = "rate_limited"
+	CodeNoModel          = "no_model"
+	CodeUnavailable      = "unavailable" // not queued (Redis down); resend with the same id
+	CodeInternal         = "internal"
 )
 
 // CodedError carries a protocol error code.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +39,8 @@ func gatewayCmd(args []string) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	addr := fs.String("addr", ":8080", "Address of the gateway API and web UI.")
 	replyTimeout := fs.Duration("reply-timeout", 10*time.Minute, "How long a send waits for its reply.")
+	hosts := fs.String("allowed-hosts", os.Getenv("PICOBOT_ALLOWED_HOSTS"), "Comma-separated names clients reach the gateway by; other Host headers get 421 (default $PICOBOT_ALLOWED_HOSTS; empty: any).")
+	origins := fs.String("allowed-origins", os.Getenv("PICOBOT_ALLOWED_ORIGINS"), "Comma-separated browser origins (host patterns such as app.example.com or *.example.com) allowed besides the gateway's own (default $PICOBOT_ALLOWED_ORIGINS).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for registering chat platform webhooks (default $PICOBOT_PUBLIC_URL).")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -86,7 +89,8 @@ func gatewayCmd(args []string) error {
 	}
 	backend := cluster.NewBackend(cluster.BackendConfig{Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store, Artifacts: svc.Artifacts,
 		Kube: agents, ReplyTimeout: *replyTimeout, Log: log})
-	srv, err := gateway.NewServer(gateway.Config{Backend: backend, Auth: keys, UI: web.FS, Log: log})
+	srv, err := gateway.NewServer(gateway.Config{Backend: backend, Auth: keys, UI: web.FS, Log: log,
+		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins)})
 	if err != nil {
 		return err
 	}
@@ -178,4 +182,15 @@ func followAgentChannels(ctx context.Context, agents cache.Cache, cs kubernetes.
 		},
 	})
 	return err
+}
+
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
