@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,11 +17,17 @@ import (
 )
 
 // HeaderChatID names the chat of an OpenAI-compatible request; without it the
-// request's "user" field does, and without that the chat "default".
+// request's "user" field does, and without that the API key's default chat
+// (defaultOpenAIChat).
 const HeaderChatID = "X-PicoBot-Chat-Id"
 
-// defaultOpenAIChat is the chat of OpenAI requests that name none.
-const defaultOpenAIChat = "default"
+// defaultOpenAIChat is the chat of OpenAI requests that name none: one per
+// API key ("default-<hash of the key's id>"), so two clients that name no
+// chat do not share one conversation unless they share a key.
+func defaultOpenAIChat(p Principal) string {
+	sum := sha256.Sum256([]byte(p.KeyID))
+	return "default-" + hex.EncodeToString(sum[:8])
+}
 
 // OpenAI request shapes (only what PicoBot reads; other fields are ignored).
 type (
@@ -228,8 +236,13 @@ func readCompletion(w http.ResponseWriter, r *http.Request) (oaRequest, string, 
 		return oaRequest{}, "", false
 	}
 	var req oaRequest
-	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&req); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&req); err != nil {
 		badOpenAI(w, "", "request body is not valid JSON: %v", err)
+		return oaRequest{}, "", false
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		badOpenAI(w, "", "request body holds data after its JSON object")
 		return oaRequest{}, "", false
 	}
 	if req.Model == "" {
@@ -246,6 +259,9 @@ func readCompletion(w http.ResponseWriter, r *http.Request) (oaRequest, string, 
 	}
 	if msg == "" && len(text) > MaxTextBytes {
 		msg = fmt.Sprintf("the last user message is %d bytes; the limit is %d", len(text), MaxTextBytes)
+	}
+	if msg == "" && strings.ContainsRune(text, 0) {
+		msg = "the last user message contains a NUL character"
 	}
 	if msg != "" {
 		badOpenAI(w, "messages", "%s", msg)
@@ -265,7 +281,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		chatID, param = req.User, "user"
 	}
 	if chatID == "" {
-		chatID = defaultOpenAIChat
+		p, _ := PrincipalFrom(r.Context())
+		chatID = defaultOpenAIChat(p)
 	}
 	if err := checkChat(Chat{Agent: req.Model, ChatID: chatID}); err != nil {
 		badOpenAI(w, param, "chat id %q: %v", chatID, err)

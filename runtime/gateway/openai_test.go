@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -149,6 +150,9 @@ func TestOpenAIBadInput(t *testing.T) {
 		{`{"model":"assistant","messages":[{"role":"user","content":"  "}]}`, "messages", "empty"},
 		{`{"model":"assistant","n":2,"messages":[{"role":"user","content":"hi"}]}`, "n", "n must be 1"},
 		{`{"model":"assistant","user":"a:b","messages":[{"role":"user","content":"hi"}]}`, "user", "must not contain ':'"},
+		{`{"model":"assistant","messages":[{"role":"user","content":"hi"}]} {"x":1}`, "", "data after its JSON object"},
+		{`{"model":"assistant","messages":[{"role":"user","content":"hi"}]}garbage`, "", "data after its JSON object"},
+		{`{"model":"assistant","messages":[{"role":"user","content":"a\u0000b"}]}`, "messages", "NUL"},
 	}
 	for _, tc := range cases {
 		status, body := e.a.Do(t, http.MethodPost, "/v1/chat/completions", tc.body)
@@ -189,4 +193,29 @@ func TestOpenAIBadInput(t *testing.T) {
 	g.Expect(stream.Err()).NotTo(HaveOccurred())
 	g.Expect(acc.Choices[0].Message.Content).To(Equal("Let me compute.\n\nIt is 42."))
 	g.Expect(acc.Choices[0].Message.ToolCalls).To(BeEmpty(), "the agent's own tool calls are not the client's to run")
+}
+
+// Requests that name no chat get one per API key, never one shared by every
+// client of the tenant.
+func TestOpenAIDefaultChatIsPerKey(t *testing.T) {
+	g := NewWithT(t)
+	const keyA2 = "key-a2-0123456789"
+	e := start(t, func(c *gateway.Config) {
+		c.Auth = gateway.MustStaticKeys(
+			gateway.StaticKey{ID: "a", Token: keyA, Tenant: "tenant-a"},
+			gateway.StaticKey{ID: "a2", Token: keyA2, Tenant: "tenant-a"})
+	})
+	e.echo()
+	session := func(key string) string {
+		res, err := gatewaytest.Client{URL: e.url, Key: key}.Request(http.MethodPost, "/v1/chat/completions",
+			`{"model":"assistant","messages":[{"role":"user","content":"hi"}]}`, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.Status).To(Equal(http.StatusOK), "%s", res.Body)
+		return res.Header.Get("X-PicoBot-Session")
+	}
+	a, a2 := session(keyA), session(keyA2)
+	g.Expect(a).To(MatchRegexp(`^openai:assistant/default-[0-9a-f]{16}:`))
+	g.Expect(a2).To(MatchRegexp(`^openai:assistant/default-[0-9a-f]{16}:`))
+	g.Expect(a).NotTo(Equal(a2), "two keys, two chats")
+	g.Expect(session(keyA)).To(Equal(a), "the same key keeps its chat")
 }
