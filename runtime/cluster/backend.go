@@ -242,7 +242,8 @@ func relay(e received, sink func(turn.Event)) (out gateway.Outcome, err error, d
 		if e.Outcome != nil {
 			out = *e.Outcome
 		}
-		return out, &gateway.CodedError{Code: e.Code, Err: errors.New(e.Message)}, true
+		return out, &gateway.CodedError{Code: e.Code, Err: errors.New(e.Message), Status: e.Status,
+			RetryAfter: time.Duration(e.RetryAfterMS) * time.Millisecond}, true
 	}
 	if e.Event != nil && sink != nil {
 		sink(*e.Event)

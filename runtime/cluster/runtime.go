@@ -316,7 +316,8 @@ func (r strategy) Event(ctx context.Context, c sessionrt.Chat, msgID string, e t
 // dispatcher (which alone holds the channel's credentials).
 func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out protocol.Outcome, err *protocol.CodedError) {
 	if err != nil {
-		r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: protocol.FrameError, Code: err.Code, Message: err.Error(), Outcome: &out})
+		r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: protocol.FrameError, Code: err.Code, Message: err.Error(), Outcome: &out,
+			Status: err.Status, RetryAfterMS: err.RetryAfter.Milliseconds()})
 		return
 	}
 	r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: protocol.FrameDone, Outcome: &out})

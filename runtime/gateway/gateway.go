@@ -129,6 +129,7 @@ const (
 	CodeTimeout          = protocol.CodeTimeout
 	CodeUnsupportedMedia = protocol.CodeUnsupportedMedia
 	CodeMisdirected      = protocol.CodeMisdirected
+	CodeModelRejected    = protocol.CodeModelRejected
 	CodeRateLimited      = protocol.CodeRateLimited
 	CodeNoModel          = protocol.CodeNoModel
 	CodeUnavailable      = protocol.CodeUnavailable
@@ -151,6 +152,7 @@ var statusOf = map[string]int{
 	CodeTimeout:          http.StatusRequestTimeout,
 	CodeUnsupportedMedia: http.StatusUnsupportedMediaType,
 	CodeMisdirected:      http.StatusMisdirectedRequest,
+	CodeModelRejected:    http.StatusBadRequest,
 	CodeRateLimited:      http.StatusTooManyRequests,
 	CodeNoModel:          http.StatusServiceUnavailable,
 	CodeUnavailable:      http.StatusServiceUnavailable,
@@ -345,6 +347,34 @@ func errorCode(err error, notFound string) string {
 		return CodeForbidden
 	}
 	return CodeInternal
+}
+
+// statusFor is the HTTP status of err with code: the status it carries (a
+// model's 4xx passed on), else the code's. A wait it carries goes out as
+// Retry-After.
+func statusFor(w http.ResponseWriter, err error, code string) int {
+	var ce *CodedError
+	if errors.As(err, &ce) {
+		if ce.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(ce.RetryAfter)))
+		}
+		if ce.Status >= 400 && ce.Status < 600 {
+			return ce.Status
+		}
+	}
+	if st := statusOf[code]; st != 0 {
+		return st
+	}
+	return http.StatusInternalServerError
+}
+
+// retryAfterMS is the wait err carries, in milliseconds (0: none).
+func retryAfterMS(err error) int64 {
+	var ce *CodedError
+	if errors.As(err, &ce) && ce.RetryAfter > 0 {
+		return ce.RetryAfter.Milliseconds()
+	}
+	return 0
 }
 
 // errorMessage is what a client is told of err: internal details stay in

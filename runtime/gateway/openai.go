@@ -174,7 +174,8 @@ func (s *Server) openAIFail(w http.ResponseWriter, r *http.Request, err error) {
 	if code == CodeInternal {
 		s.log.Error("OpenAI request failed", "path", r.URL.Path, "err", err)
 	}
-	status, typ, oaCode := openAIError(code)
+	_, typ, oaCode := openAIError(code)
+	status := statusFor(w, err, code)
 	param := ""
 	if code == CodeUnknownAgent {
 		param = "model"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -218,4 +219,45 @@ func TestOpenAIDefaultChatIsPerKey(t *testing.T) {
 	g.Expect(a2).To(MatchRegexp(`^openai:assistant/default-[0-9a-f]{16}:`))
 	g.Expect(a).NotTo(Equal(a2), "two keys, two chats")
 	g.Expect(session(keyA)).To(Equal(a), "the same key keeps its chat")
+}
+
+// A model that refuses the request answers the client with its 4xx, which
+// the official SDK (with its default retries) does not retry: one model
+// call, one stored user message. A model's rate limit is a 429 with its
+// Retry-After, on REST and the WebSocket too.
+func TestOpenAIModelErrorsKeepTheirStatus(t *testing.T) {
+	g := NewWithT(t)
+	e := start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // hang guard only
+	defer cancel()
+	e.llm.Script(fakellm.Turn{Status: http.StatusBadRequest, ErrorBody: `{"error":{"message":"prompt is too long","type":"invalid_request_error"}}`})
+	client := openai.NewClient(option.WithBaseURL(e.url+"/v1"), option.WithAPIKey(keyA)) // the SDK's own retry policy
+	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "assistant", User: openai.String("c1"),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	var apiErr *openai.Error
+	g.Expect(errors.As(err, &apiErr)).To(BeTrue(), "%v", err)
+	g.Expect(apiErr.StatusCode).To(Equal(http.StatusBadRequest))
+	g.Expect(apiErr.Type).To(Equal("invalid_request_error"))
+	g.Expect(apiErr.Code).To(Equal("model_rejected"))
+	g.Expect(apiErr.Message).To(ContainSubstring("prompt is too long"))
+	g.Expect(e.llm.Requests()).To(HaveLen(1), "not retried by the SDK nor by the provider")
+	status, body := e.a.Do(t, http.MethodGet, "/api/v1/sessions/"+url.PathEscape("openai:assistant/c1:default")+"/messages", nil)
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	users := 0
+	for _, m := range body["messages"].([]any) {
+		if m.(map[string]any)["role"] == "user" {
+			users++
+		}
+	}
+	g.Expect(users).To(Equal(1), "the message is stored once")
+
+	// Rate limited by the model (after the provider's own retries): 429 and
+	// the model's wait.
+	limited := fakellm.Turn{Status: http.StatusTooManyRequests, RetryAfter: "2", ErrorBody: `{"error":{"message":"slow down","type":"rate_limit_error"}}`}
+	e.llm.Script(limited, limited, limited, limited)
+	res, err := e.a.Request(http.MethodPost, "/api/v1/send", map[string]any{"agent": "assistant", "chat_id": "c2", "text": "hi"}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Status).To(Equal(http.StatusTooManyRequests), "%s", res.Body)
+	g.Expect(res.Header.Get("Retry-After")).To(Equal("2"))
+	g.Expect(string(res.Body)).To(ContainSubstring(`"code":"rate_limited"`))
 }

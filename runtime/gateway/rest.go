@@ -141,7 +141,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, notFoun
 	if code == CodeInternal {
 		s.log.Error("Request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	writeError(w, statusOf[code], code, errorMessage(code, err))
+	writeError(w, statusFor(w, err, code), code, errorMessage(code, err))
 }
 
 // decode reads a JSON body into v. A missing body decodes nothing when
@@ -243,7 +243,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		if code == CodeInternal {
 			s.log.Error("Turn failed", "agent", req.Agent, "session", out.SessionID, "err", err)
 		}
-		writeJSON(w, statusOf[code], map[string]any{"id": req.ID, "session": out.SessionID,
+		writeJSON(w, statusFor(w, err, code), map[string]any{"id": req.ID, "session": out.SessionID,
 			"error": map[string]string{"code": code, "message": errorMessage(code, err)}})
 		return
 	}

@@ -318,7 +318,7 @@ func (s *Server) turn(ctx context.Context, c *conn, f frame) {
 		if code == CodeInternal && !errors.Is(err, context.Canceled) {
 			s.log.Error("Turn failed", "agent", f.Agent, "session", out.SessionID, "err", err)
 		}
-		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: errorMessage(code, err)})
+		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: errorMessage(code, err), RetryAfterMS: retryAfterMS(err)})
 	case out.Command != "":
 		c.send(frame{Type: "event", ID: f.ID, Session: out.SessionID, Event: &eventBody{Kind: "command", Text: out.Text}})
 	}

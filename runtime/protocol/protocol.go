@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/picobot/picobot/runtime/bus"
 )
@@ -130,6 +131,7 @@ const (
 	CodeTimeout          = "timeout"                // the request body did not arrive in time
 	CodeUnsupportedMedia = "unsupported_media_type" // a request body that is not JSON
 	CodeMisdirected      = "misdirected"            // a Host that does not name this gateway
+	CodeModelRejected    = "model_rejected"         // the model refused the agent's request (its 4xx)
 	CodeRateLimited      = "rate_limited"
 	CodeNoModel          = "no_model"
 	CodeUnavailable      = "unavailable" // not queued (Redis down); resend with the same id
@@ -140,6 +142,12 @@ const (
 type CodedError struct {
 	Code string
 	Err  error
+	// Status is the HTTP status to answer with when it is not the code's
+	// own (a model's 4xx passed on); 0 otherwise.
+	Status int
+	// RetryAfter is how long the client should wait before retrying (a
+	// model's rate limit); 0 when it says nothing.
+	RetryAfter time.Duration
 }
 
 func (e *CodedError) Error() string { return e.Err.Error() }

@@ -92,9 +92,12 @@ type Frame struct {
 	Event *turn.Event `json:"event,omitempty"`
 	// Outcome is set on done.
 	Outcome *Outcome `json:"outcome,omitempty"`
-	// Code and Message are set on error.
-	Code    string `json:"code,omitempty"`
-	Message string `json:"message,omitempty"`
+	// Code and Message are set on error, and Status and RetryAfterMS
+	// when the error carries them (CodedError).
+	Code         string `json:"code,omitempty"`
+	Message      string `json:"message,omitempty"`
+	Status       int    `json:"status,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 }
 
 // EncodeFrame returns the payload of a frame, stamped with FrameVersion.

@@ -24,10 +24,13 @@ package sessionrt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
@@ -270,10 +273,22 @@ func (r *Runtime) coded(c Chat, err error) *protocol.CodedError {
 		return nil
 	}
 	var ce *protocol.CodedError
+	var se *llm.StatusError
 	code := protocol.CodeInternal
 	switch {
 	case errors.As(err, &ce):
-		code = ce.Code
+		return &protocol.CodedError{Code: ce.Code, Err: err, Status: ce.Status, RetryAfter: ce.RetryAfter}
+	case errors.As(err, &se) && se.StatusCode == http.StatusTooManyRequests:
+		// The model's rate limit: the client may retry after its wait.
+		return &protocol.CodedError{Code: protocol.CodeRateLimited, Err: err, RetryAfter: se.RetryAfter}
+	case errors.As(err, &se) && se.StatusCode >= 400 && se.StatusCode < 500 &&
+		se.StatusCode != http.StatusUnauthorized && se.StatusCode != http.StatusForbidden:
+		// The model refused the request (too long, content policy, bad
+		// parameters): retrying the same message cannot help, so the
+		// client gets the model's 4xx. Its 401/403 are this agent's
+		// credentials, an internal fault.
+		return &protocol.CodedError{Code: protocol.CodeModelRejected, Status: se.StatusCode,
+			Err: fmt.Errorf("the model refused the request (HTTP %d): %s", se.StatusCode, se.Message)}
 	case errors.Is(err, session.ErrBusy):
 		code = protocol.CodeBusy
 	case errors.Is(err, context.Canceled):
