@@ -30,16 +30,18 @@ const ProtocolVersion = 1
 
 // Limits of client input.
 const (
-	MaxFrameBytes   = 256 << 10 // a WebSocket frame
-	MaxTextBytes    = 64 << 10  // the text of one message
-	MaxBodyBytes    = 1 << 20   // a REST request body
-	MaxTitleRunes   = 200       // a dialog title
-	maxIDBytes      = 128
-	maxChatIDBytes  = 200
-	maxDialogBytes  = 64
-	writeTimeout    = 10 * time.Second
-	defaultHistory  = 50
-	maxHistoryLimit = 500
+	MaxFrameBytes  = 256 << 10 // a WebSocket frame
+	MaxTextBytes   = 64 << 10  // the text of one message
+	MaxBodyBytes   = 1 << 20   // a REST request body
+	MaxTitleRunes  = 200       // a dialog title
+	maxIDBytes     = 128
+	maxChatIDBytes = 200
+	maxDialogBytes = 64
+	writeTimeout   = 10 * time.Second
+	// DefaultStreamKeepAlive is Config.StreamKeepAlive's default.
+	DefaultStreamKeepAlive = 10 * time.Second
+	defaultHistory         = 50
+	maxHistoryLimit        = 500
 )
 
 // Channels of gateway clients: session ids are
@@ -191,6 +193,9 @@ type Config struct {
 	AllowedHosts []string
 	// BodyTimeout bounds reading a request body (DefaultBodyTimeout).
 	BodyTimeout time.Duration
+	// StreamKeepAlive is how often a streamed OpenAI answer sends an SSE
+	// comment while no text comes (DefaultStreamKeepAlive).
+	StreamKeepAlive time.Duration
 }
 
 // Server is the gateway's HTTP handler.
@@ -202,6 +207,7 @@ type Server struct {
 	bodyTimeout time.Duration
 	hosts       []string
 	keyless     bool
+	keepAlive   time.Duration
 	maxBody     int64
 	origins     []string
 	ui          fs.FS
@@ -252,8 +258,11 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
+	if cfg.StreamKeepAlive <= 0 {
+		cfg.StreamKeepAlive = DefaultStreamKeepAlive
+	}
 	s := &Server{backend: cfg.Backend, auth: cfg.Auth, limits: newLimiters(cfg.DefaultLimit), authFails: newAuthFailures(),
-		bodyTimeout: cfg.BodyTimeout, hosts: cfg.AllowedHosts, maxBody: cfg.MaxBodyBytes, origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log, mux: http.NewServeMux()}
+		bodyTimeout: cfg.BodyTimeout, hosts: cfg.AllowedHosts, keepAlive: cfg.StreamKeepAlive, maxBody: cfg.MaxBodyBytes, origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log, mux: http.NewServeMux()}
 	_, s.keyless = cfg.Auth.(Loopback)
 	s.routes()
 	return s, nil

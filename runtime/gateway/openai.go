@@ -289,8 +289,16 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		badOpenAI(w, param, "chat id %q: %v", chatID, err)
 		return
 	}
-	if _, err := s.findAgent(r, req.Model); err != nil {
+	info, err := s.findAgent(r, req.Model)
+	if err != nil {
 		s.openAIFail(w, r, err)
+		return
+	}
+	if req.Stream && !info.Ready {
+		// A stream starts at once (200 and the role chunk): an agent known
+		// not to answer is refused before, with the status a turn would
+		// end with.
+		s.openAIFail(w, r, Errorf(CodeNoModel, "agent %s has no usable model (%s): %s", info.Name, info.Reason, info.Message))
 		return
 	}
 	id := newRequestID("chatcmpl-")
@@ -358,7 +366,11 @@ func (s *sseWriter) data(v any) {
 	s.raw(b)
 }
 
-func (s *sseWriter) raw(b []byte) {
+func (s *sseWriter) raw(b []byte) { s.write("data: %s\n\n", b) }
+
+// write writes one event (the status and the first event before it, the
+// first time) and flushes it.
+func (s *sseWriter) write(format string, b []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -372,18 +384,39 @@ func (s *sseWriter) raw(b []byte) {
 			return
 		}
 	}
-	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", b); err != nil {
-		s.closed = true
-		return
+	if b != nil {
+		if _, err := fmt.Fprintf(s.w, format, b); err != nil {
+			s.closed = true
+			return
+		}
 	}
 	_ = s.rc.Flush()
 }
 
-// begun reports whether the stream has started (the status is sent).
-func (s *sseWriter) begun() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.started
+// start sends the status and the role chunk now, so a client sees the
+// answer begin before the turn's first text (which may come after minutes
+// of tools).
+func (s *sseWriter) start() { s.write("", nil) }
+
+// keepAlive writes an SSE comment every interval until stop is called, so
+// proxies and clients do not give up on a stream while the agent runs
+// tools.
+func (s *sseWriter) keepAlive(interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				s.write(": %s\n\n", []byte("keep-alive"))
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
 
 func (s *sseWriter) close() {
@@ -409,6 +442,8 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 	first, _ := json.Marshal(chunk(&oaDelta{Role: "assistant", Content: &empty}, nil))
 	sse := &sseWriter{w: w, rc: http.NewResponseController(w), first: first}
 	defer sse.close()
+	sse.start()
+	defer sse.keepAlive(s.keepAlive)()
 	var mu sync.Mutex
 	var usage oaUsage
 	files := &finalFiles{}
@@ -440,11 +475,6 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 	out, err := s.backend.Handle(r.Context(), send)
 	mu.Lock()
 	defer mu.Unlock()
-	if err != nil && !sse.begun() {
-		sse.close()
-		s.openAIFail(w, r, err)
-		return
-	}
 	if err != nil {
 		code := errorCode(err, CodeUnknownSession)
 		if code == CodeInternal {

@@ -1,10 +1,12 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,4 +262,49 @@ func TestOpenAIModelErrorsKeepTheirStatus(t *testing.T) {
 	g.Expect(res.Status).To(Equal(http.StatusTooManyRequests), "%s", res.Body)
 	g.Expect(res.Header.Get("Retry-After")).To(Equal("2"))
 	g.Expect(string(res.Body)).To(ContainSubstring(`"code":"rate_limited"`))
+}
+
+// A stream begins at once — status, headers and the role chunk before the
+// model has said anything — and sends SSE comments while the turn is quiet,
+// here a model that takes a second; the official SDK reads it as usual.
+func TestOpenAIStreamStartsAtOnceAndKeepsAlive(t *testing.T) {
+	g := NewWithT(t)
+	e := start(t, func(c *gateway.Config) { c.StreamKeepAlive = 100 * time.Millisecond })
+	e.llm.Script(fakellm.Turn{Text: "slow answer", Delay: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // hang guard only
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"assistant","stream":true,"user":"s1","messages":[{"role":"user","content":"hi"}]}`))
+	g.Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = res.Body.Close() }()
+	g.Expect(res.StatusCode).To(Equal(http.StatusOK))
+	g.Expect(res.Header.Get("Content-Type")).To(Equal("text/event-stream"))
+	sc := bufio.NewScanner(res.Body)
+	var lines []string
+	for sc.Scan() {
+		if l := sc.Text(); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	g.Expect(sc.Err()).NotTo(HaveOccurred())
+	g.Expect(lines[0]).To(And(HavePrefix("data: "), ContainSubstring(`"role":"assistant"`)), "the role chunk comes first")
+	firstText := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, `"content":"slow`) })
+	g.Expect(firstText).To(BeNumerically(">", 1), "%q", lines)
+	g.Expect(lines[1:firstText]).To(ContainElement(": keep-alive"), "comments while the model is quiet")
+	g.Expect(lines[len(lines)-1]).To(Equal("data: [DONE]"))
+
+	e.llm.Script(fakellm.Turn{Text: "again", Delay: 300 * time.Millisecond})
+	client := sdk(e, keyA)
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "assistant", User: openai.String("s1"),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	acc := openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	g.Expect(stream.Err()).NotTo(HaveOccurred())
+	g.Expect(acc.Choices[0].Message.Content).To(Equal("again"))
 }
