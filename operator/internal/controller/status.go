@@ -17,11 +17,18 @@ import (
 // patchStatusIfChanged writes the status subresource once, and only when the
 // status differs from the snapshot taken before reconciling, so a no-op resync
 // performs zero writes.
+//
+// The patch carries the snapshot's resourceVersion (an optimistic lock): a
+// merge patch only names what changed from the snapshot, so one computed
+// from a cache that has not yet seen this controller's previous write would
+// leave that write's fields in place (seen: a cleared fallbackIndex kept
+// beside a condition saying the primary model is used). A stale snapshot
+// gets a conflict instead, and the requeued reconcile reads the newer object.
 func patchStatusIfChanged(ctx context.Context, c client.Client, obj client.Object, before client.Object, oldStatus, newStatus any) error {
 	if equality.Semantic.DeepEqual(oldStatus, newStatus) {
 		return nil
 	}
-	if err := c.Status().Patch(ctx, obj, client.MergeFrom(before)); err != nil {
+	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("failed to patch status of %s %q: %w", obj.GetObjectKind().GroupVersionKind().Kind, client.ObjectKeyFromObject(obj), err)
 	}
 	return nil
