@@ -69,90 +69,120 @@ func calculate(_ context.Context, _ tool.Env, a Args) (tool.Result, error) {
 func compute(a Args) (string, error) {
 	switch a.Function {
 	case "evaluate":
-		if strings.TrimSpace(a.Expression) == "" {
-			return "", errors.New("expression is required, e.g. \"(2+3)*4^2\"")
-		}
-		v, err := evaluate(a.Expression)
-		if err != nil {
-			return "", err
-		}
-		return format(v), nil
+		return computeEvaluate(a)
 	case "sum", "count", "range", "average", "median", "mode", "stdev", "variance", "min", "max", "percentile":
 		return statistic(a)
 	case "log":
-		x, err := need(a.X, "x")
-		if err != nil {
-			return "", err
-		}
-		base := 10.0
-		if a.Base != nil {
-			base = *a.Base
-		}
-		switch {
-		case x <= 0:
-			return "", fmt.Errorf("x must be greater than 0, got %s", format(x))
-		case base <= 0 || base == 1:
-			return "", fmt.Errorf("base must be greater than 0 and not 1, got %s", format(base))
-		}
-		return finite(logBase(x, base))
+		return computeLog(a)
 	case "factorial":
-		x, err := need(a.X, "x")
-		if err != nil {
-			return "", err
-		}
-		if x != math.Trunc(x) || x < 0 || x > 170 {
-			return "", fmt.Errorf("x must be a whole number from 0 to 170, got %s", format(x))
-		}
-		return factorial(int64(x)), nil
+		return computeFactorial(a)
 	case "round":
-		x, err := need(a.X, "x")
-		if err != nil {
-			return "", err
-		}
-		d := 0
-		if a.Decimals != nil {
-			d = *a.Decimals
-		}
-		if d < 0 || d > 15 {
-			return "", fmt.Errorf("decimals must be from 0 to 15, got %d", d)
-		}
-		return format(roundHalfAway(x, d)), nil
+		return computeRound(a)
 	case "percentage_change":
-		old, err := need(a.A, "a (the old value)")
-		if err != nil {
-			return "", err
-		}
-		cur, err := need(a.B, "b (the new value)")
-		if err != nil {
-			return "", err
-		}
-		if old == 0 {
-			return "", errors.New("a (the old value) must not be 0: a change from 0 has no percentage")
-		}
-		v, err := finite((cur - old) / math.Abs(old) * 100)
-		if err != nil {
-			return "", err
-		}
-		return v + "%", nil
+		return computePercentageChange(a)
 	case "clamp":
-		x, err := need(a.X, "x")
-		if err != nil {
-			return "", err
-		}
-		lo, err := need(a.MinVal, "min_val")
-		if err != nil {
-			return "", err
-		}
-		hi, err := need(a.MaxVal, "max_val")
-		if err != nil {
-			return "", err
-		}
-		if lo > hi {
-			return "", fmt.Errorf("min_val (%s) must not be greater than max_val (%s)", format(lo), format(hi))
-		}
-		return format(math.Min(math.Max(x, lo), hi)), nil
+		return computeClamp(a)
 	}
 	return "", fmt.Errorf("unknown function; use one of %s", strings.Join(functionNames, ", "))
+}
+
+// computeEvaluate evaluates the arithmetic expression.
+func computeEvaluate(a Args) (string, error) {
+	if strings.TrimSpace(a.Expression) == "" {
+		return "", errors.New("expression is required, e.g. \"(2+3)*4^2\"")
+	}
+	v, err := evaluate(a.Expression)
+	if err != nil {
+		return "", err
+	}
+	return format(v), nil
+}
+
+// computeLog takes the logarithm of x to base, 10 when no base is given.
+func computeLog(a Args) (string, error) {
+	x, err := need(a.X, "x")
+	if err != nil {
+		return "", err
+	}
+	base := 10.0
+	if a.Base != nil {
+		base = *a.Base
+	}
+	switch {
+	case x <= 0:
+		return "", fmt.Errorf("x must be greater than 0, got %s", format(x))
+	case base <= 0 || base == 1:
+		return "", fmt.Errorf("base must be greater than 0 and not 1, got %s", format(base))
+	}
+	return finite(logBase(x, base))
+}
+
+// computeFactorial computes x! for a whole x from 0 to 170.
+func computeFactorial(a Args) (string, error) {
+	x, err := need(a.X, "x")
+	if err != nil {
+		return "", err
+	}
+	if x != math.Trunc(x) || x < 0 || x > 170 {
+		return "", fmt.Errorf("x must be a whole number from 0 to 170, got %s", format(x))
+	}
+	return factorial(int64(x)), nil
+}
+
+// computeRound rounds x to the given decimals, 0 when none are given.
+func computeRound(a Args) (string, error) {
+	x, err := need(a.X, "x")
+	if err != nil {
+		return "", err
+	}
+	d := 0
+	if a.Decimals != nil {
+		d = *a.Decimals
+	}
+	if d < 0 || d > 15 {
+		return "", fmt.Errorf("decimals must be from 0 to 15, got %d", d)
+	}
+	return format(roundHalfAway(x, d)), nil
+}
+
+// computePercentageChange gives the change from a to b in percent of |a|.
+func computePercentageChange(a Args) (string, error) {
+	old, err := need(a.A, "a (the old value)")
+	if err != nil {
+		return "", err
+	}
+	cur, err := need(a.B, "b (the new value)")
+	if err != nil {
+		return "", err
+	}
+	if old == 0 {
+		return "", errors.New("a (the old value) must not be 0: a change from 0 has no percentage")
+	}
+	v, err := finite((cur - old) / math.Abs(old) * 100)
+	if err != nil {
+		return "", err
+	}
+	return v + "%", nil
+}
+
+// computeClamp limits x to the range from min_val to max_val.
+func computeClamp(a Args) (string, error) {
+	x, err := need(a.X, "x")
+	if err != nil {
+		return "", err
+	}
+	lo, err := need(a.MinVal, "min_val")
+	if err != nil {
+		return "", err
+	}
+	hi, err := need(a.MaxVal, "max_val")
+	if err != nil {
+		return "", err
+	}
+	if lo > hi {
+		return "", fmt.Errorf("min_val (%s) must not be greater than max_val (%s)", format(lo), format(hi))
+	}
+	return format(math.Min(math.Max(x, lo), hi)), nil
 }
 
 // statistic computes the functions over values.

@@ -214,22 +214,6 @@ func (p *parser) parseUpdate(l string) (fileOp, error) {
 		p.i++
 	}
 	var cur *hunk
-	closeHunk := func() error {
-		if cur == nil {
-			return nil
-		}
-		// Trailing empty patch lines are separators, not context; dropping
-		// context never changes what a hunk replaces.
-		cur.oldLines = cur.oldLines[:len(cur.oldLines)-cur.bare]
-		cur.newLines = cur.newLines[:len(cur.newLines)-cur.bare]
-		cur.context = cur.context[:len(cur.context)-cur.bare]
-		if len(cur.oldLines) == 0 && len(cur.newLines) == 0 {
-			return &parseError{line: cur.patchLine, msg: fmt.Sprintf("hunk %d of %s has no lines; each hunk needs ' ' context, '-' removed or '+' added lines", len(op.hunks)+1, path)}
-		}
-		op.hunks = append(op.hunks, *cur)
-		cur = nil
-		return nil
-	}
 	for ; p.i < len(p.lines); p.i++ {
 		line := p.lines[p.i]
 		trimmed := strings.TrimSpace(line)
@@ -239,11 +223,12 @@ func (p *parser) parseUpdate(l string) (fileOp, error) {
 				return fileOp{}, p.errorf("'*** End of File' must follow the lines of a hunk")
 			}
 			cur.eof = true
-			if err := closeHunk(); err != nil {
+			if err := closeHunk(&op, cur); err != nil {
 				return fileOp{}, err
 			}
+			cur = nil
 		case strings.HasPrefix(line, "***"):
-			if err := closeHunk(); err != nil {
+			if err := closeHunk(&op, cur); err != nil {
 				return fileOp{}, err
 			}
 			if len(op.hunks) == 0 && op.moveTo == "" {
@@ -251,21 +236,8 @@ func (p *parser) parseUpdate(l string) (fileOp, error) {
 			}
 			return op, nil
 		case strings.HasPrefix(line, "@@"):
-			// Consecutive "@@" lines add anchors to the same hunk.
-			if cur != nil && len(cur.oldLines)+len(cur.newLines) > 0 {
-				if err := closeHunk(); err != nil {
-					return fileOp{}, err
-				}
-			}
-			if cur == nil {
-				cur = &hunk{patchLine: p.lineNo()}
-			}
-			anchor := strings.TrimSpace(line[2:])
-			if m := unifiedHeader.FindStringSubmatch(anchor); m != nil {
-				anchor = strings.TrimSpace(m[3])
-			}
-			if anchor != "" {
-				cur.anchors = append(cur.anchors, anchor)
+			if cur, err = p.hunkHeader(&op, cur, line); err != nil {
+				return fileOp{}, err
 			}
 		case line == "" && cur == nil:
 			// Blank line between hunks.
@@ -274,32 +246,76 @@ func (p *parser) parseUpdate(l string) (fileOp, error) {
 				// The first hunk may omit its "@@" line.
 				cur = &hunk{patchLine: p.lineNo()}
 			}
-			switch {
-			case line == "" || line[0] == ' ':
-				text := strings.TrimPrefix(line, " ")
-				cur.context = append(cur.context, len(cur.oldLines))
-				cur.oldLines = append(cur.oldLines, text)
-				cur.newLines = append(cur.newLines, text)
-			case line[0] == '-':
-				cur.oldLines = append(cur.oldLines, line[1:])
-			default:
-				cur.context = append(cur.context, -1)
-				cur.newLines = append(cur.newLines, line[1:])
-			}
-			if line == "" {
-				cur.bare++
-			} else {
-				cur.bare = 0
-			}
+			cur.addLine(line)
 		default:
 			return fileOp{}, p.errorf("unexpected line %q in hunk %d of %s; every hunk line must start with ' ' (context), '-' (removed) or '+' (added), and hunks start with '@@'", line, len(op.hunks)+1, path)
 		}
 	}
-	if err := closeHunk(); err != nil {
+	if err := closeHunk(&op, cur); err != nil {
 		return fileOp{}, err
 	}
 	if len(op.hunks) == 0 && op.moveTo == "" {
 		return fileOp{}, &parseError{line: p.lineNo(), msg: fmt.Sprintf("'*** Update File: %s' has no hunks; add '@@' hunks with ' ', '-' and '+' lines", path)}
 	}
 	return op, nil
+}
+
+// hunkHeader reads an "@@" line into a new hunk, or the open one if still empty.
+func (p *parser) hunkHeader(op *fileOp, cur *hunk, line string) (*hunk, error) {
+	// Consecutive "@@" lines add anchors to the same hunk.
+	if cur != nil && len(cur.oldLines)+len(cur.newLines) > 0 {
+		if err := closeHunk(op, cur); err != nil {
+			return nil, err
+		}
+		cur = nil
+	}
+	if cur == nil {
+		cur = &hunk{patchLine: p.lineNo()}
+	}
+	anchor := strings.TrimSpace(line[2:])
+	if m := unifiedHeader.FindStringSubmatch(anchor); m != nil {
+		anchor = strings.TrimSpace(m[3])
+	}
+	if anchor != "" {
+		cur.anchors = append(cur.anchors, anchor)
+	}
+	return cur, nil
+}
+
+// addLine adds one ' ', '-' or '+' line, or an empty one taken as context.
+func (h *hunk) addLine(line string) {
+	switch {
+	case line == "" || line[0] == ' ':
+		text := strings.TrimPrefix(line, " ")
+		h.context = append(h.context, len(h.oldLines))
+		h.oldLines = append(h.oldLines, text)
+		h.newLines = append(h.newLines, text)
+	case line[0] == '-':
+		h.oldLines = append(h.oldLines, line[1:])
+	default:
+		h.context = append(h.context, -1)
+		h.newLines = append(h.newLines, line[1:])
+	}
+	if line == "" {
+		h.bare++
+	} else {
+		h.bare = 0
+	}
+}
+
+// closeHunk appends cur, if any, to op's hunks, less its trailing blank lines.
+func closeHunk(op *fileOp, cur *hunk) error {
+	if cur == nil {
+		return nil
+	}
+	// Trailing empty patch lines are separators, not context; dropping
+	// context never changes what a hunk replaces.
+	cur.oldLines = cur.oldLines[:len(cur.oldLines)-cur.bare]
+	cur.newLines = cur.newLines[:len(cur.newLines)-cur.bare]
+	cur.context = cur.context[:len(cur.context)-cur.bare]
+	if len(cur.oldLines) == 0 && len(cur.newLines) == 0 {
+		return &parseError{line: cur.patchLine, msg: fmt.Sprintf("hunk %d of %s has no lines; each hunk needs ' ' context, '-' removed or '+' added lines", len(op.hunks)+1, op.path)}
+	}
+	op.hunks = append(op.hunks, *cur)
+	return nil
 }

@@ -106,44 +106,53 @@ func (h *httpRequest) run(ctx context.Context, _ tool.Env, args httpRequestArgs)
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s\n", resp.Proto, resp.Status)
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
-		fmt.Fprintf(&b, "content-type: %s\n", ct)
-	}
-	if cl := resp.Header.Get("Content-Length"); cl != "" {
-		fmt.Fprintf(&b, "content-length: %s\n", cl)
-	} else if resp.ContentLength >= 0 {
-		fmt.Fprintf(&b, "content-length: %d\n", resp.ContentLength)
-	}
-	if loc := resp.Header.Get("Location"); loc != "" {
-		fmt.Fprintf(&b, "location: %s\n", loc)
-	}
-	if ra := resp.Header.Get("Retry-After"); ra != "" {
-		fmt.Fprintf(&b, "retry-after: %s\n", ra)
-	}
-	b.WriteString("\n")
+	writeResponseHead(&b, resp)
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		b.WriteString(redirectNote(h.guard, "http_request", u, resp))
 		b.WriteString("\n")
 	}
+	writeResponseBody(&b, u.String(), resp.Header.Get("Content-Type"), raw, more)
+	return tool.Text(b.String()), nil
+}
 
+// writeResponseHead writes the status line and the headers the model sees.
+func writeResponseHead(b *strings.Builder, resp *http.Response) {
+	fmt.Fprintf(b, "%s %s\n", resp.Proto, resp.Status)
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		fmt.Fprintf(b, "content-type: %s\n", ct)
+	}
+	if cl := resp.Header.Get("Content-Length"); cl != "" {
+		fmt.Fprintf(b, "content-length: %s\n", cl)
+	} else if resp.ContentLength >= 0 {
+		fmt.Fprintf(b, "content-length: %d\n", resp.ContentLength)
+	}
+	if loc := resp.Header.Get("Location"); loc != "" {
+		fmt.Fprintf(b, "location: %s\n", loc)
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		fmt.Fprintf(b, "retry-after: %s\n", ra)
+	}
+	b.WriteString("\n")
+}
+
+// writeResponseBody writes the body as untrusted text, or a note in its place.
+func writeResponseBody(b *strings.Builder, target, contentType string, raw []byte, more bool) {
 	switch {
 	case len(raw) == 0:
 		b.WriteString("(empty body)")
-	case !utf8.Valid(raw) && !isTextual(resp.Header.Get("Content-Type")):
+	case !utf8.Valid(raw) && !isTextual(contentType):
 		size := strconv.Itoa(len(raw))
 		if more {
 			size = "more than " + size
 		}
-		fmt.Fprintf(&b, "(binary body of %s bytes, not shown)", size)
+		fmt.Fprintf(b, "(binary body of %s bytes, not shown)", size)
 	default:
 		text, cut := truncate(strings.ToValidUTF8(string(raw), "\uFFFD"), MaxChars)
-		b.WriteString(WrapUntrusted(u.String(), text))
+		b.WriteString(WrapUntrusted(target, text))
 		if cut || more {
-			fmt.Fprintf(&b, "\n[body cut at %d characters; the rest was not read]", utf8.RuneCountInString(text))
+			fmt.Fprintf(b, "\n[body cut at %d characters; the rest was not read]", utf8.RuneCountInString(text))
 		}
 	}
-	return tool.Text(b.String()), nil
 }
 
 // guessContentType labels a body the call sent without a Content-Type: JSON
