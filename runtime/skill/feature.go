@@ -95,52 +95,9 @@ func (f *Feature) Build(ctx context.Context, a *feature.Agent) (feature.Parts, e
 	var notes []Problem // problems of the setup itself
 	var closeFn func()
 	if a.Host.Mode == feature.ModeCluster {
-		var cms configMaps
-		switch kube := a.Host.Kube.(type) {
-		case nil:
-			notes = append(notes, Problem{Level: LevelShared, Origin: "cluster", Err: fmt.Errorf("no Kubernetes client, so ConfigMap skills are not available"),
-				Fix: "run the session with a Kubernetes client"})
-		case client.WithWatch:
-			w := startWatch(ctx, kube, namespace, refNames(a.Spec), f.opts.SyncTimeout, log)
-			cms, closeFn = w, w.close
-		default:
-			cms = &clientConfigMaps{c: kube, namespace: namespace}
-		}
-		sources = append(sources, newSpecSource(a.Spec.Spec.Skills, cms))
-		if cms != nil {
-			sources = append(sources, &sharedSource{cms: cms})
-		}
-		sources = append(sources, newBuiltinSource())
+		sources, notes, closeFn = f.clusterSources(ctx, a, namespace, log)
 	} else {
-		var cms configMaps
-		if f.opts.ManifestsDir != "" {
-			if all, err := f.manifestConfigMaps(); err != nil {
-				notes = append(notes, Problem{Level: LevelAgent, Origin: f.opts.ManifestsDir, Err: err, Fix: "fix the manifests"})
-			} else {
-				cms = newStaticConfigMaps(f.opts.ManifestsDir, namespace, all)
-			}
-		}
-		agentSources := []source{newSpecSource(a.Spec.Spec.Skills, cms)}
-		if f.opts.ManifestsDir != "" {
-			agentSources = append(agentSources, newFolderSource(filepath.Join(f.opts.ManifestsDir, "skills"), LevelAgent))
-		}
-		sources = append(sources, agentSources...)
-		if cms != nil {
-			sources = append(sources, &sharedSource{cms: cms})
-		}
-		home, err := f.home()
-		if err != nil {
-			notes = append(notes, Problem{Level: LevelShared, Origin: "home folder", Err: err, Fix: "set HOME"})
-		} else {
-			picobot := filepath.Join(home, ".picobot", "skills")
-			f.install(picobot, log)
-			if f.installErr != nil {
-				notes = append(notes, Problem{Level: LevelBuiltin, Origin: picobot, Err: f.installErr,
-					Fix: "make " + picobot + " writable; the built-in skills are still served from the binary"})
-			}
-			sources = append(sources, newFolderSource(picobot, LevelShared), newBuiltinSource(),
-				newFolderSource(filepath.Join(home, ".agents", "skills"), LevelUser))
-		}
+		sources, notes = f.embeddedSources(a, namespace, log)
 	}
 	for _, n := range notes {
 		log.Warn("Skills are limited", "origin", n.Origin, "error", n.Err)
@@ -152,6 +109,66 @@ func (f *Feature) Build(ctx context.Context, a *feature.Agent) (feature.Parts, e
 		Health: func(ctx context.Context) []health.Check { return cat.health(ctx, checkName, notes) },
 		Close:  closeFn,
 	}, nil
+}
+
+// clusterSources lists the skill sources of an agent in cluster mode, with the setup's problems and the watch's close function.
+func (f *Feature) clusterSources(ctx context.Context, a *feature.Agent, namespace string, log *slog.Logger) ([]source, []Problem, func()) {
+	var sources []source
+	var notes []Problem
+	var closeFn func()
+	var cms configMaps
+	switch kube := a.Host.Kube.(type) {
+	case nil:
+		notes = append(notes, Problem{Level: LevelShared, Origin: "cluster", Err: fmt.Errorf("no Kubernetes client, so ConfigMap skills are not available"),
+			Fix: "run the session with a Kubernetes client"})
+	case client.WithWatch:
+		w := startWatch(ctx, kube, namespace, refNames(a.Spec), f.opts.SyncTimeout, log)
+		cms, closeFn = w, w.close
+	default:
+		cms = &clientConfigMaps{c: kube, namespace: namespace}
+	}
+	sources = append(sources, newSpecSource(a.Spec.Spec.Skills, cms))
+	if cms != nil {
+		sources = append(sources, &sharedSource{cms: cms})
+	}
+	sources = append(sources, newBuiltinSource())
+	return sources, notes, closeFn
+}
+
+// embeddedSources lists the skill sources of an agent in embedded mode, with the setup's problems.
+func (f *Feature) embeddedSources(a *feature.Agent, namespace string, log *slog.Logger) ([]source, []Problem) {
+	var sources []source
+	var notes []Problem
+	var cms configMaps
+	if f.opts.ManifestsDir != "" {
+		if all, err := f.manifestConfigMaps(); err != nil {
+			notes = append(notes, Problem{Level: LevelAgent, Origin: f.opts.ManifestsDir, Err: err, Fix: "fix the manifests"})
+		} else {
+			cms = newStaticConfigMaps(f.opts.ManifestsDir, namespace, all)
+		}
+	}
+	agentSources := []source{newSpecSource(a.Spec.Spec.Skills, cms)}
+	if f.opts.ManifestsDir != "" {
+		agentSources = append(agentSources, newFolderSource(filepath.Join(f.opts.ManifestsDir, "skills"), LevelAgent))
+	}
+	sources = append(sources, agentSources...)
+	if cms != nil {
+		sources = append(sources, &sharedSource{cms: cms})
+	}
+	home, err := f.home()
+	if err != nil {
+		notes = append(notes, Problem{Level: LevelShared, Origin: "home folder", Err: err, Fix: "set HOME"})
+	} else {
+		picobot := filepath.Join(home, ".picobot", "skills")
+		f.install(picobot, log)
+		if f.installErr != nil {
+			notes = append(notes, Problem{Level: LevelBuiltin, Origin: picobot, Err: f.installErr,
+				Fix: "make " + picobot + " writable; the built-in skills are still served from the binary"})
+		}
+		sources = append(sources, newFolderSource(picobot, LevelShared), newBuiltinSource(),
+			newFolderSource(filepath.Join(home, ".agents", "skills"), LevelUser))
+	}
+	return sources, notes
 }
 
 // health reports the skill count and one failed check per problem.

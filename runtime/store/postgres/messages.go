@@ -70,6 +70,26 @@ func (s *Store) appendMessages(ctx context.Context, sessionID string, msgs []sto
 		}
 	}()
 
+	out, lastSeq, lastAt, batch, err := queueNewMessages(tenant, sessionID, msgs, stored, lastSeq, now)
+	if err != nil {
+		return nil, err
+	}
+	if batch.Len() > 0 {
+		batch.Queue(sqlAdvanceSession, tenant, sessionID, lastSeq, lastAt)
+		// Close reports the first failed statement; the rollback above then
+		// discards the ones before it.
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// queueNewMessages gives msgs not yet stored the Seqs after lastSeq and a CreatedAt, and queues their inserts; stored ones come back as duplicates.
+func queueNewMessages(tenant, sessionID string, msgs, stored []store.Message, lastSeq int64, now time.Time) ([]store.Message, int64, time.Time, *pgx.Batch, error) {
 	seen := make(map[string]store.Message, len(stored)+len(msgs))
 	for _, m := range stored {
 		seen[m.ID] = m
@@ -93,23 +113,12 @@ func (s *Store) appendMessages(ctx context.Context, sessionID string, msgs []sto
 			lastAt = m.CreatedAt
 		}
 		if err := queueInsert(batch, m); err != nil {
-			return nil, err
+			return nil, 0, time.Time{}, nil, err
 		}
 		seen[m.ID] = m
 		out[i] = m
 	}
-	if batch.Len() > 0 {
-		batch.Queue(sqlAdvanceSession, tenant, sessionID, lastSeq, lastAt)
-		// Close reports the first failed statement; the rollback above then
-		// discards the ones before it.
-		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return nil, err
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, lastSeq, lastAt, batch, nil
 }
 
 // queueInsert queues the insert of one new message (tenant, session and seq

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
+
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/tool"
@@ -82,65 +84,78 @@ func (t *tools) update(ctx context.Context, _ tool.Env, a updateArgs, toRoot boo
 		}
 	}
 	j, err := t.b.update(ctx, a.JobID, func(j *job) error {
-		s := &j.Spec
-		if a.Name != nil {
-			j.Name = strings.TrimSpace(*a.Name)
-		}
-		if a.Prompt != nil {
-			s.Prompt = *a.Prompt
-		}
-		if a.Schedule != nil {
-			s.Schedule = sched
-		}
-		if a.Channel != nil || a.ChatID != nil {
-			var channel, chat string
-			if s.Target != nil {
-				channel, chat = s.Target.Channel, s.Target.ChatID
-			}
-			if a.Channel != nil {
-				channel = strings.TrimSpace(*a.Channel)
-			}
-			if a.ChatID != nil {
-				chat = strings.TrimSpace(*a.ChatID)
-			}
-			switch {
-			case channel == "" && chat == "":
-				s.Target = nil
-			case channel == "" || chat == "":
-				return &invalidError{msg: "the job needs both a channel and a chat_id (or neither, with delivery_policy never)"}
-			default:
-				s.Target = &picobotv1alpha1.DeliveryTarget{Channel: channel, ChatID: chat}
-			}
-		}
-		switch {
-		case toRoot:
-			s.AgentRef = nil
-		case a.AgentID != nil:
-			s.AgentRef = agentSpec.AgentRef
-		}
-		if a.DeliveryPolicy != nil {
-			s.DeliveryPolicy = picobotv1alpha1.DeliveryPolicy(*a.DeliveryPolicy)
-		}
-		if a.MissedRunPolicy != nil {
-			s.MissedRunPolicy = picobotv1alpha1.MissedRunPolicy(*a.MissedRunPolicy)
-			if s.MissedRunPolicy != picobotv1alpha1.MissedCatchUp {
-				s.CatchUpWindow = nil
-			}
-		}
-		retargeted := a.Channel != nil || a.ChatID != nil || a.DeliveryPolicy != nil
-		if retargeted && s.Target == nil && s.DeliveryPolicy != picobotv1alpha1.DeliveryNever {
-			return &invalidError{msg: "the job has no target to deliver to: give channel and chat_id, or delivery_policy never"}
-		}
-		// A one-shot job must lie in the future when it gets a new
-		// schedule or stays enabled.
-		future := a.Schedule != nil || (s.Schedule.At != nil && j.enabled())
-		if err := scheduler.ValidateSpec(*s, t.now(), future); err != nil {
-			return &invalidError{msg: err.Error()}
-		}
-		return nil
+		return t.applyUpdate(j, a, toRoot, sched, agentSpec.AgentRef)
 	})
 	if err != nil {
 		return t.fail(a.JobID, err)
 	}
 	return t.report(fmt.Sprintf("Updated job %q.", j.ID), j)
+}
+
+// applyUpdate makes a's changes to j and validates the result, without calling out.
+func (t *tools) applyUpdate(j *job, a updateArgs, toRoot bool, sched picobotv1alpha1.Schedule, agentRef *corev1.LocalObjectReference) error {
+	s := &j.Spec
+	if a.Name != nil {
+		j.Name = strings.TrimSpace(*a.Name)
+	}
+	if a.Prompt != nil {
+		s.Prompt = *a.Prompt
+	}
+	if a.Schedule != nil {
+		s.Schedule = sched
+	}
+	if a.Channel != nil || a.ChatID != nil {
+		if err := retarget(s, a.Channel, a.ChatID); err != nil {
+			return err
+		}
+	}
+	switch {
+	case toRoot:
+		s.AgentRef = nil
+	case a.AgentID != nil:
+		s.AgentRef = agentRef
+	}
+	if a.DeliveryPolicy != nil {
+		s.DeliveryPolicy = picobotv1alpha1.DeliveryPolicy(*a.DeliveryPolicy)
+	}
+	if a.MissedRunPolicy != nil {
+		s.MissedRunPolicy = picobotv1alpha1.MissedRunPolicy(*a.MissedRunPolicy)
+		if s.MissedRunPolicy != picobotv1alpha1.MissedCatchUp {
+			s.CatchUpWindow = nil
+		}
+	}
+	retargeted := a.Channel != nil || a.ChatID != nil || a.DeliveryPolicy != nil
+	if retargeted && s.Target == nil && s.DeliveryPolicy != picobotv1alpha1.DeliveryNever {
+		return &invalidError{msg: "the job has no target to deliver to: give channel and chat_id, or delivery_policy never"}
+	}
+	// A one-shot job must lie in the future when it gets a new
+	// schedule or stays enabled.
+	future := a.Schedule != nil || (s.Schedule.At != nil && j.enabled())
+	if err := scheduler.ValidateSpec(*s, t.now(), future); err != nil {
+		return &invalidError{msg: err.Error()}
+	}
+	return nil
+}
+
+// retarget sets s's delivery target, keeping the stored channel or chat_id where one is nil.
+func retarget(s *picobotv1alpha1.CronJobSpec, channelArg, chatArg *string) error {
+	var channel, chat string
+	if s.Target != nil {
+		channel, chat = s.Target.Channel, s.Target.ChatID
+	}
+	if channelArg != nil {
+		channel = strings.TrimSpace(*channelArg)
+	}
+	if chatArg != nil {
+		chat = strings.TrimSpace(*chatArg)
+	}
+	switch {
+	case channel == "" && chat == "":
+		s.Target = nil
+	case channel == "" || chat == "":
+		return &invalidError{msg: "the job needs both a channel and a chat_id (or neither, with delivery_policy never)"}
+	default:
+		s.Target = &picobotv1alpha1.DeliveryTarget{Channel: channel, ChatID: chat}
+	}
+	return nil
 }
