@@ -183,6 +183,27 @@ func (s *Server) openAIFail(w http.ResponseWriter, r *http.Request, err error) {
 	writeOpenAIError(w, status, typ, oaCode, param, errorMessage(code, err))
 }
 
+// HeaderIdempotencyKey makes a retried OpenAI request (same key, same API
+// key, same chat) the same message: its turn runs once and a retry gets the
+// stored answer.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// idempotentID is the message id of a request: derived from its
+// Idempotency-Key and API key when it has one, else fresh.
+func idempotentID(w http.ResponseWriter, r *http.Request, fresh string) (string, bool) {
+	key := r.Header.Get(HeaderIdempotencyKey)
+	if key == "" {
+		return fresh, true
+	}
+	if len(key) > 255 || strings.ContainsFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) {
+		badOpenAI(w, "header "+HeaderIdempotencyKey, "%s must be 1-255 visible ASCII characters", HeaderIdempotencyKey)
+		return "", false
+	}
+	p, _ := PrincipalFrom(r.Context())
+	sum := sha256.Sum256([]byte(p.KeyID + "\x00" + key))
+	return "oa-k-" + hex.EncodeToString(sum[:12]), true
+}
+
 func badOpenAI(w http.ResponseWriter, param, format string, args ...any) {
 	writeOpenAIError(w, http.StatusBadRequest, "invalid_request_error", "", param, fmt.Sprintf(format, args...))
 }
@@ -302,7 +323,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := newRequestID("chatcmpl-")
-	send := Send{ID: "oa-" + id[len("chatcmpl-"):], Channel: ChannelOpenAI, Agent: req.Model, ChatID: chatID, Text: text}
+	msgID, ok := idempotentID(w, r, "oa-"+id[len("chatcmpl-"):])
+	if !ok {
+		return
+	}
+	send := Send{ID: msgID, Channel: ChannelOpenAI, Agent: req.Model, ChatID: chatID, Text: text}
 	if req.Stream {
 		s.streamCompletion(w, r, req, id, send)
 		return
@@ -331,6 +356,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	stop := "stop"
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-PicoBot-Session", out.SessionID)
+	if out.Duplicate {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	_ = json.NewEncoder(w).Encode(oaCompletion{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
 		Choices: []oaChoice{{Message: &oaReplyMessage{Role: "assistant", Content: joinFiles(out.Text, files.markdown())}, FinishReason: &stop}}, Usage: &u})
 }

@@ -3,7 +3,9 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -307,4 +309,58 @@ func TestOpenAIStreamStartsAtOnceAndKeepsAlive(t *testing.T) {
 	}
 	g.Expect(stream.Err()).NotTo(HaveOccurred())
 	g.Expect(acc.Choices[0].Message.Content).To(Equal("again"))
+}
+
+// A request retried with the same Idempotency-Key (the client lost the
+// answer) runs its turn once: the retry gets the stored answer, marked as a
+// replay. Another key, or no key, is a new message. REST sends with the
+// same id get the stored answer too.
+func TestOpenAIIdempotencyKey(t *testing.T) {
+	g := NewWithT(t)
+	e := start(t, nil)
+	e.llm.Respond(func(rec fakellm.Recorded) fakellm.Turn {
+		return fakellm.Turn{Text: fmt.Sprintf("answer %d", len(e.llm.Requests()))}
+	})
+	post := func(key string) (string, string) {
+		h := http.Header{}
+		if key != "" {
+			h.Set("Idempotency-Key", key)
+		}
+		res, err := e.a.Request(http.MethodPost, "/v1/chat/completions",
+			`{"model":"assistant","user":"idem","messages":[{"role":"user","content":"book it"}]}`, h)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.Status).To(Equal(http.StatusOK), "%s", res.Body)
+		var body struct {
+			Choices []struct {
+				Message struct{ Content string } `json:"message"`
+			} `json:"choices"`
+		}
+		g.Expect(json.Unmarshal(res.Body, &body)).To(Succeed())
+		return body.Choices[0].Message.Content, res.Header.Get("Idempotent-Replayed")
+	}
+	first, replayed := post("order-42")
+	g.Expect(first).To(Equal("answer 1"))
+	g.Expect(replayed).To(BeEmpty())
+	again, replayed := post("order-42")
+	g.Expect(again).To(Equal("answer 1"), "the stored answer, not a second turn")
+	g.Expect(replayed).To(Equal("true"))
+	other, _ := post("order-43")
+	g.Expect(other).To(Equal("answer 2"))
+	none, _ := post("")
+	g.Expect(none).To(Equal("answer 3"))
+	g.Expect(e.llm.Requests()).To(HaveLen(3))
+	res, err := e.a.Request(http.MethodPost, "/v1/chat/completions",
+		`{"model":"assistant","messages":[{"role":"user","content":"x"}]}`, http.Header{"Idempotency-Key": {"bad key"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Status).To(Equal(http.StatusBadRequest))
+
+	send := map[string]any{"id": "rest-1", "agent": "assistant", "chat_id": "idem", "text": "hello"}
+	status, body := e.a.Do(t, http.MethodPost, "/api/v1/send", send)
+	g.Expect(status).To(Equal(http.StatusOK))
+	g.Expect(body).To(HaveKeyWithValue("text", "answer 4"))
+	status, body = e.a.Do(t, http.MethodPost, "/api/v1/send", send)
+	g.Expect(status).To(Equal(http.StatusOK))
+	g.Expect(body).To(HaveKeyWithValue("text", "answer 4"), "duplicate beside the real text")
+	g.Expect(body).To(HaveKeyWithValue("duplicate", true))
+	g.Expect(e.llm.Requests()).To(HaveLen(4))
 }

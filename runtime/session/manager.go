@@ -194,8 +194,12 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		in.MessageID = "m_" + NewDialogID()[2:] + fmt.Sprint(m.cfg.Clock.Now().UnixNano())
 	}
 	t, err := m.prepare(ctx, id, in)
+	var dup *duplicateError
+	if errors.As(err, &dup) {
+		return m.duplicate(ctx, id, dup)
+	}
 	if t == nil {
-		return Reply{SessionID: id.String(), Duplicate: err == nil}, err
+		return Reply{SessionID: id.String()}, err
 	}
 	m.run(ctx, t, in)
 	return m.finish(ctx, t, in.MessageID)
@@ -247,8 +251,12 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, err
 		// A runtime that died between storing the message and storing its
 		// turn (phase 3 writes the whole turn at once, so nothing half-done
 		// is stored) left it unfinished: run the turn now, once.
-		if resume, err := m.unfinished(ctx, sid, in.MessageID); err != nil || !resume {
+		resume, running, err := m.unfinished(ctx, sid, in.MessageID)
+		if err != nil {
 			return nil, err
+		}
+		if !resume {
+			return nil, &duplicateError{user: stored[0], running: running}
 		}
 	}
 	history, err := m.history(ctx, id) // read only: the loop works on a copy
@@ -377,19 +385,55 @@ func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.Canc
 
 // unfinished reports whether the stored user message id is the session's last
 // message, i.e. its turn never got stored, and no turn of the session is
-// running in this manager (the lease makes this manager the only runner).
-func (m *Manager) unfinished(ctx context.Context, sid, messageID string) (bool, error) {
+// running in this manager (the lease makes this manager the only runner);
+// running reports a turn of the session in progress here.
+func (m *Manager) unfinished(ctx context.Context, sid, messageID string) (resume, running bool, err error) {
 	m.mu.Lock()
-	_, running := m.running[sid]
+	_, running = m.running[sid]
 	m.mu.Unlock()
 	if running {
-		return false, nil
+		return false, true, nil
 	}
 	last, err := m.cfg.Store.LoadMessages(ctx, sid, store.LoadOptions{Last: 1})
 	if err != nil {
-		return false, fmt.Errorf("failed to load session %q: %w", sid, err)
+		return false, false, fmt.Errorf("failed to load session %q: %w", sid, err)
 	}
-	return len(last) == 1 && last[0].ID == messageID && last[0].Role == llm.RoleUser, nil
+	return len(last) == 1 && last[0].ID == messageID && last[0].Role == llm.RoleUser, false, nil
+}
+
+// duplicateError says a message id was stored before and its turn is not to
+// run again.
+type duplicateError struct {
+	user    store.Message
+	running bool
+}
+
+func (e *duplicateError) Error() string { return "message " + e.user.ID + " was received before" }
+
+// duplicate answers a message received before with the answer its turn
+// stored: the last assistant message without tool calls between it and the
+// next user message. While a turn of the session still runs here the answer
+// may not be stored yet, so the sender is told to retry (busy) rather than
+// given an empty answer.
+func (m *Manager) duplicate(ctx context.Context, id ID, dup *duplicateError) (Reply, error) {
+	reply := Reply{SessionID: id.String(), Duplicate: true}
+	after, err := m.cfg.Store.LoadMessages(ctx, id.String(), store.LoadOptions{AfterSeq: dup.user.Seq})
+	if err != nil {
+		return reply, fmt.Errorf("failed to load the answer of message %q: %w", dup.user.ID, err)
+	}
+	answered := false
+	for _, msg := range after {
+		if msg.Role == llm.RoleUser {
+			break
+		}
+		if msg.Role == llm.RoleAssistant && len(msg.ToolCalls) == 0 {
+			reply.Text, answered = msg.Content, true
+		}
+	}
+	if !answered && dup.running {
+		return reply, fmt.Errorf("%w: message %q is still being answered; retry with the same id", ErrBusy, dup.user.ID)
+	}
+	return reply, nil
 }
 
 // leaseFresh reports whether this manager took or renewed the session's
