@@ -77,6 +77,14 @@ func TestToolFilesReachTheClient(t *testing.T) {
 	ws := e.a.Dial(t)
 	frames := ws.Exchange(t, frame{"id": "m1", "agent": "assistant", "chat_id": "tab1", "text": "show me the chart"})
 	g.Expect(gatewaytest.ErrorFrame(frames)).To(BeNil())
+	events := 0
+	for _, f := range frames {
+		if f["type"] == "event" {
+			events++
+			g.Expect(f).To(HaveKeyWithValue("session", "web:assistant/tab1:default"), "every event frame names its session (docs/protocol.md)")
+		}
+	}
+	g.Expect(events).To(BeNumerically(">=", 2))
 	result := gatewaytest.Event(frames, "tool_result")
 	g.Expect(result).To(HaveKeyWithValue("name", "send_message"))
 	g.Expect(result["content"]).To(HavePrefix("Attached chart.png to your reply"))

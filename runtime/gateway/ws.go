@@ -298,20 +298,12 @@ func (s *Server) wsDialog(ctx context.Context, c *conn, f frame) {
 }
 
 func (s *Server) turn(ctx context.Context, c *conn, f frame) {
-	var session string
-	var smu sync.Mutex
 	sink := func(e turn.Event) {
 		if b := toEventBody(e); b != nil {
-			smu.Lock()
-			sid := session
-			smu.Unlock()
-			c.send(frame{Type: "event", ID: f.ID, Session: sid, Event: b})
+			c.send(frame{Type: "event", ID: f.ID, Session: e.Session, Event: b})
 		}
 	}
 	out, err := s.backend.Handle(ctx, Send{ID: f.ID, Channel: ChannelWeb, Agent: f.Agent, ChatID: f.ChatID, Text: f.Text, Sink: sink})
-	smu.Lock()
-	session = out.SessionID
-	smu.Unlock()
 	switch {
 	case err != nil:
 		code := errorCode(err, CodeUnknownSession)

@@ -55,8 +55,9 @@ func (m *Manager) newTurnFiles(ctx context.Context, sid string, sink func(turn.E
 	return &turnFiles{ctx: context.WithoutCancel(ctx), sid: sid, saver: m.cfg.Artifacts, url: m.cfg.ArtifactURL, sink: sink}
 }
 
-// emit is the loop's sink.
+// emit is the loop's sink: it stamps the session and stores the files.
 func (t *turnFiles) emit(e turn.Event) {
+	e.Session = t.sid
 	switch e.Kind {
 	case turn.EventToolResult:
 		if e.ToolResult != nil {

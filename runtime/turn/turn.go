@@ -41,6 +41,11 @@ type Event struct {
 	// loop stores nothing and leaves it empty; the session runtime fills it
 	// in as it stores the tools' artifacts.
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// Session is the id of the session the turn runs in; the loop leaves
+	// it empty and the session manager stamps it, so clients learn the
+	// session from the first event (an optional field: readers of frame
+	// version 2 that do not know it ignore it).
+	Session string `json:"session,omitempty"`
 }
 
 // UnmarshalJSON reads an Event, also as session pods before the event
