@@ -132,6 +132,7 @@ const (
 	CodeUnsupportedMedia = protocol.CodeUnsupportedMedia
 	CodeMisdirected      = protocol.CodeMisdirected
 	CodeModelRejected    = protocol.CodeModelRejected
+	CodeDeadLetter       = protocol.CodeDeadLetter
 	CodeRateLimited      = protocol.CodeRateLimited
 	CodeNoModel          = protocol.CodeNoModel
 	CodeUnavailable      = protocol.CodeUnavailable
@@ -155,6 +156,7 @@ var statusOf = map[string]int{
 	CodeUnsupportedMedia: http.StatusUnsupportedMediaType,
 	CodeMisdirected:      http.StatusMisdirectedRequest,
 	CodeModelRejected:    http.StatusBadRequest,
+	CodeDeadLetter:       http.StatusInternalServerError,
 	CodeRateLimited:      http.StatusTooManyRequests,
 	CodeNoModel:          http.StatusServiceUnavailable,
 	CodeUnavailable:      http.StatusServiceUnavailable,

@@ -135,6 +135,7 @@ const (
 	CodeRateLimited      = "rate_limited"
 	CodeNoModel          = "no_model"
 	CodeUnavailable      = "unavailable" // not queued (Redis down); resend with the same id
+	CodeDeadLetter       = "dead_letter" // set aside after too many deliveries (sessionrt.MaxDeliveries)
 	CodeInternal         = "internal"
 )
 

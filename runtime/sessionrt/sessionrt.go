@@ -23,6 +23,7 @@ package sessionrt
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -110,7 +111,30 @@ type Config struct {
 	// OnQuiet is called when the chat has gone quiet after messages (the
 	// first empty wait after them); session pods return memory there.
 	OnQuiet func()
-	Log     *slog.Logger
+	// MaxDeliveries bounds how often one message is handed to a runtime
+	// (DefaultMaxDeliveries). A message whose turn kills its runtime every
+	// time (a poison message) would otherwise be taken over by the next
+	// owner for ever; past the bound it is answered with one clear error and
+	// set aside on the tenant's dead-letter stream (DeadLetterStream).
+	MaxDeliveries int
+	Log           *slog.Logger
+}
+
+// DefaultMaxDeliveries is Config.MaxDeliveries' default.
+const DefaultMaxDeliveries = 5
+
+// DeadLetterStream is the stream of a tenant's messages set aside after
+// MaxDeliveries (DeadLetter entries), for an operator to look at.
+func DeadLetterStream(tenant string) string { return bus.Key(tenant, "dead-letter") }
+
+// DeadLetter is an entry of DeadLetterStream.
+type DeadLetter struct {
+	// Stream and MessageID say where the message was; Payload is its bus
+	// payload, so it can be queued there again as it was.
+	Stream     string `json:"stream"`
+	MessageID  string `json:"message_id"`
+	Deliveries int    `json:"deliveries"`
+	Payload    []byte `json:"payload"`
 }
 
 // Runtime serves the chats of one agent of one tenant.
@@ -128,6 +152,9 @@ func New(cfg Config) *Runtime {
 	}
 	if cfg.ClaimInterval <= 0 {
 		cfg.ClaimInterval = DefaultClaimInterval
+	}
+	if cfg.MaxDeliveries <= 0 {
+		cfg.MaxDeliveries = DefaultMaxDeliveries
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -221,6 +248,9 @@ func (r *Runtime) serveHeld(ctx context.Context, c Chat) (served, lost bool, err
 // pending: the runtime is shutting down or lost the chat mid-turn, and the
 // chat's next owner runs it.
 func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) error {
+	if m.Deliveries > r.cfg.MaxDeliveries {
+		return r.deadLetter(ctx, c, m)
+	}
 	in, err := protocol.DecodeInbound(m.Payload)
 	if err != nil {
 		r.cfg.Log.Error("Dropping a chat message this runtime cannot read", "id", m.ID, "err", err)
@@ -239,6 +269,24 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) error {
 	}
 	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate}
 	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, r.coded(c, err))
+	return nil
+}
+
+// deadLetter sets a message aside on the dead-letter stream and answers it
+// with one clear error; it returns an error (leaving the message pending)
+// only when the dead-letter stream cannot be written.
+func (r *Runtime) deadLetter(ctx context.Context, c Chat, m bus.Message) error {
+	b, err := json.Marshal(DeadLetter{Stream: r.Stream(c), MessageID: m.ID, Deliveries: m.Deliveries, Payload: m.Payload})
+	if err != nil {
+		return err
+	}
+	if err := r.cfg.Bus.Publish(ctx, DeadLetterStream(r.cfg.Tenant), bus.Message{ID: m.ID, Payload: b}); err != nil {
+		return fmt.Errorf("failed to set message %q aside: %w", m.ID, err)
+	}
+	r.cfg.Log.Error("Set a message aside after too many deliveries", "id", m.ID, "chat", c.Key, "deliveries", m.Deliveries,
+		"dead_letter_stream", DeadLetterStream(r.cfg.Tenant))
+	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, &protocol.CodedError{Code: protocol.CodeDeadLetter,
+		Err: fmt.Errorf("this message was handed to the agent %d times without an answer (its turn keeps failing); it was set aside for an operator and will not be tried again", m.Deliveries)})
 	return nil
 }
 

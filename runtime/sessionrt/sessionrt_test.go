@@ -2,6 +2,7 @@ package sessionrt
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -363,4 +364,49 @@ func TestCodedMapsTurnErrorsToProtocolCodes(t *testing.T) {
 		})
 	}
 	NewWithT(t).Expect(r.coded(c, nil)).To(BeNil())
+}
+
+// A message whose turn killed its runtime on every delivery (a poison
+// message) is not taken over for ever: past MaxDeliveries it is answered
+// with one clear error and set aside on the tenant's dead-letter stream,
+// where it can be queued again as it was, and the chat goes on.
+func TestAPoisonMessageIsSetAside(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.llm.Script(fakellm.Turn{Text: "next one answered"})
+	f.queue(t, "assistant/u1/poison", "this crashes the pod")
+	stream := f.rt.Stream(f.chat)
+	// Five pods took it and died mid-turn (delivered 1 + 5 times).
+	got, err := f.bus.Fetch(f.ctx, stream, protocol.ChatGroup, "dead-pod-0", bus.FetchOptions{Count: 1, Block: time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(HaveLen(1))
+	for i := range DefaultMaxDeliveries {
+		got, err = f.bus.Claim(f.ctx, stream, protocol.ChatGroup, fmt.Sprintf("dead-pod-%d", i+1), time.Nanosecond, 1)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(HaveLen(1))
+	}
+	g.Expect(got[0].Deliveries).To(Equal(DefaultMaxDeliveries + 1))
+	f.queue(t, "assistant/u1/next", "hello")
+
+	g.Expect(f.serve(t)).To(BeTrue())
+	out := f.outcomes(t, 2)
+	g.Expect(out[0].ID).To(Equal("assistant/u1/poison"))
+	g.Expect(out[0].Code).To(Equal(protocol.CodeDeadLetter))
+	g.Expect(out[0].Err).To(ContainSubstring("set aside for an operator and will not be tried again"))
+	g.Expect(out[1].ID).To(Equal("assistant/u1/next"))
+	g.Expect(out[1].Out.Text).To(Equal("next one answered"))
+	g.Expect(f.llm.Requests()).To(HaveLen(1), "the poison message never reached the model again")
+	g.Expect(f.pending(t)).To(BeZero())
+
+	dead, err := f.bus.Fetch(f.ctx, DeadLetterStream("team-a"), "ops", "me", bus.FetchOptions{Count: 10, Block: time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dead).To(HaveLen(1))
+	var dl DeadLetter
+	g.Expect(json.Unmarshal(dead[0].Payload, &dl)).To(Succeed())
+	g.Expect(dl.Stream).To(Equal(stream))
+	g.Expect(dl.MessageID).To(Equal("assistant/u1/poison"))
+	g.Expect(dl.Deliveries).To(Equal(DefaultMaxDeliveries + 2))
+	in, err := protocol.DecodeInbound(dl.Payload)
+	g.Expect(err).NotTo(HaveOccurred(), "the payload is the message as it was")
+	g.Expect(in.Text).To(Equal("this crashes the pod"))
 }
