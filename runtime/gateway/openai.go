@@ -247,13 +247,8 @@ func lastUserText(msgs []oaMessage) (string, string) {
 // with the text of its last user message; on a bad request it has answered it
 // and reports false.
 func readCompletion(w http.ResponseWriter, r *http.Request) (oaRequest, string, bool) {
-	data, err := io.ReadAll(r.Body)
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		writeOpenAIErrorCode(w, CodeTooLarge, fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit))
-		return oaRequest{}, "", false
-	case err != nil:
+	data, err := io.ReadAll(r.Body) // in memory: guard read it within the size and time limits
+	if err != nil {
 		badOpenAI(w, "", "failed to read request body: %v", err)
 		return oaRequest{}, "", false
 	}

@@ -64,31 +64,40 @@ func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Requ
 }
 
 // authenticate resolves r to its principal. A client address that failed
-// too often is refused before its key is looked at; every failure is logged
-// (address and path, never key material) and counted against the address.
+// too often is refused before its key is looked at.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, style errStyle, fail func(code, msg string)) (Principal, bool) {
 	if blocked, wait := s.authFails.blocked(r); blocked {
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
 		fail(CodeRateLimited, fmt.Sprintf("too many failed authentications from this address; retry in %s", wait.Round(time.Second)))
 		return Principal{}, false
 	}
-	token := bearer(r, style == styleProtocol)
+	p, err := s.principal(r, bearer(r, style == styleProtocol), true)
+	if err != nil {
+		fail(CodeUnauthorized, "missing or wrong API key: send Authorization: Bearer <key>")
+		return Principal{}, false
+	}
+	return p, true
+}
+
+// principal authenticates r with token. When count is set, a refused key is
+// logged (address and path, never key material) and counted against r's
+// address.
+func (s *Server) principal(r *http.Request, token string, count bool) (Principal, error) {
 	p, err := s.auth.Authenticate(r, token)
 	if err == nil && p.Tenant == "" {
 		err = errors.New("authenticator returned a principal without a tenant")
 	}
-	if err == nil {
-		return p, true
-	}
-	if errors.Is(err, ErrUnauthorized) {
+	switch {
+	case err == nil:
+		return p, nil
+	case !errors.Is(err, ErrUnauthorized):
+		s.log.Error("Failed to authenticate request", "path", r.URL.Path, "err", err)
+	case count:
 		s.authFails.fail(r)
 		s.log.Warn("Authentication failed", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path,
 			"key_sent", token != "", "reason", err.Error())
-	} else {
-		s.log.Error("Failed to authenticate request", "path", r.URL.Path, "err", err)
 	}
-	fail(CodeUnauthorized, "missing or wrong API key: send Authorization: Bearer <key>")
-	return Principal{}, false
+	return Principal{}, err
 }
 
 // readBody reads a request's body whole, within the body timeout, so a
@@ -147,12 +156,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, notFoun
 // decode reads a JSON body into v. A missing body decodes nothing when
 // optional. It answers the error itself and reports false on failure.
 func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
-	data, err := io.ReadAll(r.Body)
-	var mbe *http.MaxBytesError
+	data, err := io.ReadAll(r.Body) // in memory: guard read it within the size and time limits
 	switch {
-	case errors.As(err, &mbe):
-		writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit))
-		return false
 	case err != nil:
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "failed to read request body: "+err.Error())
 		return false
@@ -196,12 +201,8 @@ func (s *Server) healthDetails(r *http.Request) bool {
 		return false
 	}
 	token := bearer(r, true)
-	p, err := s.auth.Authenticate(r, token)
-	if err != nil && token != "" {
-		s.authFails.fail(r)
-		s.log.Warn("Authentication failed", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "key_sent", true)
-	}
-	return err == nil && p.Tenant != ""
+	_, err := s.principal(r, token, token != "") // a probe without a key is no failed login
+	return err == nil
 }
 
 func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
