@@ -193,10 +193,9 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	if in.MessageID == "" {
 		in.MessageID = "m_" + NewDialogID()[2:] + fmt.Sprint(m.cfg.Clock.Now().UnixNano())
 	}
-	t, err := m.prepare(ctx, id, in)
-	var dup *duplicateError
-	if errors.As(err, &dup) {
-		return m.duplicate(ctx, id, dup)
+	t, dup, err := m.prepare(ctx, id, in)
+	if dup != nil {
+		return m.answerDuplicate(ctx, id, dup)
 	}
 	if t == nil {
 		return Reply{SessionID: id.String()}, err
@@ -225,8 +224,8 @@ type pending struct {
 
 // prepare is phase 1: under the session lock it takes the lease, stores the
 // user message and builds the turn's history and system prompt. It returns
-// no turn, and no error, when the message was processed before.
-func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, error) {
+// no turn but the duplicate when the message was processed before.
+func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *duplicate, error) {
 	sid := id.String()
 	unlock := m.lock(sid)
 	defer unlock()
@@ -235,16 +234,16 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, err
 	if !m.leaseFresh(sid) {
 		ok, err := m.cfg.Store.AcquireLease(ctx, sid, m.cfg.Holder, m.cfg.LeaseTTL)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !ok {
-			return nil, fmt.Errorf("%w: %s", ErrBusy, sid)
+			return nil, nil, fmt.Errorf("%w: %s", ErrBusy, sid)
 		}
 		m.markLeased(sid)
 	}
 	stored, err := m.cfg.Store.AppendMessages(ctx, sid, store.Message{ID: in.MessageID, Role: llm.RoleUser, Content: in.Text})
 	if err != nil {
-		return nil, fmt.Errorf("failed to store message of session %q: %w", sid, err)
+		return nil, nil, fmt.Errorf("failed to store message of session %q: %w", sid, err)
 	}
 	m.extendHistory(sid, stored, true)
 	if stored[0].Duplicate {
@@ -253,31 +252,31 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, err
 		// is stored) left it unfinished: run the turn now, once.
 		resume, running, err := m.unfinished(ctx, sid, in.MessageID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !resume {
-			return nil, &duplicateError{user: stored[0], running: running}
+			return nil, &duplicate{user: stored[0], running: running}, nil
 		}
 	}
 	history, err := m.history(ctx, id) // read only: the loop works on a copy
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	system := m.systemPrompt(ctx, id, in.Text)
 	history, compressed, err := m.compress(ctx, id, system, history, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if compressed {
 		if err := m.markCompressed(ctx, sid, stored[0].CreatedAt); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	// Marked running before the lock goes, so a redelivery of this message
 	// cannot start the same turn again (see unfinished).
 	turnCtx, cancel := context.WithCancelCause(ctx)
 	m.setRunning(sid, cancel)
-	return &pending{id: id, sid: sid, userAt: stored[0].CreatedAt, system: system, history: history, ctx: turnCtx, cancel: cancel}, nil
+	return &pending{id: id, sid: sid, userAt: stored[0].CreatedAt, system: system, history: history, ctx: turnCtx, cancel: cancel}, nil, nil
 }
 
 // systemPrompt is the agent's system prompt with what Config.Prompt adds for
@@ -401,21 +400,19 @@ func (m *Manager) unfinished(ctx context.Context, sid, messageID string) (resume
 	return len(last) == 1 && last[0].ID == messageID && last[0].Role == llm.RoleUser, false, nil
 }
 
-// duplicateError says a message id was stored before and its turn is not to
-// run again.
-type duplicateError struct {
+// duplicate is a message whose id was stored before and whose turn is not to
+// run again (prepare's outcome for it).
+type duplicate struct {
 	user    store.Message
 	running bool
 }
 
-func (e *duplicateError) Error() string { return "message " + e.user.ID + " was received before" }
-
-// duplicate answers a message received before with the answer its turn
+// answerDuplicate answers a message received before with the answer its turn
 // stored: the last assistant message without tool calls between it and the
 // next user message. While a turn of the session still runs here the answer
 // may not be stored yet, so the sender is told to retry (busy) rather than
 // given an empty answer.
-func (m *Manager) duplicate(ctx context.Context, id ID, dup *duplicateError) (Reply, error) {
+func (m *Manager) answerDuplicate(ctx context.Context, id ID, dup *duplicate) (Reply, error) {
 	reply := Reply{SessionID: id.String(), Duplicate: true}
 	after, err := m.cfg.Store.LoadMessages(ctx, id.String(), store.LoadOptions{AfterSeq: dup.user.Seq})
 	if err != nil {
