@@ -54,6 +54,18 @@ type Input struct {
 	Stream bool
 	// Sink receives events; it must not block for long. Optional.
 	Sink func(turn.Event)
+	// Checkpoint, when set, persists the turn's progress as it is made: it
+	// receives each assistant message that calls tools before any of those
+	// tools runs, and each tool message as soon as its call has finished (in
+	// the order of the calls), so that a turn interrupted by a crash resumes
+	// from its last stored step and never runs a finished call again. An
+	// error ends the turn before anything else runs (Output still holds
+	// what was done, for the caller to store when it can).
+	Checkpoint func(ctx context.Context, m llm.Message) error
+	// StepsDone is how many model calls of this turn ran before this Run (a
+	// turn resumed after a crash, whose History ends with those steps):
+	// steps are numbered on from it and MaxSteps bounds the whole turn.
+	StepsDone int
 }
 
 // Output is what a turn produced.
@@ -115,7 +127,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	}
 	overflowRetried, truncRetried := false, false
 
-	for step = 1; step <= maxSteps; step++ {
+	for step = in.StepsDone + 1; step <= maxSteps; step++ {
 		req := llm.Request{System: system, Messages: out.History, Tools: defs, MaxTokens: l.MaxTokens}
 		partial.Reset()
 		resp, err := l.Provider.Complete(ctx, req, onDelta)
@@ -160,7 +172,14 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 			emit(turn.Event{Kind: turn.EventFinal, Step: step, Text: msg.Content})
 			return out, nil
 		}
-		l.callTools(ctx, reg, in.Env, step, msg.ToolCalls, out, emit)
+		if err := checkpoint(ctx, in.Checkpoint, msg); err != nil {
+			// Not one of these calls may run before they are on record:
+			// a crash would lose that they did.
+			return out, err
+		}
+		if err := l.callTools(ctx, reg, in, step, msg.ToolCalls, out, emit); err != nil {
+			return out, err
+		}
 		if ctx.Err() != nil {
 			out.StopReason = StopCancelled
 			return out, fmt.Errorf("turn cancelled: %w", ctx.Err())
@@ -195,30 +214,46 @@ func (o *Output) add(m llm.Message) {
 	o.New = append(o.New, m)
 }
 
-// callTools runs one step's tool calls and records their results, in the
-// order of the calls, as events and messages of the turn.
-func (l *Loop) callTools(ctx context.Context, reg *tool.Registry, env tool.Env, step int, calls []llm.ToolCall, out *Output, emit func(turn.Event)) {
+// checkpoint hands a message of the turn to the Input's Checkpoint, if any.
+func checkpoint(ctx context.Context, fn func(context.Context, llm.Message) error, m llm.Message) error {
+	if fn == nil {
+		return nil
+	}
+	if err := fn(ctx, m); err != nil {
+		return fmt.Errorf("failed to record the turn's progress: %w", err)
+	}
+	return nil
+}
+
+// callTools runs one step's tool calls and records each result, in the
+// order of the calls, as an event and a message of the turn, checkpointed
+// as soon as its call has finished. A checkpoint that fails ends the step:
+// the calls after it are not run.
+func (l *Loop) callTools(ctx context.Context, reg *tool.Registry, in Input, step int, calls []llm.ToolCall, out *Output, emit func(turn.Event)) error {
 	for i := range calls {
 		emit(turn.Event{Kind: turn.EventToolCall, Step: step, ToolCall: &calls[i]})
 	}
-	for i, r := range l.runTools(ctx, reg, env, calls) {
-		c := calls[i]
-		out.add(llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError})
+	return l.runTools(ctx, reg, in.Env, calls, func(c llm.ToolCall, r tool.Result) error {
+		m := llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError}
+		out.add(m)
 		out.Artifacts = append(out.Artifacts, r.Artifacts...)
 		emit(turn.Event{Kind: turn.EventToolResult, Step: step, ToolResult: &turn.ToolResult{
 			CallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError, Artifacts: r.Artifacts}})
-	}
+		return checkpoint(ctx, in.Checkpoint, m)
+	})
 }
 
 // runTools executes one batch of calls: concurrently when every tool is
-// read-only and not exclusive, otherwise in order. A call not started because
-// the turn was cancelled gets a "cancelled" result, so every call has a result.
-func (l *Loop) runTools(ctx context.Context, reg *tool.Registry, env tool.Env, calls []llm.ToolCall) []tool.Result {
-	results := make([]tool.Result, len(calls))
+// read-only and not exclusive, otherwise in order, handing each result to
+// done in the order of the calls (in order, as each call finishes). A call
+// not started because the turn was cancelled gets a "cancelled" result, so
+// every call has a result; an error of done stops the batch.
+func (l *Loop) runTools(ctx context.Context, reg *tool.Registry, env tool.Env, calls []llm.ToolCall, done func(llm.ToolCall, tool.Result) error) error {
 	cancelled := func(c llm.ToolCall) tool.Result {
 		return tool.Errorf("error: %s was not run: the turn was cancelled", c.Name)
 	}
 	if reg.Concurrent(calls) {
+		results := make([]tool.Result, len(calls))
 		var wg sync.WaitGroup
 		for i, c := range calls {
 			wg.Go(func() {
@@ -230,14 +265,21 @@ func (l *Loop) runTools(ctx context.Context, reg *tool.Registry, env tool.Env, c
 			})
 		}
 		wg.Wait()
-		return results
-	}
-	for i, c := range calls {
-		if ctx.Err() != nil {
-			results[i] = cancelled(c)
-			continue
+		for i, c := range calls {
+			if err := done(c, results[i]); err != nil {
+				return err
+			}
 		}
-		results[i] = reg.Execute(ctx, env, c)
+		return nil
 	}
-	return results
+	for _, c := range calls {
+		r := cancelled(c)
+		if ctx.Err() == nil {
+			r = reg.Execute(ctx, env, c)
+		}
+		if err := done(c, r); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -45,7 +45,6 @@ import (
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
-	"github.com/picobot/picobot/runtime/turn"
 )
 
 // Channel is the channel name of WebSocket and REST clients of the gateway
@@ -182,18 +181,12 @@ type Runtime struct {
 	sched   *schedulerHost  // nil without Options.Scheduler
 
 	mu      sync.Mutex
-	waiters map[string]*waiter // tenantAgent.waiterKey -> the gateway call waiting for it
+	waiters map[string]*waiter // tenantAgent.waiterKey -> the gateway calls waiting for it
 	serving map[string]bool    // chat stream -> a goroutine serves the chat (owner)
-}
-
-type waiter struct {
-	sink func(turn.Event)
-	done chan result
-}
-
-type result struct {
-	out gateway.Outcome
-	err error
+	// draining: Drain was called, no new message is taken.
+	draining bool
+	// turns counts the messages being handled (Reporter.Begin to end).
+	turns int
 }
 
 type agentRuntime struct {
@@ -302,6 +295,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		r.Close()
 		return nil, err
 	}
+	r.resumeUnfinished()
 	return r, nil
 }
 
@@ -384,10 +378,17 @@ func otherObjects(set *manifest.Set) (map[string]*corev1.Secret, *corev1.ConfigM
 // from when the folder has no Secret of that name.
 func SecretEnvName(name, key string) string { return agenthost.SecretEnvName(name, key) }
 
-// Close stops the runtime: running turns are cancelled and recorded.
-func (r *Runtime) Close() {
+// Halt cuts short the turns still running (they keep their stored steps
+// and resume at the next start; Drain first lets them finish) and waits for
+// the runtime's goroutines. Gateway calls still waiting get CodeUnavailable.
+func (r *Runtime) Halt() {
 	r.cancel()
 	r.wg.Wait()
+}
+
+// Close stops the runtime (Halt) and closes its state.
+func (r *Runtime) Close() {
+	r.Halt()
 	for _, a := range r.agents {
 		a.Close()
 		for _, ta := range a.byTenant {
@@ -473,35 +474,32 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	}
 	id := c.Key() + "/" + s.ID
 	chat := chatOf(c)
-	stream := ta.rt.Stream(chat)
-	key := ta.waiterKey(chat, id)
-	w := &waiter{sink: s.Sink, done: make(chan result, 1)}
-	r.mu.Lock()
-	if _, busy := r.waiters[key]; busy {
-		r.mu.Unlock()
-		return gateway.Outcome{}, &gateway.CodedError{Code: gateway.CodeBusy, Err: fmt.Errorf("message %q is already being processed", s.ID)}
-	}
-	r.waiters[key] = w
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.waiters, key)
-		r.mu.Unlock()
-	}()
-	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: id, Channel: chat.Channel, ChatKey: chat.Key, Text: s.Text})
+	w, first, err := r.await(ta.waiterKey(chat, id), s.Sink)
 	if err != nil {
 		return gateway.Outcome{}, err
 	}
-	if err := r.state.Bus.Publish(ctx, stream, bus.Message{ID: id, Payload: payload}); err != nil {
-		return gateway.Outcome{}, fmt.Errorf("failed to queue message: %w", err)
+	defer r.leave(ta.waiterKey(chat, id), w)
+	if first {
+		// A message id sent again while its first sending waits is not
+		// queued again: both wait for the one turn.
+		if err := r.queue(ctx, ta, chat, protocol.Inbound{ID: id, Channel: chat.Channel, ChatKey: chat.Key, Text: s.Text}); err != nil {
+			w.finish(result{err: err})
+		}
+	}
+	return w.wait(ctx, r.ctx, !first)
+}
+
+// queue puts a message on its chat's stream and has the chat served.
+func (r *Runtime) queue(ctx context.Context, ta *tenantAgent, chat sessionrt.Chat, in protocol.Inbound) error {
+	payload, err := protocol.EncodeInbound(in)
+	if err != nil {
+		return err
+	}
+	if err := r.state.Bus.Publish(ctx, ta.rt.Stream(chat), bus.Message{ID: in.ID, Payload: payload}); err != nil {
+		return fmt.Errorf("failed to queue message: %w", err)
 	}
 	r.wake(ta, chat)
-	select {
-	case res := <-w.done:
-		return res.out, res.err
-	case <-ctx.Done():
-		return gateway.Outcome{}, ctx.Err()
-	}
+	return nil
 }
 
 // Stop implements gateway.Backend: it drops the chat's queued messages and

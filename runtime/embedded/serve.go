@@ -70,13 +70,23 @@ type reporter struct {
 	ta *tenantAgent
 }
 
-// Begin implements sessionrt.Reporter.
-func (reporter) Begin(context.Context, sessionrt.Chat, string) func() { return func() {} }
+// Begin implements sessionrt.Reporter: it counts the turns in progress,
+// which Drain waits for.
+func (p reporter) Begin(context.Context, sessionrt.Chat, string) func() {
+	p.r.mu.Lock()
+	p.r.turns++
+	p.r.mu.Unlock()
+	return func() {
+		p.r.mu.Lock()
+		p.r.turns--
+		p.r.mu.Unlock()
+	}
+}
 
 // Event implements sessionrt.Reporter.
 func (p reporter) Event(_ context.Context, c sessionrt.Chat, msgID string, e turn.Event) {
-	if w := p.r.waiter(p.ta.waiterKey(c, msgID)); w != nil && w.sink != nil {
-		w.sink(e)
+	for _, sink := range p.r.sinksOf(p.ta.waiterKey(c, msgID)) {
+		sink(e)
 	}
 }
 
@@ -90,10 +100,7 @@ func (p reporter) Done(_ context.Context, c sessionrt.Chat, msgID string, out pr
 	if err != nil {
 		res.err = err
 	}
-	select {
-	case w.done <- res:
-	default:
-	}
+	w.finish(res)
 }
 
 // waiter returns the gateway call waiting for a message, or nil.

@@ -133,6 +133,7 @@ const (
 	CodeMisdirected      = protocol.CodeMisdirected
 	CodeModelRejected    = protocol.CodeModelRejected
 	CodeDeadLetter       = protocol.CodeDeadLetter
+	CodeUnanswered       = protocol.CodeUnanswered
 	CodeRateLimited      = protocol.CodeRateLimited
 	CodeNoModel          = protocol.CodeNoModel
 	CodeUnavailable      = protocol.CodeUnavailable
@@ -157,6 +158,7 @@ var statusOf = map[string]int{
 	CodeMisdirected:      http.StatusMisdirectedRequest,
 	CodeModelRejected:    http.StatusBadRequest,
 	CodeDeadLetter:       http.StatusInternalServerError,
+	CodeUnanswered:       http.StatusConflict,
 	CodeRateLimited:      http.StatusTooManyRequests,
 	CodeNoModel:          http.StatusServiceUnavailable,
 	CodeUnavailable:      http.StatusServiceUnavailable,

@@ -136,6 +136,7 @@ const (
 	CodeNoModel          = "no_model"
 	CodeUnavailable      = "unavailable" // not queued (Redis down); resend with the same id
 	CodeDeadLetter       = "dead_letter" // set aside after too many deliveries (sessionrt.MaxDeliveries)
+	CodeUnanswered       = "unanswered"  // a resent message whose turn failed and was overtaken by a later one
 	CodeInternal         = "internal"
 )
 

@@ -126,20 +126,12 @@ func (t *turnFiles) messages(out *agent.Output, userStopped bool) []llm.Message 
 		return nil
 	}
 	msgs := slices.Clone(out.New)
-	t.mu.Lock()
-	results, all := t.results, t.all
-	t.mu.Unlock()
-	k := 0
 	for i := range msgs {
-		if msgs[i].Role != llm.RoleTool {
-			continue
-		}
-		// Tool messages and tool_result events come in the same order.
-		if k < len(results) && results[k].callID == msgs[i].ToolCallID {
-			msgs[i].Content = withFiles(withNotes(msgs[i].Content, results[k].notes), results[k].refs)
-		}
-		k++
+		msgs[i] = t.decorate(msgs[i])
 	}
+	t.mu.Lock()
+	all := t.all
+	t.mu.Unlock()
 	if userStopped && out.StopReason == agent.StopCancelled {
 		msgs = append(msgs, llm.Message{Role: llm.RoleAssistant, Content: stoppedText(out.Partial)})
 	}
@@ -147,6 +139,24 @@ func (t *turnFiles) messages(out *agent.Output, userStopped bool) []llm.Message 
 		msgs[n-1].Content = withFiles(msgs[n-1].Content, all)
 	}
 	return msgs
+}
+
+// decorate returns a tool message with the references of its call's files
+// and the notes on those that could not be stored; other messages as they
+// are.
+func (t *turnFiles) decorate(m llm.Message) llm.Message {
+	if m.Role != llm.RoleTool {
+		return m
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range t.results {
+		if r.callID == m.ToolCallID {
+			m.Content = withFiles(withNotes(m.Content, r.notes), r.refs)
+			break
+		}
+	}
+	return m
 }
 
 // stoppedText is the stored reply of a stopped turn.

@@ -86,7 +86,7 @@ type Manager struct {
 	cfg     Config
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex
-	running map[string]context.CancelCauseFunc // session id -> cancel of its turn
+	running map[string]*runningTurn            // session id -> its turn running here
 	held    map[string]time.Time               // sessions whose lease this manager took -> when it last took or renewed it
 	hist    map[string]*storedHistory          // sessions whose lease is held -> their history as last loaded
 }
@@ -126,7 +126,7 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Workspace == nil {
 		cfg.Workspace = func(ID) string { return "" }
 	}
-	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]context.CancelCauseFunc{}, held: map[string]time.Time{},
+	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]*runningTurn{}, held: map[string]time.Time{},
 		hist: map[string]*storedHistory{}}
 }
 
@@ -201,20 +201,31 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		return Reply{SessionID: id.String()}, err
 	}
 	m.run(ctx, t, in)
-	return m.finish(ctx, t, in.MessageID)
+	return m.finish(ctx, t)
 }
 
 // pending is a model turn between its phases.
 type pending struct {
 	id  ID
 	sid string
+	// messageID is the user message's; the turn's messages are stored as
+	// <messageID>/<n>, n counting the turn's messages from 0 (turnMessageID),
+	// so that storing one again (a checkpoint, then phase 3) is a no-op.
+	messageID string
+	// base is how many messages of the turn were stored before this run
+	// (a resumed turn), stepsDone how many model calls they hold.
+	base, stepsDone int
 	// userAt is when the user message was stored (the compression mark).
 	userAt  time.Time
 	system  string
 	history []llm.Message
-	// ctx is cancelled by Stop (errStopped) or a lost lease.
+	// ctx is cancelled by Stop (errStopped), a lost lease or a shutdown.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// checkpointed counts the messages of this run stored as they came.
+	checkpointed int
+	// cut: a shutdown or a lost lease ended the turn before its answer.
+	cut bool
 	// Filled in by run.
 	out         *agent.Output
 	files       *turnFiles
@@ -246,16 +257,14 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *du
 		return nil, nil, fmt.Errorf("failed to store message of session %q: %w", sid, err)
 	}
 	m.extendHistory(sid, stored, true)
+	t := &pending{id: id, sid: sid, messageID: in.MessageID, userAt: stored[0].CreatedAt}
 	if stored[0].Duplicate {
-		// A runtime that died between storing the message and storing its
-		// turn (phase 3 writes the whole turn at once, so nothing half-done
-		// is stored) left it unfinished: run the turn now, once.
-		resume, running, err := m.unfinished(ctx, sid, in.MessageID)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !resume {
-			return nil, &duplicate{user: stored[0], running: running}, nil
+		// The message came before. Its answer may be stored, or its turn
+		// may run here now; otherwise a runtime died (or was stopped)
+		// mid-turn, and the turn resumes from its last stored step.
+		dup, err := m.resumeOrAnswer(ctx, t, stored[0])
+		if dup != nil || err != nil {
+			return nil, dup, err
 		}
 	}
 	history, err := m.history(ctx, id) // read only: the loop works on a copy
@@ -274,9 +283,10 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *du
 	}
 	// Marked running before the lock goes, so a redelivery of this message
 	// cannot start the same turn again (see unfinished).
-	turnCtx, cancel := context.WithCancelCause(ctx)
-	m.setRunning(sid, cancel)
-	return &pending{id: id, sid: sid, userAt: stored[0].CreatedAt, system: system, history: history, ctx: turnCtx, cancel: cancel}, nil, nil
+	t.ctx, t.cancel = context.WithCancelCause(ctx)
+	t.system, t.history = system, history
+	m.setRunning(sid, t.cancel)
+	return t, nil, nil
 }
 
 // systemPrompt is the agent's system prompt with what Config.Prompt adds for
@@ -301,38 +311,41 @@ func (m *Manager) run(ctx context.Context, t *pending, in Inbound) {
 	t.files = m.newTurnFiles(ctx, t.sid, in.Sink)
 	t.out, t.err = m.cfg.Loop.Run(t.ctx, agent.Input{
 		System: t.system, History: t.history, Stream: in.Stream, Sink: t.files.emit,
-		Env: tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent},
+		Env:        tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent},
+		Checkpoint: func(_ context.Context, msg llm.Message) error { return m.checkpoint(ctx, t, msg) },
+		StepsDone:  t.stepsDone,
 	})
 	stopHeartbeat()
-	m.clearRunning(t.sid)
 	t.userStopped = errors.Is(context.Cause(t.ctx), errStopped)
+	t.cut = t.err != nil && t.ctx.Err() != nil && !t.userStopped
 	t.cancel(nil)
+	m.clearRunning(t.sid)
 }
 
-// finish is phase 3: persist what the turn produced, even when it was
-// cancelled, so the tool-call chain stays whole. The text a stopped turn
-// streamed is kept only when the user stopped it: a turn cancelled by a
-// shutdown or a lost lease stores no reply, so the next owner runs the
-// message again when nothing else of the turn was stored (see unfinished).
-func (m *Manager) finish(ctx context.Context, t *pending, messageID string) (Reply, error) {
+// finish is phase 3: persist what the turn produced, even when the user
+// stopped it or it failed, so the tool-call chain stays whole (the text a
+// stopped turn streamed is kept, marked). A turn cancelled by a shutdown or
+// a lost lease stores nothing more than its checkpoints: its next owner
+// resumes it from there, and reports the call that was running as
+// interrupted rather than running it again.
+func (m *Manager) finish(ctx context.Context, t *pending) (Reply, error) {
 	unlock := m.lock(t.sid)
 	defer unlock()
 	reply := Reply{SessionID: t.sid, Output: t.out, Attachments: t.files.attachments()}
+	if t.cut {
+		return reply, errors.Join(t.err, fmt.Errorf("%w: turn of session %q was cut short; it resumes from its last stored step", ErrInterrupted, t.sid))
+	}
+	// A cancelled turn must still be recorded: use a context that outlives
+	// the caller's.
+	pctx := context.WithoutCancel(ctx)
 	if news := t.files.messages(t.out, t.userStopped); len(news) > 0 {
-		msgs := make([]store.Message, len(news))
-		for i, nm := range news {
-			msgs[i] = store.FromLLM(nm)
-			// Derived ids make a retried phase 3 idempotent.
-			msgs[i].ID = fmt.Sprintf("%s/%d", messageID, i)
+		// The checkpointed ones are stored already (storing them again
+		// would be a no-op, but costs a round trip).
+		if len(news) > t.checkpointed {
+			if err := m.storeTurn(pctx, t, t.checkpointed, news[t.checkpointed:]...); err != nil {
+				return reply, errors.Join(t.err, err)
+			}
 		}
-		// A cancelled turn must still be recorded: use a context that
-		// outlives the caller's.
-		pctx := context.WithoutCancel(ctx)
-		stored, err := m.cfg.Store.AppendMessages(pctx, t.sid, msgs...)
-		if err != nil {
-			return reply, errors.Join(t.err, fmt.Errorf("failed to store turn of session %q: %w", t.sid, err))
-		}
-		m.extendHistory(t.sid, stored, false)
 		if t.out.Compressed {
 			if err := m.markCompressed(pctx, t.sid, t.userAt); err != nil {
 				return reply, errors.Join(t.err, err)
@@ -382,56 +395,6 @@ func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.Canc
 	return func() { close(done); wg.Wait() }
 }
 
-// unfinished reports whether the stored user message id is the session's last
-// message, i.e. its turn never got stored, and no turn of the session is
-// running in this manager (the lease makes this manager the only runner);
-// running reports a turn of the session in progress here.
-func (m *Manager) unfinished(ctx context.Context, sid, messageID string) (resume, running bool, err error) {
-	m.mu.Lock()
-	_, running = m.running[sid]
-	m.mu.Unlock()
-	if running {
-		return false, true, nil
-	}
-	last, err := m.cfg.Store.LoadMessages(ctx, sid, store.LoadOptions{Last: 1})
-	if err != nil {
-		return false, false, fmt.Errorf("failed to load session %q: %w", sid, err)
-	}
-	return len(last) == 1 && last[0].ID == messageID && last[0].Role == llm.RoleUser, false, nil
-}
-
-// duplicate is a message whose id was stored before and whose turn is not to
-// run again (prepare's outcome for it).
-type duplicate struct {
-	user    store.Message
-	running bool
-}
-
-// answerDuplicate answers a message received before with the answer its turn
-// stored: the last assistant message without tool calls between it and the
-// next user message. While a turn of the session still runs here the answer
-// may not be stored yet, so the sender is told to retry (busy) rather than
-// given an empty answer.
-func (m *Manager) answerDuplicate(ctx context.Context, id ID, dup *duplicate) (Reply, error) {
-	reply := Reply{SessionID: id.String(), Duplicate: true}
-	after, err := m.cfg.Store.LoadMessages(ctx, id.String(), store.LoadOptions{AfterSeq: dup.user.Seq})
-	if err != nil {
-		return reply, fmt.Errorf("failed to load the answer of message %q: %w", dup.user.ID, err)
-	}
-	answered := false
-	for _, msg := range after {
-		if msg.Role == llm.RoleUser {
-			break
-		}
-		if msg.Role == llm.RoleAssistant && len(msg.ToolCalls) == 0 {
-			reply.Text, answered = msg.Content, true
-		}
-	}
-	if !answered && dup.running {
-		return reply, fmt.Errorf("%w: message %q is still being answered; retry with the same id", ErrBusy, dup.user.ID)
-	}
-	return reply, nil
-}
 
 // leaseFresh reports whether this manager took or renewed the session's
 // lease less than a third of its TTL ago.
@@ -448,16 +411,38 @@ func (m *Manager) markLeased(sid string) {
 	m.held[sid] = m.cfg.Clock.Now()
 }
 
+// runningTurn is a turn in progress in this manager.
+type runningTurn struct {
+	cancel context.CancelCauseFunc
+	// done is closed when the turn's loop has ended (its results are
+	// stored once the session lock, which phase 3 takes, is free again).
+	done chan struct{}
+}
+
 func (m *Manager) setRunning(sid string, cancel context.CancelCauseFunc) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.running[sid] = cancel
+	m.running[sid] = &runningTurn{cancel: cancel, done: make(chan struct{})}
 }
 
 func (m *Manager) clearRunning(sid string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.running, sid)
+	if r := m.running[sid]; r != nil {
+		close(r.done)
+		delete(m.running, sid)
+	}
+}
+
+// runningDone returns the done channel of the session's running turn, or
+// nil when none runs here.
+func (m *Manager) runningDone(sid string) <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.running[sid]; r != nil {
+		return r.done
+	}
+	return nil
 }
 
 // Stop cancels the running turn of a session (the /stop command); it reports
@@ -465,12 +450,12 @@ func (m *Manager) clearRunning(sid string) {
 // it streamed becomes its reply, marked with StoppedMarker.
 func (m *Manager) Stop(sid string) bool {
 	m.mu.Lock()
-	cancel := m.running[sid]
+	r := m.running[sid]
 	m.mu.Unlock()
-	if cancel != nil {
-		cancel(errStopped)
+	if r != nil {
+		r.cancel(errStopped)
 	}
-	return cancel != nil
+	return r != nil
 }
 
 // Release gives up the lease of a session (idle exit).

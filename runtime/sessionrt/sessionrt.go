@@ -339,6 +339,11 @@ func (r *Runtime) coded(c Chat, err error) *protocol.CodedError {
 			Err: fmt.Errorf("the model refused the request (HTTP %d): %s", se.StatusCode, se.Message)}
 	case errors.Is(err, session.ErrBusy):
 		code = protocol.CodeBusy
+	case errors.Is(err, session.ErrUnanswered):
+		code = protocol.CodeUnanswered
+	case errors.Is(err, session.ErrInterrupted):
+		return &protocol.CodedError{Code: protocol.CodeUnavailable, Err: errors.New(
+			"the turn was cut short (its runtime lost the session or is shutting down); what it did is kept and it resumes: send the message again with the same id to get its answer")}
 	case errors.Is(err, context.Canceled):
 		return &protocol.CodedError{Code: protocol.CodeStopped, Err: errors.New("stopped; what was done so far is kept")}
 	case errors.Is(err, store.ErrNotFound):

@@ -92,6 +92,7 @@ func serve(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "Address of the gateway and web UI.")
 	key := fs.String("api-key", os.Getenv("PICOBOT_API_KEY"), "API key clients must send (default $PICOBOT_API_KEY; none on loopback when empty).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for chat platform webhooks (default $PICOBOT_PUBLIC_URL; without it Telegram bots poll).")
+	grace := fs.Duration("shutdown-grace", 25*time.Second, "On SIGTERM/SIGINT, how long running turns may take to finish before they are cut short (they resume at the next start).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -158,7 +159,25 @@ func serve(args []string) error {
 	case err := <-errc:
 		return err
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return drain(rt, srv, *grace, log)
+}
+
+// drain shuts the server down cleanly: new messages are refused (resend with
+// the same id after the restart), running turns get the grace period to
+// finish, what still runs then is cut short with its steps stored (resumed
+// at the next start), and the HTTP server closes once its calls have
+// returned. A clean shutdown is not an error: the exit code is 0.
+func drain(rt *embedded.Runtime, srv *http.Server, grace time.Duration, log *slog.Logger) error {
+	log.Info("Shutting down: finishing running turns", "grace", grace)
+	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	return srv.Shutdown(shutdown)
+	rt.Drain(graceCtx)
+	rt.Halt()
+	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelShutdown()
+	if err := srv.Shutdown(shutdown); err != nil {
+		log.Warn("Closed connections still open at shutdown", "err", err)
+		return srv.Close()
+	}
+	return nil
 }

@@ -60,7 +60,13 @@ var servingRE = regexp.MustCompile(`PicoBot is serving (http://\S+)/`)
 
 func serve(tb testing.TB, dir string, env ...string) *serveProc {
 	tb.Helper()
-	cmd := exec.Command(picobotBin, "serve", "--dir", dir, "--addr", "127.0.0.1:0")
+	return serveArgs(tb, dir, []string{"--addr", "127.0.0.1:0"}, env...)
+}
+
+// serveArgs starts `picobot serve --dir dir` with more flags.
+func serveArgs(tb testing.TB, dir string, args []string, env ...string) *serveProc {
+	tb.Helper()
+	cmd := exec.Command(picobotBin, append([]string{"serve", "--dir", dir}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
