@@ -86,9 +86,9 @@ type Manager struct {
 	cfg     Config
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex
-	running map[string]*runningTurn            // session id -> its turn running here
-	held    map[string]time.Time               // sessions whose lease this manager took -> when it last took or renewed it
-	hist    map[string]*storedHistory          // sessions whose lease is held -> their history as last loaded
+	running map[string]*runningTurn   // session id -> its turn running here
+	held    map[string]time.Time      // sessions whose lease this manager took -> when it last took or renewed it
+	hist    map[string]*storedHistory // sessions whose lease is held -> their history as last loaded
 }
 
 // storedHistory is a session's stored messages from its compression mark on,
@@ -394,7 +394,6 @@ func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.Canc
 	})
 	return func() { close(done); wg.Wait() }
 }
-
 
 // leaseFresh reports whether this manager took or renewed the session's
 // lease less than a third of its TTL ago.

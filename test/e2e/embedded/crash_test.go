@@ -217,7 +217,7 @@ func TestCrashCampaign(t *testing.T) {
 		"%d tool calls ran once and never twice, %d recorded as interrupted, %d messages stored once each",
 		campaignTurns, campaignChats, kills, terms, sendings.Load(), int(sendings.Load())-campaignTurns,
 		ran, stored.interrupted, stored.messages)
-	g.Expect(kills + terms).To(BeNumerically(">=", 5), "the campaign must crash the server more than a few times")
+	g.Expect(kills+terms).To(BeNumerically(">=", 5), "the campaign must crash the server more than a few times")
 }
 
 // countRuns reads every runs.log of the workspaces: turn number -> runs of
