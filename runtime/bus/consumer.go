@@ -236,6 +236,9 @@ func (c *Consumer) dispatch(ctx context.Context, msgs []Message) error {
 	return nil
 }
 
+// ackTimeout bounds the ack of a handled batch.
+const ackTimeout = 5 * time.Second
+
 // processBatch handles msgs and acks them once the handler succeeded.
 func (c *Consumer) processBatch(ctx context.Context, msgs []Message) error {
 	fresh := msgs
@@ -269,7 +272,12 @@ func (c *Consumer) processBatch(ctx context.Context, msgs []Message) error {
 	for i := range msgs {
 		seqs[i] = msgs[i].Seq
 	}
-	err := c.bus.Ack(ctx, c.stream, c.group, seqs...)
+	// A handled batch is acked even when the consumer is stopping (a
+	// draining runtime finished its turn): otherwise it would be handled
+	// again by the next consumer.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	err := c.bus.Ack(actx, c.stream, c.group, seqs...)
 	if done != nil {
 		if err != nil {
 			// Handled all the same; the messages come back through Claim.

@@ -53,7 +53,11 @@ type RuntimeConfig struct {
 	// ready and starts waiting for a wake; session pods return memory to
 	// the OS there.
 	OnQuiet func()
-	Log     *slog.Logger
+	// Drain, when closed, stops the pod taking wakes and messages
+	// (SIGTERM); Run's context then bounds the turn still running (see
+	// sessionrt.Config.Drain).
+	Drain <-chan struct{}
+	Log   *slog.Logger
 }
 
 // Runtime is a session pod's main loop: wait as a warm pod for a wake, claim
@@ -83,7 +87,7 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 	// (this pod owns the chat): wait for it rather than fail the turn.
 	r.rt = sessionrt.New(sessionrt.Config{Tenant: cfg.Tenant, Agent: cfg.Agent, Consumer: cfg.Pod, Bus: cfg.Bus, Store: cfg.Store,
 		Manager: cfg.Manager, Owner: s, Reporter: s, IdleTimeout: cfg.IdleTimeout, Block: fetchBlock, BusyWait: cfg.LeaseTTL / 6,
-		OnQuiet: cfg.OnQuiet, Log: cfg.Log})
+		OnQuiet: cfg.OnQuiet, Drain: cfg.Drain, Log: cfg.Log})
 	return r
 }
 
@@ -98,7 +102,9 @@ func (r *Runtime) Run(ctx context.Context) error {
 	defer r.cfg.Redis.HDel(context.WithoutCancel(ctx), pods, r.cfg.Pod)
 	r.quiet()
 	for {
-		w, err := r.claim(ctx)
+		taking, stopTaking := r.rt.UntilDrain(ctx)
+		w, err := r.claim(taking)
+		stopTaking()
 		if err != nil || w == nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -32,7 +33,15 @@ const (
 	EnvStateDir    = "PICOBOT_STATE_DIR"
 	EnvIdleTimeout = "PICOBOT_IDLE_TIMEOUT"
 	EnvLeaseTTL    = "PICOBOT_LEASE_TTL"
+	// EnvShutdownGrace is how long a terminated session pod lets its running
+	// turn finish (DefaultShutdownGrace); keep it under the pod's
+	// terminationGracePeriodSeconds.
+	EnvShutdownGrace = "PICOBOT_SHUTDOWN_GRACE"
 )
+
+// DefaultShutdownGrace is EnvShutdownGrace's default: the session pod's
+// terminationGracePeriodSeconds (30) less time to release the chat and exit.
+const DefaultShutdownGrace = 25 * time.Second
 
 // NewScheme returns a scheme with the types the runtime processes (session
 // pods, the gateway) read and write: core (ConfigMaps, Secrets, Pods),
@@ -90,6 +99,10 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		return err
 	}
 	ttl, err := durationEnv(env, EnvLeaseTTL, DefaultLeaseTTL)
+	if err != nil {
+		return err
+	}
+	grace, err := durationEnv(env, EnvShutdownGrace, DefaultShutdownGrace)
 	if err != nil {
 		return err
 	}
@@ -153,7 +166,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	log.Info("Session runtime ready", "tenant", tenant, "agent", agentName, "pod", pod, "idleTimeout", idle)
 	runs := localrun.New(func(name string) (localrun.Agent, bool) { return built.RunTarget(), name == agentName })
 	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
-		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, Log: log,
+		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, Log: log, Drain: ctx.Done(),
 		// A session pod spends most of its life waiting: warm for a wake,
 		// then for the user's next message. Start-up and each turn leave
 		// garbage and heap the Go runtime would hand back to the OS only
@@ -169,7 +182,32 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 				log.Warn("Failed to release code pages", "err", err)
 			}
 		}})
-	return rt.Run(ctx)
+	return runDraining(ctx, grace, rt.Run)
+}
+
+// runDraining runs a session pod's loop so that the end of ctx (SIGTERM)
+// drains it: run's context goes on for grace more, for the turn running to
+// finish (it is cut short after that, its steps stored for the chat's next
+// owner), while the runtime takes no new wake or message (drain). A drained
+// pod exits 0.
+func runDraining(ctx context.Context, grace time.Duration, run func(context.Context) error) error {
+	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-hard.Done():
+		}
+	})
+	defer stop()
+	err := run(hard)
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		return context.Canceled // terminated: a clean exit
+	}
+	return err
 }
 
 func durationEnv(env func(string) string, name string, def time.Duration) (time.Duration, error) {

@@ -117,7 +117,12 @@ type Config struct {
 	// owner for ever; past the bound it is answered with one clear error and
 	// set aside on the tenant's dead-letter stream (DeadLetterStream).
 	MaxDeliveries int
-	Log           *slog.Logger
+	// Drain, when closed, stops the runtime taking messages (SIGTERM): the
+	// turn running goes on until it ends or Serve's context does (the grace
+	// period), and Serve then returns with the chat released; what was not
+	// taken stays queued for the chat's next owner.
+	Drain <-chan struct{}
+	Log   *slog.Logger
 }
 
 // DefaultMaxDeliveries is Config.MaxDeliveries' default.
@@ -179,7 +184,7 @@ func (r *Runtime) Serve(ctx context.Context, c Chat) (served bool, err error) {
 		n, lost, err := r.serveHeld(ctx, c)
 		served = served || n
 		r.cfg.Owner.Release(context.WithoutCancel(ctx), c)
-		if err != nil || lost || ctx.Err() != nil {
+		if err != nil || lost || ctx.Err() != nil || r.draining() {
 			return served, err
 		}
 		if !r.retake(ctx, c) {
@@ -217,11 +222,15 @@ func (r *Runtime) serveHeld(ctx context.Context, c Chat) (served, lost bool, err
 		return false, false, err
 	}
 	defer stop()
+	// The consumer stops taking messages when the runtime drains; the
+	// turn it handed over goes on with the chat's own context.
+	taking, stopTaking := r.UntilDrain(held)
+	defer stopTaking()
 	var last time.Time
 	quiet := true
-	handle := func(ctx context.Context, msgs []bus.Message) error {
+	handle := func(_ context.Context, msgs []bus.Message) error {
 		for _, m := range msgs {
-			if err := r.process(ctx, c, m); err != nil {
+			if err := r.process(held, c, m); err != nil {
 				return err
 			}
 		}
@@ -240,8 +249,35 @@ func (r *Runtime) serveHeld(ctx context.Context, c Chat) (served, lost bool, err
 	consumer := bus.NewConsumer(r.cfg.Bus, r.Stream(c), protocol.ChatGroup, r.cfg.Consumer, handle, bus.ConsumerOptions{
 		Batch: 1, Block: r.cfg.Block, ClaimMinIdle: time.Nanosecond, ClaimInterval: r.cfg.ClaimInterval,
 		Idle: idle, Logger: r.cfg.Log})
-	err = consumer.Start(held)
+	err = consumer.Start(taking)
 	return served, held.Err() != nil && ctx.Err() == nil, err
+}
+
+// draining reports whether Config.Drain is closed.
+func (r *Runtime) draining() bool {
+	select {
+	case <-r.cfg.Drain:
+		return true
+	default:
+		return false
+	}
+}
+
+// UntilDrain returns a context that ends with ctx or when the runtime
+// starts draining (Config.Drain): what takes new work (a chat's consumer, a
+// session pod waiting for wakes) runs under it. stop releases it.
+func (r *Runtime) UntilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(ctx)
+	if r.cfg.Drain != nil {
+		go func() {
+			select {
+			case <-r.cfg.Drain:
+				cancel()
+			case <-out.Done():
+			}
+		}()
+	}
+	return out, cancel
 }
 
 // process runs one message. It returns an error only to leave the message

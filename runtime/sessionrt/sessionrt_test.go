@@ -410,3 +410,51 @@ func TestAPoisonMessageIsSetAside(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "the payload is the message as it was")
 	g.Expect(in.Text).To(Equal("this crashes the pod"))
 }
+
+func TestADrainingRuntimeFinishesItsTurnAndTakesNoMore(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	drain := make(chan struct{})
+	cfg := f.rt.cfg
+	cfg.Drain = drain
+	f.rt = New(cfg)
+	f.llm.Script(fakellm.Turn{Text: "first, finished while draining", Delay: 300 * time.Millisecond}, fakellm.Turn{Text: "second"})
+	f.queue(t, "assistant/u1/m1", "one")
+	served := make(chan bool, 1)
+	go func() { served <- f.serve(t) }()
+	g.Eventually(f.rep.begun).Should(Receive(Equal("assistant/u1/m1")))
+	f.queue(t, "assistant/u1/m2", "two")
+	close(drain)
+	g.Eventually(served, 10*time.Second).Should(Receive(BeTrue()))
+	got := f.outcomes(t, 1)
+	g.Expect(got[0].ID).To(Equal("assistant/u1/m1"))
+	g.Expect(got[0].Out.Text).To(Equal("first, finished while draining"))
+	g.Expect(f.pending(t)).To(BeZero(), "the finished message is acked")
+	g.Expect(f.llm.Requests()).To(HaveLen(1), "nothing new was taken")
+	// The second message waits, untouched, for the chat's next owner.
+	next, err := f.bus.Fetch(f.ctx, f.rt.Stream(f.chat), protocol.ChatGroup, "pod-b", bus.FetchOptions{Count: 10})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(next).To(HaveLen(1))
+	g.Expect(next[0].ID).To(Equal("assistant/u1/m2"))
+	_, _, held := f.own.counts()
+	g.Expect(held).To(BeFalse())
+}
+
+func TestATurnStillRunningAtTheEndOfTheGraceIsLeftForTheNextOwner(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	drain := make(chan struct{})
+	cfg := f.rt.cfg
+	cfg.Drain = drain
+	f.rt = New(cfg)
+	f.llm.Script(fakellm.Turn{Text: "too slow", Delay: 5 * time.Second})
+	f.queue(t, "assistant/u1/m1", "one")
+	served := make(chan bool, 1)
+	go func() { served <- f.serve(t) }()
+	g.Eventually(f.rep.begun).Should(Receive(Equal("assistant/u1/m1")))
+	close(drain)
+	f.stopC() // the grace period ends
+	g.Eventually(served, 10*time.Second).Should(Receive())
+	g.Consistently(f.rep.outcome, 200*time.Millisecond).ShouldNot(Receive(), "no outcome: the message is not answered here")
+	g.Expect(f.pending(t)).To(Equal(1), "left pending for the chat's next owner")
+}
