@@ -13,10 +13,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/controller"
+	"github.com/picobot/picobot/operator/internal/deadletter"
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
@@ -98,6 +100,15 @@ func run(ctx context.Context, o options) error {
 	defer closeRuntime()
 	if err := controller.Setup(ctx, mgr, controller.Config{Catalog: policy.DefaultCatalog(), Concurrency: o.concurrency, Runtime: rc}); err != nil {
 		return err
+	}
+	if rc != nil && rc.Bus != nil {
+		gauge, err := deadletter.New(mgr.GetClient(), rc.Bus, metrics.Registry)
+		if err != nil {
+			return fmt.Errorf("failed to register the dead-letter gauge: %w", err)
+		}
+		if err := mgr.Add(gauge); err != nil {
+			return fmt.Errorf("failed to add the dead-letter gauge: %w", err)
+		}
 	}
 	closeScheduler, err := o.scheduler.setup(ctx, mgr, rc)
 	if err != nil {

@@ -459,3 +459,25 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// DecodeDeadLetter reads an entry of DeadLetterStream.
+func DecodeDeadLetter(m bus.Message) (DeadLetter, error) {
+	var dl DeadLetter
+	if err := json.Unmarshal(m.Payload, &dl); err != nil {
+		return DeadLetter{}, fmt.Errorf("failed to read dead letter %q: %w", m.ID, err)
+	}
+	if dl.Stream == "" || dl.MessageID == "" {
+		return DeadLetter{}, fmt.Errorf("failed to read dead letter %q: it names no stream or message", m.ID)
+	}
+	return dl, nil
+}
+
+// Requeue puts a dead letter's message back on its chat's stream, as it was
+// first queued: its next owner handles it again (it resumes its turn from
+// the last stored step), with a fresh delivery count.
+func Requeue(ctx context.Context, b bus.Bus, dl DeadLetter) error {
+	if err := b.Publish(ctx, dl.Stream, bus.Message{ID: dl.MessageID, Payload: dl.Payload}); err != nil {
+		return fmt.Errorf("failed to requeue message %q: %w", dl.MessageID, err)
+	}
+	return nil
+}

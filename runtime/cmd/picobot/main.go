@@ -46,6 +46,8 @@ func main() {
 		err = gatewayCmd(os.Args[2:])
 	case "migrate":
 		err = migrate(os.Args[2:])
+	case "dead-letters":
+		err = deadLetters(os.Args[2:], os.Stdout)
 	case "ask":
 		os.Exit(askCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	case "chat":
@@ -78,6 +80,7 @@ Commands:
   session run one session pod (cluster mode; started by the operator)
   gateway run the cluster-mode gateway (API keys from Secrets, Redis, PostgreSQL, S3)
   migrate bring the PostgreSQL schema up to date and create the S3 bucket (cluster mode)
+  dead-letters  list a tenant's messages set aside after too many deliveries, or requeue them (cluster mode)
   ask     send one message to an agent and print the reply ('picobot ask -h')
   chat    talk to an agent in a full-screen terminal UI ('picobot chat -h')
 
