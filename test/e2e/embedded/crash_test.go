@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,4 +292,62 @@ func checkStored(tb testing.TB, db string) storedCounts {
 		tb.Fatal(errors.New("nothing stored"))
 	}
 	return c
+}
+
+// BenchmarkResumeAfterRestart measures the time from starting `picobot
+// serve` again after a kill -9 mid-tool-call to the resumed turn's answer
+// (process start, the resume of the turn at start, one model call), as its
+// client sees it resending the message.
+func BenchmarkResumeAfterRestart(b *testing.B) {
+	s := fakellm.New()
+	defer s.Close()
+	s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		if last := r.Messages[len(r.Messages)-1]; len(last.ToolResults) == 0 {
+			return fakellm.Turn{ToolCalls: []fakellm.Call{call("bash", map[string]any{"command": "touch started; sleep 60"})}}
+		}
+		return fakellm.Turn{Text: "resumed"}
+	})
+	dir := b.TempDir()
+	writeAgent(b, dir, s.URL())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	srv := &campaignServer{tb: b, dir: dir, addr: addr, env: "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test"}
+	var total time.Duration
+	var samples []time.Duration
+	for i := 0; b.Loop(); i++ {
+		srv.start()
+		id := fmt.Sprintf("r-%d", i)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		go func() { _, _, _ = send(ctx, "http://"+addr, "bench", id, "turn 1") }()
+		for {
+			matches, _ := filepath.Glob(filepath.Join(dir, ".picobot", "workspaces", "*", "*", "*", "started"))
+			if len(matches) > 0 {
+				for _, m := range matches {
+					_ = os.Remove(m)
+				}
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+		_ = srv.p.cmd.Process.Kill()
+		<-srv.p.done
+		start := time.Now()
+		srv.start()
+		text, _, err := send(context.Background(), "http://"+addr, "bench", id, "turn 1")
+		d := time.Since(start)
+		if err != nil || text != "resumed" {
+			b.Fatalf("resumed turn: %q %v", text, err)
+		}
+		total += d
+		samples = append(samples, d)
+		srv.p.stop()
+	}
+	slices.Sort(samples)
+	b.ReportMetric(float64(total.Milliseconds())/float64(len(samples)), "restart-to-answer-ms")
+	b.ReportMetric(float64(samples[len(samples)/2].Milliseconds()), "p50-ms")
 }
