@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -24,6 +25,9 @@ const (
 	StopFinal     StopReason = "final"      // the model answered
 	StopStepLimit StopReason = "step_limit" // MaxSteps model calls without a final answer
 	StopCancelled StopReason = "cancelled"  // ctx was cancelled (/stop)
+	// StopClientTools: the model called tools the client runs
+	// (Input.ClientTools); Output.ClientCalls holds the calls.
+	StopClientTools StopReason = "client_tools"
 )
 
 // DefaultMaxSteps bounds the model calls of one turn.
@@ -54,6 +58,14 @@ type Input struct {
 	Stream bool
 	// Sink receives events; it must not block for long. Optional.
 	Sink func(turn.Event)
+	// Settings are the client's model settings for every call of the turn.
+	// Optional.
+	Settings *llm.Settings
+	// ClientTools are tools the client runs itself (an OpenAI client's
+	// function tools): offered to the model beside the agent's, and a step
+	// that calls one ends the turn (StopClientTools) without running the
+	// agent's calls of that step. Optional.
+	ClientTools []llm.ToolDef
 }
 
 // Output is what a turn produced.
@@ -75,6 +87,9 @@ type Output struct {
 	// whether to keep it (the session runtime does when the user stopped
 	// the turn).
 	Partial string
+	// ClientCalls are the calls of Input.ClientTools that ended the turn
+	// (the last message of New holds them and no others).
+	ClientCalls []llm.ToolCall
 }
 
 // SystemPrompt is the system prompt sent to the model: the agent's prompt and
@@ -102,6 +117,9 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	out := &Output{History: RepairToolChains(in.History)}
 	system := SystemPrompt(in.System, reg)
 	defs := reg.Definitions()
+	if len(in.ClientTools) > 0 {
+		defs = append(slices.Clip(defs), in.ClientTools...)
+	}
 	var onDelta func(llm.Delta)
 	step := 0
 	// partial is the text the current model call streamed so far; providers
@@ -117,6 +135,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 
 	for step = 1; step <= maxSteps; step++ {
 		req := llm.Request{System: system, Messages: out.History, Tools: defs, MaxTokens: l.MaxTokens}
+		in.Settings.Apply(&req)
 		partial.Reset()
 		resp, err := l.Provider.Complete(ctx, req, onDelta)
 		switch {
@@ -154,6 +173,12 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 				msg.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", step, i)
 			}
 		}
+		if calls := clientCalls(msg.ToolCalls, in.ClientTools); calls != nil {
+			msg.ToolCalls = calls
+			out.add(msg)
+			out.Final, out.ClientCalls, out.StopReason = msg.Content, calls, StopClientTools
+			return out, nil
+		}
 		out.add(msg)
 		if len(msg.ToolCalls) == 0 {
 			out.Final, out.StopReason = msg.Content, StopFinal
@@ -171,6 +196,17 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	out.add(llm.Message{Role: llm.RoleAssistant, Content: out.Final})
 	emit(turn.Event{Kind: turn.EventFinal, Step: out.Steps, Text: out.Final})
 	return out, nil
+}
+
+// clientCalls returns the calls of client tools, nil when there are none.
+func clientCalls(calls []llm.ToolCall, tools []llm.ToolDef) []llm.ToolCall {
+	var out []llm.ToolCall
+	for _, c := range calls {
+		if slices.ContainsFunc(tools, func(t llm.ToolDef) bool { return t.Name == c.Name }) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // defaults returns the turn's sink, the step limit and the tools, each with
