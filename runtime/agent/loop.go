@@ -116,10 +116,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	emit, maxSteps, reg := l.defaults(in)
 	out := &Output{History: RepairToolChains(in.History)}
 	system := SystemPrompt(in.System, reg)
-	defs := reg.Definitions()
-	if len(in.ClientTools) > 0 {
-		defs = append(slices.Clip(defs), in.ClientTools...)
-	}
+	defs := append(slices.Clip(reg.Definitions()), in.ClientTools...) // client tools beside the agent's
 	var onDelta func(llm.Delta)
 	step := 0
 	// partial is the text the current model call streamed so far; providers
@@ -173,10 +170,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 				msg.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", step, i)
 			}
 		}
-		if calls := clientCalls(msg.ToolCalls, in.ClientTools); calls != nil {
-			msg.ToolCalls = calls
-			out.add(msg)
-			out.Final, out.ClientCalls, out.StopReason = msg.Content, calls, StopClientTools
+		if out.endForClient(msg, in.ClientTools) {
 			return out, nil
 		}
 		out.add(msg)
@@ -198,15 +192,26 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	return out, nil
 }
 
-// clientCalls returns the calls of client tools, nil when there are none.
-func clientCalls(calls []llm.ToolCall, tools []llm.ToolDef) []llm.ToolCall {
-	var out []llm.ToolCall
-	for _, c := range calls {
+// endForClient ends the turn when the model's message calls client tools:
+// the message is kept with only those calls (the agent's calls of the step
+// are not run) and the turn stops with StopClientTools.
+func (o *Output) endForClient(msg llm.Message, tools []llm.ToolDef) bool {
+	if len(tools) == 0 {
+		return false
+	}
+	var calls []llm.ToolCall
+	for _, c := range msg.ToolCalls {
 		if slices.ContainsFunc(tools, func(t llm.ToolDef) bool { return t.Name == c.Name }) {
-			out = append(out, c)
+			calls = append(calls, c)
 		}
 	}
-	return out
+	if calls == nil {
+		return false
+	}
+	msg.ToolCalls = calls
+	o.add(msg)
+	o.Final, o.ClientCalls, o.StopReason = msg.Content, calls, StopClientTools
+	return true
 }
 
 // defaults returns the turn's sink, the step limit and the tools, each with
