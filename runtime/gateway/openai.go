@@ -298,7 +298,7 @@ func (req *oaRequest) sessionText() (string, *badParam) {
 	}{{"tools", len(req.Tools) > 0}, {"temperature", req.Temperature != nil}, {"max_tokens", req.MaxTokens != nil},
 		{"max_completion_tokens", req.MaxCompletionTokens != nil}, {"response_format", req.ResponseFormat != nil && req.ResponseFormat.Type != "text"}} {
 		if f.set {
-			return "", badf(f.name, "%s is honoured only in the stateless mode (no user field and no %s header: the client sends the conversation); a chat kept by PicoBot uses the agent's own", f.name, HeaderChatID)
+			return "", badf(f.name, "%s is honoured only in the stateless mode (a request with no user field and no %s header); a chat kept by PicoBot runs on the agent's own settings", f.name, HeaderChatID)
 		}
 	}
 	text, msg := lastUserText(req.Messages)
@@ -331,8 +331,8 @@ type runTurn func(ctx context.Context, sink func(turn.Event)) (answer, error)
 // chatCompletions is POST /v1/chat/completions: in the session mode the
 // last user message goes to the agent named by "model", in the chat named
 // by X-PicoBot-Chat-Id or "user" (channel "openai"), or the API key's own
-// chat; a request that names no chat and carries prior turns or client
-// tools runs in the stateless mode (statelessRun).
+// chat; a request that names no chat and carries more than a bare user
+// message runs in the stateless mode (statelessCompletion).
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	req, ok := readCompletion(w, r)
 	if !ok {

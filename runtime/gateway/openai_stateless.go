@@ -94,19 +94,20 @@ func badf(param, format string, args ...any) *badParam {
 }
 
 // stateless reports whether a request without a session key runs in the
-// stateless mode: it carries prior turns (more than one message besides
-// system messages) or client tools.
+// stateless mode: it carries more than a single user message (prior turns,
+// system or developer messages), client tools, or model settings. Only a
+// bare user message goes to the API key's own chat.
 func (req *oaRequest) stateless() bool {
-	if len(req.Tools) > 0 {
+	if len(req.Tools) > 0 || req.hasSettings() || len(req.Messages) > 1 {
 		return true
 	}
-	n := 0
-	for _, m := range req.Messages {
-		if m.Role != "system" && m.Role != "developer" {
-			n++
-		}
-	}
-	return n > 1
+	return len(req.Messages) == 1 && req.Messages[0].Role != "user"
+}
+
+// hasSettings reports whether the request sets a model setting.
+func (req *oaRequest) hasSettings() bool {
+	return req.Temperature != nil || req.MaxTokens != nil || req.MaxCompletionTokens != nil ||
+		(req.ResponseFormat != nil && req.ResponseFormat.Type != "text")
 }
 
 // settings checks and returns the request's model settings, nil when it

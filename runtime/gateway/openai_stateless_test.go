@@ -266,7 +266,7 @@ func TestOpenAIStatelessBadInput(t *testing.T) {
 		{`{"model":"assistant","user":"u1","temperature":1,"messages":[{"role":"user","content":"hi"}]}`, "temperature", "only in the stateless mode"},
 		{`{"model":"assistant","user":"u1","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, "response_format", "only in the stateless mode"},
 		{`{"model":"assistant","user":"u1","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"hi"}]}`, "tools", "only in the stateless mode"},
-		{`{"model":"assistant","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "only in the stateless mode"},
+		{`{"model":"assistant","user":"u1","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "only in the stateless mode"},
 	}
 	for _, tc := range cases {
 		status, body := e.a.Do(t, http.MethodPost, "/v1/chat/completions", tc.body)
@@ -281,6 +281,20 @@ func TestOpenAIStatelessBadInput(t *testing.T) {
 	status, body := e.a.Do(t, http.MethodPost, "/v1/chat/completions",
 		`{"model":"assistant","user":"u1","response_format":{"type":"text"},"tool_choice":"auto","messages":[{"role":"user","content":"hi"}]}`)
 	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	// Without a chat, one user message with settings, or a system message,
+	// is stateless: honoured, and nothing stored.
+	for i, req := range []string{
+		`{"model":"assistant","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"assistant","messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"hi"}]}`,
+	} {
+		res, err := e.a.Request(http.MethodPost, "/v1/chat/completions", req, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.Status).To(Equal(http.StatusOK), "%s", res.Body)
+		g.Expect(res.Header.Get("X-PicoBot-Session")).To(BeEmpty(), req)
+		g.Expect(e.llm.Requests()).To(HaveLen(i + 2))
+	}
+	g.Expect(e.llm.Requests()[1].MaxTokens).To(Equal(3))
+	g.Expect(e.llm.Requests()[2].System).To(ContainSubstring("You are a test assistant.\n\nBe terse."))
 }
 
 // A backend that keeps every conversation (cluster mode) refuses a

@@ -14,12 +14,18 @@ async function main() {
   // 1. Retries: the first attempt times out while the model is slow; the
   // client retries (timeouts and 409 busy are retried) with the same
   // Idempotency-Key and gets the one turn's answer.
-  const retrying = new OpenAI({ baseURL: process.env.BASE_URL, apiKey: process.env.API_KEY, maxRetries: 8, timeout: 700 });
+  // The answer comes either to a retry that waited for the turn, or as the
+  // stored answer (Idempotent-Replayed) to one that came after it.
+  let attempts = 0;
+  const retrying = new OpenAI({
+    baseURL: process.env.BASE_URL, apiKey: process.env.API_KEY, maxRetries: 8, timeout: 700,
+    fetch: (url, init) => { attempts++; return fetch(url, init); },
+  });
   const { data: booked, response } = await retrying.chat.completions
     .create({ model: 'assistant', user: 'npm-retry', messages: [{ role: 'user', content: 'book it' }] },
       { headers: { 'Idempotency-Key': 'npm-order-1' } })
     .withResponse();
-  out.retry = { text: booked.choices[0].message.content, replayed: response.headers.get('idempotent-replayed') };
+  out.retry = { text: booked.choices[0].message.content, attempts, replayed: response.headers.get('idempotent-replayed') || '' };
 
   // 2. A stream across a tool call and a slow step.
   const stream = await client.chat.completions.create({
