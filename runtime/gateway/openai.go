@@ -185,7 +185,7 @@ func (s *Server) findAgent(r *http.Request, name string) (AgentInfo, error) {
 
 func (s *Server) openAIFail(w http.ResponseWriter, r *http.Request, err error) {
 	code := errorCode(err, CodeUnknownSession)
-	if code == CodeInternal {
+	if code == CodeInternal && r.Context().Err() == nil { // a client that left is no fault of ours
 		s.log.Error("OpenAI request failed", "path", r.URL.Path, "err", err)
 	}
 	_, typ, oaCode := openAIError(code)
