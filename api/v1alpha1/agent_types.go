@@ -113,6 +113,14 @@ type ToolsSpec struct {
 	// the file tools).
 	// +optional
 	FS *FSToolsSpec `json:"fs,omitempty"`
+
+	// clientTools says whether OpenAI-compatible clients may declare their
+	// own function tools (the tools of POST /v1/chat/completions): the
+	// model is offered them beside the agent's, and a call of one is
+	// returned to the client, which runs it. Unset means true; false
+	// refuses such requests with a 400 naming "tools".
+	// +optional
+	ClientTools *bool `json:"clientTools,omitempty"`
 }
 
 // FSToolsSpec is where the file and shell tools may reach besides the

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -24,6 +25,9 @@ const (
 	StopFinal     StopReason = "final"      // the model answered
 	StopStepLimit StopReason = "step_limit" // MaxSteps model calls without a final answer
 	StopCancelled StopReason = "cancelled"  // ctx was cancelled (/stop)
+	// StopClientTools: the model called tools the client runs
+	// (Input.ClientTools); Output.ClientCalls holds the calls.
+	StopClientTools StopReason = "client_tools"
 )
 
 // DefaultMaxSteps bounds the model calls of one turn.
@@ -66,6 +70,14 @@ type Input struct {
 	// turn resumed after a crash, whose History ends with those steps):
 	// steps are numbered on from it and MaxSteps bounds the whole turn.
 	StepsDone int
+	// Settings are the client's model settings for every call of the turn.
+	// Optional.
+	Settings *llm.Settings
+	// ClientTools are tools the client runs itself (an OpenAI client's
+	// function tools): offered to the model beside the agent's, and a step
+	// that calls one ends the turn (StopClientTools) without running the
+	// agent's calls of that step. Optional.
+	ClientTools []llm.ToolDef
 }
 
 // Output is what a turn produced.
@@ -87,6 +99,9 @@ type Output struct {
 	// whether to keep it (the session runtime does when the user stopped
 	// the turn).
 	Partial string
+	// ClientCalls are the calls of Input.ClientTools that ended the turn
+	// (the last message of New holds them and no others).
+	ClientCalls []llm.ToolCall
 }
 
 // SystemPrompt is the system prompt sent to the model: the agent's prompt and
@@ -113,7 +128,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	emit, maxSteps, reg := l.defaults(in)
 	out := &Output{History: RepairToolChains(in.History)}
 	system := SystemPrompt(in.System, reg)
-	defs := reg.Definitions()
+	defs := append(slices.Clip(reg.Definitions()), in.ClientTools...) // client tools beside the agent's
 	var onDelta func(llm.Delta)
 	step := 0
 	// partial is the text the current model call streamed so far; providers
@@ -129,6 +144,7 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 
 	for step = in.StepsDone + 1; step <= maxSteps; step++ {
 		req := llm.Request{System: system, Messages: out.History, Tools: defs, MaxTokens: l.MaxTokens}
+		in.Settings.Apply(&req)
 		partial.Reset()
 		resp, err := l.Provider.Complete(ctx, req, onDelta)
 		switch {
@@ -166,6 +182,9 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 				msg.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", step, i)
 			}
 		}
+		if out.endForClient(msg, in.ClientTools) {
+			return out, nil
+		}
 		out.add(msg)
 		if len(msg.ToolCalls) == 0 {
 			out.Final, out.StopReason = msg.Content, StopFinal
@@ -190,6 +209,28 @@ func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
 	out.add(llm.Message{Role: llm.RoleAssistant, Content: out.Final})
 	emit(turn.Event{Kind: turn.EventFinal, Step: out.Steps, Text: out.Final})
 	return out, nil
+}
+
+// endForClient ends the turn when the model's message calls client tools:
+// the message is kept with only those calls (the agent's calls of the step
+// are not run) and the turn stops with StopClientTools.
+func (o *Output) endForClient(msg llm.Message, tools []llm.ToolDef) bool {
+	if len(tools) == 0 {
+		return false
+	}
+	var calls []llm.ToolCall
+	for _, c := range msg.ToolCalls {
+		if slices.ContainsFunc(tools, func(t llm.ToolDef) bool { return t.Name == c.Name }) {
+			calls = append(calls, c)
+		}
+	}
+	if calls == nil {
+		return false
+	}
+	msg.ToolCalls = calls
+	o.add(msg)
+	o.Final, o.ClientCalls, o.StopReason = msg.Content, calls, StopClientTools
+	return true
 }
 
 // defaults returns the turn's sink, the step limit and the tools, each with

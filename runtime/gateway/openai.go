@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -40,10 +42,19 @@ type (
 		} `json:"stream_options"`
 		User string `json:"user"`
 		N    *int   `json:"n"`
+		// Model settings and client tools (see settings and clientTools).
+		Temperature         *float64          `json:"temperature"`
+		MaxTokens           *int              `json:"max_tokens"`
+		MaxCompletionTokens *int              `json:"max_completion_tokens"`
+		ResponseFormat      *oaResponseFormat `json:"response_format"`
+		Tools               []oaTool          `json:"tools"`
+		ToolChoice          json.RawMessage   `json:"tool_choice"`
 	}
 	oaMessage struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
+		Role       string          `json:"role"`
+		Content    json.RawMessage `json:"content"`
+		ToolCalls  []oaToolCall    `json:"tool_calls"`
+		ToolCallID string          `json:"tool_call_id"`
 	}
 	oaPart struct {
 		Type string `json:"type"`
@@ -59,13 +70,16 @@ type (
 		TotalTokens      int `json:"total_tokens"`
 	}
 	oaReplyMessage struct {
-		Role    string  `json:"role"`
-		Content string  `json:"content"`
-		Refusal *string `json:"refusal"`
+		Role string `json:"role"`
+		// Content is null in a reply of only tool calls.
+		Content   *string      `json:"content"`
+		Refusal   *string      `json:"refusal"`
+		ToolCalls []oaToolCall `json:"tool_calls,omitempty"`
 	}
 	oaDelta struct {
-		Role    string  `json:"role,omitempty"`
-		Content *string `json:"content,omitempty"`
+		Role      string       `json:"role,omitempty"`
+		Content   *string      `json:"content,omitempty"`
+		ToolCalls []oaToolCall `json:"tool_calls,omitempty"`
 	}
 	oaChoice struct {
 		Index        int             `json:"index"`
@@ -171,14 +185,17 @@ func (s *Server) findAgent(r *http.Request, name string) (AgentInfo, error) {
 
 func (s *Server) openAIFail(w http.ResponseWriter, r *http.Request, err error) {
 	code := errorCode(err, CodeUnknownSession)
-	if code == CodeInternal {
+	if code == CodeInternal && r.Context().Err() == nil { // a client that left is no fault of ours
 		s.log.Error("OpenAI request failed", "path", r.URL.Path, "err", err)
 	}
 	_, typ, oaCode := openAIError(code)
 	status := statusFor(w, err, code)
 	param := ""
-	if code == CodeUnknownAgent {
+	switch {
+	case code == CodeUnknownAgent:
 		param = "model"
+	case errors.Is(err, ErrClientToolsRefused), errors.Is(err, ErrClientToolClash):
+		param = "tools"
 	}
 	writeOpenAIError(w, status, typ, oaCode, param, errorMessage(code, err))
 }
@@ -240,35 +257,49 @@ func lastUserText(msgs []oaMessage) (string, string) {
 	return b.String(), ""
 }
 
-// chatCompletions is POST /v1/chat/completions: the last user message goes to
-// the agent named by "model", in the chat named by X-PicoBot-Chat-Id or
-// "user" (channel "openai").
-// readCompletion reads and checks a chat completions request and returns it
-// with the text of its last user message; on a bad request it has answered it
-// and reports false.
-func readCompletion(w http.ResponseWriter, r *http.Request) (oaRequest, string, bool) {
+// readCompletion reads and checks the frame of a chat completions request
+// (strict JSON, model, n); on a bad request it has answered it and reports
+// false.
+func readCompletion(w http.ResponseWriter, r *http.Request) (oaRequest, bool) {
 	data, err := io.ReadAll(r.Body) // in memory: guard read it within the size and time limits
 	if err != nil {
 		badOpenAI(w, "", "failed to read request body: %v", err)
-		return oaRequest{}, "", false
+		return oaRequest{}, false
 	}
 	var req oaRequest
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&req); err != nil {
 		badOpenAI(w, "", "request body is not valid JSON: %v", err)
-		return oaRequest{}, "", false
+		return oaRequest{}, false
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		badOpenAI(w, "", "request body holds data after its JSON object")
-		return oaRequest{}, "", false
+		return oaRequest{}, false
 	}
 	if req.Model == "" {
 		badOpenAI(w, "model", "model is required: the name of a PicoBot agent (GET /v1/models)")
-		return oaRequest{}, "", false
+		return oaRequest{}, false
 	}
 	if req.N != nil && *req.N != 1 {
 		badOpenAI(w, "n", "n must be 1")
-		return oaRequest{}, "", false
+		return oaRequest{}, false
+	}
+	return req, true
+}
+
+// sessionText checks a request of the session mode and returns the text of
+// its last user message. The session keeps the conversation and the
+// agent's settings, so client tools and model settings, which only the
+// stateless mode honours, are refused by name rather than ignored.
+func (req *oaRequest) sessionText() (string, *badParam) {
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"tools", len(req.Tools) > 0}, {"temperature", req.Temperature != nil}, {"max_tokens", req.MaxTokens != nil},
+		{"max_completion_tokens", req.MaxCompletionTokens != nil}, {"response_format", req.ResponseFormat != nil && req.ResponseFormat.Type != "text"}} {
+		if f.set {
+			return "", badf(f.name, "%s is honoured only in the stateless mode (a request with no user field and no %s header); a chat kept by PicoBot runs on the agent's own settings", f.name, HeaderChatID)
+		}
 	}
 	text, msg := lastUserText(req.Messages)
 	if msg == "" && strings.TrimSpace(text) == "" {
@@ -281,14 +312,29 @@ func readCompletion(w http.ResponseWriter, r *http.Request) (oaRequest, string, 
 		msg = "the last user message contains a NUL character"
 	}
 	if msg != "" {
-		badOpenAI(w, "messages", "%s", msg)
-		return oaRequest{}, "", false
+		return "", badf("messages", "%s", msg)
 	}
-	return req, text, true
+	return text, nil
 }
 
+// answer is what a completion's turn returns to its client.
+type answer struct {
+	Text      string
+	ToolCalls []llm.ToolCall
+	SessionID string
+	Duplicate bool
+}
+
+// runTurn runs a completion's turn, its events going to sink.
+type runTurn func(ctx context.Context, sink func(turn.Event)) (answer, error)
+
+// chatCompletions is POST /v1/chat/completions: in the session mode the
+// last user message goes to the agent named by "model", in the chat named
+// by X-PicoBot-Chat-Id or "user" (channel "openai"), or the API key's own
+// chat; a request that names no chat and carries more than a bare user
+// message runs in the stateless mode (statelessCompletion).
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
-	req, text, ok := readCompletion(w, r)
+	req, ok := readCompletion(w, r)
 	if !ok {
 		return
 	}
@@ -296,6 +342,15 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	param := "header " + HeaderChatID
 	if chatID == "" {
 		chatID, param = req.User, "user"
+	}
+	if chatID == "" && req.stateless() {
+		s.statelessCompletion(w, r, &req)
+		return
+	}
+	text, bad := req.sessionText()
+	if bad != nil {
+		badOpenAI(w, bad.param, "%s", bad.msg)
+		return
 	}
 	if chatID == "" {
 		p, _ := PrincipalFrom(r.Context())
@@ -305,16 +360,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		badOpenAI(w, param, "chat id %q: %v", chatID, err)
 		return
 	}
-	info, err := s.findAgent(r, req.Model)
-	if err != nil {
-		s.openAIFail(w, r, err)
-		return
-	}
-	if req.Stream && !info.Ready {
-		// A stream starts at once (200 and the role chunk): an agent known
-		// not to answer is refused before, with the status a turn would
-		// end with.
-		s.openAIFail(w, r, Errorf(CodeNoModel, "agent %s has no usable model (%s): %s", info.Name, info.Reason, info.Message))
+	if !s.admit(w, r, &req) {
 		return
 	}
 	id := newRequestID("chatcmpl-")
@@ -323,14 +369,71 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	send := Send{ID: msgID, Channel: ChannelOpenAI, Agent: req.Model, ChatID: chatID, Text: text}
+	s.complete(w, r, &req, id, func(ctx context.Context, sink func(turn.Event)) (answer, error) {
+		send.Sink = sink
+		out, err := s.backend.Handle(ctx, send)
+		return answer{Text: out.Text, SessionID: out.SessionID, Duplicate: out.Duplicate}, err
+	})
+}
+
+// admit checks that the request's agent exists and, for a stream, which
+// starts at once (200 and the role chunk), that it has a usable model: an
+// agent known not to answer is refused before, with the status a turn
+// would end with.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, req *oaRequest) bool {
+	info, err := s.findAgent(r, req.Model)
+	if err != nil {
+		s.openAIFail(w, r, err)
+		return false
+	}
+	if req.Stream && !info.Ready {
+		s.openAIFail(w, r, Errorf(CodeNoModel, "agent %s has no usable model (%s): %s", info.Name, info.Reason, info.Message))
+		return false
+	}
+	return true
+}
+
+// statelessCompletion runs a request of the stateless mode: the agent
+// answers exactly the client's messages, with its settings and tools, and
+// nothing is stored.
+func (s *Server) statelessCompletion(w http.ResponseWriter, r *http.Request, req *oaRequest) {
+	c, bad := req.completion()
+	if bad == nil {
+		c.Settings, bad = req.settings()
+	}
+	if bad == nil {
+		c.Tools, bad = req.clientTools()
+	}
+	if bad != nil {
+		badOpenAI(w, bad.param, "%s", bad.msg)
+		return
+	}
+	sb, ok := s.backend.(StatelessBackend)
+	if !ok {
+		badOpenAI(w, "user", "this gateway keeps conversations server-side and does not run stateless requests: name a chat with the user field or the %s header and send only the new message", HeaderChatID)
+		return
+	}
+	if !s.admit(w, r, req) {
+		return
+	}
+	s.complete(w, r, req, newRequestID("chatcmpl-"), func(ctx context.Context, sink func(turn.Event)) (answer, error) {
+		c.Sink = sink
+		out, err := sb.Complete(ctx, c)
+		return answer{Text: out.Text, ToolCalls: out.ToolCalls}, err
+	})
+}
+
+// complete answers a completion with its turn's result, whole or as a
+// stream.
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, req *oaRequest, id string, run runTurn) {
 	if req.Stream {
-		s.streamCompletion(w, r, req, id, send)
+		s.streamCompletion(w, r, req, id, run)
 		return
 	}
 	var mu sync.Mutex
 	var usage oaUsage
 	files := &finalFiles{}
-	send.Sink = func(e turn.Event) {
+	out, err := run(r.Context(), func(e turn.Event) {
 		files.sink(e)
 		if e.Kind == turn.EventUsage && e.Usage != nil {
 			mu.Lock()
@@ -338,8 +441,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			usage.CompletionTokens += e.Usage.OutputTokens
 			mu.Unlock()
 		}
-	}
-	out, err := s.backend.Handle(r.Context(), send)
+	})
 	if err != nil {
 		s.openAIFail(w, r, err)
 		return
@@ -348,14 +450,23 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	u := usage
 	mu.Unlock()
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	stop := "stop"
+	finish := "stop"
+	msg := &oaReplyMessage{Role: "assistant"}
+	if text := joinFiles(out.Text, files.markdown()); text != "" || len(out.ToolCalls) == 0 {
+		msg.Content = &text
+	}
+	if len(out.ToolCalls) > 0 {
+		finish, msg.ToolCalls = "tool_calls", wireToolCalls(out.ToolCalls, false)
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-PicoBot-Session", out.SessionID)
+	if out.SessionID != "" {
+		w.Header().Set("X-PicoBot-Session", out.SessionID)
+	}
 	if out.Duplicate {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	_ = json.NewEncoder(w).Encode(oaCompletion{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
-		Choices: []oaChoice{{Message: &oaReplyMessage{Role: "assistant", Content: joinFiles(out.Text, files.markdown())}, FinishReason: &stop}}, Usage: &u})
+		Choices: []oaChoice{{Message: msg, FinishReason: &finish}}, Usage: &u})
 }
 
 // joinFiles appends the markdown links of a reply's files to its text:
@@ -451,7 +562,7 @@ func (s *sseWriter) close() {
 // streamCompletion answers with OpenAI's chunk stream: a role chunk, a chunk
 // per text delta, a finish chunk, the usage chunk when asked for, and
 // "data: [DONE]".
-func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oaRequest, id string, send Send) {
+func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req *oaRequest, id string, run runTurn) {
 	created := time.Now().Unix()
 	chunk := func(d *oaDelta, finish *string) oaCompletion {
 		return oaCompletion{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model,
@@ -471,7 +582,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 	var usage oaUsage
 	files := &finalFiles{}
 	streamed, afterTool := false, false
-	send.Sink = func(e turn.Event) {
+	sink := func(e turn.Event) {
 		files.sink(e)
 		mu.Lock()
 		defer mu.Unlock()
@@ -495,7 +606,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 			}
 		}
 	}
-	out, err := s.backend.Handle(r.Context(), send)
+	out, err := run(r.Context(), sink)
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
@@ -518,8 +629,12 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req oa
 		}
 		sse.data(chunk(&oaDelta{Content: &md}, nil))
 	}
-	stop := "stop"
-	sse.data(chunk(&oaDelta{}, &stop))
+	finish := "stop"
+	if len(out.ToolCalls) > 0 {
+		finish = "tool_calls"
+		sse.data(chunk(&oaDelta{ToolCalls: wireToolCalls(out.ToolCalls, true)}, nil))
+	}
+	sse.data(chunk(&oaDelta{}, &finish))
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		u := usage
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens

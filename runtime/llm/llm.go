@@ -73,6 +73,49 @@ type Request struct {
 	Temperature *float64
 	// JSON asks for a single JSON object as the answer (no tools).
 	JSON bool
+	// Schema asks for a JSON answer matching a JSON Schema (OpenAI's
+	// response_format json_schema); it wins over JSON.
+	Schema *JSONSchema
+}
+
+// JSONSchema is a named JSON Schema the answer must match.
+type JSONSchema struct {
+	// Name identifies the schema to the model (a-z, A-Z, 0-9, _ and -).
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Schema      json.RawMessage `json:"schema,omitempty"`
+	// Strict asks the provider to enforce the schema exactly.
+	Strict bool `json:"strict,omitempty"`
+}
+
+// Settings are model settings a client chose for every model call of one
+// turn (the OpenAI endpoint's temperature, max_tokens and response_format);
+// zero values leave the agent's own.
+type Settings struct {
+	MaxTokens   int
+	Temperature *float64
+	JSON        bool
+	Schema      *JSONSchema
+}
+
+// Apply sets the settings on a request; fields left zero keep the
+// request's.
+func (s *Settings) Apply(req *Request) {
+	if s == nil {
+		return
+	}
+	if s.MaxTokens > 0 {
+		req.MaxTokens = s.MaxTokens
+	}
+	if s.Temperature != nil {
+		req.Temperature = s.Temperature
+	}
+	if s.JSON {
+		req.JSON = true
+	}
+	if s.Schema != nil {
+		req.Schema = s.Schema
+	}
 }
 
 // Usage is token accounting of one call.

@@ -1,16 +1,10 @@
 package mcp_test
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -19,9 +13,9 @@ import (
 
 // referencePackages are the npm packages of the MCP reference servers the
 // tests run against, pinned so a new release cannot change what is tested.
-var referencePackages = []struct{ name, version string }{
-	{"@modelcontextprotocol/server-everything", "2026.8.31"},
-	{"@modelcontextprotocol/server-filesystem", "2026.8.31"},
+var referencePackages = []services.NPMPackage{
+	{Name: "@modelcontextprotocol/server-everything", Version: "2026.8.31"},
+	{Name: "@modelcontextprotocol/server-filesystem", Version: "2026.8.31"},
 }
 
 // ref locates the installed servers; empty (with skipReason set) when they
@@ -62,81 +56,24 @@ func needServers(t testing.TB) {
 	}
 }
 
-// installReferenceServers installs the reference servers once into
-// $PICOBOT_CACHE/npm/mcp (default ~/.cache/picobot), outside the repository.
-// A lock file serialises concurrent test runs; a cache holding the pinned
-// versions is used without asking npm.
+// installReferenceServers installs the reference servers once into the
+// cache (services.NPMInstall), outside the repository.
 func installReferenceServers() error {
-	node, err := exec.LookPath("node")
+	prefix, node, err := services.NPMInstall("mcp", referencePackages...)
 	if err != nil {
-		return fmt.Errorf("failed to find node (Debian: apt-get install nodejs npm): %w", err)
-	}
-	cache := os.Getenv("PICOBOT_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return fmt.Errorf("failed to find the cache folder: %w", err)
-		}
-		cache = filepath.Join(home, ".cache", "picobot")
-	}
-	prefix := filepath.Join(cache, "npm", "mcp")
-	if err := os.MkdirAll(prefix, 0o755); err != nil {
-		return fmt.Errorf("failed to create %s: %w", prefix, err)
-	}
-	lock, err := os.OpenFile(filepath.Join(prefix, ".install.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return fmt.Errorf("failed to open the install lock: %w", err)
-	}
-	defer func() { _ = lock.Close() }() // closing releases the lock
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("failed to take the install lock: %w", err)
-	}
-	if !installed(prefix) {
-		npm, err := exec.LookPath("npm")
-		if err != nil {
-			return fmt.Errorf("failed to find npm (Debian: apt-get install npm): %w", err)
-		}
-		args := []string{"install", "--prefix", prefix, "--no-audit", "--no-fund", "--save-exact"}
-		for _, p := range referencePackages {
-			args = append(args, p.name+"@"+p.version)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, npm, args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("npm %v failed: %w: %s", args, err, out)
-		}
-		if !installed(prefix) {
-			return fmt.Errorf("npm %v did not install the pinned versions: %s", args, out)
-		}
+		return err
 	}
 	ref.node = node
-	ref.everything = entryPoint(prefix, referencePackages[0].name)
-	ref.filesystem = entryPoint(prefix, referencePackages[1].name)
+	ref.everything = entryPoint(prefix, referencePackages[0].Name)
+	ref.filesystem = entryPoint(prefix, referencePackages[1].Name)
+	for _, p := range []string{ref.everything, ref.filesystem} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("failed to find the entry point of an MCP reference server: %w", err)
+		}
+	}
 	return nil
 }
 
 func entryPoint(prefix, pkg string) string {
 	return filepath.Join(prefix, "node_modules", pkg, "dist", "index.js")
-}
-
-// installed reports whether every pinned package is in the prefix with its
-// entry point.
-func installed(prefix string) bool {
-	for _, p := range referencePackages {
-		raw, err := os.ReadFile(filepath.Join(prefix, "node_modules", p.name, "package.json"))
-		if err != nil {
-			return false
-		}
-		var meta struct {
-			Version string `json:"version"`
-		}
-		if json.Unmarshal(raw, &meta) != nil || meta.Version != p.version {
-			return false
-		}
-		if _, err := os.Stat(entryPoint(prefix, p.name)); errors.Is(err, os.ErrNotExist) {
-			return false
-		}
-	}
-	return true
 }

@@ -351,20 +351,31 @@ func (r *Runtime) handle(ctx context.Context, c Chat, msgID, text string) (sessi
 	}
 }
 
-// coded maps a turn's error to the protocol: the one mapping of both modes.
+// coded maps a turn's error to the protocol (Coded) and logs an internal
+// fault.
 func (r *Runtime) coded(c Chat, err error) *protocol.CodedError {
-	if err == nil {
-		return nil
+	ce, known := Coded(err)
+	if !known {
+		r.cfg.Log.Error("Turn failed", "channel", c.Channel, "chat", c.Key, "err", err)
 	}
-	var ce *protocol.CodedError
+	return ce
+}
+
+// Coded maps a turn's error to the protocol: the one mapping of both modes
+// and of stateless turns. known is false for an unexpected error (code
+// internal), which the caller logs.
+func Coded(err error) (ce *protocol.CodedError, known bool) {
+	if err == nil {
+		return nil, true
+	}
 	var se *llm.StatusError
 	code := protocol.CodeInternal
 	switch {
 	case errors.As(err, &ce):
-		return &protocol.CodedError{Code: ce.Code, Err: err, Status: ce.Status, RetryAfter: ce.RetryAfter}
+		return &protocol.CodedError{Code: ce.Code, Err: err, Status: ce.Status, RetryAfter: ce.RetryAfter}, true
 	case errors.As(err, &se) && se.StatusCode == http.StatusTooManyRequests:
 		// The model's rate limit: the client may retry after its wait.
-		return &protocol.CodedError{Code: protocol.CodeRateLimited, Err: err, RetryAfter: se.RetryAfter}
+		return &protocol.CodedError{Code: protocol.CodeRateLimited, Err: err, RetryAfter: se.RetryAfter}, true
 	case errors.As(err, &se) && se.StatusCode >= 400 && se.StatusCode < 500 &&
 		se.StatusCode != http.StatusUnauthorized && se.StatusCode != http.StatusForbidden:
 		// The model refused the request (too long, content policy, bad
@@ -372,16 +383,16 @@ func (r *Runtime) coded(c Chat, err error) *protocol.CodedError {
 		// client gets the model's 4xx. Its 401/403 are this agent's
 		// credentials, an internal fault.
 		return &protocol.CodedError{Code: protocol.CodeModelRejected, Status: se.StatusCode,
-			Err: fmt.Errorf("the model refused the request (HTTP %d): %s", se.StatusCode, se.Message)}
+			Err: fmt.Errorf("the model refused the request (HTTP %d): %s", se.StatusCode, se.Message)}, true
 	case errors.Is(err, session.ErrBusy):
 		code = protocol.CodeBusy
 	case errors.Is(err, session.ErrUnanswered):
 		code = protocol.CodeUnanswered
 	case errors.Is(err, session.ErrInterrupted):
 		return &protocol.CodedError{Code: protocol.CodeUnavailable, Err: errors.New(
-			"the turn was cut short (its runtime lost the session or is shutting down); what it did is kept and it resumes: send the message again with the same id to get its answer")}
+			"the turn was cut short (its runtime lost the session or is shutting down); what it did is kept and it resumes: send the message again with the same id to get its answer")}, true
 	case errors.Is(err, context.Canceled):
-		return &protocol.CodedError{Code: protocol.CodeStopped, Err: errors.New("stopped; what was done so far is kept")}
+		return &protocol.CodedError{Code: protocol.CodeStopped, Err: errors.New("stopped; what was done so far is kept")}, true
 	case errors.Is(err, store.ErrNotFound):
 		code = protocol.CodeUnknownSession
 	case errors.Is(err, store.ErrInvalid):
@@ -389,9 +400,9 @@ func (r *Runtime) coded(c Chat, err error) *protocol.CodedError {
 	case errors.Is(err, store.ErrNoTenant):
 		code = protocol.CodeForbidden
 	default:
-		r.cfg.Log.Error("Turn failed", "channel", c.Channel, "chat", c.Key, "err", err)
+		return &protocol.CodedError{Code: code, Err: err}, false
 	}
-	return &protocol.CodedError{Code: code, Err: err}
+	return &protocol.CodedError{Code: code, Err: err}, true
 }
 
 // Stop drops the chat's queued messages (each is answered as dropped) and

@@ -268,3 +268,25 @@ func TestUsageIncludesCache(t *testing.T) {
 		g.Expect(string(s.Requests()[0].Body)).NotTo(ContainSubstring("cache_read"))
 	}
 }
+
+// The Messages API has no response_format: a JSON schema is emulated by
+// telling the model the schema in the system prompt; the temperature and
+// the output cap go out as the API's own fields.
+func TestRequestJSONSchemaIsEmulated(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	defer s.Close()
+	s.Script(fakellm.Turn{Text: `{"city":"Paris"}`})
+	temp := 1.5
+	req := llm.Request{System: "sys", Messages: []llm.Message{{Role: llm.RoleUser, Content: "where?"}}}
+	(&llm.Settings{MaxTokens: 64, Temperature: &temp, Schema: &llm.JSONSchema{Name: "place",
+		Schema: json.RawMessage(`{"type":"object","required":["city"]}`)}}).Apply(&req)
+	_, err := newProvider(t, s, 0).Complete(context.Background(), req, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	r := s.Requests()[0]
+	g.Expect(r.MaxTokens).To(Equal(64))
+	g.Expect(r.Temperature).To(HaveValue(Equal(1.5)))
+	g.Expect(r.System).To(Equal("sys\n\n" + anthropic.JSONInstruction +
+		" The object must match this JSON Schema (place):\n" + `{"type":"object","required":["city"]}`))
+	g.Expect(string(r.Body)).NotTo(ContainSubstring("response_format"))
+}

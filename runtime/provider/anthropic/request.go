@@ -16,6 +16,31 @@ import (
 // set: the Messages API has no JSON mode, so the model is told instead.
 const JSONInstruction = "Respond with a single JSON object only, with no text before or after it."
 
+// schemaInstruction emulates OpenAI's response_format json_schema, which
+// the Messages API lacks: the model is told the schema, and nothing checks
+// that the answer matches it.
+func schemaInstruction(s *llm.JSONSchema) string {
+	var b strings.Builder
+	b.WriteString(JSONInstruction)
+	b.WriteString(" The object must match this JSON Schema")
+	if s.Name != "" {
+		b.WriteString(" (")
+		b.WriteString(s.Name)
+		b.WriteString(")")
+	}
+	if s.Description != "" {
+		b.WriteString(", which describes ")
+		b.WriteString(s.Description)
+	}
+	b.WriteString(":\n")
+	if len(s.Schema) == 0 {
+		b.WriteString("{}")
+	} else {
+		b.Write(s.Schema)
+	}
+	return b.String()
+}
+
 // emptyInput stands in for tool-call arguments that are not a JSON object:
 // tool_use.input must be one, and a model's malformed arguments from an
 // earlier turn must not make the whole conversation unsendable.
@@ -52,7 +77,10 @@ func (p *Provider) BuildParams(req llm.Request) (anthropicsdk.MessageNewParams, 
 	}
 	params.Messages = msgs
 	system = append(system, more...)
-	if req.JSON {
+	switch {
+	case req.Schema != nil:
+		system = append(system, schemaInstruction(req.Schema))
+	case req.JSON:
 		system = append(system, JSONInstruction)
 	}
 	if len(system) > 0 {

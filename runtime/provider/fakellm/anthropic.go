@@ -148,11 +148,12 @@ type (
 		Content   json.RawMessage `json:"content"`
 	}
 	anRequest struct {
-		Model     string          `json:"model"`
-		MaxTokens int             `json:"max_tokens"`
-		Stream    bool            `json:"stream"`
-		System    json.RawMessage `json:"system"`
-		Messages  []struct {
+		Model       string          `json:"model"`
+		MaxTokens   int             `json:"max_tokens"`
+		Temperature *float64        `json:"temperature"`
+		Stream      bool            `json:"stream"`
+		System      json.RawMessage `json:"system"`
+		Messages    []struct {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
@@ -171,6 +172,7 @@ func parseAnthropic(body []byte, rec *Recorded) error {
 	rec.Model = req.Model
 	rec.Stream = req.Stream
 	rec.MaxTokens = req.MaxTokens
+	rec.Temperature = req.Temperature
 	for i, t := range req.Tools {
 		rec.Tools = append(rec.Tools, t.Name)
 		if t.Name == "" || len(t.InputSchema) == 0 {

@@ -1,6 +1,7 @@
 package fakellm
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -162,10 +163,12 @@ type (
 		StreamOptions *struct {
 			IncludeUsage bool `json:"include_usage"`
 		} `json:"stream_options"`
-		MaxTokens           int `json:"max_tokens"`
-		MaxCompletionTokens int `json:"max_completion_tokens"`
+		MaxTokens           int      `json:"max_tokens"`
+		MaxCompletionTokens int      `json:"max_completion_tokens"`
+		Temperature         *float64 `json:"temperature"`
 		ResponseFormat      *struct {
-			Type string `json:"type"`
+			Type       string         `json:"type"`
+			JSONSchema jsontext.Value `json:"json_schema"`
 		} `json:"response_format"`
 		// Tools are read by toolNames: the same declarations come with
 		// every request of an agent.
@@ -231,7 +234,11 @@ func parseOpenAI(body []byte, rec *Recorded) error {
 	rec.Stream = req.Stream
 	rec.IncludeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	rec.MaxTokens = max(req.MaxTokens, req.MaxCompletionTokens)
-	rec.JSONMode = req.ResponseFormat != nil && req.ResponseFormat.Type == "json_object"
+	rec.Temperature = req.Temperature
+	if f := req.ResponseFormat; f != nil {
+		rec.JSONMode = f.Type == "json_object"
+		rec.ResponseFormat, rec.JSONSchema = f.Type, json.RawMessage(slices.Clone(f.JSONSchema))
+	}
 	names, err := toolNames(req.Tools)
 	if err != nil {
 		return err

@@ -117,6 +117,12 @@ type Recorded struct {
 	// JSONMode is true when the request asked for a JSON object answer
 	// (OpenAI response_format json_object).
 	JSONMode bool
+	// Temperature is the request's temperature, nil when it sent none.
+	Temperature *float64
+	// ResponseFormat is OpenAI's response_format.type ("" when absent) and
+	// JSONSchema its json_schema object as sent.
+	ResponseFormat string
+	JSONSchema     json.RawMessage
 	// IncludeUsage is OpenAI's stream_options.include_usage.
 	IncludeUsage bool
 }

@@ -197,3 +197,24 @@ func TestBuildBodyErrors(t *testing.T) {
 		})
 	}
 }
+
+// A JSON schema goes out as response_format json_schema, named and strict
+// as given, with the settings Settings.Apply put on the request.
+func TestRequestJSONSchema(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	defer s.Close()
+	s.Script(fakellm.Turn{Text: `{"city":"Paris"}`})
+	temp := 0.0
+	req := llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "where?"}}, MaxTokens: 4096}
+	(&llm.Settings{MaxTokens: 64, Temperature: &temp, JSON: true, Schema: &llm.JSONSchema{Name: "place", Strict: true,
+		Schema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}}).Apply(&req)
+	_, err := newProvider(t, s, 0).Complete(context.Background(), req, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	r := s.Requests()[0]
+	g.Expect(r.MaxTokens).To(Equal(64), "the client's cap wins over the agent's")
+	g.Expect(r.Temperature).To(HaveValue(Equal(0.0)), "a zero temperature is sent, not dropped")
+	g.Expect(r.ResponseFormat).To(Equal("json_schema"))
+	g.Expect(r.JSONMode).To(BeFalse())
+	g.Expect(string(r.JSONSchema)).To(MatchJSON(`{"name":"place","strict":true,"schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}`))
+}

@@ -93,7 +93,14 @@ func (p *Provider) BuildBody(req llm.Request, stream bool) ([]byte, error) {
 			return nil, fmt.Errorf("failed to encode the temperature: %w", err)
 		}
 	}
-	if req.JSON {
+	switch {
+	case req.Schema != nil:
+		buf.WriteString(`,"response_format":{"type":"json_schema","json_schema":`)
+		if err := appendJSON(&buf, req.Schema); err != nil {
+			return nil, fmt.Errorf("failed to encode the JSON schema %q: %w", req.Schema.Name, err)
+		}
+		buf.WriteByte('}')
+	case req.JSON:
 		buf.WriteString(`,"response_format":{"type":"json_object"}`)
 	}
 	if stream {
