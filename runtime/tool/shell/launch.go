@@ -153,7 +153,10 @@ func shareWorkspace(dir string) error {
 	}
 	for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
 		fi, err := os.Stat(d)
-		if err != nil || fi.Mode().Perm()&0o010 != 0 {
+		if err != nil {
+			return fmt.Errorf("failed to let the sandbox container reach workspace %q: %w", dir, err)
+		}
+		if fi.Mode().Perm()&0o010 != 0 {
 			return nil
 		}
 		if err := os.Chmod(d, fi.Mode()|0o010); err != nil {
