@@ -11,14 +11,16 @@
 // processes. This makes a real end-to-end test of the operator's session
 // pods possible on a machine without containers.
 //
-// Users: running as root, a container without a ServiceAccount token runs as
-// its securityContext's runAsUser/runAsGroup with the pod's fsGroup as
-// supplementary group, with only PATH and its own env (not the runner's
-// environment); its volume folders belong to the fsGroup, group-writable
-// and setgid, and the folders leading to them and to its binary are made
-// traversable (o+x). A container with a token runs as the runner, whose
-// KUBECONFIG stands in for the token. Not running as root, every container
-// runs as the runner.
+// Users: the runner's user stands in for the pod's user (and its KUBECONFIG
+// for the ServiceAccount token). Running as root, a container that asks for
+// a user of its own other than the pod's (its securityContext's runAsUser)
+// and has no token runs as that user, with runAsGroup and the pod's fsGroup
+// as supplementary group, and with only PATH and its own env (not the
+// runner's environment); the pod's volume folders then belong to the
+// fsGroup, group-writable and setgid, and the folders leading to them and to
+// its binary are made traversable (o+x). So the user boundary between a
+// session pod's runtime and sandbox containers is real here. Not running as
+// root, every container runs as the runner.
 //
 // What it does not emulate: namespaces of any kind — containers share the
 // host's PID namespace (/proc lists every process; only the user boundary
@@ -411,32 +413,26 @@ func (r *Runner) prepare(ctx context.Context, p *corev1.Pod, c corev1.Container,
 // defaultPath is the PATH of a container run as another user.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// userOf is the user a container runs as: its runAsUser (else the pod's),
-// with runAsGroup and the pod's fsGroup, when the runner is root and the
-// container has no ServiceAccount token. A container with a token runs as
-// the runner, whose KUBECONFIG stands in for the token; nil means that.
+// userOf is the user a container runs as when it asks for a user of its
+// own, other than the pod's (its securityContext's runAsUser), has no
+// ServiceAccount token and the runner is root: that user, with runAsGroup
+// and the pod's fsGroup. Every other container runs as the runner, whose
+// user stands in for the pod's (and whose KUBECONFIG for the token); nil
+// means that. So the runner reproduces the user boundary between the
+// containers of one pod, which is what a sandbox container relies on.
 func (r *Runner) userOf(p *corev1.Pod, c corev1.Container) *syscall.Credential {
-	if os.Geteuid() != 0 || hasToken(p, c) {
+	sc := c.SecurityContext
+	if os.Geteuid() != 0 || hasToken(p, c) || sc == nil || sc.RunAsUser == nil {
 		return nil
 	}
-	var uid, gid *int64
-	if sc := p.Spec.SecurityContext; sc != nil {
-		uid, gid = sc.RunAsUser, sc.RunAsGroup
-	}
-	if sc := c.SecurityContext; sc != nil {
-		if sc.RunAsUser != nil {
-			uid = sc.RunAsUser
-		}
-		if sc.RunAsGroup != nil {
-			gid = sc.RunAsGroup
-		}
-	}
-	if uid == nil {
+	if psc := p.Spec.SecurityContext; psc != nil && psc.RunAsUser != nil && *psc.RunAsUser == *sc.RunAsUser {
 		return nil
 	}
-	cred := &syscall.Credential{Uid: uint32(*uid), Gid: uint32(*uid)}
-	if gid != nil {
-		cred.Gid = uint32(*gid)
+	cred := &syscall.Credential{Uid: uint32(*sc.RunAsUser), Gid: uint32(*sc.RunAsUser)}
+	if sc.RunAsGroup != nil {
+		cred.Gid = uint32(*sc.RunAsGroup)
+	} else if psc := p.Spec.SecurityContext; psc != nil && psc.RunAsGroup != nil {
+		cred.Gid = uint32(*psc.RunAsGroup)
 	}
 	if g := fsGroup(p); g != nil {
 		cred.Groups = []uint32{uint32(*g)}

@@ -8,6 +8,8 @@
 // (never the runtime's secrets), their own namespaces where Linux allows, and
 // Landlock confining them to the workspace, because the model can read
 // whatever a program prints and a prompt-injected page can choose what runs.
+// In a cluster-mode session pod they start in the sandbox container instead,
+// through its exec server (PICOBOT_SANDBOX_SOCKET, package execserver).
 package shell
 
 import (
