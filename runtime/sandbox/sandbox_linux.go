@@ -310,7 +310,10 @@ func pathRule(p string, write bool) landlock.Rule {
 
 // pathDirs are the absolute folders of the program's PATH beyond the system
 // ones (a toolchain under /usr/local/go, ~/go/bin): read-only, so what the
-// user installed runs. The home folder itself and / are never taken whole.
+// user installed runs. The home folder itself and / are never taken whole,
+// and a folder this user cannot read (the runtime's PATH seen from the
+// sandbox container's user) is left out: Landlock cannot add a rule for it,
+// and its programs could not use it either.
 func pathDirs(env []string) []string {
 	home, _ := os.UserHomeDir()
 	var out []string
@@ -321,7 +324,7 @@ func pathDirs(env []string) []string {
 		}
 		for _, d := range filepath.SplitList(v) {
 			d = filepath.Clean(d)
-			if filepath.IsAbs(d) && d != "/" && d != home {
+			if filepath.IsAbs(d) && d != "/" && d != home && unix.Access(d, unix.R_OK|unix.X_OK) == nil {
 				out = append(out, d)
 			}
 		}

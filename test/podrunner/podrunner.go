@@ -1,16 +1,36 @@
 // Package podrunner is a small kubelet stand-in for the local control plane
 // (kube-apiserver + etcd, no scheduler, no kubelet, no containers): it
 // registers a fake Node, binds unscheduled pods to it, and runs each pod's
-// first container as a local process of our own binaries — images map to
-// binaries, emptyDir volumes to temporary folders, env resolved like the
-// kubelet does (values, field references, Secret keys, envFrom Secrets) — and
-// reports Running, Succeeded or Failed in the pod's status. Deleting a pod
-// stops its process. This makes a real end-to-end test of the operator's
-// session pods possible on a machine without containers.
+// containers as local processes of our own binaries — images map to
+// binaries, emptyDir volumes (and their subPaths) to folders the containers
+// of a pod share, env resolved like the kubelet does (values, field
+// references, Secret keys, envFrom Secrets) — and reports Running, Succeeded
+// or Failed in the pod's status. Native sidecars (init containers with
+// restartPolicy Always) start first and are stopped once the main
+// containers ended, as the kubelet does. Deleting a pod stops its
+// processes. This makes a real end-to-end test of the operator's session
+// pods possible on a machine without containers.
 //
-// What it does not do: isolation of any kind (processes share the host and
-// network), resource limits, probes, restarts, init containers or service
-// account tokens (processes get the runner's KUBECONFIG instead).
+// Users: the runner's user stands in for the pod's user (and its KUBECONFIG
+// for the ServiceAccount token). Running as root, a container that asks for
+// a user of its own other than the pod's (its securityContext's runAsUser)
+// and has no token runs as that user, with runAsGroup and the pod's fsGroup
+// as supplementary group, and with only PATH and its own env (not the
+// runner's environment); the pod's volume folders then belong to the
+// fsGroup, group-writable and setgid, and the folders leading to them and to
+// its binary are made traversable (o+x). So the user boundary between a
+// session pod's runtime and sandbox containers is real here. Not running as
+// root, every container runs as the runner.
+//
+// What it does not emulate: namespaces of any kind — containers share the
+// host's PID namespace (/proc lists every process; only the user boundary
+// and the sandbox's Landlock keep one container out of another's
+// /proc/<pid>), mount namespace (no read-only root, no private /tmp: a
+// mount path is rewritten in env values only) and network (every pod
+// listens on a loopback address of its own and reaches everything the
+// host reaches: no NetworkPolicy); seccomp and capability settings;
+// RuntimeClasses; resource limits, probes, restarts, ordinary init
+// containers; ServiceAccount tokens (see above).
 package podrunner
 
 import (
@@ -64,11 +84,39 @@ type Runner struct {
 	wg  sync.WaitGroup
 }
 
+// proc is a running pod: its containers, sidecars first.
 type proc struct {
-	cmd     *exec.Cmd
+	containers []*container
+	// done is closed once the main containers ended and the sidecars were
+	// stopped.
 	done    chan struct{}
 	grace   time.Duration // the pod's terminationGracePeriodSeconds
 	stopped bool
+}
+
+// container is one container's process.
+type container struct {
+	name, image string
+	sidecar     bool
+	cmd         *exec.Cmd
+	log         *os.File
+	tail        *lastLine
+	done        chan struct{}
+	code        int // exit code, set before done is closed
+}
+
+// signal sends sig to every container's process group.
+func (pr *proc) signal(sig syscall.Signal) {
+	for _, c := range pr.containers {
+		_ = syscall.Kill(-c.cmd.Process.Pid, sig)
+	}
+}
+
+// wait waits for every container of pr.
+func (pr *proc) wait() {
+	for _, c := range pr.containers {
+		<-c.done
+	}
 }
 
 // New returns a runner.
@@ -194,28 +242,133 @@ func (r *Runner) bind(ctx context.Context, p *corev1.Pod) {
 }
 
 func (r *Runner) start(ctx context.Context, p *corev1.Pod) {
-	c := p.Spec.Containers[0]
-	bin, ok := r.cfg.Images[c.Image]
-	if !ok {
-		r.waiting(ctx, p, "ErrImagePull", fmt.Sprintf("image %q is not known to the local pod runner", c.Image))
-		return
-	}
 	dir := filepath.Join(r.cfg.WorkDir, p.Namespace+"_"+p.Name)
-	mounts := map[string]string{}
-	for _, m := range c.VolumeMounts {
-		d := filepath.Join(dir, "volumes", m.Name)
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			r.failed(ctx, p, 1, err.Error())
+	ip := r.podIP()
+	grace := 30 * time.Second // the API server's default
+	if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
+	pr := &proc{done: make(chan struct{}), grace: grace}
+	for i, c := range podContainers(p) {
+		ct, reason, err := r.prepare(ctx, p, c, dir, ip, i == len(sidecars(p)))
+		if err == nil {
+			err = ct.cmd.Start()
+			reason = "StartError"
+		}
+		if err != nil {
+			if ct != nil && ct.log != nil {
+				_ = ct.log.Close()
+			}
+			pr.signal(syscall.SIGKILL)
+			for _, started := range pr.containers {
+				_ = started.cmd.Wait()
+			}
+			switch reason {
+			case "ErrImagePull", "CreateContainerConfigError":
+				r.waiting(ctx, p, c.Name, reason, err.Error())
+			default:
+				r.failed(ctx, p, 127, err.Error())
+			}
 			return
 		}
-		mounts[m.MountPath] = d
+		pr.containers = append(pr.containers, ct)
+		go func() {
+			err := ct.cmd.Wait()
+			_ = ct.log.Close()
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				ct.code = ee.ExitCode()
+				if ct.code < 0 {
+					ct.code = 137
+				}
+			}
+			close(ct.done)
+		}()
+	}
+	r.mu.Lock()
+	r.run[p.UID] = pr
+	r.mu.Unlock()
+	r.running(ctx, p, ip)
+	r.wg.Go(func() { r.watch(ctx, p, pr) })
+}
+
+// watch waits for the pod's main containers, then stops its sidecars as
+// the kubelet does, and reports how the pod ended.
+func (r *Runner) watch(ctx context.Context, p *corev1.Pod, pr *proc) {
+	var main []*container
+	for _, c := range pr.containers {
+		if !c.sidecar {
+			main = append(main, c)
+			<-c.done
+		}
+	}
+	for _, c := range pr.containers {
+		if c.sidecar {
+			_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
+		}
+	}
+	select {
+	case <-allDone(pr):
+	case <-time.After(pr.grace):
+		pr.signal(syscall.SIGKILL)
+	}
+	pr.wait()
+	close(pr.done)
+	r.mu.Lock()
+	stopped := pr.stopped
+	r.mu.Unlock()
+	if stopped {
+		return // deleted: the pod object is going away
+	}
+	for _, c := range main {
+		if c.code != 0 {
+			r.terminated(context.WithoutCancel(ctx), p, corev1.PodFailed, int32(c.code), "Error", c.tail.String())
+			return
+		}
+	}
+	r.terminated(context.WithoutCancel(ctx), p, corev1.PodSucceeded, 0, "Completed", "")
+}
+
+func allDone(pr *proc) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() { pr.wait(); close(ch) }()
+	return ch
+}
+
+// sidecars are the pod's native sidecars: init containers that keep
+// running (restartPolicy Always) beside the main containers.
+func sidecars(p *corev1.Pod) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// podContainers are the containers the runner starts, in order: sidecars,
+// then the main containers.
+func podContainers(p *corev1.Pod) []corev1.Container {
+	return append(sidecars(p), p.Spec.Containers...)
+}
+
+// prepare builds a container's process: its binary, volumes, environment,
+// user and log. It returns the waiting reason with an error.
+func (r *Runner) prepare(ctx context.Context, p *corev1.Pod, c corev1.Container, dir, ip string, first bool) (*container, string, error) {
+	bin, ok := r.cfg.Images[c.Image]
+	if !ok {
+		return nil, "ErrImagePull", fmt.Errorf("image %q is not known to the local pod runner", c.Image)
+	}
+	user := r.userOf(p, c)
+	mounts, err := r.volumes(p, c, dir, user != nil)
+	if err != nil {
+		return nil, "StartError", err
 	}
 	env, err := r.env(ctx, p, c, mounts)
 	if err != nil {
-		r.waiting(ctx, p, "CreateContainerConfigError", err.Error())
-		return
+		return nil, "CreateContainerConfigError", err
 	}
-	ip := r.podIP()
 	args := append([]string{}, c.Command[1:]...)
 	for _, a := range c.Args {
 		// A pod has a network namespace of its own, where it listens on
@@ -228,59 +381,148 @@ func (r *Runner) start(ctx context.Context, p *corev1.Pod) {
 		args = append(args, a)
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(append(os.Environ(), r.cfg.Env...), env...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	logf, err := os.Create(filepath.Join(r.cfg.WorkDir, p.Namespace+"_"+p.Name+".log"))
+	if user != nil {
+		// Another user, as the container's securityContext says: it gets
+		// neither the runner's environment nor its KUBECONFIG (there is no
+		// token to stand in for), and its binary must be reachable.
+		cmd.Env = append([]string{"PATH=" + defaultPath}, env...)
+		cmd.SysProcAttr.Credential = user
+		if err := traversable(filepath.Dir(bin)); err != nil {
+			return nil, "StartError", err
+		}
+	} else {
+		cmd.Env = append(append(os.Environ(), r.cfg.Env...), env...)
+	}
+	name := p.Namespace + "_" + p.Name + ".log"
+	if !first {
+		name = p.Namespace + "_" + p.Name + "_" + c.Name + ".log"
+	}
+	logf, err := os.Create(filepath.Join(r.cfg.WorkDir, name))
 	if err != nil {
-		r.failed(ctx, p, 1, err.Error())
-		return
+		return nil, "StartError", err
 	}
 	tail := &lastLine{}
 	cmd.Stdout = logf
 	cmd.Stderr = io.MultiWriter(logf, tail)
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
-		r.failed(ctx, p, 127, err.Error())
-		return
-	}
-	grace := 30 * time.Second // the API server's default
-	if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
-		grace = time.Duration(*g) * time.Second
-	}
-	pr := &proc{cmd: cmd, done: make(chan struct{}), grace: grace}
-	r.mu.Lock()
-	r.run[p.UID] = pr
-	r.mu.Unlock()
-	r.running(ctx, p, ip)
-	r.wg.Go(func() {
-		err := cmd.Wait()
-		_ = logf.Close()
-		close(pr.done)
-		r.mu.Lock()
-		stopped := pr.stopped
-		r.mu.Unlock()
-		if stopped {
-			return // deleted: the pod object is going away
-		}
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-			if code < 0 {
-				code = 137
-			}
-		}
-		if code == 0 {
-			r.terminated(context.WithoutCancel(ctx), p, corev1.PodSucceeded, 0, "Completed", "")
-		} else {
-			r.terminated(context.WithoutCancel(ctx), p, corev1.PodFailed, int32(code), "Error", tail.String())
-		}
-	})
+	sidecar := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+	return &container{name: c.Name, image: c.Image, sidecar: sidecar, cmd: cmd, log: logf, tail: tail, done: make(chan struct{})}, "", nil
 }
 
-// Kill ends a pod's process with SIGKILL, as a node crash or OOM would; the
-// pod then reports Failed.
+// defaultPath is the PATH of a container run as another user.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// userOf is the user a container runs as when it asks for a user of its
+// own, other than the pod's (its securityContext's runAsUser), has no
+// ServiceAccount token and the runner is root: that user, with runAsGroup
+// and the pod's fsGroup. Every other container runs as the runner, whose
+// user stands in for the pod's (and whose KUBECONFIG for the token); nil
+// means that. So the runner reproduces the user boundary between the
+// containers of one pod, which is what a sandbox container relies on.
+func (r *Runner) userOf(p *corev1.Pod, c corev1.Container) *syscall.Credential {
+	sc := c.SecurityContext
+	if os.Geteuid() != 0 || hasToken(p, c) || sc == nil || sc.RunAsUser == nil {
+		return nil
+	}
+	if psc := p.Spec.SecurityContext; psc != nil && psc.RunAsUser != nil && *psc.RunAsUser == *sc.RunAsUser {
+		return nil
+	}
+	cred := &syscall.Credential{Uid: uint32(*sc.RunAsUser), Gid: uint32(*sc.RunAsUser)}
+	if sc.RunAsGroup != nil {
+		cred.Gid = uint32(*sc.RunAsGroup)
+	} else if psc := p.Spec.SecurityContext; psc != nil && psc.RunAsGroup != nil {
+		cred.Gid = uint32(*psc.RunAsGroup)
+	}
+	if g := fsGroup(p); g != nil {
+		cred.Groups = []uint32{uint32(*g)}
+	}
+	return cred
+}
+
+// hasToken reports whether the kubelet would give the container a
+// ServiceAccount token: automounted, or a projected token it mounts.
+func hasToken(p *corev1.Pod, c corev1.Container) bool {
+	if p.Spec.AutomountServiceAccountToken == nil || *p.Spec.AutomountServiceAccountToken {
+		return true
+	}
+	for _, m := range c.VolumeMounts {
+		for _, v := range p.Spec.Volumes {
+			if v.Name != m.Name || v.Projected == nil {
+				continue
+			}
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func fsGroup(p *corev1.Pod) *int64 {
+	if sc := p.Spec.SecurityContext; sc != nil {
+		return sc.FSGroup
+	}
+	return nil
+}
+
+// volumes makes a container's volume folders (a subPath inside its
+// volume's) and maps mount paths to them. When a container runs as another
+// user, the folders belong to the pod's fsGroup, group-writable and setgid
+// as the kubelet leaves an emptyDir, and the way to them is traversable.
+func (r *Runner) volumes(p *corev1.Pod, c corev1.Container, dir string, otherUser bool) (map[string]string, error) {
+	mounts := map[string]string{}
+	g := fsGroup(p)
+	for _, m := range c.VolumeMounts {
+		vol := filepath.Join(dir, "volumes", m.Name)
+		d := filepath.Join(vol, m.SubPath)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+		if os.Geteuid() == 0 && g != nil {
+			for _, f := range []string{vol, d} {
+				if err := os.Chown(f, 0, int(*g)); err != nil {
+					return nil, err
+				}
+				if err := os.Chmod(f, 0o770|os.ModeSetgid); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if otherUser {
+			if err := traversable(filepath.Join(dir, "volumes")); err != nil {
+				return nil, err
+			}
+		}
+		mounts[m.MountPath] = d
+	}
+	return mounts, nil
+}
+
+// traversable lets every user pass through dir and its parents (o+x), as
+// /var/lib/kubelet/pods is, so a container of another user reaches its
+// volumes and binary. It lists nothing (no o+r).
+func traversable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode()|0o001); err != nil {
+				return fmt.Errorf("failed to make %q traversable: %w", d, err)
+			}
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+// Kill ends a pod's processes with SIGKILL, as a node crash or OOM would;
+// the pod then reports Failed.
 func (r *Runner) Kill(uid types.UID) bool {
 	r.mu.Lock()
 	pr := r.run[uid]
@@ -288,17 +530,28 @@ func (r *Runner) Kill(uid types.UID) bool {
 	if pr == nil {
 		return false
 	}
-	_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
+	pr.signal(syscall.SIGKILL)
 	<-pr.done
 	return true
 }
 
-// PID returns the process id of a pod's process, 0 when it has none.
+// PID returns the process id of a pod's first main container, 0 when it
+// has none.
 func (r *Runner) PID(uid types.UID) int {
+	return r.ContainerPID(uid, "")
+}
+
+// ContainerPID returns the process id of the named container of a pod (the
+// first main container for ""), 0 when it has none.
+func (r *Runner) ContainerPID(uid types.UID, name string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if pr := r.run[uid]; pr != nil {
-		return pr.cmd.Process.Pid
+		for _, c := range pr.containers {
+			if c.name == name || name == "" && !c.sidecar {
+				return c.cmd.Process.Pid
+			}
+		}
 	}
 	return 0
 }
@@ -331,11 +584,11 @@ func (r *Runner) stop(uid types.UID, _ bool) {
 	if pr == nil {
 		return
 	}
-	_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGTERM)
+	pr.signal(syscall.SIGTERM)
 	select {
 	case <-pr.done:
 	case <-time.After(pr.grace):
-		_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
+		pr.signal(syscall.SIGKILL)
 		<-pr.done
 	}
 }
@@ -433,14 +686,24 @@ func (r *Runner) env(ctx context.Context, p *corev1.Pod, c corev1.Container, mou
 				v = string(b)
 			}
 		}
-		for mp, local := range mounts {
-			if v == mp || strings.HasPrefix(v, mp+"/") {
-				v = local + strings.TrimPrefix(v, mp)
-			}
-		}
-		out = append(out, e.Name+"="+v)
+		out = append(out, e.Name+"="+localPath(v, mounts))
 	}
 	return out, nil
+}
+
+// localPath rewrites a value naming a path under a mount to the mount's
+// local folder (the longest mount path that holds it wins).
+func localPath(v string, mounts map[string]string) string {
+	best := ""
+	for mp := range mounts {
+		if (v == mp || strings.HasPrefix(v, mp+"/")) && len(mp) > len(best) {
+			best = mp
+		}
+	}
+	if best == "" {
+		return v
+	}
+	return mounts[best] + strings.TrimPrefix(v, best)
 }
 
 func (r *Runner) updateStatus(ctx context.Context, p *corev1.Pod, mutate func(*corev1.PodStatus)) {
@@ -459,12 +722,37 @@ func (r *Runner) updateStatus(ctx context.Context, p *corev1.Pod, mutate func(*c
 	}
 }
 
-func (r *Runner) waiting(ctx context.Context, p *corev1.Pod, reason, msg string) {
+func (r *Runner) waiting(ctx context.Context, p *corev1.Pod, container, reason, msg string) {
 	r.updateStatus(ctx, p, func(s *corev1.PodStatus) {
 		s.Phase = corev1.PodPending
-		s.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
-			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}
+		state := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
+		s.InitContainerStatuses, s.ContainerStatuses = statuses(p, func(c corev1.Container) (corev1.ContainerState, bool) {
+			if c.Name == container {
+				return state, false
+			}
+			return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}, false
+		})
 	})
+}
+
+// statuses are the status of every container the runner starts (sidecars
+// as init containers), each state chosen by state.
+func statuses(p *corev1.Pod, state func(corev1.Container) (corev1.ContainerState, bool)) (init, main []corev1.ContainerStatus) {
+	status := func(c corev1.Container) corev1.ContainerStatus {
+		st, ready := state(c)
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, State: st, Ready: ready}
+		if st.Running != nil {
+			cs.Started = ptr.To(true)
+		}
+		return cs
+	}
+	for _, c := range sidecars(p) {
+		init = append(init, status(c))
+	}
+	for _, c := range p.Spec.Containers {
+		main = append(main, status(c))
+	}
+	return init, main
 }
 
 // podIP hands out the next pod address: 127.1.0.1, 127.1.0.2, ... (all of
@@ -485,8 +773,9 @@ func (r *Runner) running(ctx context.Context, p *corev1.Pod, ip string) {
 		s.PodIP, s.HostIP = ip, "127.0.0.1"
 		s.PodIPs = []corev1.PodIP{{IP: ip}}
 		s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
-		s.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image, Ready: true,
-			Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
+		s.InitContainerStatuses, s.ContainerStatuses = statuses(p, func(corev1.Container) (corev1.ContainerState, bool) {
+			return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}, true
+		})
 	})
 }
 
@@ -495,8 +784,12 @@ func (r *Runner) terminated(ctx context.Context, p *corev1.Pod, phase corev1.Pod
 	r.updateStatus(ctx, p, func(s *corev1.PodStatus) {
 		s.Phase = phase
 		s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
-		s.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg, FinishedAt: now}}}}
+		s.InitContainerStatuses, s.ContainerStatuses = statuses(p, func(c corev1.Container) (corev1.ContainerState, bool) {
+			if c.Name != p.Spec.Containers[0].Name {
+				return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", FinishedAt: now}}, false
+			}
+			return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg, FinishedAt: now}}, false
+		})
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/picobot/picobot/test/controlplane"
 )
@@ -31,7 +33,7 @@ func TestPodsRunAsLocalProcesses(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	work := t.TempDir()
-	r := New(Config{Client: cs, Images: map[string]string{"local/sh": "/bin/sh"}, WorkDir: work})
+	r := New(Config{Client: cs, Images: map[string]string{"local/sh": "/bin/sh"}, WorkDir: work, Env: []string{"RUNNER_ONLY=kubeconfig-stand-in"}})
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {
@@ -132,4 +134,57 @@ func TestPodsRunAsLocalProcesses(t *testing.T) {
 		return apierrors.IsNotFound(err)
 	}, 30*time.Second, 50*time.Millisecond).Should(BeTrue())
 	g.Expect(r.Running()).To(Equal(0))
+
+	// Two containers: a native sidecar as another user (runAsUser, with
+	// the fsGroup) without a token, and a main container with a projected
+	// token that runs as the runner. They share an emptyDir; the pod ends
+	// when the main container does, and the sidecar is stopped.
+	if os.Geteuid() == 0 {
+		twoContainers(t, g, cs, ns, work, get, phase)
+		g.Eventually(r.Running, 30*time.Second, 50*time.Millisecond).Should(Equal(0))
+	}
+}
+
+func twoContainers(t *testing.T, g Gomega, cs kubernetes.Interface, ns, work string, get func(string) func() *corev1.Pod, phase func(*corev1.Pod) corev1.PodPhase) {
+	mounts := []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "two", Namespace: ns}, Spec: corev1.PodSpec{
+		RestartPolicy:                corev1.RestartPolicyNever,
+		ServiceAccountName:           "default",
+		AutomountServiceAccountToken: ptr.To(false),
+		SecurityContext:              &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532)},
+		InitContainers: []corev1.Container{{Name: "side", Image: "local/sh", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+			Command: []string{"/bin/sh", "-c", `env > "$D/side-env"; id -u > "$D/side-uid.tmp"; id -G > "$D/side-groups"; mv "$D/side-uid.tmp" "$D/side-uid"; exec sleep 300`},
+			Env:     []corev1.EnvVar{{Name: "D", Value: "/shared"}}, VolumeMounts: mounts,
+			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](65533), RunAsGroup: ptr.To[int64](65533)}}},
+		Containers: []corev1.Container{{Name: "main", Image: "local/sh",
+			Command:      []string{"/bin/sh", "-c", `while [ ! -f "$D/side-uid" ]; do sleep 0.05; done; id -u > "$D/main-uid"; echo "$RUNNER_ONLY" > "$D/main-env"`},
+			Env:          []corev1.EnvVar{{Name: "D", Value: "/shared"}},
+			VolumeMounts: append(mounts, corev1.VolumeMount{Name: "token", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})}},
+		Volumes: []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}},
+	}}
+	_, err := cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(get("two"), 30*time.Second, 50*time.Millisecond).Should(WithTransform(phase, Equal(corev1.PodSucceeded)))
+	done := get("two")()
+	g.Expect(done.Status.InitContainerStatuses).To(HaveLen(1))
+	g.Expect(done.Status.InitContainerStatuses[0].Name).To(Equal("side"))
+	g.Expect(done.Status.ContainerStatuses[0].State.Terminated.ExitCode).To(BeZero())
+	shared := filepath.Join(work, ns+"_two", "volumes", "shared")
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(shared, name))
+		g.Expect(err).NotTo(HaveOccurred())
+		return strings.TrimSpace(string(b))
+	}
+	g.Expect(read("side-uid")).To(Equal("65533"))
+	g.Expect(strings.Fields(read("side-groups"))).To(ContainElements("65533", "65532"))
+	g.Expect(read("side-env")).NotTo(ContainSubstring("RUNNER_ONLY"), "the sidecar gets no runner environment")
+	g.Expect(read("side-env")).NotTo(ContainSubstring("KUBECONFIG"))
+	g.Expect(read("main-uid")).To(Equal("0"), "the container with a token runs as the runner")
+	g.Expect(read("main-env")).To(Equal("kubeconfig-stand-in"))
+	fi, err := os.Stat(shared)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o770)))
+	g.Expect(fi.Mode() & os.ModeSetgid).NotTo(BeZero())
 }

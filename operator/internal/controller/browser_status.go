@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,7 +91,9 @@ func browserPodProblem(p *corev1.Pod) *browserProblem {
 // pod") waiting for a reason it will not get over by itself: its image, its
 // configuration, or crashing.
 func waitingProblem(p *corev1.Pod, what string) *browserProblem {
-	for _, cs := range p.Status.ContainerStatuses {
+	// Init containers first: a session pod's sandbox sidecar that cannot
+	// start keeps the runtime container at PodInitializing.
+	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 		w := cs.State.Waiting
 		if w == nil {
 			continue

@@ -101,3 +101,19 @@ func TestProfileArchiveKey(t *testing.T) {
 	_, err = profileArchiveKey("Not A Namespace", "x")
 	g.Expect(err).To(HaveOccurred())
 }
+
+// A session pod's sandbox sidecar that cannot start keeps the runtime
+// container at PodInitializing: the problem is in the init container
+// statuses.
+func TestSessionPodSidecarProblem(t *testing.T) {
+	g := NewWithT(t)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "s-1"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+		InitContainerStatuses: []corev1.ContainerStatus{{Name: "sandbox", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "no such image"}}}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "runtime", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}}}
+	c := podProblem(p)
+	g.Expect(c).NotTo(BeNil())
+	g.Expect(c.Reason).To(Equal(picobotv1alpha1.ReasonImagePullFailed))
+	g.Expect(c.Message).To(Equal("session pod s-1 cannot pull its image: no such image"))
+}

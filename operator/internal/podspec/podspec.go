@@ -42,6 +42,27 @@ const (
 
 	workspaceDir = "/workspace"
 	runtimeUID   = 65532 // distroless "nonroot"
+	// sandboxUID runs the sandbox container: not the runtime's user, so
+	// nothing of the runtime's (files, /proc) is the sandbox's to read. It
+	// shares only the pod's fsGroup (runtimeUID) with the runtime, for the
+	// workspace and the exec socket.
+	sandboxUID = 65533
+
+	// ContainerRuntime holds the model keys, the store, bus and API server
+	// credentials and the agent loop; ContainerSandbox runs the programs
+	// of the shell tools through its exec server and holds no credential.
+	ContainerRuntime = "runtime"
+	ContainerSandbox = "sandbox"
+	// SandboxSocket is the exec server's socket, in an emptyDir both
+	// containers mount.
+	SandboxSocket = sandboxRunDir + "/exec.sock"
+	sandboxRunDir = "/sandbox/run"
+	// sandboxWorkspaces is where the sessions' workspaces lie in the
+	// workspace volume: the exec server runs programs nowhere else. The
+	// runtime's other state there is its own user's (0700).
+	sandboxWorkspaces = workspaceDir + "/workspaces"
+	// serviceAccountDir is where client-go finds the in-cluster token.
+	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 )
 
 // ServiceAccountName names the ServiceAccount, Role and RoleBinding of an agent.
@@ -136,6 +157,7 @@ func SessionPod(in Input) *corev1.Pod {
 	if rt.Resources != nil {
 		resources = *rt.Resources
 	}
+	env = append(env, corev1.EnvVar{Name: "PICOBOT_SANDBOX_SOCKET", Value: SandboxSocket})
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            in.Name,
@@ -144,13 +166,23 @@ func SessionPod(in Input) *corev1.Pod {
 			OwnerReferences: []metav1.OwnerReference{ownerRef(a)},
 		},
 		Spec: corev1.PodSpec{
-			ServiceAccountName:            ServiceAccountName(a.Name),
-			RestartPolicy:                 corev1.RestartPolicyNever,
+			ServiceAccountName: ServiceAccountName(a.Name),
+			// Only the runtime container mounts a token (kubeAPIAccess); the
+			// sandbox container gets none.
+			AutomountServiceAccountToken: ptr.To(false),
+			ShareProcessNamespace:        ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			RestartPolicy:                corev1.RestartPolicyNever,
+			// One RuntimeClass for the whole pod: Kubernetes has no
+			// per-container one, so gVisor or Kata wraps both containers.
 			RuntimeClassName:              rt.RuntimeClassName,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			SecurityContext:               restrictedPodSecurity(),
+			// The sandbox is a native sidecar: it starts first and ends
+			// when the runtime has ended, so the pod still completes.
+			InitContainers: []corev1.Container{sandboxContainer(image, resources)},
 			Containers: []corev1.Container{{
-				Name:    "runtime",
+				Name:    ContainerRuntime,
 				Image:   image,
 				Command: []string{"/picobot", "session"},
 				Env:     env,
@@ -158,14 +190,53 @@ func SessionPod(in Input) *corev1.Pod {
 					LocalObjectReference: corev1.LocalObjectReference{Name: ConnectionSecret}}}},
 				Resources:       resources,
 				SecurityContext: restrictedContainerSecurity(),
-				VolumeMounts:    []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir}, {Name: "tmp", MountPath: "/tmp"}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir}, {Name: "tmp", MountPath: "/tmp"},
+					{Name: "sandbox-run", MountPath: sandboxRunDir},
+					{Name: "kube-api-access", MountPath: serviceAccountDir, ReadOnly: true}},
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity64Mi)}}},
+				{Name: "sandbox-run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity1Mi)}}},
+				{Name: "sandbox-tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity64Mi)}}},
+				kubeAPIAccess(),
 			},
 		},
 	}
+}
+
+// sandboxContainer runs the exec server that starts the shell tools'
+// programs: another user, no environment but its own settings, no Secret,
+// no token, only the sessions' workspaces and the socket folder.
+func sandboxContainer(image string, resources corev1.ResourceRequirements) corev1.Container {
+	sc := restrictedContainerSecurity()
+	sc.RunAsUser, sc.RunAsGroup = ptr.To[int64](sandboxUID), ptr.To[int64](sandboxUID)
+	return corev1.Container{
+		Name:          ContainerSandbox,
+		Image:         image,
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Command:       []string{"/picobot", "sandbox-server"},
+		Env: []corev1.EnvVar{{Name: "PICOBOT_SANDBOX_SOCKET", Value: SandboxSocket},
+			{Name: "PICOBOT_SANDBOX_WORKSPACE", Value: sandboxWorkspaces}},
+		Resources:       resources,
+		SecurityContext: sc,
+		VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir},
+			{Name: "sandbox-run", MountPath: sandboxRunDir}, {Name: "sandbox-tmp", MountPath: "/tmp"}},
+	}
+}
+
+// kubeAPIAccess is the volume the kubelet would mount in every container
+// with automountServiceAccountToken: a short-lived projected token, the
+// cluster's CA and the namespace, here mounted by the runtime container only.
+func kubeAPIAccess() corev1.Volume {
+	return corev1.Volume{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace",
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		}}}}
 }
 
 func ownerRef(a *picobotv1alpha1.Agent) metav1.OwnerReference {
@@ -282,4 +353,7 @@ func Connection(namespace string, data map[string]string) *corev1.Secret {
 		Labels: map[string]string{LabelName: "picobot", LabelManagedBy: "picobot-operator"}}, Data: d}
 }
 
-var resourceQuantity64Mi = resource.MustParse("64Mi")
+var (
+	resourceQuantity64Mi = resource.MustParse("64Mi")
+	resourceQuantity1Mi  = resource.MustParse("1Mi")
+)

@@ -40,6 +40,7 @@ func TestSessionPod(t *testing.T) {
 			g.Expect(*sc.RunAsUser).To(Equal(int64(65532)))
 			g.Expect(sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
 			c := p.Spec.Containers[0]
+			g.Expect(c.Name).To(Equal(ContainerRuntime))
 			g.Expect(*c.SecurityContext.ReadOnlyRootFilesystem).To(BeTrue())
 			g.Expect(*c.SecurityContext.AllowPrivilegeEscalation).To(BeFalse())
 			g.Expect(c.SecurityContext.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
@@ -89,6 +90,79 @@ func TestSessionPod(t *testing.T) {
 			p := SessionPod(Input{Agent: tc.agent, Name: "helper-abc12", Image: "registry.example/picobot:1.0", SecretKeys: keys})
 			tc.check(NewWithT(t), p)
 		})
+	}
+}
+
+// The session pod runs the tools' programs in a sandbox container holding
+// no credential: no Secret (env, envFrom or volume), no ServiceAccount
+// token, another user, its own process namespace, the restricted settings.
+func TestSessionPodSandboxContainer(t *testing.T) {
+	g := NewWithT(t)
+	keys := []corev1.SecretKeySelector{{LocalObjectReference: corev1.LocalObjectReference{Name: "model-keys"}, Key: "openai"}}
+	p := SessionPod(Input{Agent: agent(func(a *picobotv1alpha1.Agent) {
+		a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{RuntimeClassName: ptr.To("gvisor")}
+	}), Name: "helper-abc12", Image: "registry.example/picobot:1.0", SecretKeys: keys,
+		Env: []corev1.EnvVar{{Name: "PICOBOT_LEASE_TTL", Value: "3s"}}})
+
+	g.Expect(p.Spec.AutomountServiceAccountToken).To(HaveValue(BeFalse()), "no container gets a token unless it mounts one")
+	g.Expect(p.Spec.ShareProcessNamespace).To(HaveValue(BeFalse()))
+	g.Expect(*p.Spec.RuntimeClassName).To(Equal("gvisor"), "the pod's RuntimeClass covers both containers")
+	g.Expect(p.Spec.InitContainers).To(HaveLen(1))
+	sb := p.Spec.InitContainers[0]
+	g.Expect(sb.Name).To(Equal(ContainerSandbox))
+	g.Expect(sb.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)), "a native sidecar: the pod ends with the runtime")
+	g.Expect(sb.Command).To(Equal([]string{"/picobot", "sandbox-server"}))
+	g.Expect(sb.Image).To(Equal("registry.example/picobot:1.0"))
+
+	// No credential of any kind.
+	g.Expect(sb.EnvFrom).To(BeEmpty())
+	for _, e := range sb.Env {
+		g.Expect(e.ValueFrom).To(BeNil(), e.Name)
+		g.Expect(e.Name).To(BeElementOf("PICOBOT_SANDBOX_SOCKET", "PICOBOT_SANDBOX_WORKSPACE"))
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range p.Spec.Volumes {
+		volumes[v.Name] = v
+		g.Expect(v.Secret).To(BeNil(), "no Secret volume in a session pod")
+	}
+	var sbMounts []string
+	for _, m := range sb.VolumeMounts {
+		v := volumes[m.Name]
+		g.Expect(v.EmptyDir).NotTo(BeNil(), "the sandbox mounts emptyDirs only, not %q", m.Name)
+		sbMounts = append(sbMounts, m.Name+":"+m.MountPath)
+	}
+	g.Expect(sbMounts).To(ConsistOf("workspace:/workspace", "sandbox-run:/sandbox/run", "sandbox-tmp:/tmp"))
+
+	// Another user, sharing only the pod's fsGroup; restricted settings.
+	sc := sb.SecurityContext
+	g.Expect(*sc.RunAsUser).To(Equal(int64(65533)))
+	g.Expect(*sc.RunAsUser).NotTo(Equal(*p.Spec.SecurityContext.RunAsUser))
+	g.Expect(*sc.RunAsGroup).To(Equal(int64(65533)))
+	g.Expect(*p.Spec.SecurityContext.FSGroup).To(Equal(int64(65532)))
+	g.Expect(*p.Spec.SecurityContext.RunAsNonRoot).To(BeTrue())
+	g.Expect(p.Spec.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+	g.Expect(*sc.ReadOnlyRootFilesystem).To(BeTrue())
+	g.Expect(*sc.AllowPrivilegeEscalation).To(BeFalse())
+	g.Expect(sc.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
+
+	// The runtime holds the keys and mounts the projected token; it finds
+	// the exec server through the shared socket folder.
+	rt := p.Spec.Containers[0]
+	g.Expect(rt.Env).To(ContainElement(corev1.EnvVar{Name: "PICOBOT_SANDBOX_SOCKET", Value: "/sandbox/run/exec.sock"}))
+	g.Expect(rt.EnvFrom).To(HaveLen(1))
+	g.Expect(rt.VolumeMounts).To(ContainElements(
+		corev1.VolumeMount{Name: "sandbox-run", MountPath: "/sandbox/run"},
+		corev1.VolumeMount{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}))
+	token := volumes["kube-api-access"].Projected
+	g.Expect(token).NotTo(BeNil())
+	g.Expect(token.Sources[0].ServiceAccountToken).NotTo(BeNil())
+	g.Expect(*token.Sources[0].ServiceAccountToken.ExpirationSeconds).To(Equal(int64(3607)))
+	for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+		for _, m := range c.VolumeMounts {
+			if m.Name == "kube-api-access" {
+				g.Expect(c.Name).To(Equal(ContainerRuntime), "only the runtime mounts the token")
+			}
+		}
 	}
 }
 

@@ -54,6 +54,8 @@ func main() {
 		os.Exit(chatCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	case "browser":
 		err = browserCmd(os.Args[2:])
+	case "sandbox-server":
+		err = sandboxServer(os.Args[2:])
 	case "health":
 		err = healthCmd(os.Args[2:])
 	case "help", "-h", "--help":
@@ -78,6 +80,7 @@ Commands:
   browser run headless Chromium behind an authenticating DevTools proxy (browser pods)
   health  check requirements and say how to fix what is missing (--json; exit 1 on failures)
   session run one session pod (cluster mode; started by the operator)
+  sandbox-server  start the shell tools' programs in a session pod's sandbox container (--socket, --workspace)
   gateway run the cluster-mode gateway (API keys from Secrets, Redis, PostgreSQL, S3)
   migrate bring the PostgreSQL schema up to date and create the S3 bucket (cluster mode)
   dead-letters  list a tenant's messages set aside after too many deliveries, or requeue them (cluster mode)

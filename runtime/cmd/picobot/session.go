@@ -13,6 +13,7 @@ import (
 	"github.com/picobot/picobot/runtime/browser"
 	"github.com/picobot/picobot/runtime/browser/remote"
 	"github.com/picobot/picobot/runtime/cluster"
+	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 )
 
@@ -29,6 +30,13 @@ func session(args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if sock := os.Getenv(execserver.SocketEnv); sock != "" {
+		// The workspace is shared with the sandbox container, another user
+		// of the pod's group: what the runtime creates there stays group
+		// read-write.
+		syscall.Umask(0o007)
+		log.Info("Tool programs run in the sandbox container", "socket", sock)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	closeFeatures := func() {}

@@ -14,10 +14,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/picobot/picobot/runtime/sandbox"
-
-	"github.com/creack/pty"
-
 	"github.com/picobot/picobot/runtime/tool"
 )
 
@@ -58,7 +54,7 @@ type terminal struct {
 	seq         int
 	cols, rows  int
 	started     time.Time
-	cmd         *sandbox.Cmd
+	prog        program
 	master      *os.File
 	out         *ringBuffer
 	// exited is closed when the program has been reaped, readDone when the
@@ -188,30 +184,21 @@ func (m *PTYManager) spawn(env tool.Env, command string, cols, rows int) (*termi
 	if len(terms) >= maxPTYs {
 		return nil, fmt.Errorf("this session already has %d terminals; kill some first", maxPTYs)
 	}
-	cmd, err := m.cfg.command(env.Workspace, command, "TERM=xterm-256color")
+	prog, f, err := m.cfg.launch.startTTY(m.cfg.spec(env.Workspace, "TERM=xterm-256color"), m.cfg.argv(command), cols, rows)
 	if err != nil {
 		return nil, err
 	}
-	// pty starts the program as the leader of a new session (and so of its
-	// own process group).
-	cmd.SysProcAttr.Setpgid = false
-	f, err := pty.StartWithSize(cmd.Cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
-	if err != nil {
-		cmd.Exit()
-		return nil, fmt.Errorf("failed to start %q on a terminal: %w", command, err)
-	}
 	master, err := pollable(f)
 	if err != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		prog.kill()
 		_ = f.Close()
-		_ = cmd.Wait()
-		cmd.Exit()
+		_, _, _ = prog.wait()
 		return nil, err
 	}
 	m.seq++
 	t := &terminal{
 		id: fmt.Sprintf("t%d", m.seq), command: command, seq: m.seq, cols: cols, rows: rows,
-		started: time.Now(), cmd: cmd, master: master, out: newRingBuffer(ptyBuffer),
+		started: time.Now(), prog: prog, master: master, out: newRingBuffer(ptyBuffer),
 		exited: make(chan struct{}), readDone: make(chan struct{}),
 	}
 	terms[t.id] = t
@@ -232,8 +219,7 @@ func (m *PTYManager) spawn(env tool.Env, command string, cols, rows int) (*termi
 	}()
 	go func() {
 		defer m.wg.Done()
-		err := cmd.Wait()
-		_, t.summary = describeExit(cmd, err)
+		_, t.summary = describeExit(prog.wait())
 		close(t.exited)
 	}()
 	return t, nil
@@ -316,14 +302,8 @@ func (t *terminal) readDoneIfIdle(end int64) <-chan struct{} {
 // process group, the job-control groups an interactive shell creates, then
 // the terminal itself (which hangs up anything left).
 func (t *terminal) kill() {
-	// Even after the shell exited its jobs may live on in the session. The ids
-	// cannot have been reused while anything still uses them as a group or
-	// session id.
-	pid := t.cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	for _, p := range sessionMembers(pid) {
-		_ = syscall.Kill(p, syscall.SIGKILL)
-	}
+	// Even after the shell exited its jobs may live on in the session.
+	t.prog.kill()
 	<-t.exited
 	select {
 	case <-t.readDone:
@@ -331,37 +311,6 @@ func (t *terminal) kill() {
 	}
 	_ = t.master.Close()
 	<-t.readDone
-}
-
-// sessionMembers lists the processes whose session id is sid, from /proc
-// (empty where there is no /proc).
-func sessionMembers(sid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == sid {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp session ...; comm may hold anything, so
-		// parse after its closing parenthesis.
-		i := strings.LastIndexByte(string(stat), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) >= 4 && f[3] == strconv.Itoa(sid) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 func (m *PTYManager) lookup(session, id string) (*terminal, bool) {

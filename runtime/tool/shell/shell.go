@@ -8,6 +8,8 @@
 // (never the runtime's secrets), their own namespaces where Linux allows, and
 // Landlock confining them to the workspace, because the model can read
 // whatever a program prints and a prompt-injected page can choose what runs.
+// In a cluster-mode session pod they start in the sandbox container instead,
+// through its exec server (PICOBOT_SANDBOX_SOCKET, package execserver).
 package shell
 
 import (
@@ -22,12 +24,14 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/sandbox"
+	"github.com/picobot/picobot/runtime/sandbox/execserver"
 )
 
 // Option configures the shell tools and managers.
 type Option func(*config)
 
 type config struct {
+	launch    launcher
 	environ   func() []string
 	allowEnv  []string
 	extraEnv  []string
@@ -41,7 +45,23 @@ func newConfig(opts []Option) config {
 	for _, opt := range opts {
 		opt(&c)
 	}
+	if c.launch == nil {
+		c.launch = localLauncher{}
+		for _, kv := range c.environ() {
+			if sock, ok := strings.CutPrefix(kv, execserver.SocketEnv+"="); ok && sock != "" {
+				c.launch = serverLauncher{execserver.NewClient(sock)}
+			}
+		}
+	}
 	return c
+}
+
+// WithExecServer starts programs through the exec server of the sandbox
+// container listening on socket (cluster mode) instead of the runtime's own
+// sandbox launcher. Without this option the shell tools use the server when
+// the environment names one in PICOBOT_SANDBOX_SOCKET.
+func WithExecServer(socket string) Option {
+	return func(c *config) { c.launch = serverLauncher{execserver.NewClient(socket)} }
 }
 
 // WithEnviron sets where the base environment of programs comes from (default
@@ -94,13 +114,15 @@ func IsSecretName(name string) bool {
 	return false
 }
 
-// command returns `shell -c command` in the sandbox of workspace dir, its
-// environment built from the allowlist.
-func (c *config) command(dir, command string, extraEnv ...string) (*sandbox.Cmd, error) {
-	spec := sandbox.Spec{Workspace: dir, ReadOnly: c.readOnly, ReadWrite: c.readWrite,
+// spec is where a program of workspace dir runs, its environment built from
+// the allowlist.
+func (c *config) spec(dir string, extraEnv ...string) sandbox.Spec {
+	return sandbox.Spec{Workspace: dir, ReadOnly: c.readOnly, ReadWrite: c.readWrite,
 		Env: sandbox.Env(c.environ(), dir, c.allowEnv, slices.Concat(c.extraEnv, extraEnv)...)}
-	return sandbox.Command(spec, c.shell, "-c", command)
 }
+
+// argv is `shell -c command`.
+func (c *config) argv(command string) []string { return []string{c.shell, "-c", command} }
 
 // graceDrain is how long output is still read after a program (and its
 // process group) ended: a descendant that left the group may hold the pipe.
@@ -109,11 +131,12 @@ const graceDrain = 2 * time.Second
 // child is a command running in its own process group, its stdout and stderr
 // going into one pipe that a goroutine copies to the output writer.
 type child struct {
-	cmd  *sandbox.Cmd
-	pgid int
-	// exited is closed once the shell process has been reaped; err is then
-	// what Wait returned.
+	prog program
+	// exited is closed once the shell process has been reaped; status, ok
+	// and err are then what wait returned.
 	exited chan struct{}
+	status syscall.WaitStatus
+	ok     bool
 	err    error
 	// drained is closed once all output has been copied.
 	drained chan struct{}
@@ -123,15 +146,10 @@ type child struct {
 // startChild runs `shell -c command` in dir. With stdin false the program
 // reads from /dev/null; with true the returned writer feeds its stdin.
 func (c *config) startChild(dir, command string, out io.Writer, stdin bool) (*child, *os.File, error) {
-	cmd, err := c.command(dir, command)
-	if err != nil {
-		return nil, nil, err
-	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to create output pipe: %w", err)
 	}
-	cmd.Stdout, cmd.Stderr = pw, pw
 	var inR, in *os.File
 	if stdin {
 		inR, in, err = os.Pipe()
@@ -140,9 +158,8 @@ func (c *config) startChild(dir, command string, out io.Writer, stdin bool) (*ch
 			_ = pw.Close()
 			return nil, nil, fmt.Errorf("failed to create input pipe: %w", err)
 		}
-		cmd.Stdin = inR
 	}
-	err = cmd.Start()
+	prog, err := c.launch.start(c.spec(dir), c.argv(command), inR, pw)
 	_ = pw.Close() // the child has its copy; EOF comes when every holder is gone
 	if inR != nil {
 		_ = inR.Close()
@@ -152,16 +169,15 @@ func (c *config) startChild(dir, command string, out io.Writer, stdin bool) (*ch
 		if in != nil {
 			_ = in.Close()
 		}
-		cmd.Exit()
-		return nil, nil, fmt.Errorf("failed to start command: %w", err)
+		return nil, nil, err
 	}
-	ch := &child{cmd: cmd, pgid: cmd.Process.Pid, exited: make(chan struct{}), drained: make(chan struct{}), pr: pr}
+	ch := &child{prog: prog, exited: make(chan struct{}), drained: make(chan struct{}), pr: pr}
 	go func() {
 		defer close(ch.drained)
 		_, _ = io.Copy(out, pr)
 	}()
 	go func() {
-		ch.err = cmd.Wait()
+		ch.status, ch.ok, ch.err = prog.wait()
 		close(ch.exited)
 	}()
 	return ch, in, nil
@@ -170,9 +186,7 @@ func (c *config) startChild(dir, command string, out io.Writer, stdin bool) (*ch
 // kill sends SIGKILL to the whole process group. SIGKILL rather than SIGTERM:
 // the caller already decided the program must end, and a program that traps
 // SIGTERM would otherwise survive.
-func (ch *child) kill() {
-	_ = syscall.Kill(-ch.pgid, syscall.SIGKILL)
-}
+func (ch *child) kill() { ch.prog.kill() }
 
 // finish runs after the shell exited: it kills what is left of the process
 // group (background jobs the command started) and waits for the output to be
@@ -191,12 +205,13 @@ func (ch *child) finish() {
 }
 
 // exitSummary describes how a finished command ended.
-func (ch *child) exitSummary() (code int, summary string) { return describeExit(ch.cmd, ch.err) }
+func (ch *child) exitSummary() (code int, summary string) {
+	return describeExit(ch.status, ch.ok, ch.err)
+}
 
-// describeExit says how a sandboxed program ended, once cmd.Wait returned
-// err: the program's own status, which the sandbox reports.
-func describeExit(cmd *sandbox.Cmd, err error) (code int, summary string) {
-	ws, ok := cmd.Exit()
+// describeExit says how a sandboxed program ended, from what its wait
+// returned: the program's own status, which the sandbox reports.
+func describeExit(ws syscall.WaitStatus, ok bool, err error) (code int, summary string) {
 	if !ok {
 		return -1, fmt.Sprintf("failed: %v", err)
 	}

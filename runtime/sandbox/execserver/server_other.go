@@ -1,0 +1,26 @@
+//go:build !linux
+
+package execserver
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+)
+
+// Config configures a Server.
+type Config struct {
+	Socket    string
+	Workspace string
+	AllowUIDs []int
+	Log       *slog.Logger
+}
+
+// Server needs Linux (SO_PEERCRED, Landlock, child subreapers).
+type Server struct{}
+
+// New says the exec server needs Linux.
+func New(Config) (*Server, error) { return nil, errors.New("the exec server needs Linux") }
+
+// Serve says the exec server needs Linux.
+func (*Server) Serve(context.Context) error { return errors.New("the exec server needs Linux") }

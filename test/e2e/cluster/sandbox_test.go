@@ -1,0 +1,95 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
+)
+
+// A turn whose bash call runs in the session pod's sandbox container,
+// through the exec server: the program runs as the sandbox's user and finds
+// none of the runtime container's credentials (the model key, the store's
+// URL, the ServiceAccount token), while the runtime still answers.
+func TestToolProgramsRunInTheSandboxContainer(t *testing.T) {
+	needStack(t)
+	g := NewWithT(t)
+	ns, key := "tenant-sandbox", "tenant-sandbox-key"
+	var mu sync.Mutex
+	var toolResult string
+	st.llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		last := r.Messages[len(r.Messages)-1]
+		if last.Role == "tool" {
+			mu.Lock()
+			toolResult = last.Content
+			mu.Unlock()
+			return fakellm.Turn{Text: "probe finished"}
+		}
+		if lastUser(r) != "run the probe" {
+			return fakellm.Turn{Text: "ok"}
+		}
+		rtPID := 0
+		for _, p := range st.pods(t, ns, "helper") {
+			if pid := st.runner.PID(p.UID); pid != 0 && st.busyPod(ns, "helper", "helper/probe") == p.Name {
+				rtPID = pid
+			}
+		}
+		script := strings.Join([]string{
+			"echo uid=$(id -u)",
+			"echo pwd=$(pwd)",
+			`echo secrets-in-env=$(env | grep -c -e sk-fake -e PICOBOT_ -e AWS_)`,
+			`echo secrets-in-proc=$(for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null; done | grep -c -e sk-fake -e POSTGRES_URL -e AWS_SECRET)`,
+			fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ 2>&1 | head -3", rtPID),
+			"ls /var/run/secrets/kubernetes.io/serviceaccount 2>&1",
+			"echo made-in-sandbox > probe.txt && echo wrote-file",
+		}, "; ")
+		args, _ := json.Marshal(map[string]any{"command": script})
+		return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "b1", Name: "bash", Args: string(args)}}}
+	})
+	st.apply(t, fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "1m", 0))
+	st.waitReady(t, ns, "helper")
+
+	c := gatewaytest.Client{URL: st.gatewayURL, Key: key}
+	ws := c.Dial(t)
+	frames := ws.Exchange(t, gatewaytest.Frame{"id": "p1", "agent": "helper", "chat_id": "probe", "text": "run the probe"})
+	ev := gatewaytest.Event(frames, "final")
+	g.Expect(ev).NotTo(BeNil(), "%v", frames)
+	g.Expect(ev["text"]).To(Equal("probe finished"))
+
+	mu.Lock()
+	out := toolResult
+	mu.Unlock()
+	t.Logf("the probe printed:\n%s", out)
+	g.Expect(out).To(ContainSubstring("uid=65533"))
+	g.Expect(out).To(ContainSubstring("secrets-in-env=0"))
+	g.Expect(out).To(ContainSubstring("secrets-in-proc=0"))
+	g.Expect(out).To(MatchRegexp(`/proc/\d+/environ: Permission denied`))
+	g.Expect(out).To(ContainSubstring("serviceaccount': No such file or directory"))
+	g.Expect(out).To(ContainSubstring("wrote-file"))
+	g.Expect(out).To(ContainSubstring("[exit code 0]"))
+	g.Expect(out).NotTo(ContainSubstring("sk-fake"))
+
+	// The pod runs two processes: the sandbox container's exec server as
+	// its own user, and the runtime.
+	busy := st.busyPod(ns, "helper", "helper/probe")
+	g.Expect(busy).NotTo(BeEmpty())
+	for _, p := range st.pods(t, ns, "helper") {
+		if p.Name != busy {
+			continue
+		}
+		g.Expect(p.Spec.InitContainers).To(HaveLen(1))
+		pid := st.runner.ContainerPID(p.UID, "sandbox")
+		g.Expect(pid).NotTo(BeZero())
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(status)).To(MatchRegexp(`(?m)^Uid:\s+65533\s`))
+		g.Expect(st.runner.PID(p.UID)).NotTo(Equal(pid))
+	}
+}
