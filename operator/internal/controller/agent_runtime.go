@@ -131,7 +131,7 @@ func (r *AgentReconciler) policyOf(ctx context.Context, a *picobotv1alpha1.Agent
 	if !slices.ContainsFunc(agents.Items, func(o picobotv1alpha1.Agent) bool { return o.Name == a.Name }) {
 		agents.Items = append(agents.Items, *a) // not in the cache yet
 	}
-	res.violation = p.namespaceWarmViolation(agents.Items, a.Name)
+	res.violation = p.namespaceWarmViolation(agents.Items, a.Name, r.Runtime.Image)
 	return res, nil
 }
 

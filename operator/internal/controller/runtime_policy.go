@@ -113,10 +113,10 @@ func (p *RuntimePolicy) capResources(r *corev1.ResourceRequirements) string {
 }
 
 // namespaceWarmViolation applies MaxWarmPodsPerNamespace to the Agent named
-// self among the namespace's Agents: their warm pools are added up in name
-// order, and an Agent whose own pool takes the sum past the maximum breaks
-// the rule.
-func (p *RuntimePolicy) namespaceWarmViolation(agents []picobotv1alpha1.Agent, self string) string {
+// self among the namespace's Agents: in name order, each Agent within the
+// per-Agent rules whose warm pool still fits under the maximum is counted,
+// and one whose pool does not fit breaks the rule (and is not counted).
+func (p *RuntimePolicy) namespaceWarmViolation(agents []picobotv1alpha1.Agent, self, defaultImage string) string {
 	m := p.MaxWarmPodsPerNamespace
 	if m == nil {
 		return ""
@@ -124,16 +124,19 @@ func (p *RuntimePolicy) namespaceWarmViolation(agents []picobotv1alpha1.Agent, s
 	sort.Slice(agents, func(i, j int) bool { return agents[i].Name < agents[j].Name })
 	var sum int32
 	for _, a := range agents {
-		var warm int32
-		if rt := a.Spec.Runtime; rt != nil && rt.WarmPool != nil {
-			warm = *rt.WarmPool
+		rt := a.Spec.Runtime
+		if rt == nil || rt.WarmPool == nil || *rt.WarmPool == 0 || (a.Name != self && p.check(&a, defaultImage).violation != "") {
+			continue
 		}
-		sum += warm
+		fits := sum+*rt.WarmPool <= *m
 		if a.Name == self {
-			if warm > 0 && sum > *m {
-				return fmt.Sprintf("the namespace's Agents up to this one (by name) ask for %d warm pods; the maximum is %d per namespace", sum, *m)
+			if fits {
+				return ""
 			}
-			return ""
+			return fmt.Sprintf("the namespace's Agents up to this one (by name) ask for %d warm pods; the maximum is %d per namespace", sum+*rt.WarmPool, *m)
+		}
+		if fits {
+			sum += *rt.WarmPool
 		}
 	}
 	return ""
