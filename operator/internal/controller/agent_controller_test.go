@@ -369,6 +369,6 @@ func expectEvent(t *testing.T, ns, kind, name, typ, reason, note string) {
 				seen = append(seen, e.Type+"/"+e.Reason+": "+e.Note)
 			}
 		}
-		g.Expect(seen).To(ContainElement(typ+"/"+reason+": "+note))
+		g.Expect(seen).To(ContainElement(typ + "/" + reason + ": " + note))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
