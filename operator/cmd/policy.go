@@ -27,9 +27,9 @@ func (p *policyOptions) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&p.defaultLimits, "default-limits", "", "Resource limits of session pods whose Agent sets none, e.g. memory=1Gi.")
 	fs.StringVar(&p.maxRes, "max-resources", "", "Maximum of every request and limit of a session pod, e.g. cpu=2,memory=4Gi; also the limit of pods that set none.")
 	fs.IntVar(&p.maxWarmPerAgent, "max-warm-pods-per-agent", 5, "Largest spec.runtime.warmPool an Agent may ask for (negative: no maximum).")
-	fs.IntVar(&p.maxSessionsPerAgent, "max-sessions-per-agent", 50, "Largest spec.runtime.maxSessions, and the maximum of Agents that set none (negative: no maximum).")
+	fs.IntVar(&p.maxSessionsPerAgent, "max-sessions-per-agent", 100, "Largest spec.runtime.maxSessions, and the maximum of Agents that set none (negative: no maximum).")
 	fs.IntVar(&p.maxWarmPerNamespace, "max-warm-pods-per-namespace", 20, "Largest sum of the warm pools of a namespace's Agents (negative: no maximum).")
-	fs.IntVar(&p.maxSessionsPerNS, "max-sessions-per-namespace", 200, "Most busy session pods of a namespace (negative: no maximum).")
+	fs.IntVar(&p.maxSessionsPerNS, "max-sessions-per-namespace", 500, "Most busy session pods of a namespace (negative: no maximum).")
 }
 
 // policy parses the flags into the runtime policy.

@@ -340,7 +340,7 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 		"--zap-log-level=debug",
 		// The runtime policy's defaults.
 		"--default-requests=cpu=100m,memory=256Mi", "--default-limits=memory=1Gi", "--max-resources=cpu=2,memory=4Gi",
-		"--max-warm-pods-per-agent=5", "--max-sessions-per-agent=50", "--max-warm-pods-per-namespace=20", "--max-sessions-per-namespace=200",
+		"--max-warm-pods-per-agent=5", "--max-sessions-per-agent=100", "--max-warm-pods-per-namespace=20", "--max-sessions-per-namespace=500",
 		"--service-cidrs=10.20.0.0/16", "--concurrency=8"}))
 	replicas, _, _ := unstructured.NestedFieldNoCopy(op.Object, "spec", "replicas")
 	g.Expect(replicas).To(BeEquivalentTo(3))
