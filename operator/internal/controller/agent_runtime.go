@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sort"
 	"strings"
 	"time"
@@ -260,6 +261,11 @@ func createProblem(err error) (c metav1.Condition, ok bool) {
 		return c, false
 	}
 	msg := status.Status().Message
+	if d := status.Status().Details; d != nil && d.Name != "" {
+		// The generated pod name differs on every try: without it the
+		// condition, and its event, stay the same while the cause does.
+		msg = strings.Replace(msg, strconv.Quote(d.Name)+" ", "", 1)
+	}
 	reason := picobotv1alpha1.ReasonPodCreateFailed
 	switch {
 	case apierrors.IsForbidden(err) && strings.Contains(msg, "exceeded quota"):
