@@ -181,7 +181,7 @@ type NamespaceObjectsReconciler struct {
 }
 
 // NewNamespaceObjectsReconciler builds the reconciler of rc's namespace
-// objects; reader reads uncached (Secret values).
+// objects, writing through c (rc.APIReader reads Secret values uncached).
 func NewNamespaceObjectsReconciler(c client.Client, rc *RuntimeConfig) *NamespaceObjectsReconciler {
 	return &NamespaceObjectsReconciler{Client: c, objects: rc.namespaceObjects(c)}
 }
