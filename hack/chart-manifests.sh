@@ -5,8 +5,9 @@
 #   config/crd/bases/*.yaml  -> charts/picobot/templates/crds/*.yaml
 #       wrapped in {{- if .Values.crds.enabled }}, with the chart's labels and
 #       helm.sh/resource-policy: keep when crds.keep is true
-#   config/rbac/role.yaml    -> charts/picobot/templates/operator/clusterrole.yaml
-#       its rules, in a ClusterRole named after the release
+#   config/rbac/role.yaml    -> charts/picobot/templates/operator/_rules.tpl
+#       its rules, as the template picobot.operator.rules (clusterrole.yaml
+#       puts them in a ClusterRole, or in a Role per watched namespace)
 #
 #   hack/chart-manifests.sh [CHART_DIR]   # default charts/picobot
 set -euo pipefail
@@ -49,20 +50,12 @@ for src in config/crd/bases/*.yaml; do
 done
 
 role=config/rbac/role.yaml
-out="$chart/templates/operator/clusterrole.yaml"
+out="$chart/templates/operator/_rules.tpl"
 mkdir -p "$(dirname "$out")"
 {
   printf "$header\n" "$role"
-  cat <<'TPL'
-{{- $c := dict "ctx" . "component" "operator" }}
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: {{ include "picobot.componentName" $c }}
-  labels:
-    {{- include "picobot.labels" $c | nindent 4 }}
-rules:
-TPL
+  echo '{{/* The operator'"'"'s RBAC rules: of its ClusterRole, or of its Role in each watched namespace. */}}'
+  echo '{{- define "picobot.operator.rules" }}'
   # The rules of the ClusterRole in role.yaml, as they are.
   escape <"$role" | awk '
     /^rules:$/ { on = 1; next }
@@ -70,5 +63,6 @@ TPL
     on { print; n++ }
     END { if (!n) { print "chart-manifests: no rules in config/rbac/role.yaml" > "/dev/stderr"; exit 1 } }
   '
+  echo '{{- end }}'
 } >"$out.tmp"
 mv "$out.tmp" "$out"

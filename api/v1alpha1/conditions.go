@@ -26,6 +26,10 @@ const (
 	// schema now refuses (an object written before an upgrade tightened it);
 	// the object then stays not Ready until it is fixed.
 	ConditionSpecValid = "SpecValid"
+	// ConditionStalled is set, True, when the object cannot become Ready
+	// until its spec changes (kstatus' Stalled: an invalid spec, a runtime
+	// policy violation); it is absent otherwise.
+	ConditionStalled = "Stalled"
 )
 
 // Condition reasons. They are CamelCase, stable, and documented because users and
@@ -76,6 +80,16 @@ const (
 	ReasonPodFailed = "PodFailed"
 	// ReasonQuotaExceeded: the namespace's ResourceQuota forbids more pods.
 	ReasonQuotaExceeded = "QuotaExceeded"
+	// ReasonPolicyViolation: the Agent's runtime settings are outside the
+	// platform's runtime policy (image, RuntimeClass, resources, pool
+	// sizes); the message names the rule. Its pods are not created.
+	ReasonPolicyViolation = "PolicyViolation"
+	// ReasonRuntimeClassNotFound: the RuntimeClass the session pods name
+	// does not exist in the cluster.
+	ReasonRuntimeClassNotFound = "RuntimeClassNotFound"
+	// ReasonPodCreateFailed: the API server refused to create a session pod;
+	// the message carries its error.
+	ReasonPodCreateFailed = "PodCreateFailed"
 
 	// ReasonBrowserStarting: a session asked for a BrowserProfile's browser
 	// and its pod is not serving yet.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -30,6 +31,7 @@ type options struct {
 	qps              float64
 	burst            int
 	concurrency      int
+	watchNamespaces  string
 	secureMetrics    bool
 	zapOpts          zap.Options
 	runtime          runtimeOptions
@@ -46,6 +48,7 @@ func main() {
 	flag.Float64Var(&o.qps, "kube-api-qps", 100, "Client-side rate limit for requests to the API server.")
 	flag.IntVar(&o.burst, "kube-api-burst", 200, "Burst above kube-api-qps.")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "Parallel reconciles per controller.")
+	flag.StringVar(&o.watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to reconcile, with namespaced RBAC only (a Role per namespace); empty: every namespace (a ClusterRole).")
 	o.runtime.bindFlags(flag.CommandLine)
 	o.scheduler.bindFlags(flag.CommandLine)
 	o.zapOpts.BindFlags(flag.CommandLine)
@@ -79,9 +82,18 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("failed to load kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	cacheOpts := controller.CacheOptions()
+	if namespaces := splitList(o.watchNamespaces); len(namespaces) > 0 {
+		// Namespaced mode: informers per namespace, so the operator needs no
+		// cluster-wide list or watch right.
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Cache:                   controller.CacheOptions(),
+		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics},
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
@@ -121,7 +133,7 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("failed to add ready check: %w", err)
 	}
-	ctrl.Log.Info("Starting operator", "leaderElection", o.leaderElect, "concurrency", o.concurrency)
+	ctrl.Log.Info("Starting operator", "leaderElection", o.leaderElect, "concurrency", o.concurrency, "watchNamespaces", o.watchNamespaces)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("failed to run manager: %w", err)
 	}

@@ -28,6 +28,7 @@ type runtimeOptions struct {
 	systemNamespace string
 	servicePorts    string
 	serviceCIDRs    string
+	policy          policyOptions
 }
 
 func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
@@ -39,6 +40,7 @@ func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&r.systemNamespace, "system-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of PostgreSQL/Redis/S3 that session pods may reach.")
 	fs.StringVar(&r.servicePorts, "service-ports", "5432,6379,8333,9000,443", "Ports session pods may reach in the system namespace.")
 	fs.StringVar(&r.serviceCIDRs, "service-cidrs", "", "Comma-separated CIDRs of external PostgreSQL/Redis/S3 that session pods may reach.")
+	r.policy.bindFlags(fs)
 }
 
 func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, func(), error) {
@@ -47,6 +49,10 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 	}
 	if r.redisURL == "" {
 		return nil, nil, fmt.Errorf("--runtime-image needs --redis-url or $PICOBOT_REDIS_URL")
+	}
+	pol, err := r.policy.policy()
+	if err != nil {
+		return nil, nil, err
 	}
 	b, err := redisbus.Open(r.redisURL, redisbus.Options{})
 	if err != nil {
@@ -84,6 +90,6 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 		env = append(env, corev1.EnvVar{Name: "PICOBOT_IDLE_TIMEOUT", Value: r.idleTimeout.String()})
 	}
 	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, Env: env,
-		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second,
+		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol,
 		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs}}, func() { _ = b.Close() }, nil
 }

@@ -258,3 +258,34 @@ the Ingress host (https with TLS), else none. */}}
 {{- printf "%s://%s" (ternary "https" "http" (ne $gw.ingress.tls.secretName "")) $gw.ingress.host }}
 {{- end }}
 {{- end }}
+
+{{/* The runtime policy as operator flags. */}}
+{{- define "picobot.operator.policyArgs" -}}
+{{- $p := .Values.runtimePolicy -}}
+{{- with $p.allowedImages }}
+- --allowed-images={{ join "," . }}
+{{- end }}
+{{- with $p.allowedRuntimeClasses }}
+- --allowed-runtime-classes={{ join "," . }}
+{{- end }}
+{{- with $p.defaultResources.requests }}
+- --default-requests={{ include "picobot.resourceList" . }}
+{{- end }}
+{{- with $p.defaultResources.limits }}
+- --default-limits={{ include "picobot.resourceList" . }}
+{{- end }}
+{{- with $p.maxResources }}
+- --max-resources={{ include "picobot.resourceList" . }}
+{{- end }}
+- --max-warm-pods-per-agent={{ $p.maxWarmPodsPerAgent }}
+- --max-sessions-per-agent={{ $p.maxSessionsPerAgent }}
+- --max-warm-pods-per-namespace={{ $p.maxWarmPodsPerNamespace }}
+- --max-sessions-per-namespace={{ $p.maxSessionsPerNamespace }}
+{{- end }}
+
+{{/* A resource list as name=quantity,... */}}
+{{- define "picobot.resourceList" -}}
+{{- $out := list -}}
+{{- range $k, $v := . }}{{ $out = append $out (printf "%s=%v" $k $v) }}{{ end -}}
+{{- join "," $out -}}
+{{- end }}

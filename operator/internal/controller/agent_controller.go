@@ -3,10 +3,9 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,12 +31,6 @@ type AgentReconciler struct {
 	MaxConcurrentReconciles int
 	// Runtime, when set, makes the reconciler keep session pods.
 	Runtime *RuntimeConfig
-
-	// ensured remembers namespaces whose connection Secret and NetworkPolicy
-	// this reconciler made current, so each is checked once (and again after
-	// a restart). A field, not a global: reconcilers of other managers in the
-	// same process (tests) keep their own.
-	ensured sync.Map
 }
 
 // +kubebuilder:rbac:groups=agents.picobot.io,resources=agents,verbs=get;list;watch
@@ -71,29 +64,11 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := patchStatusIfChanged(ctx, r.Client, agent, before, before.Status, agent.Status); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.emitEvents(agent, changed)
+	recordTransitions(r.Recorder, agent, changed, picobotv1alpha1.ConditionReady, picobotv1alpha1.ConditionStalled)
 	if s.runtime != nil && s.runtime.requeue > 0 {
 		return ctrl.Result{RequeueAfter: s.runtime.requeue}, nil
 	}
 	return ctrl.Result{}, nil
-}
-
-// emitEvents records one event per condition transition; the API server's event
-// series de-duplicate repeats of the same reason.
-func (r *AgentReconciler) emitEvents(a *picobotv1alpha1.Agent, changed []metav1.Condition) {
-	if r.Recorder == nil {
-		return
-	}
-	for _, c := range changed {
-		if c.Type == picobotv1alpha1.ConditionReady {
-			continue // repeats the cause, which has its own event
-		}
-		typ := corev1.EventTypeNormal
-		if c.Status != metav1.ConditionTrue || c.Reason == picobotv1alpha1.ReasonResolvedWithWarnings {
-			typ = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(a, nil, typ, c.Reason, "Reconcile", "%s: %s", c.Type, c.Message)
-	}
 }
 
 // SetupWithManager watches Agents and every kind of object an Agent references,
@@ -119,7 +94,11 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		if err := mgr.Add(wakeNotices(r.Runtime.Bus, wakes)); err != nil {
 			return err
 		}
+		// The agent's identity objects are set back when deleted or edited.
 		b = b.Owns(&corev1.Pod{}).
+			Owns(&corev1.ServiceAccount{}).
+			Owns(&rbacv1.Role{}).
+			Owns(&rbacv1.RoleBinding{}).
 			WatchesRawSource(source.Channel(wakes, &handler.TypedEnqueueRequestForObject[*picobotv1alpha1.Agent]{}))
 	}
 	if err := b.

@@ -352,3 +352,23 @@ func TestNoOpResyncWritesNothing(t *testing.T) {
 	g.Consistently(func() int64 { return wc.n.Load() }).WithTimeout(2 * time.Second).WithPolling(100 * time.Millisecond).Should(BeZero())
 
 }
+
+// expectEvent waits for an event about the object of kind and name with the
+// type, reason and note given.
+func expectEvent(t *testing.T, ns, kind, name, typ, reason, note string) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		evs := &eventsv1.EventList{}
+		g.Expect(k8s.List(context.Background(), evs, client.InNamespace(ns))).To(Succeed())
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == kind && e.Regarding.Name == name {
+				if e.Type == typ && e.Reason == reason && e.Note == note {
+					return
+				}
+				seen = append(seen, e.Type+"/"+e.Reason+": "+e.Note)
+			}
+		}
+		g.Expect(seen).To(ContainElement(typ + "/" + reason + ": " + note))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}

@@ -28,6 +28,8 @@ type agentScope struct {
 	// secretKeys are the keys session pods get in their environment.
 	secretKeys []corev1.SecretKeySelector
 	runtime    *runtimeResult
+	// policy is what the runtime policy makes of the agent.
+	policy policyResult
 }
 
 // lookupSecrets reads Secrets of ns from the cache, remembering each answer for
@@ -144,7 +146,7 @@ func applyAgentStatus(s *agentScope) []metav1.Condition {
 		a.Status.ActiveSessions = &s.runtime.active
 		a.Status.WarmPods = &s.runtime.warm
 	}
-	conds = append(conds, readySummary(conds))
+	conds = withSummary(&a.Status.Conditions, conds)
 	a.Status.ObservedGeneration = a.Generation
 	a.Status.EffectiveModel = s.model.Effective
 	// No session pods exist before the session-pod work; publish the known zero

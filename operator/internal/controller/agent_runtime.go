@@ -3,23 +3,23 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -41,9 +41,12 @@ type RuntimeConfig struct {
 	// Redis and Bus reach the wake streams and pod registry.
 	Redis *redis.Client
 	Bus   bus.Bus
-	// Connection is written to each tenant namespace's connection Secret
+	// Connection holds the operator's connection settings
 	// (PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*...).
 	Connection map[string]string
+	// Tenants gives each tenant namespace's connection Secret; nil shares
+	// Connection with every namespace.
+	Tenants TenantConnection
 	// Network shapes the session pods' NetworkPolicy.
 	Network podspec.Network
 	// Env is added to every session pod (e.g. PICOBOT_LEASE_TTL).
@@ -53,7 +56,14 @@ type RuntimeConfig struct {
 	// ResyncBusy is how often an agent with pods is looked at again, since
 	// pods change state in Redis, which sends no events.
 	ResyncBusy time.Duration
+	// Policy is the platform's runtime policy.
+	Policy RuntimePolicy
 }
+
+// createRetry is when an Agent whose pod the API server refused is looked at
+// again: what refused it (a RuntimeClass, a quota, an admission policy)
+// sends the Agent no event when it changes.
+const createRetry = 30 * time.Second
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update
@@ -78,6 +88,11 @@ func (r *AgentReconciler) runtimePhase(ctx context.Context, s *agentScope) error
 		return nil
 	}
 	a := s.agent
+	pol, err := r.policyOf(ctx, a)
+	if err != nil {
+		return err
+	}
+	s.policy = pol
 	if err := r.ensureNamespace(ctx, a.Namespace); err != nil {
 		return err
 	}
@@ -95,8 +110,51 @@ func (r *AgentReconciler) runtimePhase(ctx context.Context, s *agentScope) error
 	if err != nil {
 		return err
 	}
+	if pol.violation != "" {
+		res.cond = condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPolicyViolation, "Runtime policy: "+pol.violation)
+	}
 	s.runtime = res
 	return nil
+}
+
+// policyOf applies the runtime policy to the Agent, the per-namespace rules
+// over the namespace's Agents from the cache.
+func (r *AgentReconciler) policyOf(ctx context.Context, a *picobotv1alpha1.Agent) (policyResult, error) {
+	p := &r.Runtime.Policy
+	res := p.check(a, r.Runtime.Image)
+	if res.violation != "" || p.MaxWarmPodsPerNamespace == nil {
+		return res, nil
+	}
+	var agents picobotv1alpha1.AgentList
+	if err := r.List(ctx, &agents, client.InNamespace(a.Namespace)); err != nil {
+		return res, fmt.Errorf("failed to list the Agents of namespace %q: %w", a.Namespace, err)
+	}
+	if !slices.ContainsFunc(agents.Items, func(o picobotv1alpha1.Agent) bool { return o.Name == a.Name }) {
+		agents.Items = append(agents.Items, *a) // not in the cache yet
+	}
+	res.violation = p.namespaceWarmViolation(agents.Items, a.Name, r.Runtime.Image)
+	return res, nil
+}
+
+// namespaceRoom is how many more sessions the namespace's policy allows: its
+// maximum less the busy session pods of the namespace (nil: no maximum).
+func (r *AgentReconciler) namespaceRoom(ctx context.Context, ns string) (*int32, error) {
+	m := r.Runtime.Policy.MaxSessionsPerNamespace
+	if m == nil {
+		return nil, nil
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{podspec.LabelName: "picobot", podspec.LabelComponent: podspec.ComponentSession},
+		client.HasLabels{podspec.LabelSession}); err != nil {
+		return nil, fmt.Errorf("failed to list the session pods of namespace %q: %w", ns, err)
+	}
+	busy := int32(0)
+	for i := range pods.Items {
+		if poolPodOf(&pods.Items[i]).live() {
+			busy++
+		}
+	}
+	return ptrTo(max(0, *m-busy)), nil
 }
 
 // poolInput reads what the pool plan is decided from: the session pods (also
@@ -113,12 +171,13 @@ func (r *AgentReconciler) poolInput(ctx context.Context, s *agentScope) (poolInp
 	if err != nil {
 		return poolInput{}, nil, fmt.Errorf("failed to read the pod registry: %w", err)
 	}
-	in := poolInput{Registry: registry, Gone: map[string]bool{}, CanRun: s.model.Effective != nil}
-	if rt := a.Spec.Runtime; rt != nil {
-		in.MaxSessions = rt.MaxSessions
-		if rt.WarmPool != nil {
-			in.WarmPool = *rt.WarmPool
-		}
+	in := poolInput{Registry: registry, Gone: map[string]bool{}, CanRun: s.model.Effective != nil && s.policy.violation == "",
+		MaxSessions: s.policy.maxSessions}
+	if rt := a.Spec.Runtime; rt != nil && rt.WarmPool != nil {
+		in.WarmPool = *rt.WarmPool
+	}
+	if in.NamespaceRoom, err = r.namespaceRoom(ctx, a.Namespace); err != nil {
+		return poolInput{}, nil, err
 	}
 	listed := make(map[string]*corev1.Pod, len(pods.Items))
 	for i := range pods.Items {
@@ -176,19 +235,47 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 	if plan.Problem != nil {
 		res.cond = *plan.Problem
 	}
-	for range plan.Create {
-		if err := r.createPod(ctx, s); err != nil {
-			if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota") {
-				res.cond = condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonQuotaExceeded, err.Error())
-				break
-			}
-			return nil, err
-		}
-	}
 	if plan.Requeue {
 		res.requeue = rc.ResyncBusy
 	}
+	for range plan.Create {
+		if err := r.createPod(ctx, s); err != nil {
+			c, ok := createProblem(err)
+			if !ok {
+				return nil, err
+			}
+			res.cond, res.requeue = c, createRetry
+			break
+		}
+	}
 	return res, nil
+}
+
+// createProblem turns a pod creation the API server refused for a reason
+// that stands (a quota, a missing RuntimeClass, an invalid pod or an
+// admission policy) into the RuntimeReady condition reporting it, with the
+// API server's message; ok is false for errors worth retrying at once.
+func createProblem(err error) (c metav1.Condition, ok bool) {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return c, false
+	}
+	msg := status.Status().Message
+	if d := status.Status().Details; d != nil && d.Name != "" {
+		// The generated pod name differs on every try: without it the
+		// condition, and its event, stay the same while the cause does.
+		msg = strings.Replace(msg, strconv.Quote(d.Name)+" ", "", 1)
+	}
+	reason := picobotv1alpha1.ReasonPodCreateFailed
+	switch {
+	case apierrors.IsForbidden(err) && strings.Contains(msg, "exceeded quota"):
+		reason = picobotv1alpha1.ReasonQuotaExceeded
+	case strings.Contains(msg, "RuntimeClass") && strings.Contains(msg, "not found"):
+		reason = picobotv1alpha1.ReasonRuntimeClassNotFound
+	case !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err):
+		return c, false
+	}
+	return condition(picobotv1alpha1.ConditionRuntimeReady, false, reason, "Cannot create session pods: "+msg), true
 }
 
 // unclaimedWakes is the wake stream's lag for the pods' group: wakes no pod
@@ -243,9 +330,15 @@ func (r *AgentReconciler) labelSession(ctx context.Context, p *corev1.Pod, value
 	return client.IgnoreNotFound(r.Patch(ctx, p, patch))
 }
 
-// createPod creates one session pod of the agent under a generated name.
+// createPod creates one session pod of the agent under a generated name,
+// with the resources the runtime policy gives it.
 func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
-	in := podspec.Input{Agent: s.agent, Image: r.Runtime.Image, SecretKeys: s.secretKeys, Env: r.Runtime.Env}
+	a := s.agent.DeepCopy()
+	if a.Spec.Runtime == nil {
+		a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{}
+	}
+	a.Spec.Runtime.Resources = &s.policy.resources
+	in := podspec.Input{Agent: a, Image: r.Runtime.Image, SecretKeys: s.secretKeys, Env: r.Runtime.Env}
 	p := podspec.SessionPod(in)
 	p.Name, p.GenerateName = "", s.agent.Name+"-"
 	if err := r.Create(ctx, p); err != nil {
@@ -254,69 +347,66 @@ func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
 	return nil
 }
 
-// ensureNamespace writes the namespace's connection Secret and NetworkPolicy
-// once per reconciler (main makes one per process), remembered in r.ensured.
-func (r *AgentReconciler) ensureNamespace(ctx context.Context, ns string) error {
-	if _, ok := r.ensured.Load(ns); ok {
-		return nil
-	}
-	reader := r.Runtime.APIReader
+// namespaceObjects is the writer of rc's namespace objects through c.
+func (rc *RuntimeConfig) namespaceObjects(c client.Client) *namespaceObjects {
+	reader := rc.APIReader
 	if reader == nil {
-		reader = r.Client
+		reader = c
 	}
-	want := podspec.Connection(ns, r.Runtime.Connection)
-	got := &corev1.Secret{}
-	switch err := reader.Get(ctx, client.ObjectKeyFromObject(want), got); {
-	case apierrors.IsNotFound(err):
-		if err := r.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("failed to create the connection Secret: %w", err)
-		}
-	case err != nil:
-		return fmt.Errorf("failed to read the connection Secret: %w", err)
-	case !maps.EqualFunc(got.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) }):
-		got.Data = want.Data
-		if err := r.Update(ctx, got); err != nil {
-			return fmt.Errorf("failed to update the connection Secret: %w", err)
-		}
+	var conn TenantConnection = SharedConnection(rc.Connection)
+	if rc.Tenants != nil {
+		conn = rc.Tenants
 	}
-	np := podspec.NetworkPolicy(ns, r.Runtime.Network)
-	cur := &networkingv1.NetworkPolicy{}
-	switch err := reader.Get(ctx, client.ObjectKeyFromObject(np), cur); {
-	case apierrors.IsNotFound(err):
-		if err := r.Create(ctx, np); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("failed to create the NetworkPolicy: %w", err)
-		}
-	case err != nil:
-		return fmt.Errorf("failed to read the NetworkPolicy: %w", err)
-	case !equality.Semantic.DeepEqual(cur.Spec, np.Spec):
-		cur.Spec = np.Spec
-		if err := r.Update(ctx, cur); err != nil {
-			return fmt.Errorf("failed to update the NetworkPolicy: %w", err)
-		}
-	}
-	r.ensured.Store(ns, true)
-	return nil
+	return &namespaceObjects{client: c, reader: reader, conn: conn, network: rc.Network}
 }
 
-// ensureOwned creates obj or brings the fields we own back to it.
+// ensureNamespace creates the namespace's connection Secret and NetworkPolicy
+// when the cache lacks them, so no session pod starts without them; the
+// namespace-objects reconciler keeps their content.
+func (r *AgentReconciler) ensureNamespace(ctx context.Context, ns string) error {
+	objs := r.Runtime.namespaceObjects(r.Client)
+	ok, err := objs.present(ctx, ns)
+	if err != nil || ok {
+		return err
+	}
+	return objs.ensure(ctx, ns)
+}
+
+// ensureOwned creates one of the agent's objects (ServiceAccount, Role,
+// RoleBinding) or brings back the fields the operator owns. The cache holds
+// only objects labelled as the operator's: one whose label was taken off is
+// read from the API server when creating it finds it there.
 func (r *AgentReconciler) ensureOwned(ctx context.Context, want client.Object) error {
+	key := client.ObjectKeyFromObject(want)
 	cur := want.DeepCopyObject().(client.Object)
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, cur, func() error {
-		switch c := cur.(type) {
-		case *corev1.ServiceAccount:
-			c.AutomountServiceAccountToken = want.(*corev1.ServiceAccount).AutomountServiceAccountToken
-		case *rbacv1.Role:
-			c.Rules = want.(*rbacv1.Role).Rules
-		case *rbacv1.RoleBinding:
-			c.RoleRef, c.Subjects = want.(*rbacv1.RoleBinding).RoleRef, want.(*rbacv1.RoleBinding).Subjects
+	err := r.Get(ctx, key, cur)
+	if apierrors.IsNotFound(err) {
+		if err = r.Create(ctx, want.DeepCopyObject().(client.Object)); err == nil {
+			return nil
+		} else if apierrors.IsAlreadyExists(err) {
+			err = r.Runtime.namespaceObjects(r.Client).reader.Get(ctx, key, cur)
 		}
-		c := cur
-		c.SetLabels(want.GetLabels())
-		c.SetOwnerReferences(want.GetOwnerReferences())
-		return nil
-	})
+	}
 	if err != nil {
-		return fmt.Errorf("failed to apply %T %s: %w", want, want.GetName(), err)
+		return fmt.Errorf("failed to get %T %q: %w", want, want.GetName(), err)
+	}
+	before := cur.DeepCopyObject().(client.Object)
+	switch c := cur.(type) {
+	case *corev1.ServiceAccount:
+		c.AutomountServiceAccountToken = want.(*corev1.ServiceAccount).AutomountServiceAccountToken
+	case *rbacv1.Role:
+		c.Rules = want.(*rbacv1.Role).Rules
+	case *rbacv1.RoleBinding:
+		c.RoleRef, c.Subjects = want.(*rbacv1.RoleBinding).RoleRef, want.(*rbacv1.RoleBinding).Subjects
+	}
+	labels, _ := withLabels(cur.GetLabels(), want.GetLabels())
+	cur.SetLabels(labels)
+	cur.SetOwnerReferences(want.GetOwnerReferences())
+	if equality.Semantic.DeepEqual(before, cur) {
+		return nil
+	}
+	if err := r.Update(ctx, cur); err != nil {
+		return fmt.Errorf("failed to update %T %q: %w", want, want.GetName(), err)
 	}
 	return nil
 }

@@ -235,32 +235,3 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 			"session pod "+pods[0].Name+" cannot pull its image: not found")}))
 	g.Expect(e.pods(t)).To(HaveLen(4))
 }
-
-// TestNamespaceObjectsCheckedOncePerReconciler: a reconciler writes a
-// namespace's connection Secret once and then trusts it, while another
-// reconciler of the same process (another manager, as in tests) checks it
-// again instead of sharing a process-wide memory.
-func TestNamespaceObjectsCheckedOncePerReconciler(t *testing.T) {
-	e := startRuntimeEnv(t)
-	g := NewWithT(t)
-	key := client.ObjectKey{Namespace: e.agent.Namespace, Name: podspec.ConnectionSecret}
-	connection := func() map[string][]byte {
-		s := &corev1.Secret{}
-		g.Expect(k8s.Get(context.Background(), key, s)).To(Succeed())
-		return s.Data
-	}
-	first := e.r.Runtime.Connection["PICOBOT_REDIS_URL"]
-	e.run(t)
-	g.Expect(connection()).To(Equal(map[string][]byte{"PICOBOT_REDIS_URL": []byte(first)}))
-
-	// The same reconciler does not look again.
-	e.r.Runtime.Connection = map[string]string{"PICOBOT_REDIS_URL": "redis://changed:6379"}
-	e.run(t)
-	g.Expect(connection()).To(Equal(map[string][]byte{"PICOBOT_REDIS_URL": []byte(first)}))
-
-	// A new one (an operator restart) brings the Secret up to date.
-	rc := *e.r.Runtime
-	e.r = &AgentReconciler{Client: k8s, Runtime: &rc}
-	e.run(t)
-	g.Expect(connection()).To(Equal(map[string][]byte{"PICOBOT_REDIS_URL": []byte("redis://changed:6379")}))
-}

@@ -132,7 +132,7 @@ func (r *BrowserLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	agentToLeases := func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list coordinationv1.LeaseList
 		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{
-			podspec.LabelName: "picobot", podspec.LabelComponent: podspec.ComponentBrowser, picobotv1alpha1.LabelAgent: o.GetName()}); err != nil {
+			podspec.LabelName: "picobot", podspec.LabelComponent: podspec.ComponentBrowser, picobotv1alpha1.LabelAgent: podspec.LabelValue(o.GetName())}); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Failed to list the agent's browser Leases", "agent", o.GetName())
 			return nil
 		}

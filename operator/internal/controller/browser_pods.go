@@ -448,7 +448,7 @@ func (k *browserKeeper) unpublish(ctx context.Context, ns, name string, keep []s
 	keys := []string{wire.URLKey(name), wire.TokenKey(name), wire.ErrorKey(name)}
 	for i := range list.Items {
 		s := &list.Items[i]
-		if slices.Contains(keep, s.Labels[picobotv1alpha1.LabelAgent]) {
+		if slices.ContainsFunc(keep, func(a string) bool { return podspec.LabelValue(a) == s.Labels[picobotv1alpha1.LabelAgent] }) {
 			continue
 		}
 		before := s.DeepCopy()

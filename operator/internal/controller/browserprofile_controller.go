@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/podspec"
@@ -44,6 +46,8 @@ const defaultIdleTimeout = time.Hour
 // way out), and deletes the stored archive when the profile is deleted.
 type BrowserProfileReconciler struct {
 	client.Client
+	// Recorder records condition transitions as events (nil: none).
+	Recorder recorder.EventRecorder
 	// Clock decides idleness; the real clock by default.
 	Clock clock.PassiveClock
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
@@ -102,15 +106,22 @@ func (r *BrowserProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			}
 		}
 	}
-	applyProfileStatus(s)
+	changed := applyProfileStatus(s)
 	if err := patchStatusIfChanged(ctx, r.Client, bp, before, before.Status, bp.Status); err != nil {
 		return ctrl.Result{}, err
 	}
+	// Ready is a profile's only condition besides SpecValid and Stalled.
+	skip := []string{picobotv1alpha1.ConditionStalled}
+	if meta.FindStatusCondition(bp.Status.Conditions, picobotv1alpha1.ConditionSpecValid) != nil {
+		skip = append(skip, picobotv1alpha1.ConditionReady)
+	}
+	recordTransitions(r.Recorder, bp, changed, skip...)
 	return ctrl.Result{RequeueAfter: s.requeue}, nil
 }
 
-// applyProfileStatus writes what the reconcile observed into status.
-func applyProfileStatus(s *profileScope) {
+// applyProfileStatus writes what the reconcile observed into status and
+// returns the conditions that changed.
+func applyProfileStatus(s *profileScope) []metav1.Condition {
 	st := &s.bp.Status
 	st.ObservedGeneration = s.bp.Generation
 	st.ActivePod = s.view.pod
@@ -120,10 +131,10 @@ func applyProfileStatus(s *profileScope) {
 		}
 	}
 	if c, ok := specCondition(&st.Conditions, s.bp.InvalidFields()); ok {
-		setConditions(&st.Conditions, s.bp.Generation, c, readySummary([]metav1.Condition{c}))
-		return
+		return setConditions(&st.Conditions, s.bp.Generation, withSummary(&st.Conditions, []metav1.Condition{c})...)
 	}
-	setConditions(&st.Conditions, s.bp.Generation, browserProfileCondition(s.view))
+	meta.RemoveStatusCondition(&st.Conditions, picobotv1alpha1.ConditionStalled)
+	return setConditions(&st.Conditions, s.bp.Generation, browserProfileCondition(s.view))
 }
 
 // ensureFinalizer holds an S3 profile until its archive is deleted.
@@ -369,7 +380,8 @@ func setupBrowsers(mgr ctrl.Manager, cfg Config, pods *BrowserPods) error {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	bpr := &BrowserProfileReconciler{Client: mgr.GetClient(), Clock: cfg.Clock, MaxConcurrentReconciles: cfg.Concurrency, Pods: pods}
+	bpr := &BrowserProfileReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("picobot-operator"), Clock: cfg.Clock,
+		MaxConcurrentReconciles: cfg.Concurrency, Pods: pods}
 	if pods != nil {
 		bpr.keeper = newBrowserKeeper(mgr.GetClient(), *pods, cfg.Clock)
 	}

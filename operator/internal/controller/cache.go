@@ -3,6 +3,8 @@ package controller
 import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -77,8 +79,19 @@ func CacheOptions() cache.Options {
 			// Only the Leases sessions ask for browsers with (not the
 			// node heartbeats and leader elections of the cluster).
 			&coordinationv1.Lease{}: {Label: picobotSelector(podspec.ComponentBrowser)},
+			// Only the operator's own identity and network objects, which it
+			// watches to set them back.
+			&corev1.ServiceAccount{}:      {Label: managedSelector()},
+			&rbacv1.Role{}:                {Label: managedSelector()},
+			&rbacv1.RoleBinding{}:         {Label: managedSelector()},
+			&networkingv1.NetworkPolicy{}: {Label: managedSelector()},
 		},
 	}
+}
+
+// managedSelector selects the objects the operator writes.
+func managedSelector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: "picobot-operator"})
 }
 
 // picobotSelector selects PicoBot objects of the given components.

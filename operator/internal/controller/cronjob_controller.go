@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/schedule"
@@ -25,6 +26,8 @@ import (
 // publishes the next run time. Firing is the scheduler's (a separate Runnable).
 type CronJobReconciler struct {
 	client.Client
+	// Recorder records condition transitions as events (nil: none).
+	Recorder                recorder.EventRecorder
 	Clock                   clock.PassiveClock
 	MaxConcurrentReconciles int
 }
@@ -57,13 +60,14 @@ func (r *CronJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if c, ok := specCondition(&cj.Status.Conditions, cj.InvalidFields()); ok {
 		conds = append([]metav1.Condition{c}, conds...)
 	}
-	conds = append(conds, readySummary(conds))
+	conds = withSummary(&cj.Status.Conditions, conds)
 	cj.Status.ObservedGeneration = cj.Generation
 	cj.Status.NextRunTime = sched.next
-	setConditions(&cj.Status.Conditions, cj.Generation, conds...)
+	changed := setConditions(&cj.Status.Conditions, cj.Generation, conds...)
 	if err := patchStatusIfChanged(ctx, r.Client, cj, before, before.Status, cj.Status); err != nil {
 		return ctrl.Result{}, err
 	}
+	recordTransitions(r.Recorder, cj, changed, picobotv1alpha1.ConditionReady, picobotv1alpha1.ConditionStalled)
 	if sched.next != nil {
 		return ctrl.Result{RequeueAfter: sched.next.Sub(now)}, nil
 	}

@@ -90,6 +90,18 @@ func TestCronJobStatus(t *testing.T) {
 			ready := meta.FindStatusCondition(got.Status.Conditions, picobotv1alpha1.ConditionReady)
 			g.Expect(ready.Status).To(Equal(tc.ready))
 			sc := meta.FindStatusCondition(got.Status.Conditions, picobotv1alpha1.ConditionScheduleValid)
+			stalled := meta.FindStatusCondition(got.Status.Conditions, picobotv1alpha1.ConditionStalled)
+			if tc.ready == metav1.ConditionTrue {
+				g.Expect(stalled).To(BeNil())
+			} else {
+				// Only a spec change helps: Stalled, and a Warning event with
+				// the reason, as Agents have.
+				g.Expect(stalled).NotTo(BeNil())
+				g.Expect(stalled.Status).To(Equal(metav1.ConditionTrue))
+				g.Expect(stalled.Reason).To(Equal(tc.reason))
+				g.Expect(stalled.Message).To(Equal("ScheduleValid: " + sc.Message))
+				expectEvent(t, ns, "CronJob", tc.name, corev1.EventTypeWarning, tc.reason, "ScheduleValid: "+sc.Message)
+			}
 			if tc.next == nil {
 				g.Expect(sc.Message).To(ContainSubstring(tc.message))
 				g.Expect(got.Status.NextRunTime).To(BeNil())

@@ -96,11 +96,17 @@ func TestInvalidStoredDurationStallsNoOne(t *testing.T) {
 	g.Expect(cond(a, picobotv1alpha1.ConditionSpecValid).Message).To(Equal(
 		`spec.runtime.idleTimeout: "forever" is not a duration; fix the object (the API server refuses such values now)`))
 	g.Expect(a.Spec.Runtime.IdleTimeout.Invalid).To(Equal("forever"))
+	// Only a spec change can fix it: Stalled, as kstatus reads it.
+	g.Expect(cond(a, picobotv1alpha1.ConditionStalled)).To(HaveField("Status", metav1.ConditionTrue))
+	g.Expect(cond(a, picobotv1alpha1.ConditionStalled).Reason).To(Equal(picobotv1alpha1.ReasonInvalidSpec))
+	g.Expect(cond(a, picobotv1alpha1.ConditionStalled).Message).To(Equal(
+		`SpecValid: spec.runtime.idleTimeout: "forever" is not a duration; fix the object (the API server refuses such values now)`))
 
 	// Fixed, the condition goes and the Agent reconciles on.
 	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"runtime":{"idleTimeout":"15m"}}}`))
 	g.Expect(k8s.Patch(ctx, a, patch)).To(Succeed())
 	a = expectCondition(t, bad, "forever", picobotv1alpha1.ConditionReady, metav1.ConditionFalse, picobotv1alpha1.ReasonNoModelConfigured)
 	g.Expect(cond(a, picobotv1alpha1.ConditionSpecValid)).To(BeNil())
+	g.Expect(cond(a, picobotv1alpha1.ConditionStalled)).To(BeNil(), "a missing model is not a spec problem")
 	g.Expect(a.Spec.Runtime.IdleTimeout.Duration.Minutes()).To(Equal(15.0))
 }

@@ -66,6 +66,9 @@ type poolInput struct {
 	// active sessions plus the unclaimed wakes given pods.
 	WarmPool    int32
 	MaxSessions *int32
+	// NamespaceRoom, when set, caps the unclaimed wakes given pods by the
+	// sessions the namespace's policy still allows.
+	NamespaceRoom *int32
 	// CanRun is false without an effective model: a pod could answer
 	// nothing, and the gateway answers wakes with the reason instead.
 	CanRun bool
@@ -155,6 +158,9 @@ func planPool(in poolInput) poolPlan {
 	demand := min(unclaimed, maxUnclaimed)
 	if in.MaxSessions != nil && plan.Active+demand > *in.MaxSessions {
 		demand = max(0, *in.MaxSessions-plan.Active)
+	}
+	if in.NamespaceRoom != nil && demand > *in.NamespaceRoom {
+		demand = max(0, *in.NamespaceRoom)
 	}
 	if want, have := plan.Active+in.WarmPool+demand, int32(len(live)); in.CanRun && plan.Problem == nil && want > have {
 		plan.Create = want - have

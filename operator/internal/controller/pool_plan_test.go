@@ -53,6 +53,14 @@ func TestPlanPool(t *testing.T) {
 			Pods:     []poolPod{busyPod("p1", "web", "c1")},
 			Registry: map[string]string{"p1": "busy web c1"}, Unclaimed: 5, WarmPool: 1, MaxSessions: ptrTo[int32](3), CanRun: true},
 			poolPlan{Create: 3, Active: 1, Requeue: true}},
+		{"the namespace's room caps pods for pending wakes below maxSessions", poolInput{
+			Pods:     []poolPod{busyPod("p1", "web", "c1")},
+			Registry: map[string]string{"p1": "busy web c1"}, Unclaimed: 5, WarmPool: 1, MaxSessions: ptrTo[int32](3),
+			NamespaceRoom: ptrTo[int32](1), CanRun: true},
+			poolPlan{Create: 2, Active: 1, Requeue: true}},
+		{"no room in the namespace: the warm pool only", poolInput{
+			Unclaimed: 4, WarmPool: 1, NamespaceRoom: ptrTo[int32](0), CanRun: true},
+			poolPlan{Create: 1, Requeue: true}},
 		{"at maxSessions: no pods for pending wakes", poolInput{
 			Pods:     []poolPod{busyPod("p1", "web", "c1"), busyPod("p2", "web", "c2"), running("p3")},
 			Registry: map[string]string{"p1": "busy web c1", "p2": "busy web c2", "p3": "warm"}, Unclaimed: 5, WarmPool: 1,

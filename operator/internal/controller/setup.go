@@ -41,8 +41,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if cfg.Runtime != nil {
+		nsr := NewNamespaceObjectsReconciler(mgr.GetClient(), cfg.Runtime)
+		nsr.MaxConcurrentReconciles = cfg.Concurrency
+		if err := nsr.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
 	if err := (&CronJobReconciler{
 		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder("picobot-operator"),
 		Clock:                   cfg.Clock,
 		MaxConcurrentReconciles: cfg.Concurrency,
 	}).SetupWithManager(mgr); err != nil {

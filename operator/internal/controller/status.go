@@ -3,12 +3,17 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -99,6 +104,59 @@ func specCondition(list *[]metav1.Condition, invalid []string) (metav1.Condition
 	}
 	return condition(picobotv1alpha1.ConditionSpecValid, false, picobotv1alpha1.ReasonInvalidSpec,
 		strings.Join(invalid, "; ")+"; fix the object (the API server refuses such values now)"), true
+}
+
+// stalledCondition is kstatus' Stalled: True, with the cause's reason, when
+// a condition says the object cannot become Ready until its spec changes.
+// ok is false when nothing stalls it, and a Stalled left in list is removed.
+func stalledCondition(list *[]metav1.Condition, conds []metav1.Condition) (metav1.Condition, bool) {
+	for _, c := range conds {
+		if c.Status != metav1.ConditionTrue && needsSpecChange(c.Reason) {
+			return condition(picobotv1alpha1.ConditionStalled, true, c.Reason, c.Type+": "+c.Message), true
+		}
+	}
+	meta.RemoveStatusCondition(list, picobotv1alpha1.ConditionStalled)
+	return metav1.Condition{}, false
+}
+
+// needsSpecChange reports the reasons no change outside the object can
+// clear.
+func needsSpecChange(reason string) bool {
+	switch reason {
+	case picobotv1alpha1.ReasonInvalidSpec, picobotv1alpha1.ReasonInvalidToolPolicy, picobotv1alpha1.ReasonInvalidReference,
+		picobotv1alpha1.ReasonPolicyViolation, picobotv1alpha1.ReasonInvalidSchedule, picobotv1alpha1.ReasonAtInPast:
+		return true
+	}
+	return false
+}
+
+// withSummary appends the Ready summary of conds, and Stalled when it
+// applies, to conds.
+func withSummary(list *[]metav1.Condition, conds []metav1.Condition) []metav1.Condition {
+	out := append(conds, readySummary(conds))
+	if st, ok := stalledCondition(list, conds); ok {
+		out = append(out, st)
+	}
+	return out
+}
+
+// recordTransitions records one event per changed condition, except those
+// of the types in skip (summaries that repeat a cause with its own event);
+// the API server's event series de-duplicate repeats of the same reason.
+func recordTransitions(rec events.EventRecorder, obj runtime.Object, changed []metav1.Condition, skip ...string) {
+	if rec == nil {
+		return
+	}
+	for _, c := range changed {
+		if slices.Contains(skip, c.Type) {
+			continue
+		}
+		typ := corev1.EventTypeNormal
+		if (c.Status != metav1.ConditionTrue && c.Reason != picobotv1alpha1.ReasonBrowserStarting) || c.Reason == picobotv1alpha1.ReasonResolvedWithWarnings {
+			typ = corev1.EventTypeWarning
+		}
+		rec.Eventf(obj, nil, typ, c.Reason, "Reconcile", "%s: %s", c.Type, c.Message)
+	}
 }
 
 func condition(typ string, ok bool, reason, msg string) metav1.Condition {

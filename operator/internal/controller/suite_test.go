@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -134,7 +135,14 @@ func newTestManager(ctx context.Context, wc *writeCounter, namespaces ...string)
 		// in the process-wide metrics registry.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
 	}
-	if len(namespaces) > 0 {
+	if len(namespaces) == 0 {
+		// The namespaces of runtime tests belong to their own managers.
+		var not []fields.Selector
+		for _, ns := range runtimeNamespaces() {
+			not = append(not, fields.OneTermNotEqualSelector("metadata.namespace", ns))
+		}
+		opts.Cache.DefaultNamespaces = map[string]cache.Config{cache.AllNamespaces: {FieldSelector: fields.AndSelectors(not...)}}
+	} else {
 		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range namespaces {
 			opts.Cache.DefaultNamespaces[ns] = cache.Config{}

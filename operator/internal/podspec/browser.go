@@ -265,7 +265,10 @@ func BrowserNetworkPolicy(in BrowserInput, n Network, extra []networkingv1.Netwo
 	}
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	dns, port := intstr.FromInt32(53), intstr.FromInt32(in.port())
-	agents := append([]string(nil), in.Agents...)
+	agents := make([]string, 0, len(in.Agents))
+	for _, a := range in.Agents {
+		agents = append(agents, LabelValue(a)) // as session pods carry them
+	}
 	sort.Strings(agents)
 	ingress := []networkingv1.NetworkPolicyIngressRule{}
 	if len(agents) > 0 {

@@ -65,8 +65,15 @@ const (
 	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 )
 
-// ServiceAccountName names the ServiceAccount, Role and RoleBinding of an agent.
-func ServiceAccountName(agent string) string { return "picobot-agent-" + agent }
+// ServiceAccountName names the ServiceAccount, Role and RoleBinding of an
+// agent; a name that would exceed 253 characters ends in a hash instead.
+func ServiceAccountName(agent string) string {
+	name := "picobot-agent-" + agent
+	if len(name) <= maxName {
+		return name
+	}
+	return shortened(name, maxName)
+}
 
 // SessionLabels select an agent's session pods.
 func SessionLabels(a *picobotv1alpha1.Agent) map[string]string {
@@ -74,7 +81,7 @@ func SessionLabels(a *picobotv1alpha1.Agent) map[string]string {
 		LabelName:                  "picobot",
 		LabelComponent:             ComponentSession,
 		LabelManagedBy:             "picobot-operator",
-		picobotv1alpha1.LabelAgent: a.Name,
+		picobotv1alpha1.LabelAgent: LabelValue(a.Name),
 		LabelTenant:                a.Namespace,
 	}
 }
@@ -246,7 +253,7 @@ func ownerRef(a *picobotv1alpha1.Agent) metav1.OwnerReference {
 
 func meta(a *picobotv1alpha1.Agent, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: a.Namespace, Labels: map[string]string{
-		LabelName: "picobot", LabelManagedBy: "picobot-operator", picobotv1alpha1.LabelAgent: a.Name},
+		LabelName: "picobot", LabelManagedBy: "picobot-operator", picobotv1alpha1.LabelAgent: LabelValue(a.Name)},
 		OwnerReferences: []metav1.OwnerReference{ownerRef(a)}}
 }
 

@@ -203,7 +203,7 @@ func start() (*stack, func(), error) {
 	opLog := filepath.Join(dir, "operator.log")
 	s.logs = append(s.logs, opLog)
 	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--browser-image="+browserPodImage, "--session-lease-ttl=3s", "--zap-log-level=info")
+		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--allowed-images=registry.example/*", "--browser-image="+browserPodImage, "--session-lease-ttl=3s", "--zap-log-level=info")
 	if err != nil {
 		return fail(err)
 	}

@@ -1,0 +1,226 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/podspec"
+)
+
+// TenantConnection gives the data of a tenant namespace's connection Secret
+// (PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*...), which session
+// pods read with envFrom. It is declared where the Secret is written so that
+// what goes into it (one shared connection, or credentials of the tenant's
+// own) is chosen in main.
+type TenantConnection interface {
+	SecretData(ctx context.Context, namespace string) (map[string][]byte, error)
+}
+
+// SharedConnection gives every namespace the same connection settings.
+type SharedConnection map[string]string
+
+// SecretData implements TenantConnection.
+func (c SharedConnection) SecretData(context.Context, string) (map[string][]byte, error) {
+	d := make(map[string][]byte, len(c))
+	for k, v := range c {
+		d[k] = []byte(v)
+	}
+	return d, nil
+}
+
+// namespaceObjects writes the objects every namespace with Agents needs
+// before its first session pod starts: the connection Secret and the session
+// pods' NetworkPolicy.
+type namespaceObjects struct {
+	client client.Client
+	// reader reads past the cache: the cache holds Secrets without values.
+	reader  client.Reader
+	conn    TenantConnection
+	network podspec.Network
+}
+
+// present reports whether both objects are in the cache, so the Agent
+// reconciler creates no pod before them (the namespace reconciler keeps
+// their content).
+func (n *namespaceObjects) present(ctx context.Context, ns string) (bool, error) {
+	for _, obj := range []client.Object{&corev1.Secret{}, &networkingv1.NetworkPolicy{}} {
+		name := podspec.ConnectionSecret
+		if _, ok := obj.(*networkingv1.NetworkPolicy); ok {
+			name = podspec.NetworkPolicyName
+		}
+		err := n.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("failed to get %T %q: %w", obj, name, err)
+		}
+	}
+	return true, nil
+}
+
+// ensure creates the namespace's objects or brings them back to what they
+// should be.
+func (n *namespaceObjects) ensure(ctx context.Context, ns string) error {
+	if err := n.ensureSecret(ctx, ns); err != nil {
+		return err
+	}
+	return n.ensureNetworkPolicy(ctx, ns)
+}
+
+// ensureSecret compares the connection Secret read from the API server (the
+// cache has no values) with what the TenantConnection gives. A Secret whose
+// type differs or that was made immutable cannot be updated: it is replaced.
+func (n *namespaceObjects) ensureSecret(ctx context.Context, ns string) error {
+	data, err := n.conn.SecretData(ctx, ns)
+	if err != nil {
+		return fmt.Errorf("failed to get the connection settings of namespace %q: %w", ns, err)
+	}
+	want := podspec.Connection(ns, nil)
+	want.Data = data
+	got := &corev1.Secret{}
+	err = n.reader.Get(ctx, client.ObjectKeyFromObject(want), got)
+	switch {
+	case apierrors.IsNotFound(err):
+		return createOnce(ctx, n.client, want)
+	case err != nil:
+		return fmt.Errorf("failed to get Secret %q: %w", want.Name, err)
+	case (got.Type != "" && got.Type != corev1.SecretTypeOpaque) || (got.Immutable != nil && *got.Immutable):
+		if err := n.client.Delete(ctx, got, client.Preconditions{UID: &got.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("failed to replace Secret %q: %w", want.Name, err)
+		}
+		return createOnce(ctx, n.client, want)
+	}
+	labels, relabel := withLabels(got.Labels, want.Labels)
+	if !relabel && maps.EqualFunc(got.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) }) && len(got.StringData) == 0 {
+		return nil
+	}
+	got.Labels, got.Data, got.StringData = labels, want.Data, nil
+	if err := n.client.Update(ctx, got); err != nil {
+		return fmt.Errorf("failed to update Secret %q: %w", want.Name, err)
+	}
+	return nil
+}
+
+// ensureNetworkPolicy keeps the session pods' NetworkPolicy. The cache holds
+// only policies labelled as the operator's: one whose label a tenant took off
+// is read from the API server when creating it finds it there.
+func (n *namespaceObjects) ensureNetworkPolicy(ctx context.Context, ns string) error {
+	want := podspec.NetworkPolicy(ns, n.network)
+	cur := &networkingv1.NetworkPolicy{}
+	err := n.client.Get(ctx, client.ObjectKeyFromObject(want), cur)
+	if apierrors.IsNotFound(err) {
+		if err = n.client.Create(ctx, want.DeepCopy()); err == nil {
+			return nil
+		} else if apierrors.IsAlreadyExists(err) {
+			err = n.reader.Get(ctx, client.ObjectKeyFromObject(want), cur)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("failed to get NetworkPolicy %q: %w", want.Name, err)
+	}
+	labels, relabel := withLabels(cur.Labels, want.Labels)
+	if !relabel && equality.Semantic.DeepEqual(cur.Spec, want.Spec) {
+		return nil
+	}
+	cur.Labels, cur.Spec = labels, want.Spec
+	if err := n.client.Update(ctx, cur); err != nil {
+		return fmt.Errorf("failed to update NetworkPolicy %q: %w", want.Name, err)
+	}
+	return nil
+}
+
+// createOnce creates obj; one that already exists is left for the event its
+// creation sent, which brings the caller back.
+func createOnce(ctx context.Context, c client.Client, obj client.Object) error {
+	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to create %T %q: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}
+
+// withLabels returns have with every label of want set, and whether any
+// was missing or different.
+func withLabels(have, want map[string]string) (map[string]string, bool) {
+	out := maps.Clone(have)
+	if out == nil {
+		out = map[string]string{}
+	}
+	changed := false
+	for k, v := range want {
+		if out[k] != v {
+			out[k], changed = v, true
+		}
+	}
+	return out, changed
+}
+
+// NamespaceObjectsReconciler keeps the connection Secret and the session
+// pods' NetworkPolicy of every namespace with Agents: it watches them, so a
+// deleted one is created again and an edited one is set back within seconds
+// of the change. Its requests name a namespace (Name, no Namespace).
+type NamespaceObjectsReconciler struct {
+	client.Client
+	objects *namespaceObjects
+	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
+	MaxConcurrentReconciles int
+}
+
+// NewNamespaceObjectsReconciler builds the reconciler of rc's namespace
+// objects, writing through c (rc.APIReader reads Secret values uncached).
+func NewNamespaceObjectsReconciler(c client.Client, rc *RuntimeConfig) *NamespaceObjectsReconciler {
+	return &NamespaceObjectsReconciler{Client: c, objects: rc.namespaceObjects(c)}
+}
+
+// Reconcile writes the namespace's objects while it has Agents. A namespace
+// without Agents keeps what it has: its last Agent's pods may still be
+// stopping, and deleting the namespace removes them.
+func (r *NamespaceObjectsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var agents picobotv1alpha1.AgentList
+	if err := r.List(ctx, &agents, client.InNamespace(req.Name), client.Limit(1)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to list the Agents of namespace %q: %w", req.Name, err)
+	}
+	if len(agents.Items) == 0 {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, r.objects.ensure(ctx, req.Name)
+}
+
+// SetupWithManager watches Agents (a namespace's first one brings its
+// objects) and the objects themselves, by name.
+func (r *NamespaceObjectsReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = 1
+	}
+	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetNamespace()}}}
+	})
+	named := func(name string) predicate.Predicate {
+		return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == name })
+	}
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("namespace-objects").
+		Watches(&picobotv1alpha1.Agent{}, toNamespace, builder.WithPredicates(createOrDelete{})).
+		Watches(&corev1.Secret{}, toNamespace, builder.WithPredicates(named(podspec.ConnectionSecret))).
+		Watches(&networkingv1.NetworkPolicy{}, toNamespace, builder.WithPredicates(named(podspec.NetworkPolicyName))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("failed to set up namespace-objects controller: %w", err)
+	}
+	return nil
+}
