@@ -91,14 +91,32 @@ func TestRuntimeReadyTellsTheTruth(t *testing.T) {
 		{name: "prefix-image", rt: picobotv1alpha1.RuntimeSpec{Image: "registry.example/extra/picobot:2", WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodsReady, pods: 1},
 		{name: "no-such-class", rt: picobotv1alpha1.RuntimeSpec{RuntimeClassName: ptr("missing"), WarmPool: ptr[int32](1)},
 			reason: picobotv1alpha1.ReasonRuntimeClassNotFound, prefix: true, message: `Cannot create session pods: `},
-		{name: "invalid-pod", rt: picobotv1alpha1.RuntimeSpec{Resources: cpu("1", "500m"), WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodCreateFailed,
-			message: `Cannot create session pods: Pod is invalid: spec.containers[0].resources.requests: Invalid value: "1": must be less than or equal to cpu limit of 500m`},
+		{name: "invalid-pod", rt: picobotv1alpha1.RuntimeSpec{Resources: cpu("1", "500m"), WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodCreateFailed, prefix: true,
+			message: `Cannot create session pods: Pod is invalid: [spec.containers[0].resources.requests: Invalid value: "1": must be less than or equal to cpu limit of 500m`},
 		{name: long100, rt: picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodsReady, pods: 1},
 		{name: long253, rt: picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodsReady, pods: 1},
 	}
+	// ns-warm-b comes last: the warm pods it is judged against must be
+	// those of Agents the operator has already seen (judged earlier, it
+	// would get its pods, and an Agent keeps the pods it has).
+	var last *picobotv1alpha1.Agent
 	for _, tc := range cases {
+		if tc.name == "ns-warm-b" {
+			last = runtimeAgent(ns, tc.name, tc.rt)
+			continue
+		}
 		g.Expect(k8s.Create(ctx, runtimeAgent(ns, tc.name, tc.rt))).To(Succeed(), tc.name)
 	}
+	for _, tc := range cases {
+		if tc.pods > 0 || tc.reason == picobotv1alpha1.ReasonRuntimeClassNotFound || tc.reason == picobotv1alpha1.ReasonPodCreateFailed {
+			status := metav1.ConditionFalse
+			if tc.reason == picobotv1alpha1.ReasonPodsReady {
+				status = metav1.ConditionTrue
+			}
+			expectCondition(t, ns, tc.name, picobotv1alpha1.ConditionRuntimeReady, status, tc.reason)
+		}
+	}
+	g.Expect(k8s.Create(ctx, last)).To(Succeed())
 	for _, tc := range cases {
 		t.Run(tc.name[:min(len(tc.name), 20)], func(t *testing.T) {
 			g := NewWithT(t)
