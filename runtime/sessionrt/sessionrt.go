@@ -300,7 +300,10 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) error {
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
 	reply, err := r.handle(ctx, c, m.ID, in.Text)
 	end()
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, store.ErrUnavailable)) {
+	if err != nil && ctx.Err() != nil {
+		// Shutting down or the chat was lost mid-turn: whatever the error
+		// (a store call cut short need not say it was cancelled), the
+		// message stays pending and its next owner resumes it.
 		return ctx.Err()
 	}
 	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate}

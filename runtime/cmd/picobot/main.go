@@ -30,7 +30,7 @@ func main() {
 		os.Exit(2)
 	}
 	switch os.Args[1] {
-	case "serve", "session", "gateway":
+	case "serve", "session", "gateway", "sandbox-server":
 		// Servers that hold keys keep them out of /proc/<pid>/environ.
 		if err := sandbox.SealEnvironment(); err != nil {
 			slog.Warn("Environment not sealed", "err", err)

@@ -87,6 +87,15 @@ func New(cfg Config) (*Server, error) {
 // Serve listens on the socket and starts programs until ctx ends; then it
 // kills every program it started.
 func (s *Server) Serve(ctx context.Context) error {
+	// The programs run as this server's user. Non-dumpable, the server's
+	// /proc/<pid> files (environ, mem) are closed to them, and so are a
+	// program's own between its fork and its exec: the child shares the
+	// server's memory, environment block included, until exec gives it a
+	// dumpable image of its own. (A race the secrets test caught under
+	// load: a program read another one's /proc/<pid>/environ mid-fork.)
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("failed to make the exec server non-dumpable: %w", err)
+	}
 	l, err := listen(s.cfg.Socket)
 	if err != nil {
 		return err
