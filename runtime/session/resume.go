@@ -204,13 +204,13 @@ type UnfinishedTurn struct {
 // Unfinished reads.
 const maxResumeScan = 500
 
-// Unfinished lists the agent's turns left without an answer in the current
-// dialogs of chats active since since: the last message is the turn's user
-// message, or a step of its tool chain. A runtime whose queue does not
-// survive a restart (embedded mode's in-process bus) queues them again at
-// start, so a turn cut short by a crash is resumed without waiting for its
-// client to resend the message. A turn that failed (a model error) is
-// among them too: it gets one more try.
+// Unfinished lists the agent's turns left without an answer mid-way in the
+// current dialogs of chats active since since: the last message is a step
+// of the turn's tool chain. A runtime whose queue does not survive a
+// restart (embedded mode's in-process bus) queues them again at start, so a
+// turn cut short by a crash goes on without waiting for its client to
+// resend the message. (A turn that failed at a later step, a model error,
+// is among them too: it gets one more try.)
 func (m *Manager) Unfinished(ctx context.Context, since time.Time) ([]UnfinishedTurn, error) {
 	list, err := m.cfg.Store.ListSessions(ctx, store.SessionFilter{Limit: maxResumeScan})
 	if err != nil {
@@ -249,8 +249,12 @@ func (m *Manager) unfinishedIn(ctx context.Context, s store.Session) (Unfinished
 	for i >= 0 && last[i].Role != llm.RoleUser {
 		i--
 	}
-	if i < 0 {
-		return UnfinishedTurn{}, false, nil // a turn longer than the scan, or none
+	if i < 0 || i == len(last)-1 {
+		// A turn longer than the scan, or one that stored no step: it
+		// may have failed before its model answered (no model, a model
+		// error), and its user did not ask again. It resumes when its
+		// message comes again.
+		return UnfinishedTurn{}, false, nil
 	}
 	cur, err := m.cfg.Store.CurrentDialog(ctx, s.Channel, s.ChatID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && cur != s.DialogID) {
