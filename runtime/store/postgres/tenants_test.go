@@ -30,7 +30,7 @@ const (
 type tenantFixture struct {
 	db    string
 	roles *TenantRoles
-	mu sync.Mutex
+	mu    sync.Mutex
 	// passwords holds the password handed out per tenant and generation.
 	passwords map[tenantGen]string
 }
