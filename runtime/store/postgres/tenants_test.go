@@ -421,3 +421,19 @@ func BenchmarkAppendAndLoadLast50TenantRole(b *testing.B) {
 	st := f.openStore(b, f.ensure(b, "tenant-a"))
 	storetest.BenchmarkAppendAndLoadLast50(b, st)
 }
+
+// BenchmarkAppendAndLoadLast50SettingPolicy is BenchmarkAppendAndLoadLast50
+// with the policies as they were before tenant roles (comparing with
+// current_setting('picobot.tenant') directly), to measure what
+// picobot_tenant() costs.
+func BenchmarkAppendAndLoadLast50SettingPolicy(b *testing.B) {
+	st, db := newStore(b)
+	for _, table := range appTables {
+		err := adminExec(context.Background(), db, "ALTER POLICY tenant_isolation ON "+pgx.Identifier{table}.Sanitize()+
+			" USING (tenant = current_setting('picobot.tenant', true)) WITH CHECK (tenant = current_setting('picobot.tenant', true))")
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	storetest.BenchmarkAppendAndLoadLast50(b, st)
+}

@@ -23,22 +23,33 @@ INSERT INTO tenant_roles (role_name, tenant_name) VALUES (current_user, NULL);
 -- the role that authenticated: SET ROLE changes current_user but not
 -- session_user, and SET SESSION AUTHORIZATION is for superusers only. The
 -- table is named with its schema and pg_temp comes last on the path, so a
--- temporary table or function of the caller cannot stand in for ours.
+-- temporary table or function of the caller cannot stand in for ours. It is
+-- PL/pgSQL, which keeps its query plan for the connection's life; an SQL
+-- function that is not inlined (SECURITY DEFINER ones never are) plans its
+-- query again in every statement.
 DO $do$
 BEGIN
     EXECUTE format($f$
         CREATE FUNCTION %1$I.picobot_tenant() RETURNS text
-        LANGUAGE sql STABLE SECURITY DEFINER
+        LANGUAGE plpgsql STABLE SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         AS $body$
-            SELECT CASE WHEN r.tenant_name IS NULL THEN current_setting('picobot.tenant', true) ELSE r.tenant_name END
-            FROM %1$I.tenant_roles AS r
-            WHERE r.role_name = session_user
+        DECLARE
+            bound text;
+        BEGIN
+            SELECT r.tenant_name INTO bound FROM %1$I.tenant_roles AS r WHERE r.role_name = session_user;
+            IF NOT FOUND THEN
+                RETURN NULL;
+            END IF;
+            RETURN coalesce(bound, current_setting('picobot.tenant', true));
+        END
         $body$ $f$, current_schema());
 END $do$;
 REVOKE ALL ON FUNCTION picobot_tenant() FROM PUBLIC;
 
--- Every tenant-scoped table's policy now asks picobot_tenant().
+-- Every tenant-scoped table's policy now asks picobot_tenant(), in a scalar
+-- subquery: PostgreSQL then runs it once per statement (an InitPlan) and can
+-- still use it as an index condition, where a bare call would run per row.
 DO $$
 DECLARE
     t text;
@@ -47,7 +58,7 @@ BEGIN
         'cron_runs', 'agent_runs', 'deliveries', 'artifacts', 'memory_postings', 'memory_term_stats',
         'cron_jobs', 'tasks', 'agenda_items']
     LOOP
-        EXECUTE format('ALTER POLICY tenant_isolation ON %I USING (tenant = picobot_tenant()) '
-            'WITH CHECK (tenant = picobot_tenant())', t);
+        EXECUTE format('ALTER POLICY tenant_isolation ON %I USING (tenant = (SELECT picobot_tenant())) '
+            'WITH CHECK (tenant = (SELECT picobot_tenant()))', t);
     END LOOP;
 END $$;
