@@ -2,7 +2,10 @@
 # Starts a throwaway PostgreSQL cluster for tests and prints, on two lines, its DSN
 # and the folder to pass to `stop`. Installs Debian's postgresql when no server is
 # on the machine. The cluster trades durability for speed (fsync off) and listens
-# on loopback only with trust authentication: never use it for real data.
+# on loopback only. TCP connections need a password (scram-sha-256; the
+# superuser postgres gets a generated one, carried in the printed DSN), so
+# tests of per-role isolation mean something; the Unix socket in DIR, which
+# only this script uses, trusts its peers. Never use it for real data.
 #
 #   hack/postgres.sh start          # PICOBOT_PG_PORT=5433 to choose the port; else a free one
 #   hack/postgres.sh stop DIR       # stop the cluster and delete DIR (no-op if gone)
@@ -86,7 +89,16 @@ start() {
   if [ "$(id -u)" = 0 ]; then
     chown postgres: "$dir"
   fi
-  if ! as_pg "$bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1; then
+  # The password is hex, so it needs no escaping in the DSN.
+  local password
+  password=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  printf '%s\n' "$password" >"$dir/pwfile"
+  chmod 600 "$dir/pwfile"
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres: "$dir/pwfile"
+  fi
+  if ! as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+    --pwfile="$dir/pwfile" -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1; then
     log "initdb failed:"
     cat "$dir/initdb.log" >&2
     rm -rf "$dir"
@@ -120,7 +132,8 @@ start() {
     stop "$dir"
     exit 1
   fi
-  echo "postgres://postgres@127.0.0.1:$port/picobot?sslmode=disable"
+  rm -f "$dir/pwfile"
+  echo "postgres://postgres:$password@127.0.0.1:$port/picobot?sslmode=disable"
   echo "$dir"
 }
 

@@ -4,13 +4,17 @@
 # folder of its own (pid file, log, port, data), which is how stop finds it.
 #
 #   hack/redis.sh start [--port P] [--dir D] [--appendonly]
-#       prints two lines: redis://127.0.0.1:P and the folder D
+#       prints two lines: redis://:PASSWORD@127.0.0.1:P and the folder D
 #   hack/redis.sh stop D [--keep]
 #       stops the server of D and removes D (--keep: keeps the data, so a
 #       `start --dir D --port P` brings the same data back)
 #
 # Both are idempotent: start on a folder whose server runs prints it again; stop
 # of a stopped or missing server succeeds.
+#
+# The default user (the admin) needs a password, generated once per folder
+# and kept in D/password (so a restart on D keeps it): a client without it
+# can do nothing, which is what tests of per-tenant ACL users rely on.
 #
 # By default the server persists nothing (--save '' --appendonly no): tests want
 # speed, and a restart loses everything, unacked stream entries included. With
@@ -47,7 +51,17 @@ running() {
   tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q redis-server
 }
 
-ping() { redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG; }
+# ping PORT DIR: the server of DIR answers on PORT.
+ping() { REDISCLI_AUTH=$(cat "$2/password" 2>/dev/null) redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG; }
+
+# ensure_password DIR: makes DIR/password (hex, so it needs no escaping).
+ensure_password() {
+  [ -s "$1/password" ] && return
+  od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$1/password"
+  chmod 600 "$1/password"
+}
+
+url() { echo "redis://:$(cat "$1/password")@127.0.0.1:$2"; }
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -55,7 +69,9 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # (loading an append-only file can take a moment).
 launch() {
   local dir=$1 port=$2 aof=$3
-  local args=(--port "$port" --bind 127.0.0.1 --save '' --daemonize yes
+  # The password goes in through a config file on stdin, not the command
+  # line that ps shows.
+  local args=(- --port "$port" --bind 127.0.0.1 --save '' --daemonize yes
     --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir")
   if [ "$aof" = yes ]; then
     args+=(--appendonly yes --appendfsync always)
@@ -63,9 +79,9 @@ launch() {
     args+=(--appendonly no)
   fi
   rm -f "$dir/redis.pid"
-  redis-server "${args[@]}" >&2
+  printf 'requirepass %s\n' "$(cat "$dir/password")" | redis-server "${args[@]}" >&2
   for _ in $(seq 200); do
-    ping "$port" && return 0
+    ping "$port" "$dir" && return 0
     # A daemonized server that failed (port taken) leaves no live process.
     if [ -s "$dir/redis.pid" ] && ! running "$dir"; then break; fi
     sleep 0.05
@@ -84,14 +100,15 @@ start() {
     esac
   done
   install_redis
-  if [ -n "$dir" ] && running "$dir" && ping "$(cat "$dir/port")"; then
-    echo "redis://127.0.0.1:$(cat "$dir/port")"
+  if [ -n "$dir" ] && running "$dir" && ping "$(cat "$dir/port")" "$dir"; then
+    url "$dir" "$(cat "$dir/port")"
     echo "$dir"
     return
   fi
   [ -n "$dir" ] || dir=$(mktemp -d "${TMPDIR:-/tmp}/picobot-redis.XXXXXX")
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
+  ensure_password "$dir"
   local tries=1 pick=""
   [ -n "$port" ] || { pick=yes; tries=20; }
   for _ in $(seq "$tries"); do
@@ -101,7 +118,7 @@ start() {
     fi
     echo "$port" >"$dir/port"
     if launch "$dir" "$port" "$aof"; then
-      echo "redis://127.0.0.1:$port"
+      url "$dir" "$port"
       echo "$dir"
       return
     fi

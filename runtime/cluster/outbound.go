@@ -43,7 +43,7 @@ func (s RemoteSender) Deliver(ctx context.Context, m outbound.Message) (outbound
 	for _, f := range m.Files {
 		req.Files = append(req.Files, wake.OutboundFile{Name: f.Name, MediaType: f.MediaType, Data: f.Data})
 	}
-	ps, events, err := subscribeRaw(ctx, s.Redis, wake.ResultChannel(req.ID))
+	ps, events, err := subscribeRaw(ctx, s.Redis, wake.ResultChannel(tenant, req.ID))
 	if err != nil {
 		return outbound.Result{}, err
 	}
@@ -179,7 +179,7 @@ func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) error {
 			out.Error = err.Error()
 		}
 		b, _ := json.Marshal(out)
-		if perr := o.Redis.Publish(ctx, wake.ResultChannel(req.ID), b).Err(); perr != nil {
+		if perr := o.Redis.Publish(ctx, wake.ResultChannel(req.Tenant, req.ID), b).Err(); perr != nil {
 			o.Log.Error("Failed to publish delivery result", "err", perr)
 		}
 	}

@@ -212,7 +212,7 @@ func (r *Runtime) run(ctx context.Context, w Wake) {
 		}
 	}
 	b, _ := json.Marshal(out)
-	if err := r.cfg.Redis.Publish(context.WithoutCancel(ctx), wake.RunResultChannel(w.Run.RunID), b).Err(); err != nil {
+	if err := r.cfg.Redis.Publish(context.WithoutCancel(ctx), wake.RunResultChannel(r.cfg.Tenant, w.Run.RunID), b).Err(); err != nil {
 		r.cfg.Log.Error("Failed to publish the run's result", "run", w.Run.RunID, "err", err)
 	}
 }

@@ -15,15 +15,16 @@ import (
 // asked, publishes the result on ResultChannel.
 const OutboundStream = "picobot/outbound"
 
-// ResultChannel is the Pub/Sub channel of one request's delivery result.
-func ResultChannel(id string) string { return "picobot/outbound-result/" + id }
+// ResultChannel is the Pub/Sub channel of one request's delivery result. It
+// is the tenant's, so the pod waiting on it needs only its tenant's channels.
+func ResultChannel(tenant, id string) string { return bus.Key(tenant, "outbound-result", id) }
 
 // OutboundRequest is one queued delivery.
 type OutboundRequest struct {
 	ID      string          `json:"id"`
 	Tenant  string          `json:"tenant"`
 	Message OutboundMessage `json:"message"`
-	// Wait asks for the result on ResultChannel(ID).
+	// Wait asks for the result on ResultChannel(Tenant, ID).
 	Wait  bool           `json:"wait"`
 	Files []OutboundFile `json:"files,omitempty"`
 }

@@ -18,7 +18,7 @@ import (
 const RunChannel = protocol.ChannelCron
 
 // Run is a scheduled run carried by a wake: the pod that claims it runs it
-// in a fresh session and publishes the result on RunResultChannel(RunID).
+// in a fresh session and publishes the result on RunResultChannel(tenant, RunID).
 type Run struct {
 	RunID         string    `json:"run_id"`
 	Job           string    `json:"job"`
@@ -27,8 +27,9 @@ type Run struct {
 	Prompt        string    `json:"prompt"`
 }
 
-// RunResultChannel is the Pub/Sub channel of a run's result.
-func RunResultChannel(runID string) string { return "picobot/run-result/" + runID }
+// RunResultChannel is the Pub/Sub channel of a run's result. It is the
+// tenant's, so the pod publishing it needs only its tenant's channels.
+func RunResultChannel(tenant, runID string) string { return bus.Key(tenant, "run-result", runID) }
 
 // RunResult is a run's outcome on RunResultChannel.
 type RunResult struct {
@@ -52,7 +53,7 @@ func (r Runner) Run(ctx context.Context, req scheduler.RunRequest) (scheduler.Ru
 	if timeout <= 0 {
 		timeout = 30 * time.Minute
 	}
-	ps := r.Redis.Subscribe(ctx, RunResultChannel(req.RunID))
+	ps := r.Redis.Subscribe(ctx, RunResultChannel(req.Tenant, req.RunID))
 	defer func() { _ = ps.Close() }()
 	if _, err := ps.Receive(ctx); err != nil {
 		return scheduler.RunResult{}, fmt.Errorf("failed to subscribe to the run's result: %w", err)
@@ -97,7 +98,7 @@ type RunNotices struct {
 func (n RunNotices) Deliver(ctx context.Context, no scheduler.Notice) error {
 	req := OutboundRequest{ID: bus.NewID(), Tenant: no.Tenant, Wait: true, Message: OutboundMessage{
 		Agent: n.Owner(ctx, no.Tenant, no.Channel), Target: no.Channel + ":" + no.ChatID, Text: no.Text, Origin: no.ID}}
-	ps := n.Redis.Subscribe(ctx, ResultChannel(req.ID))
+	ps := n.Redis.Subscribe(ctx, ResultChannel(req.Tenant, req.ID))
 	defer func() { _ = ps.Close() }()
 	if _, err := ps.Receive(ctx); err != nil {
 		return fmt.Errorf("failed to subscribe to the delivery result: %w", err)

@@ -102,7 +102,7 @@ func pod(t *testing.T, b *redisbus.Bus, tenant string, answer any) <-chan wake.W
 			raw, _ := json.Marshal(answer)
 			payload = string(raw)
 		}
-		if err := b.Client().Publish(ctx, wake.RunResultChannel(w.Run.RunID), payload).Err(); err != nil {
+		if err := b.Client().Publish(ctx, wake.RunResultChannel(w.Tenant, w.Run.RunID), payload).Err(); err != nil {
 			t.Errorf("the pod could not publish the result: %v", err)
 		}
 	})
@@ -239,7 +239,7 @@ func gateway(t *testing.T, b *redisbus.Bus, tenant string, answer any) <-chan wa
 				raw, _ := json.Marshal(answer)
 				payload = string(raw)
 			}
-			if err := b.Client().Publish(ctx, wake.ResultChannel(req.ID), payload).Err(); err != nil {
+			if err := b.Client().Publish(ctx, wake.ResultChannel(req.Tenant, req.ID), payload).Err(); err != nil {
 				t.Errorf("the gateway could not publish the result: %v", err)
 			}
 			return

@@ -32,8 +32,8 @@ func TestKeys(t *testing.T) {
 		{"pods key", wake.PodsKey("acme", "helper"), "{acme:helper}:pods"},
 		{"agent names are escaped too", wake.Stream("acme", "a:b"), "{acme:a%3Ab}:wake"},
 		{"chat lease", wake.LeaseKey("web", "alice:1"), "chat:web:alice:1"},
-		{"delivery result", wake.ResultChannel("r1"), "picobot/outbound-result/r1"},
-		{"run result", wake.RunResultChannel("run-7"), "picobot/run-result/run-7"},
+		{"delivery result", wake.ResultChannel("acme", "r1"), "{acme:outbound-result}:r1"},
+		{"run result", wake.RunResultChannel("acme", "run-7"), "{acme:run-result}:run-7"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -219,7 +219,11 @@ func (s *Store) ImportMemories(ctx context.Context, ms []store.Memory) (n int, e
 		return 0, fmt.Errorf("failed to import memories: %w", err)
 	}
 	ms = memindex.Dedupe(ms)
-	tx, err := s.pool.Begin(ctx)
+	pool, err := s.poolFor(tenant)
+	if err != nil {
+		return 0, fmt.Errorf("failed to import memories: %w", err)
+	}
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("failed to import memories: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/picobot/picobot/runtime/store/internal/migration"
 )
@@ -37,8 +38,11 @@ var appTables = []string{
 // Migrate brings the database at ownerDSN to the newest schema and, when
 // appRole is set, grants that role the privileges the store needs (and no
 // more: it cannot change the schema, and as neither owner nor superuser it is
-// held to row-level security). appRole must exist; creating login roles is
-// the deployment's job (Helm chart, DBA, or the tests' setup).
+// held to row-level security), and records it as a platform role: one that
+// serves every tenant, choosing one per transaction with picobot.tenant (the
+// gateway's and the scheduler's; tenants' pods get tenant roles, see
+// TenantRoles). appRole must exist; creating it is the deployment's job
+// (Helm chart, DBA, or the tests' setup).
 //
 // Each migration runs in its own transaction under an advisory lock, so
 // replicas that start together apply each migration once and a failed one
@@ -90,6 +94,9 @@ func Migrate(ctx context.Context, ownerDSN, appRole string) (err error) {
 		if err := grantApp(ctx, conn, appRole); err != nil {
 			return err
 		}
+		if _, err := conn.Exec(ctx, sqlRegisterPlatformRole, appRole); err != nil {
+			return fmt.Errorf("failed to register platform role %q: %w", appRole, err)
+		}
 	}
 	return nil
 }
@@ -110,9 +117,16 @@ func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) 
 	return applied, nil
 }
 
-// grantApp grants appRole DML on the application tables. Identifiers cannot be
-// bind parameters, hence Sanitize.
-func grantApp(ctx context.Context, conn *pgx.Conn, appRole string) error {
+// execQuerier is what grantApp needs of a connection or transaction.
+type execQuerier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// grantApp grants role DML on the application tables and EXECUTE on
+// picobot_tenant(), which the policies call with the querying role's
+// privileges. Identifiers cannot be bind parameters, hence Sanitize.
+func grantApp(ctx context.Context, conn execQuerier, appRole string) error {
 	role := pgx.Identifier{appRole}.Sanitize()
 	var schema string
 	if err := conn.QueryRow(ctx, sqlCurrentSchema).Scan(&schema); err != nil {
@@ -125,6 +139,7 @@ func grantApp(ctx context.Context, conn *pgx.Conn, appRole string) error {
 	stmts := []string{
 		"GRANT USAGE ON SCHEMA " + pgx.Identifier{schema}.Sanitize() + " TO " + role,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + strings.Join(tables, ", ") + " TO " + role,
+		"GRANT EXECUTE ON FUNCTION " + pgx.Identifier{schema, "picobot_tenant"}.Sanitize() + "() TO " + role,
 	}
 	for _, s := range stmts {
 		if _, err := conn.Exec(ctx, s); err != nil {

@@ -1,14 +1,18 @@
 // Package postgres is the cluster-mode store.Store on PostgreSQL (pgx/v5).
 //
 // Tenant isolation is enforced by the database: every table has a row-level
-// security policy comparing its tenant column with the transaction-local
-// setting picobot.tenant, and every operation sets it first, in the same
-// transaction as its statements (an explicit one, or the implicit transaction
-// of a one-round-trip pgx batch). The policies are FORCEd, so they bind the
-// tables' owner too; the store connects as an application role that is
-// neither superuser nor BYPASSRLS (Open refuses those), so they always apply.
-// Migrate creates the schema with an owner connection and grants the
-// application role what it needs.
+// security policy comparing its tenant column with picobot_tenant(). For a
+// tenant role (one login per tenant, made by TenantRoles) that is the tenant
+// the owner recorded for the role, so nothing a tenant's connection sends can
+// reach another tenant's rows. For a platform role (the gateway's and the
+// scheduler's, which serve every tenant) it is the transaction-local setting
+// picobot.tenant, which every operation sets first, in the same transaction
+// as its statements (an explicit one, or the implicit transaction of a
+// one-round-trip pgx batch); tenant roles send it too, and it is ignored. The
+// policies are FORCEd, so they bind the tables' owner too; the store connects
+// as a role that is neither superuser nor BYPASSRLS (Open refuses those), so
+// they always apply. Migrate creates the schema with an owner connection and
+// grants the platform role what it needs.
 package postgres
 
 import (
@@ -31,6 +35,18 @@ import (
 // error, so a caller never sees half a write.
 type Store struct {
 	pool *pgxpool.Pool
+	// route, when set, picks a tenant's pool instead of pool: the tests run
+	// the conformance suite, which writes as several tenants, with each
+	// tenant on its own tenant role.
+	route func(tenant string) (*pgxpool.Pool, error)
+}
+
+// poolFor returns the pool serving tenant.
+func (s *Store) poolFor(tenant string) (*pgxpool.Pool, error) {
+	if s.route != nil {
+		return s.route(tenant)
+	}
+	return s.pool, nil
 }
 
 var _ store.Store = (*Store)(nil)
@@ -67,7 +83,9 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 
 // Close closes the pool, waiting for connections in use to be returned.
 func (s *Store) Close() error {
-	s.pool.Close()
+	if s.pool != nil {
+		s.pool.Close()
+	}
 	return nil
 }
 

@@ -21,10 +21,14 @@ func (s *Store) batch(ctx context.Context, build func(b *pgx.Batch, tenant strin
 	if err != nil {
 		return err
 	}
+	pool, err := s.poolFor(tenant)
+	if err != nil {
+		return err
+	}
 	b := &pgx.Batch{}
 	b.Queue(sqlSetTenant, tenant)
 	build(b, tenant)
-	br := s.pool.SendBatch(ctx, b)
+	br := pool.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		return errors.Join(fmt.Errorf("failed to set tenant: %w", err), br.Close())
 	}
@@ -45,11 +49,15 @@ func (s *Store) beginBatch(ctx context.Context, build func(b *pgx.Batch, tenant 
 	if err != nil {
 		return nil, "", err
 	}
+	pool, err := s.poolFor(tenant)
+	if err != nil {
+		return nil, "", err
+	}
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	b.Queue(sqlSetTenant, tenant)
 	build(b, tenant)
-	br := s.pool.SendBatch(ctx, b)
+	br := pool.SendBatch(ctx, b)
 	tx := br.Tx()
 	fail := func(err error) (pgx.Tx, string, error) {
 		_ = br.Close()
