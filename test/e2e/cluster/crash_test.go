@@ -81,7 +81,7 @@ var clusterTurnRE = regexp.MustCompile(`^job (\d+)$`)
 // TestClusterCrashCampaign runs 300 turns with a tool call each over six
 // chats while, at random points, session pods are killed with -9 mid-turn or
 // deleted (SIGTERM: they drain), the gateway is killed with -9 and started
-// again, Redis is killed with -9 and restarted, and PostgreSQL is restarted;
+// again, and Redis and PostgreSQL are killed with -9 and restarted;
 // clients resend their message with the same id when their request fails.
 // A chat's next pod claims the unacknowledged message and resumes the turn
 // from its steps stored in PostgreSQL: no finished call runs again (the
@@ -171,8 +171,8 @@ func TestClusterCrashCampaign(t *testing.T) {
 			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
 			g.Expect(st.redisServer.Restart()).To(Succeed())
 			redisKills++
-		case k == 1: // PostgreSQL goes down (fast shutdown) and comes back
-			g.Expect(st.pgServer.Halt()).To(Succeed())
+		case k == 1: // PostgreSQL crashes (-9: postmaster and backends) and recovers
+			g.Expect(st.pgServer.Crash()).To(Succeed())
 			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
 			g.Expect(st.pgServer.Resume()).To(Succeed())
 			pgHalts++
@@ -233,7 +233,7 @@ func TestClusterCrashCampaign(t *testing.T) {
 		}
 	}
 	t.Logf("cluster crash campaign: %d turns over %d chats; %d session pods killed with -9 mid-turn, %d deleted (SIGTERM), "+
-		"%d gateway kill -9, %d Redis kill -9, %d PostgreSQL restarts; %d resendings, %d calls ran (none twice), "+
+		"%d gateway kill -9, %d Redis kill -9, %d PostgreSQL kill -9; %d resendings, %d calls ran (none twice), "+
 		"%d recorded as interrupted, %d messages stored once each",
 		turns, chats, kills, terms, gwKills, redisKills, pgHalts, resent.Load(), len(runs), interrupted, stored)
 	g.Expect(kills).To(BeNumerically(">=", 3), "the campaign must kill session pods")
