@@ -37,7 +37,7 @@ spec:
     baseURL: %s
     apiKeySecretRef: {name: llm, key: apiKey}
   tools:
-    allow: ["calculator"]
+    allow: ["calculator", "bash"]
 ---
 apiVersion: agents.picobot.io/v1alpha1
 kind: Agent

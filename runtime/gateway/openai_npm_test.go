@@ -53,8 +53,8 @@ type npmRun struct {
 // TestOpenAINPMClient drives the endpoint with the official openai npm
 // client (installed once into the cache; a missing node or npm fails the
 // test under CI and skips it loudly elsewhere): a retried request with an
-// Idempotency-Key runs one turn, a stream survives a tool call and a slow
-// step, a stateless history reaches the model as sent, and client tools
+// Idempotency-Key runs one turn, a stream survives a slow bash call (quiet
+// but for keep-alive comments) and a slow step, a stateless history reaches the model as sent, and client tools
 // make the round trip, by hand and through the client's runTools.
 func TestOpenAINPMClient(t *testing.T) {
 	prefix, node, err := services.NPMInstall("openai", openaiNPM)
@@ -70,8 +70,9 @@ func TestOpenAINPMClient(t *testing.T) {
 	e.llm.Script(
 		// 1: slower than the client's timeout, so it retries.
 		fakellm.Turn{Text: "Booked.", Delay: 2500 * time.Millisecond},
-		// 2: a tool call, then a slow step.
-		fakellm.Turn{Text: "Let me compute.", ToolCalls: []fakellm.Call{{Name: "calculator", Args: `{"function":"evaluate","expression":"6*7"}`}}},
+		// 2: a slow tool (quiet for 1.5 s: keep-alive comments), then a
+		// slow step.
+		fakellm.Turn{Text: "Let me compute.", ToolCalls: []fakellm.Call{{Name: "bash", Args: `{"command":"sleep 1.5; echo $((6*7))"}`}}},
 		fakellm.Turn{Text: "It is 42.", Delay: 800 * time.Millisecond},
 		// 3: the stateless history.
 		fakellm.Turn{Text: "Bonjour."},
@@ -139,7 +140,7 @@ func TestOpenAINPMClient(t *testing.T) {
 	g.Expect(run.ClientTool.Name).To(Equal("get_weather"))
 	g.Expect(run.ClientTool.Args).To(Equal(`{"city":"Paris"}`))
 	g.Expect(run.ClientTool.Answer).To(Equal("Sunny in Paris."))
-	g.Expect(reqs[4].Tools).To(ConsistOf("calculator", "get_weather"))
+	g.Expect(reqs[4].Tools).To(ConsistOf("bash", "calculator", "get_weather"))
 	last := func(i int) fakellm.Message { return reqs[i].Messages[len(reqs[i].Messages)-1] }
 	g.Expect(last(5).ToolResults).To(Equal([]fakellm.ToolResult{{CallID: "call_paris", Content: "sunny, Paris"}}))
 	g.Expect(run.RunTools.Answer).To(Equal("Rainy in Rome."))

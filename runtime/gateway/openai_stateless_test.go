@@ -107,7 +107,7 @@ func TestOpenAIClientTools(t *testing.T) {
 	g.Expect(call.ID).To(Equal("call_w1"))
 	g.Expect(call.Function.Name).To(Equal("get_weather"))
 	g.Expect(call.Function.Arguments).To(Equal(`{"city":"Paris"}`))
-	g.Expect(e.llm.Requests()[0].Tools).To(ConsistOf("calculator", "get_weather"), "both kinds offered")
+	g.Expect(e.llm.Requests()[0].Tools).To(ConsistOf("bash", "calculator", "get_weather"), "both kinds offered")
 
 	// The follow-up carries the call and its result.
 	e.llm.Script(fakellm.Turn{Text: "Sunny in Paris."})
