@@ -91,7 +91,7 @@ type fixture struct {
 	tools *tool.Registry
 }
 
-func newFixture(t *testing.T, mutate ...func(*Config)) *fixture {
+func newFixture(t testing.TB, mutate ...func(*Config)) *fixture {
 	t.Helper()
 	g := NewWithT(t)
 	s := fakellm.New()
