@@ -36,7 +36,7 @@ func deadLetters(args []string, out io.Writer) error {
 	tenant := fs.String("tenant", "", "Tenant (namespace) whose dead letters to list or requeue. Required.")
 	redisURL := fs.String("redis-url", os.Getenv("PICOBOT_REDIS_URL"), "Redis of the bus (default $PICOBOT_REDIS_URL).")
 	fs.Usage = func() {
-		fmt.Fprint(out, "Usage: picobot dead-letters --tenant NS [requeue MESSAGE_ID... | requeue --all]\n\n"+
+		_, _ = fmt.Fprint(out, "Usage: picobot dead-letters --tenant NS [requeue MESSAGE_ID... | requeue --all]\n\n"+
 			"Lists the tenant's messages set aside after too many deliveries, or puts them back on their chats.\n\n")
 		fs.PrintDefaults()
 	}
@@ -72,11 +72,12 @@ func listDeadLetters(ctx context.Context, b deadLetterBus, tenant string, out io
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MESSAGE ID\tDELIVERIES\tCHAT STREAM\tTEXT")
+	// Write errors surface at Flush.
+	_, _ = fmt.Fprintln(tw, "MESSAGE ID\tDELIVERIES\tCHAT STREAM\tTEXT")
 	for _, m := range msgs {
 		dl, err := sessionrt.DecodeDeadLetter(m)
 		if err != nil {
-			fmt.Fprintf(tw, "%s\t-\t-\tunreadable: %v\n", m.ID, err)
+			_, _ = fmt.Fprintf(tw, "%s\t-\t-\tunreadable: %v\n", m.ID, err)
 			continue
 		}
 		text := "(unreadable message)"
@@ -86,13 +87,13 @@ func listDeadLetters(ctx context.Context, b deadLetterBus, tenant string, out io
 		if len(text) > 60 {
 			text = text[:57] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%q\n", dl.MessageID, dl.Deliveries, dl.Stream, text)
+		_, _ = fmt.Fprintf(tw, "%s\t%d\t%s\t%q\n", dl.MessageID, dl.Deliveries, dl.Stream, text)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%d dead letters of tenant %s\n", len(msgs), tenant)
-	return nil
+	_, err = fmt.Fprintf(out, "%d dead letters of tenant %s\n", len(msgs), tenant)
+	return err
 }
 
 // requeueDeadLetters puts the named dead letters (or all with --all) back on
@@ -121,7 +122,7 @@ func requeueDeadLetters(ctx context.Context, b deadLetterBus, tenant string, ids
 			return err
 		}
 		delete(want, dl.MessageID)
-		fmt.Fprintf(out, "requeued %s on %s\n", dl.MessageID, dl.Stream)
+		_, _ = fmt.Fprintf(out, "requeued %s on %s\n", dl.MessageID, dl.Stream) // done either way
 		n++
 	}
 	if !all && len(want) > 0 {
@@ -131,6 +132,6 @@ func requeueDeadLetters(ctx context.Context, b deadLetterBus, tenant string, ids
 		}
 		return fmt.Errorf("no dead letter of tenant %s has message id %q", tenant, missing)
 	}
-	fmt.Fprintf(out, "%d requeued\n", n)
-	return nil
+	_, err = fmt.Fprintf(out, "%d requeued\n", n)
+	return err
 }

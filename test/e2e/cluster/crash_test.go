@@ -165,22 +165,22 @@ func TestClusterCrashCampaign(t *testing.T) {
 			continue
 		case <-time.After(time.Duration(300+rand.IntN(1200)) * time.Millisecond):
 		}
-		switch k := rand.IntN(10); {
-		case k == 0: // Redis crashes and comes back with what it had acknowledged
+		switch rand.IntN(10) {
+		case 0: // Redis crashes and comes back with what it had acknowledged
 			g.Expect(st.redisServer.Kill()).To(Succeed())
 			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
 			g.Expect(st.redisServer.Restart()).To(Succeed())
 			redisKills++
-		case k == 1: // PostgreSQL crashes (-9: postmaster and backends) and recovers
+		case 1: // PostgreSQL crashes (-9: postmaster and backends) and recovers
 			g.Expect(st.pgServer.Crash()).To(Succeed())
 			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
 			g.Expect(st.pgServer.Resume()).To(Succeed())
 			pgHalts++
-		case k == 2: // the gateway crashes under its clients' requests
+		case 2: // the gateway crashes under its clients' requests
 			gw.kill()
 			gw.start(t)
 			gwKills++
-		case k == 3: // a session pod is deleted: SIGTERM, it drains
+		case 3: // a session pod is deleted: SIGTERM, it drains
 			if victim := busyPodOf(t, ns, "worker"); victim != nil {
 				g.Expect(st.cs.CoreV1().Pods(ns).Delete(context.Background(), victim.Name, metav1.DeleteOptions{})).To(Succeed())
 				terms++
