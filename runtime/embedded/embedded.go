@@ -474,11 +474,12 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	}
 	id := c.Key() + "/" + s.ID
 	chat := chatOf(c)
-	w, first, err := r.await(ta.waiterKey(chat, id), s.Sink)
+	key := ta.waiterKey(chat, id)
+	w, first, err := r.await(key, s.Sink)
 	if err != nil {
 		return gateway.Outcome{}, err
 	}
-	defer r.leave(ta.waiterKey(chat, id), w)
+	defer r.leave(key, w)
 	if first {
 		// A message id sent again while its first sending waits is not
 		// queued again: both wait for the one turn.

@@ -27,14 +27,7 @@ import (
 func BenchmarkAgents1000In100Namespaces(b *testing.B) {
 	needAPIServer(b)
 	const namespaces, perNamespace = 100, 10
-	url, stopRedis, err := services.Redis()
-	if err != nil {
-		if reason, fatal := services.Unavailable("Redis", err); !fatal {
-			b.Skip(reason)
-		}
-		b.Fatal(err)
-	}
-	defer stopRedis()
+	url := services.RedisFor(b)
 	// This benchmark's operator replaces the suite's (status only) while it
 	// runs, so one process reconciles.
 	operator.stop()

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -118,4 +119,21 @@ func (s *RedisServer) Stop() error {
 		return fmt.Errorf("failed to stop redis-server: %w", err)
 	}
 	return nil
+}
+
+// RedisFor returns the URL of a Redis server for one test or benchmark
+// (Redis), stopped when it ends. A server that cannot be had fails it under
+// CI and skips it, loudly, elsewhere (Unavailable).
+func RedisFor(tb testing.TB) string {
+	tb.Helper()
+	url, stop, err := Redis()
+	if err != nil {
+		reason, fatal := Unavailable("Redis", err)
+		if fatal {
+			tb.Fatal(reason)
+		}
+		tb.Skip(reason)
+	}
+	tb.Cleanup(stop)
+	return url
 }

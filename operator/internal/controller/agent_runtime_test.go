@@ -36,14 +36,7 @@ type runtimeEnv struct {
 func startRuntimeEnv(t *testing.T) *runtimeEnv {
 	t.Helper()
 	needAPIServer(t)
-	url, stop, err := services.Redis()
-	if err != nil {
-		if reason, fatal := services.Unavailable("Redis", err); !fatal {
-			t.Skip(reason)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	url := services.RedisFor(t)
 	b, err := redisbus.Open(url, redisbus.Options{})
 	if err != nil {
 		t.Fatal(err)

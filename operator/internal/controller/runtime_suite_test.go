@@ -54,14 +54,7 @@ func newRuntimeNamespace(t *testing.T) string {
 func startRuntimeManager(t *testing.T, ns string, edit func(*RuntimeConfig)) *RuntimeConfig {
 	t.Helper()
 	needAPIServer(t)
-	url, stop, err := services.Redis()
-	if err != nil {
-		if reason, fatal := services.Unavailable("Redis", err); !fatal {
-			t.Skip(reason)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	url := services.RedisFor(t)
 	b, err := redisbus.Open(url, redisbus.Options{})
 	if err != nil {
 		t.Fatal(err)

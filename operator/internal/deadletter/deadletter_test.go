@@ -28,15 +28,7 @@ func TestGaugeCountsEachTenantsDeadLetters(t *testing.T) {
 		t.Skip(skip)
 	}
 	defer func() { _ = env.Stop() }()
-	url, stop, err := services.Redis()
-	if err != nil {
-		reason, fatal := services.Unavailable("Redis", err)
-		if fatal {
-			t.Fatal(reason)
-		}
-		t.Skip(reason)
-	}
-	defer stop()
+	url := services.RedisFor(t)
 	b, err := redisbus.Open(url, redisbus.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = b.Close() }()

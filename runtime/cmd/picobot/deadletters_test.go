@@ -21,15 +21,7 @@ import (
 // dead letters are not touched.
 func TestDeadLettersListAndRequeue(t *testing.T) {
 	g := NewWithT(t)
-	url, stop, err := services.Redis()
-	if err != nil {
-		reason, fatal := services.Unavailable("Redis", err)
-		if fatal {
-			t.Fatal(reason)
-		}
-		t.Skip(reason)
-	}
-	defer stop()
+	url := services.RedisFor(t)
 	b, err := redisbus.Open(url, redisbus.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = b.Close() }()
