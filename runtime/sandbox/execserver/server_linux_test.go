@@ -101,7 +101,9 @@ func TestSignalsKillAndTeardown(t *testing.T) {
 	// When the server dies, its programs die (PR_SET_PDEATHSIG), so a
 	// killed sandbox container leaves nothing behind.
 	proc = p.marked(t, mark("server"), "echo ready; sleep 303")
-	g.Expect(sandboxtest.Marked(mark("server"))).NotTo(BeEmpty())
+	// bash may still be exec'ing sleep when "ready" arrives, and a process
+	// in execve has no readable environment for that instant.
+	g.Eventually(func() []int { return sandboxtest.Marked(mark("server")) }, 10*time.Second, 20*time.Millisecond).ShouldNot(BeEmpty())
 	g.Expect(p.server.Process.Kill()).To(Succeed())
 	g.Eventually(func() []int { return sandboxtest.Marked(mark("server")) }, 10*time.Second, 20*time.Millisecond).Should(BeEmpty())
 	_, ok, err = proc.Wait()
