@@ -63,7 +63,16 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 }
 
 // OpenConfig is Open with a pool configuration built by the caller.
+//
+// The store's sessions commit durably (synchronous_commit=on) unless the
+// DSN chooses a level itself: a turn's message is acknowledged on the bus
+// once its commit returns, and a server running with
+// synchronous_commit=off acknowledges commits it loses in a crash, which
+// would answer a message twice or with another one's answer.
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
+	if _, chosen := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !chosen {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create PostgreSQL pool: %w", err)

@@ -281,6 +281,37 @@ func TestOpenRefusesRoleThatBypassesRLS(t *testing.T) {
 	NewWithT(t).Expect(err).To(MatchError(ContainSubstring("superuser or has BYPASSRLS")))
 }
 
+// A database whose server or settings choose synchronous_commit=off (the
+// throwaway test server does, hack/postgres.sh): the store's own sessions
+// still commit durably, unless the DSN chooses a level.
+func TestStoreCommitsDurably(t *testing.T) {
+	g := NewWithT(t)
+	db := newDatabase(t, true)
+	g.Expect(adminExec(t.Context(), "postgres", "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET synchronous_commit = off")).To(Succeed())
+	open := func(level string) string {
+		cfg, err := pgxpool.ParseConfig("")
+		g.Expect(err).NotTo(HaveOccurred())
+		cfg.ConnConfig = appConfig(db)
+		if level != "" {
+			cfg.ConnConfig.RuntimeParams["synchronous_commit"] = level
+		}
+		st, err := OpenConfig(t.Context(), cfg)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = st.Close() }()
+		var v string
+		g.Expect(st.pool.QueryRow(t.Context(), "SHOW synchronous_commit").Scan(&v)).To(Succeed())
+		return v
+	}
+	raw, err := pgx.ConnectConfig(t.Context(), appConfig(db))
+	g.Expect(err).NotTo(HaveOccurred())
+	var own string
+	g.Expect(raw.QueryRow(t.Context(), "SHOW synchronous_commit").Scan(&own)).To(Succeed())
+	_ = raw.Close(t.Context())
+	g.Expect(own).To(Equal("off"), "a session of its own gets the database's setting")
+	g.Expect(open("")).To(Equal("on"))
+	g.Expect(open("local")).To(Equal("local"), "the DSN's choice")
+}
+
 func TestMigrateConcurrentlyAndRepeatedly(t *testing.T) {
 	g := NewWithT(t)
 	db := newDatabase(t, false)
