@@ -227,6 +227,8 @@ type pending struct {
 	// cut: a shutdown or a lost lease ended the turn before its answer.
 	cut bool
 	// Filled in by run.
+	// running registers the turn while it runs (setRunning).
+	running     *runningTurn
 	out         *agent.Output
 	files       *turnFiles
 	err         error
@@ -285,23 +287,29 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *du
 	// cannot start the same turn again (see unfinished).
 	t.ctx, t.cancel = context.WithCancelCause(ctx)
 	t.system, t.history = system, history
-	m.setRunning(sid, t.cancel)
+	t.running = m.setRunning(sid, in.MessageID, t.cancel)
 	return t, nil, nil
 }
 
 // systemPrompt is the agent's system prompt with what Config.Prompt adds for
 // this turn.
 func (m *Manager) systemPrompt(ctx context.Context, id ID, text string) string {
-	system := m.cfg.System
-	if m.cfg.Prompt != nil {
-		if extra := m.cfg.Prompt(ctx, PromptInput{SessionID: id, Text: text}); extra != "" {
-			if system != "" {
-				system += "\n\n"
-			}
-			system += extra
-		}
+	if m.cfg.Prompt == nil {
+		return m.cfg.System
 	}
-	return system
+	return JoinSections(m.cfg.System, m.cfg.Prompt(ctx, PromptInput{SessionID: id, Text: text}))
+}
+
+// JoinSections joins two sections of a system prompt, either of which may
+// be empty.
+func JoinSections(a, b string) string {
+	switch {
+	case b == "":
+		return a
+	case a == "":
+		return b
+	}
+	return a + "\n\n" + b
 }
 
 // run is phase 2: the agent loop, without the session lock, while a
@@ -319,7 +327,7 @@ func (m *Manager) run(ctx context.Context, t *pending, in Inbound) {
 	t.userStopped = errors.Is(context.Cause(t.ctx), errStopped)
 	t.cut = t.err != nil && t.ctx.Err() != nil && !t.userStopped
 	t.cancel(nil)
-	m.clearRunning(t.sid)
+	m.endRunning(t.running)
 }
 
 // finish is phase 3: persist what the turn produced, even when the user
@@ -331,6 +339,7 @@ func (m *Manager) run(ctx context.Context, t *pending, in Inbound) {
 func (m *Manager) finish(ctx context.Context, t *pending) (Reply, error) {
 	unlock := m.lock(t.sid)
 	defer unlock()
+	defer m.forgetRunning(t)
 	reply := Reply{SessionID: t.sid, Output: t.out, Attachments: t.files.attachments()}
 	if t.cut {
 		return reply, errors.Join(t.err, fmt.Errorf("%w: turn of session %q was cut short; it resumes from its last stored step", ErrInterrupted, t.sid))
@@ -413,35 +422,51 @@ func (m *Manager) markLeased(sid string) {
 // runningTurn is a turn in progress in this manager.
 type runningTurn struct {
 	cancel context.CancelCauseFunc
-	// done is closed when the turn's loop has ended (its results are
-	// stored once the session lock, which phase 3 takes, is free again).
+	// messageID is the message whose turn it is.
+	messageID string
+	// done is closed once phase 3 has stored the turn's results (or, for a
+	// turn cut short, decided to store nothing more): the turn stays
+	// registered until then, so that its message coming again waits for
+	// the answer rather than resuming the turn a second time.
 	done chan struct{}
+	// ended: the loop has ended, nothing is left to stop (under
+	// Manager.mu). cut: the turn was cut short (set before done closes).
+	ended, cut bool
 }
 
-func (m *Manager) setRunning(sid string, cancel context.CancelCauseFunc) {
+func (m *Manager) setRunning(sid, messageID string, cancel context.CancelCauseFunc) *runningTurn {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.running[sid] = &runningTurn{cancel: cancel, done: make(chan struct{})}
+	r := &runningTurn{messageID: messageID, cancel: cancel, done: make(chan struct{})}
+	m.running[sid] = r
+	return r
 }
 
-func (m *Manager) clearRunning(sid string) {
+// endRunning marks the end of a turn's loop.
+func (m *Manager) endRunning(r *runningTurn) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if r := m.running[sid]; r != nil {
-		close(r.done)
-		delete(m.running, sid)
+	r.ended = true
+}
+
+// forgetRunning unregisters turn t once phase 3 is done with it (under the
+// session lock), unless another turn of the session took its place.
+func (m *Manager) forgetRunning(t *pending) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := t.running
+	r.cut = t.cut
+	close(r.done)
+	if m.running[t.sid] == r {
+		delete(m.running, t.sid)
 	}
 }
 
-// runningDone returns the done channel of the session's running turn, or
-// nil when none runs here.
-func (m *Manager) runningDone(sid string) <-chan struct{} {
+// runningTurnOf returns the session's turn running here, or nil.
+func (m *Manager) runningTurnOf(sid string) *runningTurn {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if r := m.running[sid]; r != nil {
-		return r.done
-	}
-	return nil
+	return m.running[sid]
 }
 
 // Stop cancels the running turn of a session (the /stop command); it reports
@@ -450,11 +475,12 @@ func (m *Manager) runningDone(sid string) <-chan struct{} {
 func (m *Manager) Stop(sid string) bool {
 	m.mu.Lock()
 	r := m.running[sid]
+	live := r != nil && !r.ended
 	m.mu.Unlock()
-	if r != nil {
+	if live {
 		r.cancel(errStopped)
 	}
-	return r != nil
+	return live
 }
 
 // Release gives up the lease of a session (idle exit).

@@ -94,9 +94,9 @@ func readTurn(after []store.Message) storedTurn {
 type duplicate struct {
 	user store.Message
 	turn storedTurn
-	// running, when not nil, is closed when the session's turn running in
-	// this manager ends: the answer is read after it.
-	running <-chan struct{}
+	// running, when not nil, is the session's turn running in this
+	// manager: the answer is read once it is done.
+	running *runningTurn
 }
 
 // resumeOrAnswer handles a message whose user message was stored before.
@@ -106,8 +106,8 @@ type duplicate struct {
 // without a result are recorded as interrupted, never run again. Called in
 // phase 1, under the session lock.
 func (m *Manager) resumeOrAnswer(ctx context.Context, t *pending, user store.Message) (*duplicate, error) {
-	if done := m.runningDone(t.sid); done != nil {
-		return &duplicate{user: user, running: done}, nil
+	if r := m.runningTurnOf(t.sid); r != nil {
+		return &duplicate{user: user, running: r}, nil
 	}
 	after, err := m.cfg.Store.LoadMessages(ctx, t.sid, store.LoadOptions{AfterSeq: user.Seq})
 	if err != nil {
@@ -140,13 +140,13 @@ func (m *Manager) answerDuplicate(ctx context.Context, id ID, dup *duplicate) (R
 	reply := Reply{SessionID: sid, Duplicate: true}
 	if dup.running != nil {
 		select {
-		case <-dup.running:
+		case <-dup.running.done: // its results are stored
 		case <-ctx.Done():
 			return reply, ctx.Err()
 		}
-		// The turn stores its results under the session lock once its
-		// loop has ended: taking the lock waits for that.
-		m.lock(sid)()
+		if dup.running.cut && dup.running.messageID == dup.user.ID {
+			return reply, fmt.Errorf("%w: turn of message %q was cut short; it resumes from its last stored step when the message comes again", ErrInterrupted, dup.user.ID)
+		}
 		after, err := m.cfg.Store.LoadMessages(ctx, sid, store.LoadOptions{AfterSeq: dup.user.Seq})
 		if err != nil {
 			return reply, fmt.Errorf("failed to load the answer of message %q: %w", dup.user.ID, err)

@@ -145,21 +145,26 @@ func TestAMessageSentAgainDuringItsTurnGetsItsAnswer(t *testing.T) {
 		return fakellm.Turn{Text: "Done once."}
 	})
 	in := Inbound{Channel: "web", ChatID: "u1", MessageID: "m-1", Text: "count a"}
-	first := make(chan Reply, 1)
-	go func() {
-		r, err := f.m.Handle(f.ctx, in)
-		g.Expect(err).NotTo(HaveOccurred())
-		first <- r
-	}()
+	type handled struct {
+		r   Reply
+		err error
+	}
+	handle := func() <-chan handled {
+		c := make(chan handled, 1)
+		go func() {
+			r, err := f.m.Handle(f.ctx, in)
+			c <- handled{r, err}
+		}()
+		return c
+	}
+	first := handle()
 	g.Eventually(func() int { return len(f.s.Requests()) }).Should(Equal(1))
-	second := make(chan Reply, 1)
-	go func() {
-		r, err := f.m.Handle(f.ctx, in)
-		g.Expect(err).NotTo(HaveOccurred())
-		second <- r
-	}()
+	second := handle()
 	close(release)
-	r1, r2 := <-first, <-second
+	h1, h2 := <-first, <-second
+	g.Expect(h1.err).NotTo(HaveOccurred())
+	g.Expect(h2.err).NotTo(HaveOccurred())
+	r1, r2 := h1.r, h2.r
 	g.Expect(r1.Text).To(Equal("Done once."))
 	g.Expect(r2.Text).To(Equal("Done once."))
 	g.Expect(r2.Duplicate).To(BeTrue())
