@@ -92,8 +92,11 @@ type Built struct {
 	// caller can derive a manager with other tools (e.g. scheduled runs).
 	Loop    *agent.Loop
 	Session session.Config
-	health  []func(context.Context) []health.Check
-	closers []func()
+	// noClientTools: the agent declines client tools
+	// (spec.tools.clientTools: false).
+	noClientTools bool
+	health        []func(context.Context) []health.Check
+	closers       []func()
 }
 
 // RunTarget is the agent as its scheduled runs (runtime/scheduler/localrun)
@@ -213,7 +216,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 		res.Message += ". " + h.SecretHint(*a.Spec.Model.APIKeySecretRef)
 	}
 	info := protocol.AgentInfo{Name: a.Name, Ready: res.Effective != nil, Reason: res.Reason, Message: res.Message}
-	b := &Built{Name: a.Name}
+	b := &Built{Name: a.Name, noClientTools: a.Spec.Tools != nil && a.Spec.Tools.ClientTools != nil && !*a.Spec.Tools.ClientTools}
 	fail := func(err error) (*Built, error) {
 		b.Close()
 		return nil, fmt.Errorf("agent %s: %w", a.Name, err)

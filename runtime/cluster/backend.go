@@ -118,12 +118,18 @@ func agentInfo(a *picobotv1alpha1.Agent) gateway.AgentInfo {
 
 // agent checks that the agent exists in the tenant and can answer.
 func (b *Backend) agent(ctx context.Context, tenant, name string) error {
+	_, err := b.readyAgent(ctx, tenant, name)
+	return err
+}
+
+// readyAgent returns the agent when it exists in the tenant and can answer.
+func (b *Backend) readyAgent(ctx context.Context, tenant, name string) (*picobotv1alpha1.Agent, error) {
 	var a picobotv1alpha1.Agent
 	if err := b.cfg.Kube.Get(ctx, client.ObjectKey{Namespace: tenant, Name: name}, &a); err != nil {
 		if apierrors.IsNotFound(err) {
-			return &gateway.CodedError{Code: gateway.CodeUnknownAgent, Err: fmt.Errorf("no agent %q", name)}
+			return nil, &gateway.CodedError{Code: gateway.CodeUnknownAgent, Err: fmt.Errorf("no agent %q", name)}
 		}
-		return fmt.Errorf("failed to read agent %q: %w", name, err)
+		return nil, fmt.Errorf("failed to read agent %q: %w", name, err)
 	}
 	info := agentInfo(&a)
 	if !info.Ready {
@@ -131,9 +137,9 @@ func (b *Backend) agent(ctx context.Context, tenant, name string) error {
 		if c := meta.FindStatusCondition(a.Status.Conditions, picobotv1alpha1.ConditionModelResolved); c != nil && c.Status != "True" {
 			code = gateway.CodeNoModel
 		}
-		return &gateway.CodedError{Code: code, Err: fmt.Errorf("agent %s is not ready (%s): %s", name, info.Reason, info.Message)}
+		return nil, &gateway.CodedError{Code: code, Err: fmt.Errorf("agent %s is not ready (%s): %s", name, info.Reason, info.Message)}
 	}
-	return nil
+	return &a, nil
 }
 
 // Handle queues the message for the chat's runtime, wakes one when the chat

@@ -48,6 +48,10 @@ type RuntimeConfig struct {
 	// Runs executes scheduled runs carried by wakes (localrun's Runner);
 	// without it such wakes are answered with an error.
 	Runs scheduler.Runner
+	// Stateless runs the stateless turns carried by wakes
+	// (agenthost.Built.Complete); without it they are answered with an
+	// error.
+	Stateless func(ctx context.Context, req protocol.Stateless, stream bool, sink func(turn.Event)) (protocol.Outcome, error)
 	// OnQuiet is called when the chat has gone quiet after messages were
 	// processed (the first empty poll after them), and when the runtime is
 	// ready and starts waiting for a wake; session pods return memory to
@@ -108,15 +112,22 @@ func (r *Runtime) Run(ctx context.Context) error {
 		if err != nil || w == nil {
 			return err
 		}
-		if w.Run != nil {
+		switch {
+		case w.Run != nil:
 			// A scheduled run: a fresh session, then the pod exits like
 			// after a chat.
 			r.run(ctx, *w)
 			return nil
-		}
-		served, err := r.rt.Serve(ctx, sessionrt.Chat{Channel: w.Channel, Key: w.ChatKey})
-		if err != nil || served {
-			return err
+		case w.Stateless != nil:
+			// A stateless turn stores nothing and leaves nothing behind:
+			// the pod stays warm for the next wake.
+			r.complete(ctx, *w)
+			r.quiet()
+		default:
+			served, err := r.rt.Serve(ctx, sessionrt.Chat{Channel: w.Channel, Key: w.ChatKey})
+			if err != nil || served {
+				return err
+			}
 		}
 		// Nothing was waiting: stay warm.
 		if err := r.cfg.Redis.HSet(ctx, pods, r.cfg.Pod, "warm").Err(); err != nil {
@@ -140,7 +151,12 @@ func (r *Runtime) claim(ctx context.Context) (*Wake, error) {
 				r.cfg.Log.Error("Dropping malformed wake", "id", msgs[0].ID, "err", err)
 				return nil // acked: it can never be served
 			}
-			if w.Run == nil {
+			switch {
+			case w.Stateless != nil:
+				if err := r.takeStateless(ctx, w); err != nil {
+					return err
+				}
+			case w.Run == nil:
 				ok, err := r.acquire(ctx, w)
 				if err != nil || !ok {
 					return err // not ok: another runtime owns the chat

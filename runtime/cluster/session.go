@@ -166,7 +166,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	log.Info("Session runtime ready", "tenant", tenant, "agent", agentName, "pod", pod, "idleTimeout", idle)
 	runs := localrun.New(func(name string) (localrun.Agent, bool) { return built.RunTarget(), name == agentName })
 	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
-		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, Log: log, Drain: ctx.Done(),
+		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, Stateless: built.Complete, Log: log, Drain: ctx.Done(),
 		// A session pod spends most of its life waiting: warm for a wake,
 		// then for the user's next message. Start-up and each turn leave
 		// garbage and heap the Go runtime would hand back to the OS only

@@ -23,7 +23,6 @@
 package cluster
 
 import (
-	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/protocol"
 )
@@ -42,12 +41,8 @@ var (
 	leaseKey       = wake.LeaseKey
 	ownerKey       = wake.OwnerKey
 	podsKey        = wake.PodsKey
+	runningKey     = wake.RunningKey
 )
-
-// runningKey marks a chat whose turn is running (the message id).
-func runningKey(tenant, agentName, channel, chatKey string) string {
-	return bus.Key(tenant, agentName, "running", channel, chatKey)
-}
 
 // Wake asks for a runtime for a chat.
 type Wake = wake.Wake

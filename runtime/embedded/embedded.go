@@ -187,6 +187,8 @@ type Runtime struct {
 	draining bool
 	// turns counts the messages being handled (Reporter.Begin to end).
 	turns int
+	// drained is closed when the last turn ends while draining.
+	drained chan struct{}
 }
 
 type agentRuntime struct {

@@ -78,7 +78,10 @@ func (p reporter) Begin(context.Context, sessionrt.Chat, string) func() {
 	p.r.mu.Unlock()
 	return func() {
 		p.r.mu.Lock()
-		p.r.turns--
+		if p.r.turns--; p.r.turns == 0 && p.r.drained != nil {
+			close(p.r.drained)
+			p.r.drained = nil
+		}
 		p.r.mu.Unlock()
 	}
 }

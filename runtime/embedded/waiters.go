@@ -109,22 +109,22 @@ func (r *Runtime) sinksOf(key string) []func(turn.Event) {
 func (r *Runtime) Drain(ctx context.Context) {
 	r.mu.Lock()
 	r.draining = true
+	n := r.turns
+	if n > 0 && r.drained == nil {
+		r.drained = make(chan struct{})
+	}
+	drained := r.drained
 	r.mu.Unlock()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
+	if n == 0 {
+		return
+	}
+	select {
+	case <-drained:
+	case <-ctx.Done():
 		r.mu.Lock()
-		n := r.turns
+		n = r.turns
 		r.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			r.log.Warn("Shutting down with turns still running; they resume at the next start", "turns", n)
-			return
-		case <-t.C:
-		}
+		r.log.Warn("Shutting down with turns still running; they resume at the next start", "turns", n)
 	}
 }
 

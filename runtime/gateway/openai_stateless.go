@@ -3,12 +3,12 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -17,18 +17,8 @@ import (
 // conversation is stored.
 type Completion struct {
 	Agent string
-	// System is the client's system and developer messages, appended to the
-	// agent's instructions.
-	System string
-	// Messages are the client's conversation without its system messages;
-	// the last one is a user message or a tool result.
-	Messages []llm.Message
-	// Tools are the client's function tools: a model call of one ends the
-	// turn with the call (Completed.ToolCalls).
-	Tools []llm.ToolDef
-	// Settings are the client's model settings (nil: the agent's).
-	Settings *llm.Settings
-	Stream   bool
+	protocol.Stateless
+	Stream bool
 	// Sink receives the turn's events; it is called from another goroutine.
 	Sink func(turn.Event)
 }
@@ -40,21 +30,18 @@ type Completed struct {
 	ToolCalls []llm.ToolCall
 }
 
-// StatelessBackend is implemented by backends that run stateless turns
-// (embedded mode). Without it the endpoint refuses requests that would be
-// stateless and says how to name a chat instead.
+// Errors of client tools a backend refuses (runtime/protocol).
+var (
+	ErrClientToolsRefused = protocol.ErrClientToolsRefused
+	ErrClientToolClash    = protocol.ErrClientToolClash
+)
+
+// StatelessBackend is implemented by backends that run stateless turns.
+// Without it the endpoint refuses requests that would be stateless and says
+// how to name a chat instead.
 type StatelessBackend interface {
 	Complete(ctx context.Context, c Completion) (Completed, error)
 }
-
-// ErrClientToolsRefused is returned (as a bad_request CodedError) when the
-// agent declines client tools (spec.tools.clientTools: false).
-var ErrClientToolsRefused = errors.New("this agent does not take client tools (its spec.tools.clientTools is false)")
-
-// ErrClientToolClash is returned (as a bad_request CodedError) for a client
-// tool named like one of the agent's own tools: the model could not tell
-// them apart.
-var ErrClientToolClash = errors.New("a client tool has the name of one of the agent's own tools")
 
 // Request shapes of the stateless mode.
 type (

@@ -92,10 +92,10 @@ type JSONSchema struct {
 // turn (the OpenAI endpoint's temperature, max_tokens and response_format);
 // zero values leave the agent's own.
 type Settings struct {
-	MaxTokens   int
-	Temperature *float64
-	JSON        bool
-	Schema      *JSONSchema
+	MaxTokens   int         `json:"max_tokens,omitempty"`
+	Temperature *float64    `json:"temperature,omitempty"`
+	JSON        bool        `json:"json,omitempty"`
+	Schema      *JSONSchema `json:"schema,omitempty"`
 }
 
 // Apply sets the settings on a request; fields left zero keep the

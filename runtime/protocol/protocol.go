@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/llm"
 )
 
 // Channels whose chats are the gateway's own clients, and the channel of
@@ -28,6 +29,10 @@ const (
 	ChannelTerminal = "terminal"
 	// ChannelCron carries scheduled runs.
 	ChannelCron = "cron"
+	// ChannelStateless names the OpenAI endpoint's stateless turns: their
+	// scratch workspaces, and in cluster mode the pseudo-chat whose event
+	// channel carries a turn's frames.
+	ChannelStateless = "stateless"
 )
 
 // GatewayClient reports whether the messages of a channel come from the
@@ -38,7 +43,7 @@ const (
 // credentials. This is the one place that decides it.
 func GatewayClient(channel string) bool {
 	switch channel {
-	case ChannelWeb, ChannelOpenAI, ChannelTerminal, ChannelCron:
+	case ChannelWeb, ChannelOpenAI, ChannelTerminal, ChannelCron, ChannelStateless:
 		return true
 	}
 	return false
@@ -169,6 +174,35 @@ type Outcome struct {
 	Text string `json:"text,omitempty"`
 	// Duplicate: the message id was processed before; nothing ran again.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// ToolCalls are the calls of a stateless turn's client tools that
+	// ended it (the client runs them).
+	ToolCalls []llm.ToolCall `json:"tool_calls,omitempty"`
+}
+
+// ErrClientToolsRefused is returned (as a bad_request CodedError) when the
+// agent declines client tools (spec.tools.clientTools: false).
+var ErrClientToolsRefused = errors.New("this agent does not take client tools (its spec.tools.clientTools is false)")
+
+// ErrClientToolClash is returned (as a bad_request CodedError) for a client
+// tool named like one of the agent's own tools: the model could not tell
+// them apart.
+var ErrClientToolClash = errors.New("a client tool has the name of one of the agent's own tools")
+
+// Stateless is a turn on exactly a client's messages, run with nothing
+// stored (the OpenAI endpoint's stateless mode): what the gateway asks of
+// whichever process runs the agent.
+type Stateless struct {
+	// System is the client's system and developer messages, appended to the
+	// agent's instructions.
+	System string `json:"system,omitempty"`
+	// Messages are the client's conversation without its system messages;
+	// the last one is a user message or a tool result.
+	Messages []llm.Message `json:"messages"`
+	// Tools are the client's function tools: a model call of one ends the
+	// turn with the call (Outcome.ToolCalls).
+	Tools []llm.ToolDef `json:"tools,omitempty"`
+	// Settings are the client's model settings (nil: the agent's).
+	Settings *llm.Settings `json:"settings,omitempty"`
 }
 
 // UnmarshalJSON reads an Outcome, also as the session pods before the wire

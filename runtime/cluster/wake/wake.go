@@ -37,6 +37,19 @@ type Wake struct {
 	At      time.Time `json:"at"`
 	// Run, when set, is a scheduled run for the pod to execute.
 	Run *Run `json:"run,omitempty"`
+	// Stateless, when set, is a stateless turn (the OpenAI endpoint's) for
+	// the pod to run: Channel is protocol.ChannelStateless, ChatKey the request's
+	// id, and the turn's frames go on that pseudo-chat's EventChannel.
+	Stateless *protocol.Stateless `json:"stateless,omitempty"`
+	// Stream asks for the stateless turn's text as it is generated.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// RunningKey marks a chat whose turn is running (the message id); a
+// stateless turn's holds the pod running it, renewed while it runs, then
+// "done".
+func RunningKey(tenant, agent, channel, chatKey string) string {
+	return bus.Key(tenant, agent, "running", channel, chatKey)
 }
 
 // ChatStream is the inbound stream of a chat.
