@@ -15,9 +15,9 @@ import (
 // postmaster and every backend at once, nothing flushed or shut down. It
 // returns once they are gone; Resume then starts the server again, which
 // recovers from its write-ahead log. The throwaway server runs with
-// synchronous_commit=off (hack/postgres.sh): a crash loses the commits of
-// its last moments although it acknowledged them, which a durable server
-// would not do, so tests of exactly-once delivery cannot use Crash on it.
+// synchronous_commit=off (hack/postgres.sh), which loses the commits of a
+// crash's last moments although it acknowledged them; the store's own
+// sessions turn it on (postgres.OpenConfig), so their commits survive.
 func (s *PostgresServer) Crash() error {
 	raw, err := os.ReadFile(filepath.Join(s.Dir, "data", "postmaster.pid"))
 	if err != nil {

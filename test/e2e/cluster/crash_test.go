@@ -29,32 +29,7 @@ import (
 // crashManifest is a tenant whose Agent's tools may append to one host
 // folder (the pod runner runs pods on this machine): the counter of the
 // campaign's tool calls, outside every pod's workspace.
-const crashManifest = `
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: %[1]s
----
-apiVersion: v1
-kind: Secret
-metadata:
-  name: model-key
-  namespace: %[1]s
-stringData:
-  apiKey: sk-fake
----
-apiVersion: v1
-kind: Secret
-metadata:
-  name: gateway-key
-  namespace: %[1]s
-  labels:
-    gateway.picobot.io/api-key: "true"
-  annotations:
-    gateway.picobot.io/rate-limit: unlimited
-stringData:
-  key: %[2]s
----
+const crashManifest = tenantBase + `
 apiVersion: agents.picobot.io/v1alpha1
 kind: Agent
 metadata:
@@ -81,7 +56,8 @@ var clusterTurnRE = regexp.MustCompile(`^job (\d+)$`)
 // TestClusterCrashCampaign runs 300 turns with a tool call each over six
 // chats while, at random points, session pods are killed with -9 mid-turn or
 // deleted (SIGTERM: they drain), the gateway is killed with -9 and started
-// again, Redis is killed with -9 and restarted, and PostgreSQL is restarted;
+// again, Redis is killed with -9 and restarted, and PostgreSQL is killed
+// with -9 or shut down, and started again;
 // clients resend their message with the same id when their request fails.
 // A chat's next pod claims the unacknowledged message and resumes the turn
 // from its steps stored in PostgreSQL: no finished call runs again (the
@@ -162,7 +138,7 @@ func TestClusterCrashCampaign(t *testing.T) {
 	}
 	finished := make(chan struct{})
 	go func() { clients.Wait(); close(finished) }()
-	kills, terms, redisKills, pgHalts, gwKills := 0, 0, 0, 0, 0
+	kills, terms, redisKills, pgKills, pgHalts, gwKills := 0, 0, 0, 0, 0, 0
 	for done := false; !done; {
 		select {
 		case <-finished:
@@ -176,14 +152,20 @@ func TestClusterCrashCampaign(t *testing.T) {
 			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
 			g.Expect(st.redisServer.Restart()).To(Succeed())
 			redisKills++
-		case 1: // PostgreSQL goes down (fast shutdown) and comes back. Not
-			// kill -9: the throwaway server runs with synchronous_commit=off,
-			// so a crash loses commits it acknowledged (a durable server
-			// would not); see services.PostgresServer.Crash.
-			g.Expect(st.pgServer.Halt()).To(Succeed())
+		case 1: // PostgreSQL crashes (kill -9 of every process) or goes
+			// down (fast shutdown), and comes back. The throwaway server
+			// runs with synchronous_commit=off; the store's sessions commit
+			// durably all the same (postgres.OpenConfig), so a crash loses
+			// no commit it acknowledged.
+			if rand.IntN(2) == 0 {
+				g.Expect(st.pgServer.Crash()).To(Succeed())
+				pgKills++
+			} else {
+				g.Expect(st.pgServer.Halt()).To(Succeed())
+				pgHalts++
+			}
 			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
 			g.Expect(st.pgServer.Resume()).To(Succeed())
-			pgHalts++
 		case 2: // the gateway crashes under its clients' requests
 			gw.kill()
 			gw.start(t)
@@ -241,9 +223,9 @@ func TestClusterCrashCampaign(t *testing.T) {
 		}
 	}
 	t.Logf("cluster crash campaign: %d turns over %d chats; %d session pods killed with -9 mid-turn, %d deleted (SIGTERM), "+
-		"%d gateway kill -9, %d Redis kill -9, %d PostgreSQL restarts; %d resendings, %d calls ran (none twice), "+
+		"%d gateway kill -9, %d Redis kill -9, %d PostgreSQL kill -9, %d PostgreSQL restarts; %d resendings, %d calls ran (none twice), "+
 		"%d recorded as interrupted, %d messages stored once each",
-		turns, chats, kills, terms, gwKills, redisKills, pgHalts, resent.Load(), len(runs), interrupted, stored)
+		turns, chats, kills, terms, gwKills, redisKills, pgKills, pgHalts, resent.Load(), len(runs), interrupted, stored)
 	g.Expect(kills).To(BeNumerically(">=", 3), "the campaign must kill session pods")
 }
 

@@ -19,7 +19,9 @@ import (
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
-const tenantManifest = `
+// tenantBase is a tenant namespace (%[1]s) with a model key and a gateway
+// API key (%[2]s); the manifests of the tests' Agents follow it.
+const tenantBase = `
 apiVersion: v1
 kind: Namespace
 metadata:
@@ -45,6 +47,11 @@ metadata:
 stringData:
   key: %[2]s
 ---
+`
+
+// tenantManifest is tenantBase with Agent "helper" of the fake model
+// (%[3]s), its idle timeout (%[4]s) and warm pool (%[5]d).
+const tenantManifest = tenantBase + `
 apiVersion: agents.picobot.io/v1alpha1
 kind: Agent
 metadata:
