@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/md5" //nolint:gosec // S3's Content-MD5
 	"crypto/ecdsa"
+	"crypto/md5" //nolint:gosec // S3's Content-MD5
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
