@@ -61,6 +61,9 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to connect to Redis: %w", err)
 	}
+	if r.blobURL == "" {
+		ctrl.Log.Info("Session pods get no artifact store: --blob-url is not set, and no S3 setting goes into tenant namespaces")
+	}
 	conn := map[string]string{}
 	for _, k := range wake.ConnectionEnv {
 		if v := os.Getenv(k); v != "" {
