@@ -13,6 +13,7 @@ import (
 
 	"github.com/picobot/picobot/operator/internal/controller"
 	"github.com/picobot/picobot/operator/internal/podspec"
+	"github.com/picobot/picobot/runtime/blob/remoteblob"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 )
@@ -28,6 +29,7 @@ type runtimeOptions struct {
 	systemNamespace string
 	servicePorts    string
 	serviceCIDRs    string
+	blobURL         string
 	policy          policyOptions
 }
 
@@ -38,8 +40,9 @@ func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&r.leaseTTL, "session-lease-ttl", 0, "Lease TTL of session pods (0: the runtime's default, 30s); a dead pod's chat moves after it.")
 	fs.DurationVar(&r.idleTimeout, "session-idle-timeout", 0, "Override every Agent's runtime.idleTimeout (0: use the Agent's).")
 	fs.StringVar(&r.systemNamespace, "system-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of PostgreSQL/Redis/S3 that session pods may reach.")
-	fs.StringVar(&r.servicePorts, "service-ports", "5432,6379,8333,9000,443", "Ports session pods may reach in the system namespace.")
+	fs.StringVar(&r.servicePorts, "service-ports", "5432,6379,8333,9000,443,8090", "Ports session pods may reach in the system namespace (8090: the gateway's blob grant service).")
 	fs.StringVar(&r.serviceCIDRs, "service-cidrs", "", "Comma-separated CIDRs of external PostgreSQL/Redis/S3 that session pods may reach.")
+	fs.StringVar(&r.blobURL, "blob-url", os.Getenv(remoteblob.EnvURL), "URL of the blob grant service (the gateway's --blob-addr) that session pods get presigned S3 requests from; they hold no S3 credential (default $PICOBOT_BLOB_URL; empty: session pods have no artifact store).")
 	r.policy.bindFlags(fs)
 }
 
@@ -57,6 +60,9 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 	b, err := redisbus.Open(r.redisURL, redisbus.Options{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to connect to Redis: %w", err)
+	}
+	if r.blobURL == "" {
+		ctrl.Log.Info("Session pods get no artifact store: --blob-url is not set, and no S3 setting goes into tenant namespaces")
 	}
 	conn := map[string]string{}
 	for _, k := range wake.ConnectionEnv {
@@ -89,7 +95,7 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 	if r.idleTimeout > 0 {
 		env = append(env, corev1.EnvVar{Name: "PICOBOT_IDLE_TIMEOUT", Value: r.idleTimeout.String()})
 	}
-	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, Env: env,
+	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, BlobURL: r.blobURL, Env: env,
 		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol,
 		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs}}, func() { _ = b.Close() }, nil
 }

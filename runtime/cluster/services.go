@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/picobot/picobot/runtime/artifact"
+	"github.com/picobot/picobot/runtime/blob"
 	"github.com/picobot/picobot/runtime/blob/s3blob"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/store/postgres"
@@ -32,18 +33,26 @@ var ServiceEnv = []string{EnvPostgresURL, EnvRedisURL, EnvS3Endpoint, EnvS3Bucke
 
 // Services are the shared backends of cluster mode.
 type Services struct {
-	Store     *postgres.Store
-	Bus       *redisbus.Bus
-	Redis     *redis.Client
-	Blobs     *s3blob.Store
+	Store *postgres.Store
+	Bus   *redisbus.Bus
+	Redis *redis.Client
+	// Blobs is the artifact store: S3 itself, or (in a session pod, which
+	// holds no S3 credential) presigned requests from the blob grant
+	// service; nil when neither is configured.
+	Blobs blob.Store
+	// S3 is the bucket reached with this process's own credentials; nil
+	// when Blobs goes through the grant service.
+	S3        *s3blob.Store
 	Artifacts artifact.Store
 }
 
 // OpenServices connects to PostgreSQL, Redis and S3 as env describes. A
-// missing variable is named in the error.
+// missing variable is named in the error. Without S3 (no bucket, no blob
+// grant service) Blobs is nil and artifacts fail with
+// artifact.ErrNotConfigured.
 func OpenServices(ctx context.Context, env func(string) string) (*Services, error) {
 	var missing []string
-	for _, k := range []string{EnvPostgresURL, EnvRedisURL, EnvS3Bucket} {
+	for _, k := range []string{EnvPostgresURL, EnvRedisURL} {
 		if env(k) == "" {
 			missing = append(missing, k)
 		}
@@ -60,17 +69,16 @@ func OpenServices(ctx context.Context, env func(string) string) (*Services, erro
 		_ = st.Close()
 		return nil, fmt.Errorf("failed to connect to Redis: %w", err)
 	}
-	blobs, err := s3blob.New(ctx, s3blob.Config{Bucket: env(EnvS3Bucket), Region: env(EnvS3Region), Endpoint: env(EnvS3Endpoint),
-		UsePathStyle: env(EnvS3PathStyle) == "true", AccessKeyID: env(EnvS3AccessKey), SecretAccessKey: env(EnvS3SecretKey)})
+	blobs, s3, err := openBlobs(ctx, env)
 	if err != nil {
 		_ = b.Close()
 		_ = st.Close()
 		return nil, err
 	}
-	return &Services{Store: st, Bus: b, Redis: b.Client(), Blobs: blobs, Artifacts: artifact.Store{Blobs: blobs, State: st}}, nil
+	return &Services{Store: st, Bus: b, Redis: b.Client(), Blobs: blobs, S3: s3, Artifacts: artifact.Store{Blobs: blobs, State: st}}, nil
 }
 
 // Close releases the connections.
 func (s *Services) Close() error {
-	return errors.Join(s.Bus.Close(), s.Blobs.Close(), s.Store.Close())
+	return errors.Join(s.Bus.Close(), closeBlobs(s.Blobs), s.Store.Close())
 }

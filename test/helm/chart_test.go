@@ -305,15 +305,16 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 		}
 		return m
 	}
-	// ClusterRoles: the operator's, the gateway's, and the tenant roles
-	// picobot-edit and picobot-view.
-	g.Expect(kinds(def)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 4, "ClusterRoleBinding": 2,
+	// ClusterRoles: the operator's, the gateway's two (reading; reviewing
+	// session pods' blob tokens), and the tenant roles picobot-edit and
+	// picobot-view.
+	g.Expect(kinds(def)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 5, "ClusterRoleBinding": 3,
 		"Role": 1, "RoleBinding": 1, "ServiceAccount": 2, "Deployment": 2, "Service": 5, "PodDisruptionBudget": 2,
 		"NetworkPolicy": 5, "Secret": 1, "ConfigMap": 1, "StatefulSet": 3}))
-	g.Expect(kinds(ext)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 4, "ClusterRoleBinding": 2,
+	g.Expect(kinds(ext)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 5, "ClusterRoleBinding": 3,
 		"Role": 1, "RoleBinding": 1, "ServiceAccount": 2, "Deployment": 2, "Service": 2, "PodDisruptionBudget": 2,
 		"NetworkPolicy": 3, "Job": 1, "Ingress": 1, "ServiceMonitor": 1}))
-	g.Expect(kinds(aws)).To(Equal(map[string]int{"ClusterRole": 4, "ClusterRoleBinding": 2,
+	g.Expect(kinds(aws)).To(Equal(map[string]int{"ClusterRole": 5, "ClusterRoleBinding": 3,
 		"Role": 1, "RoleBinding": 1, "Deployment": 2, "Service": 2, "Job": 1}))
 
 	// CRDs: kept on uninstall by default, not with crds.keep=false.
@@ -338,6 +339,8 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 	g.Expect(c.args).To(Equal([]string{"--leader-elect", "--health-probe-bind-address=:8081", "--metrics-bind-address=:8443",
 		"--runtime-image=" + img, "--browser-image=registry.example.com/picobot/picobot-browser:0.1.0-rc.1",
 		"--zap-log-level=debug",
+		// Session pods reach S3 through the gateway's blob grant service.
+		"--blob-url=http://picobot-gateway." + releaseNamespace + ".svc:8090",
 		// The runtime policy's defaults.
 		"--default-requests=cpu=100m,memory=256Mi", "--default-limits=memory=1Gi", "--max-resources=cpu=2,memory=4Gi",
 		"--max-warm-pods-per-agent=5", "--max-sessions-per-agent=100", "--max-warm-pods-per-namespace=20", "--max-sessions-per-namespace=500",
@@ -357,7 +360,7 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 	g.Expect(migrateEnv).To(Equal([]string{"PICOBOT_POSTGRES_OWNER_URL", "PICOBOT_S3_ENDPOINT", "PICOBOT_S3_BUCKET",
 		"PICOBOT_S3_REGION", "PICOBOT_S3_PATH_STYLE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}), "the migration also creates the bucket")
 	g.Expect(gc[1].command).To(Equal([]string{"/picobot"}))
-	g.Expect(gc[1].args).To(Equal([]string{"gateway", "--addr=:8080"}))
+	g.Expect(gc[1].args).To(Equal([]string{"gateway", "--addr=:8080", "--blob-addr=:8090"}))
 	g.Expect(gc[1].image).To(Equal("ghcr.io/picobot/picobot:0.1.0"), "the tag defaults to appVersion")
 
 	// With an external database the migration is a hook before install and upgrade.

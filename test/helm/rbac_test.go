@@ -130,6 +130,8 @@ func TestAuthCanI(t *testing.T) {
 		{"gateway", gateway, "update", "agents.agents.picobot.io", "team-a", false},
 		{"gateway", gateway, "create", "pods", "team-a", false},
 		{"gateway", gateway, "create", "secrets", "team-a", false},
+		// The blob grant service reviews session pods' tokens.
+		{"gateway", gateway, "create", "tokenreviews.authentication.k8s.io", "", true},
 		// Today's Secret access of the gateway (every namespace); #17 item 2
 		// takes it away: this row then says false.
 		{"gateway", gateway, "get", "secrets", "kube-system", true},

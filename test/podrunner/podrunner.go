@@ -48,6 +48,7 @@ import (
 	"syscall"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -249,6 +250,11 @@ func (r *Runner) start(ctx context.Context, p *corev1.Pod) {
 		grace = time.Duration(*g) * time.Second
 	}
 	pr := &proc{done: make(chan struct{}), grace: grace}
+	renew, err := r.writeTokens(ctx, p, dir)
+	if err != nil {
+		r.waiting(ctx, p, podContainers(p)[0].Name, "CreateContainerConfigError", err.Error())
+		return
+	}
 	for i, c := range podContainers(p) {
 		ct, reason, err := r.prepare(ctx, p, c, dir, ip, i == len(sidecars(p)))
 		if err == nil {
@@ -290,6 +296,79 @@ func (r *Runner) start(ctx context.Context, p *corev1.Pod) {
 	r.mu.Unlock()
 	r.running(ctx, p, ip)
 	r.wg.Go(func() { r.watch(ctx, p, pr) })
+	if renew > 0 {
+		r.wg.Go(func() { r.renewTokens(ctx, p, dir, renew, pr.done) })
+	}
+}
+
+// writeTokens writes the audience-bound ServiceAccount tokens of the pod's
+// projected volumes (the ones a container shows another service, such as
+// the blob grant service's), issued by the API server with the
+// TokenRequest API and bound to the pod, as the kubelet does. Tokens
+// without an audience stand for the API server's, which the runner's
+// KUBECONFIG stands in for. It returns when they are to be renewed (80%
+// of the shortest lifetime, as the kubelet), 0 when there are none.
+func (r *Runner) writeTokens(ctx context.Context, p *corev1.Pod, dir string) (time.Duration, error) {
+	var renew time.Duration
+	for _, v := range p.Spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			t := src.ServiceAccountToken
+			if t == nil || t.Audience == "" {
+				continue
+			}
+			exp := int64(3600)
+			if t.ExpirationSeconds != nil {
+				exp = *t.ExpirationSeconds
+			}
+			sa := p.Spec.ServiceAccountName
+			if sa == "" {
+				sa = "default"
+			}
+			tr, err := r.cfg.Client.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+				Spec: authenticationv1.TokenRequestSpec{Audiences: []string{t.Audience}, ExpirationSeconds: &exp,
+					BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}}},
+				metav1.CreateOptions{})
+			if err != nil {
+				return 0, fmt.Errorf("failed to get a token of ServiceAccount %q for volume %q: %w", sa, v.Name, err)
+			}
+			folder := filepath.Join(dir, "volumes", v.Name)
+			if err := os.MkdirAll(folder, 0o700); err != nil {
+				return 0, err
+			}
+			tmp := filepath.Join(folder, "."+t.Path+".tmp")
+			if err := os.WriteFile(tmp, []byte(tr.Status.Token), 0o600); err != nil {
+				return 0, err
+			}
+			if err := os.Rename(tmp, filepath.Join(folder, t.Path)); err != nil {
+				return 0, err
+			}
+			if d := time.Duration(exp) * time.Second * 4 / 5; renew == 0 || d < renew {
+				renew = d
+			}
+		}
+	}
+	return renew, nil
+}
+
+// renewTokens rewrites the pod's tokens every period until it ends.
+func (r *Runner) renewTokens(ctx context.Context, p *corev1.Pod, dir string, period time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-t.C:
+			if _, err := r.writeTokens(ctx, p, dir); err != nil && ctx.Err() == nil {
+				r.cfg.Log.Error("Failed to renew a pod's tokens", "pod", p.Namespace+"/"+p.Name, "err", err)
+			}
+		}
+	}
 }
 
 // watch waits for the pod's main containers, then stops its sidecars as

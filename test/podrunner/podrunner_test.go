@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -146,6 +147,10 @@ func TestPodsRunAsLocalProcesses(t *testing.T) {
 }
 
 func twoContainers(t *testing.T, g Gomega, cs kubernetes.Interface, ns, work string, get func(string) func() *corev1.Pod, phase func(*corev1.Pod) corev1.PodPhase) {
+	// The ServiceAccount the audience-bound token is issued for (no
+	// kube-controller-manager here to make "default").
+	_, err := cs.CoreV1().ServiceAccounts(ns).Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
 	mounts := []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "two", Namespace: ns}, Spec: corev1.PodSpec{
 		RestartPolicy:                corev1.RestartPolicyNever,
@@ -157,14 +162,17 @@ func twoContainers(t *testing.T, g Gomega, cs kubernetes.Interface, ns, work str
 			Env:     []corev1.EnvVar{{Name: "D", Value: "/shared"}}, VolumeMounts: mounts,
 			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](65533), RunAsGroup: ptr.To[int64](65533)}}},
 		Containers: []corev1.Container{{Name: "main", Image: "local/sh",
-			Command:      []string{"/bin/sh", "-c", `while [ ! -f "$D/side-uid" ]; do sleep 0.05; done; id -u > "$D/main-uid"; echo "$RUNNER_ONLY" > "$D/main-env"`},
-			Env:          []corev1.EnvVar{{Name: "D", Value: "/shared"}},
-			VolumeMounts: append(mounts, corev1.VolumeMount{Name: "token", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})}},
+			Command: []string{"/bin/sh", "-c", `while [ ! -f "$D/side-uid" ]; do sleep 0.05; done; id -u > "$D/main-uid"; echo "$RUNNER_ONLY" > "$D/main-env"; cat "$T" > "$D/main-token"`},
+			Env:     []corev1.EnvVar{{Name: "D", Value: "/shared"}, {Name: "T", Value: "/var/run/secrets/test.picobot.io/token"}},
+			VolumeMounts: append(mounts, corev1.VolumeMount{Name: "token", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"},
+				corev1.VolumeMount{Name: "audience-token", MountPath: "/var/run/secrets/test.picobot.io"})}},
 		Volumes: []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}},
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}},
+			{Name: "audience-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", Audience: "test.picobot.io", ExpirationSeconds: ptr.To[int64](600)}}}}}}},
 	}}
-	_, err := cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	_, err = cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(get("two"), 30*time.Second, 50*time.Millisecond).Should(WithTransform(phase, Equal(corev1.PodSucceeded)))
 	done := get("two")()
@@ -183,7 +191,18 @@ func twoContainers(t *testing.T, g Gomega, cs kubernetes.Interface, ns, work str
 	g.Expect(read("side-env")).NotTo(ContainSubstring("KUBECONFIG"))
 	g.Expect(read("main-uid")).To(Equal("0"), "the container with a token runs as the runner")
 	g.Expect(read("main-env")).To(Equal("kubeconfig-stand-in"))
-	fi, err := os.Stat(shared)
+	// The audience-bound token is the API server's, for the pod's
+	// ServiceAccount, bound to the pod, as the kubelet's would be.
+	review, err := cs.AuthenticationV1().TokenReviews().Create(context.Background(), &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: read("main-token"), Audiences: []string{"test.picobot.io"}}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(review.Status.Authenticated).To(BeTrue(), review.Status.Error)
+	g.Expect(review.Status.User.Username).To(Equal("system:serviceaccount:" + ns + ":default"))
+	g.Expect(review.Status.User.Extra).To(HaveKeyWithValue("authentication.kubernetes.io/pod-name", authenticationv1.ExtraValue{"two"}))
+	fi, err := os.Stat(filepath.Join(work, ns+"_two", "volumes", "audience-token", "token"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o600)), "only the runner's user (the container with the token) reads it")
+	fi, err = os.Stat(shared)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o770)))
 	g.Expect(fi.Mode() & os.ModeSetgid).NotTo(BeZero())

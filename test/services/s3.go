@@ -33,3 +33,27 @@ func S3() (endpoint string, stop func(), err error) {
 	}
 	return endpoint, stop, nil
 }
+
+// S3SigningURLEnv names an S3 server that checks signatures, to use instead
+// of starting one (credentials in the URL's user info).
+const S3SigningURLEnv = "PICOBOT_TEST_S3_SIGNING_URL"
+
+// S3Signing is S3 for tests of what S3 itself refuses: a server that
+// checks SigV4 signatures and presigned URLs (hack/versitygw.sh; gofakes3
+// accepts any). The endpoint carries the server's only account in its user
+// info ("http://KEY:SECRET@host:port"). Clients must use path style.
+func S3Signing() (endpoint string, stop func(), err error) {
+	if url := os.Getenv(S3SigningURLEnv); url != "" {
+		return url, func() {}, nil
+	}
+	endpoint, err = hackScript("versitygw.sh", "start", "--owner-pid", strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return "", nil, err
+	}
+	stop = func() {
+		if _, err := hackScript("versitygw.sh", "stop", endpoint); err != nil {
+			fmt.Fprintf(os.Stderr, "failed to stop S3 server: %v\n", err)
+		}
+	}
+	return endpoint, stop, nil
+}

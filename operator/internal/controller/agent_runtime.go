@@ -45,8 +45,11 @@ type RuntimeConfig struct {
 	// (PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*...).
 	Connection map[string]string
 	// Tenants gives each tenant namespace's connection Secret; nil shares
-	// Connection with every namespace.
+	// Connection with every namespace. Either way its S3 settings are
+	// replaced by BlobURL (see grantedBlobs).
 	Tenants TenantConnection
+	// BlobURL is the blob grant service's URL, given to session pods.
+	BlobURL string
 	// Network shapes the session pods' NetworkPolicy.
 	Network podspec.Network
 	// Env is added to every session pod (e.g. PICOBOT_LEASE_TTL).
@@ -357,6 +360,7 @@ func (rc *RuntimeConfig) namespaceObjects(c client.Client) *namespaceObjects {
 	if rc.Tenants != nil {
 		conn = rc.Tenants
 	}
+	conn = grantedBlobs{TenantConnection: conn, url: rc.BlobURL}
 	return &namespaceObjects{client: c, reader: reader, conn: conn, network: rc.Network}
 }
 

@@ -7,6 +7,7 @@ package podspec
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"path"
 	"sort"
 	"strings"
 
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/blob/remoteblob"
 	"github.com/picobot/picobot/runtime/browser/remote/wire"
 )
 
@@ -63,12 +65,14 @@ const (
 	sandboxWorkspaces = workspaceDir + "/workspaces"
 	// serviceAccountDir is where client-go finds the in-cluster token.
 	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// blobTokenVolume holds the blob grant service's token.
+	blobTokenVolume = "blob-token"
 )
 
 // ServiceAccountName names the ServiceAccount, Role and RoleBinding of an
 // agent; a name that would exceed 253 characters ends in a hash instead.
 func ServiceAccountName(agent string) string {
-	name := "picobot-agent-" + agent
+	name := remoteblob.ServiceAccountPrefix + agent
 	if len(name) <= maxName {
 		return name
 	}
@@ -164,7 +168,8 @@ func SessionPod(in Input) *corev1.Pod {
 	if rt.Resources != nil {
 		resources = *rt.Resources
 	}
-	env = append(env, corev1.EnvVar{Name: "PICOBOT_SANDBOX_SOCKET", Value: SandboxSocket})
+	env = append(env, corev1.EnvVar{Name: "PICOBOT_SANDBOX_SOCKET", Value: SandboxSocket},
+		corev1.EnvVar{Name: remoteblob.EnvTokenFile, Value: remoteblob.TokenFile})
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            in.Name,
@@ -199,7 +204,8 @@ func SessionPod(in Input) *corev1.Pod {
 				SecurityContext: restrictedContainerSecurity(),
 				VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir}, {Name: "tmp", MountPath: "/tmp"},
 					{Name: "sandbox-run", MountPath: sandboxRunDir},
-					{Name: "kube-api-access", MountPath: serviceAccountDir, ReadOnly: true}},
+					{Name: "kube-api-access", MountPath: serviceAccountDir, ReadOnly: true},
+					{Name: blobTokenVolume, MountPath: path.Dir(remoteblob.TokenFile), ReadOnly: true}},
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -207,6 +213,7 @@ func SessionPod(in Input) *corev1.Pod {
 				{Name: "sandbox-run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity1Mi)}}},
 				{Name: "sandbox-tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity64Mi)}}},
 				kubeAPIAccess(),
+				blobToken(),
 			},
 		},
 	}
@@ -244,6 +251,17 @@ func kubeAPIAccess() corev1.Volume {
 			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace",
 				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
 		}}}}
+}
+
+// blobToken is the token the runtime container shows the blob grant
+// service (remoteblob): audience-bound, so it is good for that service only
+// (not for the API server), and short-lived. Mounted by the runtime
+// container only, like kubeAPIAccess.
+func blobToken() corev1.Volume {
+	return corev1.Volume{Name: blobTokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: remoteblob.Audience, ExpirationSeconds: ptr.To[int64](remoteblob.TokenExpirationSeconds), Path: path.Base(remoteblob.TokenFile)}}},
+	}}}
 }
 
 func ownerRef(a *picobotv1alpha1.Agent) metav1.OwnerReference {

@@ -157,10 +157,18 @@ func TestSessionPodSandboxContainer(t *testing.T) {
 	g.Expect(token).NotTo(BeNil())
 	g.Expect(token.Sources[0].ServiceAccountToken).NotTo(BeNil())
 	g.Expect(*token.Sources[0].ServiceAccountToken.ExpirationSeconds).To(Equal(int64(3607)))
+	// The blob grant service's token: its own audience, the shortest
+	// lifetime the API server allows, found through the environment.
+	g.Expect(rt.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "blob-token", MountPath: "/var/run/secrets/blob.picobot.io", ReadOnly: true}))
+	g.Expect(rt.Env).To(ContainElement(corev1.EnvVar{Name: "PICOBOT_BLOB_TOKEN_FILE", Value: "/var/run/secrets/blob.picobot.io/token"}))
+	blobToken := volumes["blob-token"].Projected
+	g.Expect(blobToken).NotTo(BeNil())
+	g.Expect(blobToken.Sources).To(Equal([]corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+		Audience: "blob.picobot.io", ExpirationSeconds: ptr.To[int64](600), Path: "token"}}}))
 	for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
 		for _, m := range c.VolumeMounts {
-			if m.Name == "kube-api-access" {
-				g.Expect(c.Name).To(Equal(ContainerRuntime), "only the runtime mounts the token")
+			if m.Name == "kube-api-access" || m.Name == "blob-token" {
+				g.Expect(c.Name).To(Equal(ContainerRuntime), "only the runtime mounts a token")
 			}
 		}
 	}

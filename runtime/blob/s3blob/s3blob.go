@@ -10,16 +10,13 @@
 package s3blob
 
 import (
-	"bytes"
 	"context"
-	"crypto/md5" //nolint:gosec // Content-MD5 is S3's integrity check, not a security boundary.
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -40,10 +37,6 @@ const (
 	// DefaultRegion is used when Config.Region is empty. Self-hosted servers
 	// ignore the region but SigV4 signs it, so it must be something.
 	DefaultRegion = "us-east-1"
-	// defaultSpoolMemory is how much of a body that is not seekable is
-	// buffered in memory before Put spills it to a temporary file. The SDK
-	// needs a seekable body to sign the payload and to retry.
-	defaultSpoolMemory = 8 << 20
 	// maxPresignTTL is SigV4's limit for presigned URLs.
 	maxPresignTTL = 7 * 24 * time.Hour
 	// listPageSize is S3's maximum page of ListObjectsV2.
@@ -123,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.AccessKeyID == "" && cfg.SecretAccessKey != "" {
 		return nil, errors.New("failed to configure S3 store: a secret access key without an access key id")
 	}
-	s := &Store{bucket: cfg.Bucket, region: cfg.Region, maxSize: cfg.MaxObjectSize, tempDir: cfg.TempDir, spoolMem: defaultSpoolMemory}
+	s := &Store{bucket: cfg.Bucket, region: cfg.Region, maxSize: cfg.MaxObjectSize, tempDir: cfg.TempDir, spoolMem: blob.DefaultSpoolMemory}
 	if s.region == "" {
 		s.region = DefaultRegion
 	}
@@ -218,17 +211,17 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, op
 	if size > s.maxSize {
 		return blob.Object{}, fmt.Errorf("failed to put object %q: %w: %d bytes, limit %d", key, blob.ErrTooLarge, size, s.maxSize)
 	}
-	body, err := s.prepareBody(ctx, r, size)
+	body, err := blob.SpoolBody(ctx, r, size, s.maxSize, s.spoolMem, s.tempDir)
 	if err != nil {
 		return blob.Object{}, fmt.Errorf("failed to put object %q: %w", key, err)
 	}
-	defer body.cleanup()
+	defer func() { _ = body.Close() }()
 	out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
 		Bucket:        aws.String(s.bucket),
 		Key:           aws.String(key),
-		Body:          body.r,
-		ContentLength: aws.Int64(body.size),
-		ContentMD5:    aws.String(base64.StdEncoding.EncodeToString(body.md5)),
+		Body:          body,
+		ContentLength: aws.Int64(body.Size),
+		ContentMD5:    aws.String(base64.StdEncoding.EncodeToString(body.MD5)),
 		ContentType:   aws.String(opts.ContentType),
 		Metadata:      opts.Metadata,
 	})
@@ -243,7 +236,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, op
 	}
 	return blob.Object{
 		Key:         key,
-		Size:        body.size,
+		Size:        body.Size,
 		ContentType: opts.ContentType,
 		ModTime:     modTime,
 		ETag:        unquote(out.ETag),
@@ -331,119 +324,8 @@ func (s *Store) List(ctx context.Context, prefix string, limit int) ([]blob.Obje
 // artifact straight from S3 instead of through the gateway. It does not check
 // that the object exists.
 func (s *Store) PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error) {
-	if err := blob.ValidateKey(key); err != nil {
-		return "", fmt.Errorf("failed to presign object %q: %w", key, err)
-	}
-	if ttl <= 0 || ttl > maxPresignTTL {
-		return "", fmt.Errorf("failed to presign object %q: ttl %s is not between 0 and %s", key, ttl, maxPresignTTL)
-	}
-	req, err := s3.NewPresignClient(s.client).PresignGetObject(ctx,
-		&s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)},
-		s3.WithPresignExpires(ttl))
-	if err != nil {
-		return "", fmt.Errorf("failed to presign object %q: %w", key, err)
-	}
-	return req.URL, nil
-}
-
-// putBody is a request body the SDK can sign, checksum and replay.
-type putBody struct {
-	r       io.ReadSeeker
-	size    int64
-	md5     []byte
-	cleanup func()
-}
-
-// prepareBody checks r against the declared size and the limit and returns it
-// as a seekable body with its MD5. A reader that is already random-access
-// (bytes.Reader, strings.Reader, os.File) is used in place; any other is
-// buffered in memory up to defaultSpoolMemory and in a temporary file beyond.
-func (s *Store) prepareBody(ctx context.Context, r io.Reader, size int64) (putBody, error) {
-	if b, ok, err := sectionBody(r, size); ok || err != nil {
-		return b, err
-	}
-	limit := s.maxSize
-	if size >= 0 {
-		limit = size
-	}
-	src := io.LimitReader(ctxReader{ctx: ctx, r: r}, limit+1)
-	sum := md5.New() //nolint:gosec // see import
-	var mem bytes.Buffer
-	if size >= 0 && size <= s.spoolMem {
-		mem.Grow(int(size))
-	}
-	n, err := io.Copy(io.MultiWriter(&mem, sum), io.LimitReader(src, s.spoolMem+1))
-	if err != nil {
-		return putBody{}, fmt.Errorf("failed to read object content: %w", err)
-	}
-	body := putBody{r: bytes.NewReader(mem.Bytes()), cleanup: func() {}}
-	if n > s.spoolMem {
-		f, err := os.CreateTemp(s.tempDir, "picobot-s3blob-*")
-		if err != nil {
-			return putBody{}, fmt.Errorf("failed to create spool file: %w", err)
-		}
-		body = putBody{r: f, cleanup: func() { _ = f.Close(); _ = os.Remove(f.Name()) }}
-		if _, err := f.Write(mem.Bytes()); err != nil {
-			body.cleanup()
-			return putBody{}, fmt.Errorf("failed to write spool file: %w", err)
-		}
-		more, err := io.Copy(io.MultiWriter(f, sum), src)
-		if err == nil {
-			_, err = f.Seek(0, io.SeekStart)
-		}
-		if err != nil {
-			body.cleanup()
-			return putBody{}, fmt.Errorf("failed to spool object content: %w", err)
-		}
-		n += more
-	}
-	switch {
-	case size >= 0 && n != size:
-		body.cleanup()
-		return putBody{}, fmt.Errorf("%w: got %s bytes, declared %d", blob.ErrSizeMismatch, countOf(n, size), size)
-	case n > s.maxSize:
-		body.cleanup()
-		return putBody{}, fmt.Errorf("%w: more than %d bytes", blob.ErrTooLarge, s.maxSize)
-	}
-	body.size, body.md5 = n, sum.Sum(nil)
-	return body, nil
-}
-
-// sectionBody uses a random-access reader in place: the size bytes from its
-// current offset, checked to be exactly that many.
-func sectionBody(r io.Reader, size int64) (putBody, bool, error) {
-	ra, okAt := r.(io.ReaderAt)
-	seeker, okSeek := r.(io.Seeker)
-	if !okAt || !okSeek || size < 0 {
-		return putBody{}, false, nil
-	}
-	off, err := seeker.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return putBody{}, false, nil //nolint:nilerr // not seekable after all: spool it
-	}
-	section := io.NewSectionReader(ra, off, size)
-	sum := md5.New() //nolint:gosec // see import
-	n, err := io.Copy(sum, section)
-	if err != nil {
-		return putBody{}, true, fmt.Errorf("failed to read object content: %w", err)
-	}
-	var extra [1]byte
-	if m, _ := ra.ReadAt(extra[:], off+size); n != size || m > 0 {
-		return putBody{}, true, fmt.Errorf("%w: got %s bytes, declared %d", blob.ErrSizeMismatch, countOf(n+int64(m), size), size)
-	}
-	if _, err := section.Seek(0, io.SeekStart); err != nil {
-		return putBody{}, true, fmt.Errorf("failed to rewind object content: %w", err)
-	}
-	return putBody{r: section, size: size, md5: sum.Sum(nil), cleanup: func() {}}, true, nil
-}
-
-// countOf reports a read count; when the reader had more than declared only
-// size+1 bytes were read, so say "more than".
-func countOf(n, size int64) string {
-	if n > size {
-		return fmt.Sprintf("more than %d", size)
-	}
-	return fmt.Sprint(n)
+	req, err := s.PresignGetRequest(ctx, key, ttl)
+	return req.URL, err
 }
 
 func object(key string, size *int64, contentType *string, modTime *time.Time, etag *string, meta map[string]string) blob.Object {
@@ -497,17 +379,4 @@ func validateBucketName(name string) error {
 		return fmt.Errorf("bucket name %q must not contain \"..\"", name)
 	}
 	return nil
-}
-
-// ctxReader stops spooling a long body when the context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

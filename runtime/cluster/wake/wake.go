@@ -103,6 +103,8 @@ func Publish(ctx context.Context, b bus.Bus, w Wake) error {
 
 // ConnectionEnv are the environment variables that connect cluster-mode
 // processes to PostgreSQL, Redis and S3. The operator copies its own values
-// into each tenant namespace's connection Secret for session pods.
+// into each tenant namespace's connection Secret for session pods, except
+// the S3 ones: session pods reach S3 through the gateway's blob grant
+// service (PICOBOT_BLOB_URL) and hold no S3 credential.
 var ConnectionEnv = []string{"PICOBOT_POSTGRES_URL", "PICOBOT_REDIS_URL", "PICOBOT_S3_ENDPOINT", "PICOBOT_S3_BUCKET",
 	"PICOBOT_S3_REGION", "PICOBOT_S3_PATH_STYLE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}

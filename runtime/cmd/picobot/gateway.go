@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/blob/blobgrant"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/cluster"
 	"github.com/picobot/picobot/runtime/gateway"
@@ -42,6 +43,7 @@ func gatewayCmd(args []string) error {
 	hosts := fs.String("allowed-hosts", os.Getenv("PICOBOT_ALLOWED_HOSTS"), "Comma-separated names clients reach the gateway by; other Host headers get 421 (default $PICOBOT_ALLOWED_HOSTS; empty: any).")
 	origins := fs.String("allowed-origins", os.Getenv("PICOBOT_ALLOWED_ORIGINS"), "Comma-separated browser origins (host patterns such as app.example.com or *.example.com) allowed besides the gateway's own (default $PICOBOT_ALLOWED_ORIGINS).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for registering chat platform webhooks (default $PICOBOT_PUBLIC_URL).")
+	blobAddr := fs.String("blob-addr", ":8090", "Address of the blob grant service for session pods (presigned S3 requests of their tenant's keys); empty: off.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -125,10 +127,45 @@ func gatewayCmd(args []string) error {
 		}
 		return nil
 	})
+	blobs, err := serveBlobGrants(*blobAddr, svc, cs, loops, log)
+	if err != nil {
+		return errors.Join(err, hs.Close(), stopLoops(stop, loops))
+	}
 	<-ctx.Done() // a signal, or a loop failed
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return errors.Join(hs.Shutdown(shutdown), stopLoops(stop, loops))
+	return errors.Join(hs.Shutdown(shutdown), blobs.Shutdown(shutdown), stopLoops(stop, loops))
+}
+
+// serveBlobGrants serves the blob grant service on its own listener: it is
+// for session pods, so the gateway's Ingress does not route to it, and
+// every request to it costs a TokenReview. addr "" turns it off (a server
+// that serves nothing is returned, so shutting it down is always right).
+func serveBlobGrants(addr string, svc *cluster.Services, cs kubernetes.Interface, loops *errgroup.Group, log *slog.Logger) (*http.Server, error) {
+	if addr == "" {
+		return &http.Server{}, nil
+	}
+	if svc.S3 == nil {
+		return nil, errors.New("the blob grant service needs the gateway's own S3 access (PICOBOT_S3_BUCKET and credentials)")
+	}
+	h, err := blobgrant.New(blobgrant.Config{Reviews: cs.AuthenticationV1().TokenReviews(), Blobs: svc.S3, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen on %s: %w", addr, err)
+	}
+	hs := gateway.HTTPServer(h, gateway.Limits{})
+	ln = gateway.Listen(ln, gateway.Limits{})
+	fmt.Fprintf(os.Stderr, "PicoBot gateway serves blob grants on http://%s/\n", ln.Addr())
+	loops.Go(func() error {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("blob grant server failed: %w", err)
+		}
+		return nil
+	})
+	return hs, nil
 }
 
 // stopLoops cancels the gateway's background loops and returns the first

@@ -200,32 +200,43 @@ func start() (*stack, func(), error) {
 	go func() { _ = s.runner.Run(ctx); close(runDone) }()
 	stops = append(stops, func() { cancel(); <-runDone })
 
-	opLog := filepath.Join(dir, "operator.log")
-	s.logs = append(s.logs, opLog)
-	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--allowed-images=registry.example/*", "--browser-image="+browserPodImage, "--session-lease-ttl=3s", "--zap-log-level=info")
-	if err != nil {
-		return fail(err)
-	}
-	stops = append(stops, stopOp)
+	// The gateway first: the operator gives session pods its blob grant
+	// service's address.
 	gwLog := filepath.Join(dir, "gateway.log")
 	s.logs = append(s.logs, gwLog)
 	s.gatewayLog = gwLog
-	urlc := make(chan string, 1)
+	urlc, blobc := make(chan string, 1), make(chan string, 1)
 	stopGW, err := s.spawn(gwLog, func(line string) {
 		if m := servingRE.FindStringSubmatch(line); m != nil {
 			urlc <- m[1]
 		}
-	}, s.picobot, "gateway", "--addr=127.0.0.1:0", "--reply-timeout=2m")
+		if m := blobGrantsRE.FindStringSubmatch(line); m != nil {
+			blobc <- m[1]
+		}
+	}, s.picobot, "gateway", "--addr=127.0.0.1:0", "--blob-addr=127.0.0.1:0", "--reply-timeout=2m")
 	if err != nil {
 		return fail(err)
 	}
 	stops = append(stops, stopGW)
-	select {
-	case s.gatewayURL = <-urlc:
-	case <-time.After(2 * time.Minute):
-		return fail(fmt.Errorf("the gateway did not start; log:\n%s", tail(gwLog, 40)))
+	var blobURL string
+	for s.gatewayURL == "" || blobURL == "" {
+		select {
+		case s.gatewayURL = <-urlc:
+		case blobURL = <-blobc:
+		case <-time.After(2 * time.Minute):
+			return fail(fmt.Errorf("the gateway did not start; log:\n%s", tail(gwLog, 40)))
+		}
 	}
+
+	opLog := filepath.Join(dir, "operator.log")
+	s.logs = append(s.logs, opLog)
+	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--allowed-images=registry.example/*", "--browser-image="+browserPodImage,
+		"--session-lease-ttl=3s", "--zap-log-level=info", "--blob-url="+blobURL)
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopOp)
 	return s, stopAll, nil
 }
 
@@ -257,7 +268,10 @@ func (s *stack) startRedis() (string, func(), error) {
 	return srv.URL, func() { _ = srv.Stop() }, nil
 }
 
-var servingRE = regexp.MustCompile(`PicoBot gateway is serving (http://\S+)/`)
+var (
+	servingRE    = regexp.MustCompile(`PicoBot gateway is serving (http://\S+)/`)
+	blobGrantsRE = regexp.MustCompile(`PicoBot gateway serves blob grants on (http://\S+)/`)
+)
 
 // spawn starts a process with the connection environment, logging to path;
 // onLine sees each stderr line.

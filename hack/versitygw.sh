@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Starts a throwaway S3 server that checks signatures, for tests of what S3
+# itself refuses (presigned URLs used for another key, method or content,
+# or expired). hack/s3.sh's gofakes3 accepts any credentials and any
+# signature, so it cannot show those refusals. This is the Versity S3
+# Gateway (Apache 2.0) over a folder, with one account; it is installed once
+# into the cache outside the clone.
+#
+#   hack/versitygw.sh start [--owner-pid PID]
+#       prints the endpoint URL with the account in its user info
+#       (http://KEY:SECRET@127.0.0.1:PORT). --owner-pid ends the server once
+#       process PID exits.
+#   hack/versitygw.sh stop URL   ends that server (no-op if already gone)
+#
+# Cost: the first start builds the server (~5-10 min on a loaded 2-core
+# machine, 80 MB); later starts take ~0.2 s. Clients must use path style.
+set -euo pipefail
+
+VERSION=v1.8.0
+CACHE=${PICOBOT_CACHE:-$HOME/.cache/picobot}
+BIN_DIR="$CACHE/tools/versitygw-$VERSION"
+BIN="$BIN_DIR/versitygw"
+STATE_PARENT=${TMPDIR:-/tmp}
+
+log() { echo "versitygw: $*" >&2; }
+
+ensure_installed() {
+  [ -x "$BIN" ] && return 0
+  mkdir -p "$BIN_DIR"
+  exec 9>"$BIN_DIR/.lock"
+  flock 9
+  if [ ! -x "$BIN" ]; then
+    log "installing versitygw $VERSION (once)"
+    (cd / && GOBIN="$BIN_DIR" GOFLAGS=-mod=mod go install "github.com/versity/versitygw/cmd/versitygw@$VERSION") >&2
+  fi
+  exec 9>&-
+}
+
+is_server() {
+  local pid=$1
+  kill -0 "$pid" 2>/dev/null || return 1
+  local comm
+  comm=$(ps -p "$pid" -o comm= 2>/dev/null) || return 1
+  [ "$(basename -- "$comm")" = versitygw ]
+}
+
+start() {
+  local owner=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --owner-pid) owner=${2:?--owner-pid needs a pid}; shift 2 ;;
+      *) echo "usage: $0 start [--owner-pid PID]" >&2; exit 2 ;;
+    esac
+  done
+  ensure_installed
+  local dir key secret
+  dir=$(mktemp -d "$STATE_PARENT/picobot-vgw.XXXXXX")
+  mkdir -p "$dir/data"
+  key="vgw$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+  secret=$(od -An -N18 -tx1 /dev/urandom | tr -d ' \n')
+  : >"$dir/server.log"
+  # Port 0: the kernel chooses a free port at bind time; the server does
+  # not log it, so it is read from the socket table.
+  "$BIN" --port 127.0.0.1:0 --access "$key" --secret "$secret" posix "$dir/data" >"$dir/server.log" 2>&1 </dev/null &
+  local pid=$!
+  echo "$pid" >"$dir/pid"
+  local port="" _
+  for _ in $(seq 1 100); do
+    port=$(ss -Hltnp 2>/dev/null | sed -n "s/.*127\.0\.0\.1:\([0-9]*\) .*pid=$pid,.*/\1/p" | head -1)
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then
+    log "failed to start:"
+    cat "$dir/server.log" >&2 || true
+    stop_dir "$dir"
+    exit 1
+  fi
+  echo "http://127.0.0.1:$port" >"$dir/endpoint"
+  if [ -n "$owner" ]; then
+    (
+      while kill -0 "$owner" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 1; done
+      if is_server "$pid"; then kill "$pid" 2>/dev/null || true; fi
+      rm -rf "$dir"
+    ) >/dev/null 2>&1 </dev/null &
+  fi
+  echo "http://$key:$secret@127.0.0.1:$port"
+}
+
+stop_dir() {
+  local dir=$1 pid
+  case "$dir" in
+    */picobot-vgw.*) ;;
+    *) log "refusing to remove $dir: not a folder made by '$0 start'"; exit 2 ;;
+  esac
+  [ -d "$dir" ] || return 0
+  pid=$(cat "$dir/pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && is_server "$pid"; then
+    kill "$pid" 2>/dev/null || true
+    local _
+    for _ in $(seq 1 50); do
+      is_server "$pid" || break
+      sleep 0.1
+    done
+    if is_server "$pid"; then kill -9 "$pid" 2>/dev/null || true; fi
+  fi
+  rm -rf "$dir"
+}
+
+stop() {
+  local target=${1:?usage: $0 stop URL} dir
+  # Compare without the user info.
+  target=$(echo "${target%/}" | sed 's|//[^@/]*@|//|')
+  for dir in "$STATE_PARENT"/picobot-vgw.*; do
+    if [ -f "$dir/endpoint" ] && [ "$(cat "$dir/endpoint")" = "$target" ]; then
+      stop_dir "$dir"
+    fi
+  done
+}
+
+case "${1:-}" in
+  start) shift; start "$@" ;;
+  stop) shift; stop "$@" ;;
+  *) echo "usage: $0 start [--owner-pid PID] | stop URL" >&2; exit 2 ;;
+esac
