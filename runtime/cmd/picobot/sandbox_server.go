@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
+	"github.com/picobot/picobot/runtime/tool/builtin"
 )
 
 // sandboxServer is `picobot sandbox-server`, the main of a session pod's
@@ -42,7 +43,8 @@ func sandboxServer(args []string) error {
 	// pod's shared group) reads and writes: group read-write.
 	syscall.Umask(0o007)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	srv, err := execserver.New(execserver.Config{Socket: *socket, Workspace: *workspace, AllowUIDs: uids, Log: log})
+	srv, err := execserver.New(execserver.Config{Socket: *socket, Workspace: *workspace, AllowUIDs: uids,
+		Tools: builtin.FileTools, Log: log})
 	if err != nil {
 		return err
 	}
