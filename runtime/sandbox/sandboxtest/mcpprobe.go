@@ -25,14 +25,18 @@ type ProbeArgs struct {
 	Write string `json:"write,omitempty"`
 }
 
-// MaybeServeMCPProbe serves the probe over stdin and stdout, then exits,
-// when MCPProbeEnv is set; otherwise it returns at once. The tool answers
-// with its environment ("env:" lines), then one line per file: its
-// content, or the error the kernel gave.
+// MaybeServeMCPProbe is ServeMCPProbe when MCPProbeEnv is set; otherwise
+// it returns at once.
 func MaybeServeMCPProbe() {
-	if os.Getenv(MCPProbeEnv) == "" {
-		return
+	if os.Getenv(MCPProbeEnv) != "" {
+		ServeMCPProbe()
 	}
+}
+
+// ServeMCPProbe serves the probe over stdin and stdout, then exits. The
+// tool answers with its environment ("env:" lines), then one line per file:
+// its content, or the error the kernel gave.
+func ServeMCPProbe() {
 	srv := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "probe", Version: "1"}, nil)
 	mcpsdk.AddTool(srv, &mcpsdk.Tool{Name: "probe", Description: "Dump the environment and try to read files"},
 		func(_ context.Context, _ *mcpsdk.CallToolRequest, a ProbeArgs) (*mcpsdk.CallToolResult, any, error) {
