@@ -59,10 +59,6 @@ func programDir(arg string) string {
 
 // localTransport starts the server through the runtime's sandbox launcher.
 func (s *server) localTransport(c *connection, env []string) (mcpsdk.Transport, error) {
-	// The launcher would only say so on stderr after it started.
-	if _, err := exec.LookPath(s.spec.Command); err != nil {
-		return failedTransport{err}, nil
-	}
 	cmd, err := sandbox.Command(s.stdioSpec(env), s.spec.Command, s.spec.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("failed to sandbox stdio server %q: %w", s.spec.Name, err)
@@ -73,15 +69,24 @@ func (s *server) localTransport(c *connection, env []string) (mcpsdk.Transport, 
 	// server started: npx runs it as a grandchild) and dies with the
 	// runtime.
 	c.cmd, c.sandboxed = cmd.Cmd, cmd
-	return &detachedTransport{inner: &mcpsdk.CommandTransport{Command: cmd.Cmd, TerminateDuration: terminateGrace}, life: c.life, cancel: c.cancel}, nil
+	inner := &lookedUpTransport{command: s.spec.Command, inner: &mcpsdk.CommandTransport{Command: cmd.Cmd, TerminateDuration: terminateGrace}}
+	return &detachedTransport{inner: inner, life: c.life, cancel: c.cancel}, nil
 }
 
-// failedTransport is a server that cannot start, for the connection
-// attempt to report.
-type failedTransport struct{ err error }
+// lookedUpTransport finds the command before starting the launcher, which
+// would only say on stderr that it is missing.
+type lookedUpTransport struct {
+	command string
+	inner   mcpsdk.Transport
+}
 
 // Connect implements mcpsdk.Transport.
-func (t failedTransport) Connect(context.Context) (mcpsdk.Connection, error) { return nil, t.err }
+func (t *lookedUpTransport) Connect(ctx context.Context) (mcpsdk.Connection, error) {
+	if _, err := exec.LookPath(t.command); err != nil {
+		return nil, err
+	}
+	return t.inner.Connect(ctx)
+}
 
 // serverTransport starts the server in the sandbox container.
 type serverTransport struct {

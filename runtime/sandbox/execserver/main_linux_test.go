@@ -91,10 +91,10 @@ func dialMain() {
 type pod struct {
 	root, wsRoot, ws, socket, secretFile string
 	// bin is the test binary as the sandbox's user may run it.
-	bin                                  string
-	server                               *exec.Cmd
-	serverLog                            *bytes.Buffer
-	client                               *execserver.Client
+	bin       string
+	server    *exec.Cmd
+	serverLog *bytes.Buffer
+	client    *execserver.Client
 }
 
 func newPod(t testing.TB) *pod {
