@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -167,6 +168,25 @@ func TestFileToolsThroughTheServer(t *testing.T) {
 	read := ok("file_read", map[string]any{"path": "big.txt"})
 	g.Expect(len(read)).To(BeNumerically(">", 128<<10))
 	g.Expect(read).To(ContainSubstring("Output capped at 50000 characters"))
+
+	// Calls at once share the server's confined threads without mixing
+	// their results.
+	var wg sync.WaitGroup
+	reads := make([]string, 16)
+	for i := range reads {
+		name := fmt.Sprintf("c%d.txt", i)
+		must(t, os.WriteFile(filepath.Join(ws, name), []byte(name), 0o644))
+		wg.Go(func() {
+			res, err := runTool(t, reg, "file_read", ws, map[string]any{"path": name})
+			if err == nil {
+				reads[i] = res.Content
+			}
+		})
+	}
+	wg.Wait()
+	for i, got := range reads {
+		g.Expect(got).To(Equal(fmt.Sprintf("     1\tc%d.txt", i)))
+	}
 
 	_, err := runTool(t, reg, "file_read", ws, map[string]any{"path": 5})
 	g.Expect(tool.IsArgumentError(err)).To(BeTrue(), "%v", err)

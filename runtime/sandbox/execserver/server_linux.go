@@ -64,6 +64,8 @@ type Server struct {
 	// tools caches Config.Tools by allowed paths (an Agent's are the same
 	// on every call).
 	tools map[string]map[string]tool.Tool
+	// confined keeps threads confined for the tool calls' specs.
+	confined confinedThreads
 }
 
 // proc is one program, the leader of its own process group (and, on a
