@@ -103,7 +103,8 @@ func TestFileToolsCannotReachTheRuntimeSecrets(t *testing.T) {
 
 	// The Agent opts in to all of those places: the tools' checks pass,
 	// the kernel refuses the sandbox container's user.
-	ro, rw := []string{"/proc", p.secretFile, filepath.Dir(saToken), p.root}, []string{runtimeDir, "/etc"}
+	must(t, os.Symlink(p.secretFile, filepath.Join(p.root, "secret-link")))
+	ro, rw := []string{"/proc", p.secretFile, filepath.Dir(saToken)}, []string{runtimeDir, "/etc", p.root}
 	opened := p.fileTools(t, fs.AllowPaths(ro, rw))
 	refused(opened, "file_read", map[string]any{"path": environ}, "permission denied")
 	refused(opened, "file_read", map[string]any{"path": p.secretFile}, "permission denied")
@@ -111,10 +112,15 @@ func TestFileToolsCannotReachTheRuntimeSecrets(t *testing.T) {
 	refused(opened, "file_read", map[string]any{"path": fmt.Sprintf("/proc/%d/environ", p.server.Process.Pid)}, "permission denied")
 	refused(opened, "file_write", map[string]any{"path": filepath.Join(runtimeDir, "planted.txt"), "content": "x"}, "permission denied")
 	refused(opened, "file_write", map[string]any{"path": probe, "content": "x"}, "permission denied")
+	// Through a symlink that stays inside the opened folder, to the
+	// runtime's file.
+	refused(opened, "file_write", map[string]any{"path": filepath.Join(p.root, "secret-link"), "content": "x"}, "permission denied")
+	refused(opened, "file_edit", map[string]any{"path": filepath.Join(p.root, "secret-link"), "old_string": "runtime", "new_string": "x"}, "permission denied")
 	res, err = runTool(t, opened, "content_search", p.ws, map[string]any{"pattern": "runtime-file-secret", "path": p.root})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Content).NotTo(ContainSubstring(fileSecret))
 	g.Expect(probe).NotTo(BeAnExistingFile())
+	g.Expect(os.ReadFile(p.secretFile)).To(BeEquivalentTo(fileSecret))
 	g.Expect(filepath.Join(runtimeDir, "planted.txt")).NotTo(BeAnExistingFile())
 
 	// The same opt-in in the runtime's own process opens them (environ is
