@@ -16,8 +16,8 @@ import (
 )
 
 // sandboxServer is `picobot sandbox-server`, the main of a session pod's
-// sandbox container: it starts the shell tools' programs for the runtime
-// container, which reaches it through --socket (PICOBOT_SANDBOX_SOCKET there).
+// sandbox container: it starts the shell tools' programs and MCP stdio
+// servers and runs the file tools for the runtime container, which reaches it through --socket (PICOBOT_SANDBOX_SOCKET there).
 func sandboxServer(args []string) error {
 	fs := flag.NewFlagSet("sandbox-server", flag.ContinueOnError)
 	socket := fs.String("socket", envOr(execserver.SocketEnv, "/sandbox/run/exec.sock"),
