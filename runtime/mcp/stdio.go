@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -115,7 +116,7 @@ func (t *serverTransport) Connect(ctx context.Context) (mcpsdk.Connection, error
 		closeFiles(inR, inW, outR, outW)
 		return nil, fmt.Errorf("failed to create a pipe: %w", err)
 	}
-	p, err := t.c.Start(t.req, inR, outW, errW)
+	p, err := startWhenListening(ctx, t.c, t.req, inR, outW, errW)
 	closeFiles(inR, outW, errW) // the server holds its own copies
 	if err != nil {
 		closeFiles(inW, outR, errR)
@@ -129,6 +130,24 @@ func (t *serverTransport) Connect(ctx context.Context) (mcpsdk.Connection, error
 		_ = errR.Close()
 	}()
 	return (&mcpsdk.IOTransport{Reader: outR, Writer: inW}).Connect(ctx)
+}
+
+// startWhenListening starts the program, waiting (until ctx ends) for the
+// exec server to listen: the runtime connects its MCP servers at start,
+// and the sandbox container, a sidecar without a startup probe, may not be
+// listening yet.
+func startWhenListening(ctx context.Context, c *execserver.Client, req execserver.Request, stdin, stdout, stderr *os.File) (*execserver.Process, error) {
+	for {
+		p, err := c.Start(req, stdin, stdout, stderr)
+		if err == nil || !(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
+			return p, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // stopRemote ends a program of the exec server as the SDK ends a local one:

@@ -253,3 +253,23 @@ func TestMCPStdioServerRunsInTheSandbox(t *testing.T) {
 	must(t, syscall.Stat(filepath.Join(dir, "job.txt"), &st))
 	g.Expect(st.Uid).To(BeEquivalentTo(sandboxUID), "the server ran as the sandbox's user")
 }
+
+// The runtime connects its MCP servers at start, possibly before the
+// sandbox container listens: the connection waits for the socket.
+func TestMCPStdioServerWaitsForTheSandbox(t *testing.T) {
+	g := NewWithT(t)
+	p := newPod(t)
+	dir := filepath.Join(p.wsRoot, "agent", ".mcp")
+	must(t, os.MkdirAll(dir, 0o700))
+	late := p.socket + ".late" // not there yet
+	m := mcp.NewManager([]picobotv1alpha1.MCPServer{{Name: "probe", Transport: "stdio", Command: p.bin,
+		Env: []corev1.EnvVar{{Name: sandboxtest.MCPProbeEnv, Value: "1"}}}}, mcp.WithExecServer(late), mcp.WithWorkDir(dir))
+	defer func() { g.Expect(m.Close()).To(Succeed()) }()
+	connected := make(chan error, 1)
+	go func() { connected <- m.Connect(t.Context()) }()
+	// No socket, no connection: the attempt waits.
+	g.Consistently(connected).WithTimeout(300 * time.Millisecond).ShouldNot(Receive())
+	must(t, os.Symlink(p.socket, late))
+	g.Eventually(connected).WithTimeout(time.Minute).Should(Receive(BeNil()))
+	g.Expect(m.Status()[0].Connected).To(BeTrue(), "%+v", m.Status())
+}
