@@ -139,7 +139,7 @@ func (t *serverTransport) Connect(ctx context.Context) (mcpsdk.Connection, error
 func startWhenListening(ctx context.Context, c *execserver.Client, req execserver.Request, stdin, stdout, stderr *os.File) (*execserver.Process, error) {
 	for {
 		p, err := c.Start(req, stdin, stdout, stderr)
-		if err == nil || !(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
+		if err == nil || (!errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED)) {
 			return p, err
 		}
 		select {
