@@ -35,7 +35,9 @@ type Config struct {
 	Patch []patch.Option
 	// ExecServer is the socket of the sandbox container's exec server, which
 	// then runs the file tools (and apply_patch); default
-	// $PICOBOT_SANDBOX_SOCKET, none in embedded mode.
+	// $PICOBOT_SANDBOX_SOCKET, none in embedded mode. The FS options'
+	// allowed paths go with each call; apply_patch there is workspace-only
+	// whatever Patch says.
 	ExecServer string
 	// TodoStore keeps todo plans; in memory when nil.
 	TodoStore todo.Store
