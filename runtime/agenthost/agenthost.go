@@ -302,7 +302,9 @@ func (h *Host) connectMCP(ctx context.Context, a *picobotv1alpha1.Agent, b *Buil
 	if len(a.Spec.MCPServers) == 0 {
 		return nil, nil
 	}
-	wd := filepath.Join(h.StateDir, "mcp", a.Name)
+	// Beside the agent's session workspaces (no session's name starts with
+	// a dot), where a cluster-mode sandbox container may run them.
+	wd := filepath.Join(h.StateDir, "workspaces", a.Name, ".mcp")
 	if err := os.MkdirAll(wd, 0o700); err != nil {
 		return nil, err
 	}

@@ -385,5 +385,5 @@ func TestMCPEnvSecretMissing(t *testing.T) {
 		Command: "true", Env: []corev1.EnvVar{{Name: "GH_TOKEN", ValueFrom: secretEnv("gh-creds", "token").ValueFrom}}}}}))
 	g.Expect(b.Session.MCPStatus()).To(ContainSubstring(
 		`gh (stdio): failed: failed to read key "token" of secret "gh-creds" for env GH_TOKEN: no Secret "gh-creds" with key "token"; set PICOBOT_SECRET_GH_CREDS_TOKEN`))
-	g.Expect(filepath.Join(f.dir, "mcp", "gh")).To(BeADirectory(), "MCP servers work in a folder of the agent's")
+	g.Expect(filepath.Join(f.dir, "workspaces", "gh", ".mcp")).To(BeADirectory(), "MCP servers work in a folder of the agent's")
 }

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"github.com/picobot/picobot/runtime/sandbox/sandboxtest"
 	"github.com/picobot/picobot/test/services"
 )
 
@@ -28,7 +30,20 @@ var ref struct {
 
 var skipReason string
 
+// plantedSecret is in the test process's initial environment block, where
+// /proc/<pid>/environ shows it, as a model key is in the runtime's.
+const plantedSecret = "sk-planted-in-the-runtime-environ"
+
 func TestMain(m *testing.M) {
+	sandboxtest.MaybeServeMCPProbe()
+	if os.Getenv("PICOBOT_TEST_PLANTED") == "" {
+		// os.Setenv would not put it where /proc/<pid>/environ reads.
+		env := append(os.Environ(), "PICOBOT_TEST_PLANTED=1", "PICOBOT_SECRET_LLM_OPENAI="+plantedSecret)
+		if err := syscall.Exec("/proc/self/exe", os.Args, env); err != nil {
+			fmt.Fprintf(os.Stderr, "failed to re-exec the test binary: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	if err := installReferenceServers(); err != nil {
 		reason, fatal := services.Unavailable("the MCP reference servers (npm)", err)
 		if fatal {

@@ -20,11 +20,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	"github.com/picobot/picobot/runtime/tool"
 )
 
@@ -45,6 +47,9 @@ type options struct {
 	workDir string
 	log     *slog.Logger
 	environ func() []string
+	// execServer starts stdio servers in the sandbox container (cluster
+	// mode); nil starts them through the runtime's sandbox launcher.
+	execServer *execserver.Client
 }
 
 // WithSecretResolver sets how env valueFrom.secretKeyRef entries are read.
@@ -79,6 +84,16 @@ func WithEnviron(fn func() []string) Option {
 	return func(o *options) { o.environ = fn }
 }
 
+// WithExecServer starts stdio servers through the exec server of the
+// session pod's sandbox container listening on socket, as the shell tools'
+// programs. Without it they start there when the environment names the
+// server (PICOBOT_SANDBOX_SOCKET), else through the runtime's own sandbox
+// launcher. Their working folder must then lie in the sandbox's workspace
+// folder.
+func WithExecServer(socket string) Option {
+	return func(o *options) { o.execServer = execserver.NewClient(socket) }
+}
+
 // ErrClosed is returned by Connect, and reported by tool calls, after Close.
 var ErrClosed = errors.New("MCP manager is closed")
 
@@ -106,6 +121,13 @@ func NewManager(servers []picobotv1alpha1.MCPServer, opts ...Option) *Manager {
 	}
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
+	}
+	if o.execServer == nil {
+		for _, kv := range o.environ() {
+			if sock, ok := strings.CutPrefix(kv, execserver.SocketEnv+"="); ok && sock != "" {
+				o.execServer = execserver.NewClient(sock)
+			}
+		}
 	}
 	m := &Manager{opts: o}
 	m.life, m.stop = context.WithCancel(context.Background())

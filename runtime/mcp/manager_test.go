@@ -28,6 +28,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/mcp"
+	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/test/services"
 )
@@ -583,8 +584,13 @@ func TestCloseKillsProcesses(t *testing.T) {
 	g.Expect(m.Connect(t.Context())).To(Succeed())
 	pids := mcp.ProcessIDs(m)
 	g.Expect(pids).To(HaveLen(2))
-	g.Expect(liveInGroup(pids["wrapped"])).To(HaveLen(2), "node and sleep")
-	g.Expect(liveInGroup(pids["plain"])).To(HaveLen(1))
+	// With namespaces the sandbox's launcher stays as their init.
+	launcher := 0
+	if sandbox.Probe().Namespaces {
+		launcher = 1
+	}
+	g.Expect(liveInGroup(pids["wrapped"])).To(HaveLen(2+launcher), "node and sleep")
+	g.Expect(liveInGroup(pids["plain"])).To(HaveLen(1 + launcher))
 	reg := registry(t, m)
 
 	g.Expect(m.Close()).To(Succeed())

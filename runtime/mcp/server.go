@@ -22,6 +22,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/sandbox"
+	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	"github.com/picobot/picobot/runtime/tool"
 )
 
@@ -91,9 +92,14 @@ func newServer(life context.Context, spec picobotv1alpha1.MCPServer, opts *optio
 // process of a stdio server, the HTTP transport of a remote one.
 type connection struct {
 	session *mcpsdk.ClientSession
-	cmd     *exec.Cmd
-	http    *http.Transport
-	stderr  *stderrTail
+	// cmd is a local stdio server's launcher, sandboxed its sandbox.Cmd;
+	// proc is a stdio server the sandbox container runs instead.
+	cmd        *exec.Cmd
+	sandboxed  *sandbox.Cmd
+	proc       *execserver.Process
+	stderrDone chan struct{}
+	http       *http.Transport
+	stderr     *stderrTail
 	// life carries the transport's long-lived streams (the SSE GET); cancel
 	// ends them.
 	life   context.Context
@@ -112,6 +118,10 @@ func (c *connection) close() error {
 			c.err = c.session.Close()
 		}
 		killGroup(c.cmd)
+		if c.sandboxed != nil {
+			c.sandboxed.Exit() // releases the launcher's status pipe
+		}
+		c.stopRemote()
 		c.cancel()
 		if c.http != nil {
 			c.http.CloseIdleConnections()
@@ -351,17 +361,13 @@ func (s *server) transport(c *connection) (mcpsdk.Transport, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(s.spec.Command, s.spec.Args...)
-		cmd.Dir = s.opts.workDir
-		cmd.Env = env
 		c.stderr = newStderrTail(s.log)
-		cmd.Stderr = c.stderr
-		cmd.WaitDelay = stderrGrace
-		// Its own process group, so Close also ends what it started (npx
-		// runs the server as a grandchild).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		c.cmd = cmd
-		return &detachedTransport{inner: &mcpsdk.CommandTransport{Command: cmd, TerminateDuration: terminateGrace}, life: c.life, cancel: c.cancel}, nil
+		if s.opts.execServer != nil {
+			return &detachedTransport{inner: &serverTransport{c: s.opts.execServer, conn: c, req: execserver.Request{
+				Workspace: s.opts.workDir, ReadOnly: s.stdioSpec(env).ReadOnly, Env: env,
+				Argv: append([]string{s.spec.Command}, s.spec.Args...)}}, life: c.life, cancel: c.cancel}, nil
+		}
+		return s.localTransport(c, env)
 	case transportSSE, transportStreamableHTTP:
 		if s.spec.URL == "" {
 			return nil, fmt.Errorf("%s server has no url", s.spec.Transport)

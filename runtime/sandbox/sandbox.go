@@ -22,9 +22,10 @@
 // Where the kernel refuses a layer, the others still apply and Probe says
 // which one is missing (picobot health and /health show it).
 //
-// In cluster mode the programs run in the session pod's sandbox container
-// instead (package execserver), which forks each one from a thread confined
-// with the same Landlock and capability layers (ConfineThread).
+// In cluster mode the programs (MCP stdio servers included) run in the
+// session pod's sandbox container instead (package execserver), which forks
+// each one from a thread confined with the same Landlock and capability
+// layers (ConfineThread), and runs the file tools on such a thread too.
 package sandbox
 
 import (

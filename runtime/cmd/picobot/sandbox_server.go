@@ -12,11 +12,12 @@ import (
 	"syscall"
 
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
+	"github.com/picobot/picobot/runtime/tool/builtin"
 )
 
 // sandboxServer is `picobot sandbox-server`, the main of a session pod's
-// sandbox container: it starts the shell tools' programs for the runtime
-// container, which reaches it through --socket (PICOBOT_SANDBOX_SOCKET there).
+// sandbox container: it starts the shell tools' programs and MCP stdio
+// servers and runs the file tools for the runtime container, which reaches it through --socket (PICOBOT_SANDBOX_SOCKET there).
 func sandboxServer(args []string) error {
 	fs := flag.NewFlagSet("sandbox-server", flag.ContinueOnError)
 	socket := fs.String("socket", envOr(execserver.SocketEnv, "/sandbox/run/exec.sock"),
@@ -42,7 +43,8 @@ func sandboxServer(args []string) error {
 	// pod's shared group) reads and writes: group read-write.
 	syscall.Umask(0o007)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	srv, err := execserver.New(execserver.Config{Socket: *socket, Workspace: *workspace, AllowUIDs: uids, Log: log})
+	srv, err := execserver.New(execserver.Config{Socket: *socket, Workspace: *workspace, AllowUIDs: uids,
+		Tools: builtin.FileTools, Log: log})
 	if err != nil {
 		return err
 	}

@@ -3,15 +3,22 @@
 package execserver_test
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
+	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/fs"
 )
 
 // BenchmarkEchoHi is the added latency of running a short program
@@ -102,5 +109,50 @@ func BenchmarkEchoHi(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 		})
+	}
+}
+
+// BenchmarkFileRead is the added latency of a file_read call (a 4 kB file
+// of 100 lines) run by the sandbox container's exec server (one connection,
+// a confined thread, the result back over the socket) against the same tool
+// in the runtime's process, run alternately so both see the same load.
+// Reports p50/p99 of each and of the difference.
+func BenchmarkFileRead(b *testing.B) {
+	p := newPod(b)
+	must(b, os.WriteFile(filepath.Join(p.ws, "page.txt"), []byte(strings.Repeat(strings.Repeat("x", 40)+"\n", 100)), 0o644))
+	local := fs.NewFileRead()
+	remote, ok := p.fileTools(b).Get("file_read")
+	if !ok {
+		b.Fatal("no file_read")
+	}
+	args := json.RawMessage(`{"path":"page.txt"}`)
+	env := tool.Env{Workspace: p.ws}
+	call := func(t tool.Tool) error {
+		res, err := t.Run(context.Background(), env, args)
+		if err == nil && res.IsError {
+			err = errors.New(res.Content)
+		}
+		return err
+	}
+	var direct, sandboxed, added []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := call(local); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := call(remote); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		direct, sandboxed, added = append(direct, t1.Sub(t0)), append(sandboxed, t2.Sub(t1)), append(added, t2.Sub(t1)-t1.Sub(t0))
+	}
+	for _, m := range []struct {
+		name string
+		lat  []time.Duration
+	}{{"direct", direct}, {"sandbox", sandboxed}, {"added", added}} {
+		slices.Sort(m.lat)
+		b.ReportMetric(float64(m.lat[len(m.lat)/2].Microseconds())/1000, m.name+"-p50-ms")
+		b.ReportMetric(float64(m.lat[len(m.lat)*99/100].Microseconds())/1000, m.name+"-p99-ms")
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
+	"github.com/picobot/picobot/runtime/sandbox/sandboxtest"
+	"github.com/picobot/picobot/runtime/tool/builtin"
 )
 
 // The runtime side of these tests is this test process; it holds
@@ -34,6 +36,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	sandboxtest.MaybeServeMCPProbe()
 	switch {
 	case os.Getenv("PICOBOT_TEST_EXEC_SERVER") != "":
 		serverMain()
@@ -55,7 +58,8 @@ func TestMain(m *testing.M) {
 // same.
 func serverMain() {
 	syscall.Umask(0o007)
-	srv, err := execserver.New(execserver.Config{Socket: os.Getenv(execserver.SocketEnv), Workspace: os.Getenv("PICOBOT_SANDBOX_WORKSPACE")})
+	srv, err := execserver.New(execserver.Config{Socket: os.Getenv(execserver.SocketEnv), Workspace: os.Getenv("PICOBOT_SANDBOX_WORKSPACE"),
+		Tools: builtin.FileTools})
 	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		err = srv.Serve(ctx)
@@ -86,9 +90,11 @@ func dialMain() {
 // sandbox's user, and the runtime's secret file.
 type pod struct {
 	root, wsRoot, ws, socket, secretFile string
-	server                               *exec.Cmd
-	serverLog                            *bytes.Buffer
-	client                               *execserver.Client
+	// bin is the test binary as the sandbox's user may run it.
+	bin       string
+	server    *exec.Cmd
+	serverLog *bytes.Buffer
+	client    *execserver.Client
 }
 
 func newPod(t testing.TB) *pod {
@@ -117,6 +123,7 @@ func newPod(t testing.TB) *pod {
 	must(t, os.WriteFile(p.secretFile, []byte(fileSecret), 0o600))
 	bin := filepath.Join(root, "server")
 	copyFile(t, "/proc/self/exe", bin)
+	p.bin = bin
 	p.server = exec.Command(bin)
 	p.server.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "PICOBOT_TEST_EXEC_SERVER=1", "PICOBOT_TEST_PLANTED=1",
 		execserver.SocketEnv + "=" + p.socket, "PICOBOT_SANDBOX_WORKSPACE=" + p.wsRoot, "SERVER_SECRET=" + serverSecret}
@@ -174,6 +181,17 @@ func (p *pod) env(extra ...string) []string {
 // run runs argv through the server and returns its output and status.
 func (p *pod) run(t testing.TB, stdin string, argv ...string) (string, syscall.WaitStatus) {
 	t.Helper()
+	return p.runWith(t, p.ws, stdin, argv...)
+}
+
+// runIn runs argv in workspace ws.
+func (p *pod) runIn(t testing.TB, ws string, argv ...string) (string, syscall.WaitStatus) {
+	t.Helper()
+	return p.runWith(t, ws, "", argv...)
+}
+
+func (p *pod) runWith(t testing.TB, ws, stdin string, argv ...string) (string, syscall.WaitStatus) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	must(t, err)
 	var in *os.File
@@ -183,7 +201,7 @@ func (p *pod) run(t testing.TB, stdin string, argv ...string) (string, syscall.W
 		must(t, err)
 		go func() { _, _ = inW.WriteString(stdin); _ = inW.Close() }()
 	}
-	proc, err := p.client.Start(execserver.Request{Workspace: p.ws, Env: p.env(), Argv: argv}, in, w, w)
+	proc, err := p.client.Start(execserver.Request{Workspace: ws, Env: p.env(), Argv: argv}, in, w, w)
 	_ = w.Close()
 	if in != nil {
 		_ = in.Close()
@@ -194,10 +212,10 @@ func (p *pod) run(t testing.TB, stdin string, argv ...string) (string, syscall.W
 	}
 	out, _ := io.ReadAll(r)
 	_ = r.Close()
-	ws, ok, err := proc.Wait()
+	status, ok, err := proc.Wait()
 	proc.Close()
 	if !ok {
 		t.Fatalf("no status for %v: %v", argv, err)
 	}
-	return string(out), ws
+	return string(out), status
 }

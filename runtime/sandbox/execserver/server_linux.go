@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/picobot/picobot/runtime/sandbox"
+	"github.com/picobot/picobot/runtime/tool"
 )
 
 // Config configures a Server.
@@ -35,7 +36,10 @@ type Config struct {
 	// Empty allows any user but the server's own: the programs it starts
 	// run as that user and must not start programs of their own through it.
 	AllowUIDs []int
-	Log       *slog.Logger
+	// Tools builds the tools the server runs itself (the file tools), for
+	// an Agent that may also reach readOnly and readWrite; nil runs none.
+	Tools func(readOnly, readWrite []string) []tool.Tool
+	Log   *slog.Logger
 }
 
 // Server starts programs for the runtime container. Every program is
@@ -55,6 +59,13 @@ type Server struct {
 	// kick wakes the reaper after a fork when it found no children.
 	kick chan struct{}
 	wg   sync.WaitGroup
+
+	toolsMu sync.Mutex
+	// tools caches Config.Tools by allowed paths (an Agent's are the same
+	// on every call).
+	tools map[string]map[string]tool.Tool
+	// confined keeps threads confined for the tool calls' specs.
+	confined confinedThreads
 }
 
 // proc is one program, the leader of its own process group (and, on a
@@ -161,6 +172,11 @@ func (s *Server) handle(conn *net.UnixConn) {
 		closeAll(fds)
 		s.cfg.Log.Warn("Exec server refused a connection", "err", err)
 		_ = send(conn, message{Type: typeError, Error: err.Error()})
+		return
+	}
+	if req.Tool != nil {
+		closeAll(fds)
+		s.callTool(conn, req)
 		return
 	}
 	p, master, err := s.start(req, fds)

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+
+	"github.com/picobot/picobot/runtime/tool"
 )
 
 // Config configures a Server.
@@ -13,6 +15,7 @@ type Config struct {
 	Socket    string
 	Workspace string
 	AllowUIDs []int
+	Tools     func(readOnly, readWrite []string) []tool.Tool
 	Log       *slog.Logger
 }
 

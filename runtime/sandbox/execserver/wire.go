@@ -21,6 +21,18 @@
 //	runtime -> server  signal  {signal}                                           (any number of times)
 //	server  -> runtime exited  {status}                                           (the wait status; then the server closes)
 //
+// A file tool call (file_read, file_write, apply_patch, ...) runs in the
+// sandbox container too, so that what it may open is decided by the kernel
+// for the sandbox's user, not by the runtime's path checks:
+//
+//	runtime -> server  start   {workspace, readOnly, readWrite, tool: {name, args, sessionId, agent}}
+//	server  -> runtime result  {result: {content, isError}}
+//	                   | error {error, argument?}
+//
+// A tool's arguments and result may be larger than a packet (a file to
+// write, a page of a file read): such a message travels in a memfd passed
+// with a packet that holds only largeMarker.
+//
 // One connection is one program: when the runtime closes it (or dies), the
 // server kills the program's process group; when the program ends, the
 // server kills what is left of its group (background jobs end with the
@@ -30,7 +42,9 @@ package execserver
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"syscall"
 )
 
@@ -54,6 +68,23 @@ type Request struct {
 	// TTY asks for a pseudo-terminal of this size instead of the passed
 	// descriptors.
 	TTY *WinSize `json:"tty,omitempty"`
+	// Tool asks the server to run a file tool instead of a program (Env,
+	// Argv and TTY are then unused).
+	Tool *ToolCall `json:"tool,omitempty"`
+}
+
+// ToolCall is one call of a tool the server runs itself (Config.Tools).
+type ToolCall struct {
+	Name      string          `json:"name"`
+	Args      json.RawMessage `json:"args"`
+	SessionID string          `json:"sessionId,omitempty"`
+	Agent     string          `json:"agent,omitempty"`
+}
+
+// ToolResult is what the tool returned to the model.
+type ToolResult struct {
+	Content string `json:"content"`
+	IsError bool   `json:"isError,omitempty"`
 }
 
 // WinSize is a terminal's size.
@@ -69,6 +100,10 @@ type message struct {
 	Error  string `json:"error,omitempty"`
 	Status uint32 `json:"status,omitempty"`
 	Signal int    `json:"signal,omitempty"`
+	// Result and Argument answer a tool call: its result, or (with Error)
+	// that the arguments did not fit the tool.
+	Result   *ToolResult `json:"result,omitempty"`
+	Argument bool        `json:"argument,omitempty"`
 }
 
 const (
@@ -76,7 +111,16 @@ const (
 	typeError   = "error"
 	typeExited  = "exited"
 	typeSignal  = "signal"
+	typeResult  = "result"
 )
+
+// largeMarker is the whole packet of a message carried in a memfd (the
+// last descriptor passed with it); a JSON message never reads so.
+const largeMarker = "@memfd"
+
+// maxLarge bounds a message carried in a memfd: a file the model writes or
+// a result it reads is far smaller.
+const maxLarge = 64 << 20
 
 // send writes v as one packet, with fds attached.
 func send(c *net.UnixConn, v any, fds ...int) error {
@@ -96,6 +140,52 @@ func send(c *net.UnixConn, v any, fds ...int) error {
 		return fmt.Errorf("failed to send exec server message: %w", err)
 	}
 	return nil
+}
+
+// sendLarge is send for a message that may exceed a packet (a tool call or
+// its result): a longer one is written to a memfd passed with largeMarker.
+func sendLarge(c *net.UnixConn, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("failed to encode exec server message: %w", err)
+	}
+	if len(b) <= maxPacket {
+		if _, _, err := c.WriteMsgUnix(b, nil, nil); err != nil {
+			return fmt.Errorf("failed to send exec server message: %w", err)
+		}
+		return nil
+	}
+	if len(b) > maxLarge {
+		return fmt.Errorf("failed to send exec server message: it is %d bytes, more than %d", len(b), maxLarge)
+	}
+	f, err := anonymousFile()
+	if err != nil {
+		return fmt.Errorf("failed to create a memfd for a large exec server message: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	fd := int(f.Fd())
+	if _, err := f.Write(b); err != nil {
+		return fmt.Errorf("failed to write a large exec server message: %w", err)
+	}
+	if _, _, err := c.WriteMsgUnix([]byte(largeMarker), syscall.UnixRights(fd), nil); err != nil {
+		return fmt.Errorf("failed to send exec server message: %w", err)
+	}
+	return nil
+}
+
+// readLarge reads the message a memfd carries (from its start: the sender's
+// offset is shared with the descriptor) and closes it.
+func readLarge(fd int) ([]byte, error) {
+	f := os.NewFile(uintptr(fd), "picobot-message")
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, maxLarge+1))
+	if err != nil {
+		return nil, fmt.Errorf("failed to read a large exec server message: %w", err)
+	}
+	if len(b) > maxLarge {
+		return nil, fmt.Errorf("failed to read exec server message: longer than %d bytes", maxLarge)
+	}
+	return b, nil
 }
 
 // receive reads one packet into v and returns the descriptors that came
@@ -119,7 +209,16 @@ func receive(c *net.UnixConn, v any) ([]int, error) {
 		closeAll(fds)
 		return nil, net.ErrClosed
 	}
-	if err := json.Unmarshal(buf[:n], v); err != nil {
+	body := buf[:n]
+	if string(body) == largeMarker && len(fds) > 0 {
+		last := fds[len(fds)-1]
+		fds = fds[:len(fds)-1]
+		if body, err = readLarge(last); err != nil {
+			closeAll(fds)
+			return nil, err
+		}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
 		closeAll(fds)
 		return nil, fmt.Errorf("failed to decode exec server message: %w", err)
 	}

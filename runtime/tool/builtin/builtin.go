@@ -4,8 +4,11 @@
 package builtin
 
 import (
+	"os"
+
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/netguard"
+	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/calc"
 	"github.com/picobot/picobot/runtime/tool/fs"
@@ -30,6 +33,12 @@ type Config struct {
 	FS []fs.Option
 	// Patch options apply to apply_patch (workspace-only by default).
 	Patch []patch.Option
+	// ExecServer is the socket of the sandbox container's exec server, which
+	// then runs the file tools (and apply_patch); default
+	// $PICOBOT_SANDBOX_SOCKET, none in embedded mode. The FS options'
+	// allowed paths go with each call; apply_patch there is workspace-only
+	// whatever Patch says.
+	ExecServer string
 	// TodoStore keeps todo plans; in memory when nil.
 	TodoStore todo.Store
 }
@@ -71,14 +80,13 @@ func New(cfg Config) (*Set, error) {
 	}
 	procs := shell.NewProcessManager(cfg.Shell...)
 	ptys := shell.NewPTYManager(cfg.Shell...)
-	tools := []tool.Tool{
-		fs.NewFileRead(cfg.FS...), fs.NewFileWrite(cfg.FS...), fs.NewFileEdit(cfg.FS...), fs.NewFileSearch(cfg.FS...), fs.NewContentSearch(cfg.FS...),
-		patch.New(cfg.Patch...),
+	tools := sandboxed(cfg, append(fs.Tools(cfg.FS...), patch.New(cfg.Patch...)))
+	tools = append(tools,
 		calc.New(),
 		todo.New(store),
 		shell.NewBash(cfg.Shell...), procs.ExecTool(), procs.ProcessTool(), ptys.Tool(),
 		web.NewHTTPRequest(guard), web.NewFetch(guard),
-	}
+	)
 	if cfg.LLMTask != nil {
 		tools = append(tools, llmtask.New(*cfg.LLMTask))
 	}
@@ -89,6 +97,34 @@ func New(cfg Config) (*Set, error) {
 		return nil, err
 	}
 	return &Set{Registry: reg, procs: procs, ptys: ptys}, nil
+}
+
+// FileTools are the tools the sandbox container runs for the runtime (the
+// exec server's Config.Tools): the file tools and apply_patch, reaching
+// readOnly and readWrite besides the workspace.
+func FileTools(readOnly, readWrite []string) []tool.Tool {
+	return append(fs.Tools(fs.AllowPaths(readOnly, readWrite)), patch.New())
+}
+
+// sandboxed makes the file tools run in the session pod's sandbox container
+// when the runtime has one (PICOBOT_SANDBOX_SOCKET, as for the shell tools):
+// there the kernel, for a user that holds no credential, decides what they
+// may open.
+func sandboxed(cfg Config, tools []tool.Tool) []tool.Tool {
+	sock := cfg.ExecServer
+	if sock == "" {
+		sock = os.Getenv(execserver.SocketEnv)
+	}
+	if sock == "" {
+		return tools
+	}
+	c := execserver.NewClient(sock)
+	ro, rw := fs.Allowed(cfg.FS...)
+	out := make([]tool.Tool, len(tools))
+	for i, t := range tools {
+		out[i] = execserver.Sandboxed(c, t, ro, rw)
+	}
+	return out
 }
 
 // For returns the tools an agent's resolved policy allows.

@@ -7,7 +7,10 @@
 // (spec.tools.fs.allowedPaths, read-only or read-write): an absolute path
 // elsewhere is refused, and every open goes through an os.Root, so no "..",
 // symlink or race leads out. This departs from the reference, where absolute
-// paths are accepted: that behaviour is the opt-in.
+// paths are accepted: that behaviour is the opt-in. In a cluster-mode
+// session pod the tools run in the sandbox container instead of the
+// runtime (execserver.Sandboxed), where the kernel, for a user without
+// credentials, is the boundary and these checks only explain refusals.
 package fs
 
 import (

@@ -29,6 +29,20 @@ func AllowPaths(readOnly, readWrite []string) Option {
 	}
 }
 
+// Allowed lists the paths opts open besides the workspace, read-only and
+// read-write, so a copy of the tools elsewhere (the sandbox container's)
+// reaches the same places.
+func Allowed(opts ...Option) (readOnly, readWrite []string) {
+	for _, a := range newPaths(opts).areas {
+		if a.write {
+			readWrite = append(readWrite, a.dir)
+		} else {
+			readOnly = append(readOnly, a.dir)
+		}
+	}
+	return readOnly, readWrite
+}
+
 // Paths is where the file tools may reach: the session's workspace, and
 // what the Agent opted in to. Every open goes through an os.Root of the area,
 // so neither "..", nor an absolute path, nor a symlink (one bash created,

@@ -3,7 +3,6 @@ package shell
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/creack/pty"
@@ -103,7 +102,7 @@ func request(spec sandbox.Spec, argv []string) execserver.Request {
 }
 
 func (l serverLauncher) start(spec sandbox.Spec, argv []string, stdin, out *os.File) (program, error) {
-	if err := shareWorkspace(spec.Workspace); err != nil {
+	if err := execserver.ShareWorkspace(spec.Workspace); err != nil {
 		return nil, err
 	}
 	p, err := l.c.Start(request(spec, argv), stdin, out, out)
@@ -114,7 +113,7 @@ func (l serverLauncher) start(spec sandbox.Spec, argv []string, stdin, out *os.F
 }
 
 func (l serverLauncher) startTTY(spec sandbox.Spec, argv []string, cols, rows int) (program, *os.File, error) {
-	if err := shareWorkspace(spec.Workspace); err != nil {
+	if err := execserver.ShareWorkspace(spec.Workspace); err != nil {
 		return nil, nil, err
 	}
 	p, master, err := l.c.StartTTY(request(spec, argv), uint16(cols), uint16(rows))
@@ -135,33 +134,3 @@ func (s serverProgram) wait() (syscall.WaitStatus, bool, error) {
 }
 
 func (s serverProgram) kill() { _ = s.p.Signal(syscall.SIGKILL) }
-
-// shareWorkspace opens a workspace the runtime created (0700) to the pod's
-// group, which the sandbox container's user shares (fsGroup): read, write
-// and setgid on the workspace, so what either side creates there keeps the
-// group, and passage (g+x) through the runtime's folders above it, up to
-// the first one the group can already pass (the volume's root).
-func shareWorkspace(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("failed to share workspace %q with the sandbox container: %w", dir, err)
-	}
-	if want := fi.Mode() | 0o070 | os.ModeSetgid; fi.Mode() != want {
-		if err := os.Chmod(dir, want); err != nil {
-			return fmt.Errorf("failed to share workspace %q with the sandbox container: %w", dir, err)
-		}
-	}
-	for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return fmt.Errorf("failed to let the sandbox container reach workspace %q: %w", dir, err)
-		}
-		if fi.Mode().Perm()&0o010 != 0 {
-			return nil
-		}
-		if err := os.Chmod(d, fi.Mode()|0o010); err != nil {
-			return fmt.Errorf("failed to let the sandbox container reach workspace %q: %w", dir, err)
-		}
-	}
-	return nil
-}

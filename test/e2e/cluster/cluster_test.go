@@ -59,8 +59,10 @@ type stack struct {
 	kubectl     string
 	picobot     string
 	operator    string
-	logs        []string
-	gatewayLog  string
+	// mcpProbe is a hostile MCP stdio server (test/mcpprobe).
+	mcpProbe   string
+	logs       []string
+	gatewayLog string
 }
 
 var (
@@ -110,8 +112,8 @@ func start() (*stack, func(), error) {
 		return fail(err)
 	}
 	stops = append(stops, func() { _ = os.RemoveAll(dir) })
-	s := &stack{dir: dir, picobot: filepath.Join(dir, "picobot"), operator: filepath.Join(dir, "operator")}
-	for bin, pkg := range map[string]string{s.picobot: "./runtime/cmd/picobot", s.operator: "./operator/cmd"} {
+	s := &stack{dir: dir, picobot: filepath.Join(dir, "picobot"), operator: filepath.Join(dir, "operator"), mcpProbe: filepath.Join(dir, "mcpprobe")}
+	for bin, pkg := range map[string]string{s.picobot: "./runtime/cmd/picobot", s.operator: "./operator/cmd", s.mcpProbe: "./test/mcpprobe"} {
 		b := exec.Command("go", "build", "-o", bin, pkg)
 		b.Dir, b.Stdout, b.Stderr = root, os.Stderr, os.Stderr
 		if err := b.Run(); err != nil {

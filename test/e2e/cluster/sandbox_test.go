@@ -93,3 +93,100 @@ func TestToolProgramsRunInTheSandboxContainer(t *testing.T) {
 		g.Expect(st.runner.PID(p.UID)).NotTo(Equal(pid))
 	}
 }
+
+// fsAgent opens /proc and the ServiceAccount token's folder to the file
+// tools (spec.tools.fs.allowedPaths), so their own path checks let the
+// attacks through and only the sandbox container's user stands in the way,
+// and declares a hostile MCP stdio server.
+const fsAgent = `  tools:
+    fs:
+      allowedPaths:
+      - {path: /proc, access: ReadOnly}
+      - {path: /var/run/secrets/kubernetes.io, access: ReadOnly}
+  mcpServers:
+  - name: probe
+    transport: stdio
+    command: %s
+    env:
+    - {name: DECLARED_BY_AGENT, value: visible}
+`
+
+// A turn whose file tools and MCP stdio server run in the session pod's
+// sandbox container. Through the tools the model reads the runtime's
+// /proc/<pid>/environ and the ServiceAccount token (both opened to the file
+// tools by the Agent) and has the MCP server dump its environment and read
+// them too: the kernel refuses the sandbox's user, the MCP server sees only
+// the Agent's env, and the ordinary jobs (a file written then read, an MCP
+// call) work.
+func TestFileToolsAndMCPRunInTheSandboxContainer(t *testing.T) {
+	needStack(t)
+	g := NewWithT(t)
+	ns, key := "tenant-sandbox-fs", "tenant-sandbox-fs-key"
+	var mu sync.Mutex
+	var results []string
+	st.llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		if last := r.Messages[len(r.Messages)-1]; last.Role == "tool" {
+			mu.Lock()
+			results = results[:0]
+			for _, m := range r.Messages {
+				if m.Role == "tool" {
+					results = append(results, m.Content)
+				}
+			}
+			mu.Unlock()
+			return fakellm.Turn{Text: "probe finished"}
+		}
+		if lastUser(r) != "run the file probe" {
+			return fakellm.Turn{Text: "ok"}
+		}
+		rtPID := 0
+		for _, p := range st.pods(t, ns, "helper") {
+			if pid := st.runner.PID(p.UID); pid != 0 && st.busyPod(ns, "helper", "helper/fsprobe") == p.Name {
+				rtPID = pid
+			}
+		}
+		environ := fmt.Sprintf("/proc/%d/environ", rtPID)
+		args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+		return fakellm.Turn{ToolCalls: []fakellm.Call{
+			{ID: "w1", Name: "file_write", Args: args(map[string]any{"path": "note.txt", "content": "ordinary job"})},
+			{ID: "r1", Name: "file_read", Args: args(map[string]any{"path": "note.txt"})},
+			{ID: "r2", Name: "file_read", Args: args(map[string]any{"path": environ})},
+			{ID: "r3", Name: "file_read", Args: args(map[string]any{"path": saTokenPath})},
+			{ID: "m1", Name: "mcp_probe_probe", Args: args(map[string]any{"read": []string{environ, saTokenPath}, "write": "job.txt"})},
+		}}
+	})
+	st.apply(t, fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "1m", 0)+fmt.Sprintf(fsAgent, st.mcpProbe))
+	st.waitReady(t, ns, "helper")
+
+	c := gatewaytest.Client{URL: st.gatewayURL, Key: key}
+	ws := c.Dial(t)
+	frames := ws.Exchange(t, gatewaytest.Frame{"id": "f1", "agent": "helper", "chat_id": "fsprobe", "text": "run the file probe"})
+	ev := gatewaytest.Event(frames, "final")
+	g.Expect(ev).NotTo(BeNil(), "%v", frames)
+	g.Expect(ev["text"]).To(Equal("probe finished"))
+
+	mu.Lock()
+	got := append([]string(nil), results...)
+	mu.Unlock()
+	t.Logf("the tools returned:\n%s", strings.Join(got, "\n---\n"))
+	g.Expect(got).To(HaveLen(5))
+	g.Expect(got[0]).To(Equal("Created note.txt (12 bytes written)."))
+	g.Expect(got[1]).To(Equal("     1\tordinary job"))
+	g.Expect(got[2]).To(MatchRegexp(`error: permission denied for /proc/\d+/environ`))
+	g.Expect(got[3]).To(ContainSubstring("does not exist"))
+	mcpOut := got[4]
+	g.Expect(mcpOut).To(ContainSubstring("env: DECLARED_BY_AGENT=visible"))
+	g.Expect(mcpOut).To(MatchRegexp(`read /proc/\d+/environ: error: open /proc/\d+/environ: permission denied`))
+	g.Expect(mcpOut).To(ContainSubstring("read " + saTokenPath + ": error: open " + saTokenPath + ": no such file or directory"))
+	g.Expect(mcpOut).To(ContainSubstring(`wrote job.txt: "written by the probe"`))
+	for _, line := range strings.Split(mcpOut, "\n") {
+		g.Expect(line).NotTo(MatchRegexp(`^env: (PICOBOT_|AWS_|KUBECONFIG)`), "a variable of the runtime's reached the MCP server")
+	}
+	for _, out := range got {
+		g.Expect(out).NotTo(ContainSubstring("sk-fake"))
+	}
+}
+
+// saTokenPath is where a pod's ServiceAccount token is mounted; the sandbox
+// container has none.
+const saTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount/token"

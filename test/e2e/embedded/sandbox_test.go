@@ -125,3 +125,65 @@ func TestToolsCannotReachSecrets(t *testing.T) {
 	<-p.done
 	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).Should(BeEmpty())
 }
+
+// TestMCPServerCannotReachSecrets: an MCP stdio server the Agent declares
+// is someone else's code, and a prompt-injected model steers what it does.
+// `picobot serve` starts it in the sandbox of the shell tools' programs: it
+// sees only the Agent's env and the allowlist, the server's environ and
+// the folder's Secret manifest are refused by the kernel, and its ordinary
+// job (a file in its folder, the call's round trip) works.
+func TestMCPServerCannotReachSecrets(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	llm := fakellm.New()
+	defer llm.Close()
+	agent := fmt.Sprintf(`apiVersion: agents.picobot.io/v1alpha1
+kind: Agent
+metadata:
+  name: assistant
+spec:
+  model:
+    provider: openai
+    model: fake
+    baseURL: %s
+    apiKeySecretRef: {name: model-api-key, key: apiKey}
+  tools:
+    profile: full
+  mcpServers:
+  - name: probe
+    transport: stdio
+    command: %s
+    env:
+    - {name: DECLARED_BY_AGENT, value: visible}
+`, llm.URL(), mcpProbeBin)
+	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(agent), 0o600)).To(Succeed())
+	secret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: unrelated}\nstringData: {token: %s}\n", manifestValue)
+	g.Expect(os.WriteFile(filepath.Join(dir, "secret.yaml"), []byte(secret), 0o600)).To(Succeed())
+
+	s := &script{}
+	llm.Respond(s.respond)
+	p := serve(t, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY="+modelKey, "OPENAI_API_KEY="+otherKey)
+	environ := fmt.Sprintf("/proc/%d/environ", p.cmd.Process.Pid)
+	s.mu.Lock()
+	s.calls = []fakellm.Call{call("mcp_probe_probe", map[string]any{
+		"read": []string{environ, filepath.Join(dir, "secret.yaml"), "/proc/self/environ"}, "write": "job.txt"})}
+	s.mu.Unlock()
+	g.Expect(say(t, p.url, "tab1", "m1", "ask the probe for the keys")).To(Equal("done"))
+
+	s.mu.Lock()
+	results := s.results
+	s.mu.Unlock()
+	g.Expect(results).To(HaveLen(1))
+	out := results[0]
+	t.Logf("the MCP server saw:\n%s", out)
+	for _, leak := range []string{modelKey, otherKey, manifestValue} {
+		g.Expect(out).NotTo(ContainSubstring(leak))
+	}
+	g.Expect(out).To(ContainSubstring("env: DECLARED_BY_AGENT=visible"))
+	g.Expect(out).NotTo(MatchRegexp(`(?m)^env: (PICOBOT_|OPENAI_)`))
+	// In its own PID namespace the server's pid is not there; without one
+	// Landlock refuses another domain's environ.
+	g.Expect(out).To(MatchRegexp(`read %s: error: open %s: (permission denied|no such file or directory)`, environ, environ))
+	g.Expect(out).To(ContainSubstring("read " + filepath.Join(dir, "secret.yaml") + ": error: open " + filepath.Join(dir, "secret.yaml") + ": permission denied"))
+	g.Expect(out).To(ContainSubstring(`wrote job.txt: "written by the probe"`))
+}

@@ -28,6 +28,9 @@ import (
 
 var picobotBin string
 
+// mcpProbeBin is a hostile MCP stdio server (test/mcpprobe).
+var mcpProbeBin string
+
 func TestMain(m *testing.M) {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
@@ -38,11 +41,14 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	picobotBin = filepath.Join(dir, "picobot")
-	build := exec.Command("go", "build", "-o", picobotBin, "./runtime/cmd/picobot")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "failed to build picobot:", err)
-		os.Exit(1)
+	mcpProbeBin = filepath.Join(dir, "mcpprobe")
+	for bin, pkg := range map[string]string{picobotBin: "./runtime/cmd/picobot", mcpProbeBin: "./test/mcpprobe"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "failed to build %s: %v\n", pkg, err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)

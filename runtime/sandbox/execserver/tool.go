@@ -1,0 +1,109 @@
+package execserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/picobot/picobot/runtime/tool"
+)
+
+// Sandboxed returns t run by the exec server instead of in the runtime: the
+// file tools, so that the files they may open are decided by the kernel for
+// the sandbox container's user (which holds no credential and cannot read
+// the runtime's files or /proc), not only by their own path checks. The
+// server runs its own copy of the tool of the same name (Config.Tools),
+// reaching readOnly and readWrite besides the workspace (the Agent's
+// spec.tools.fs.allowedPaths). Name, schema and traits are t's.
+func Sandboxed(c *Client, t tool.Tool, readOnly, readWrite []string) tool.Tool {
+	return &sandboxedTool{Tool: t, c: c, readOnly: readOnly, readWrite: readWrite}
+}
+
+type sandboxedTool struct {
+	tool.Tool
+	c                   *Client
+	readOnly, readWrite []string
+}
+
+// Run implements tool.Tool.
+func (s *sandboxedTool) Run(ctx context.Context, env tool.Env, args json.RawMessage) (tool.Result, error) {
+	if env.Workspace == "" {
+		return tool.Errorf("error: no workspace is set for this session."), nil
+	}
+	if err := ShareWorkspace(env.Workspace); err != nil {
+		return tool.Result{}, err
+	}
+	return s.c.CallTool(ctx, Request{Workspace: env.Workspace, ReadOnly: s.readOnly, ReadWrite: s.readWrite,
+		Tool: &ToolCall{Name: s.Name(), Args: args, SessionID: env.SessionID, Agent: env.Agent}})
+}
+
+// CallTool runs req.Tool in the sandbox container and returns its result.
+// Arguments that do not fit the tool come back as a *tool.ArgumentError, as
+// from the tool itself; ending ctx ends the call.
+func (c *Client) CallTool(ctx context.Context, req Request) (tool.Result, error) {
+	if req.Tool == nil {
+		return tool.Result{}, errors.New("failed to call a tool in the sandbox container: no tool named")
+	}
+	name := req.Tool.Name
+	conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: c.socket, Net: "unixpacket"})
+	if err != nil {
+		return tool.Result{}, fmt.Errorf("failed to reach the sandbox container's exec server at %q: %w", c.socket, err)
+	}
+	defer func() { _ = conn.Close() }()
+	// The server ends the call when the connection closes.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	if err := sendLarge(conn, req); err != nil {
+		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: %w", name, err)
+	}
+	var m message
+	fds, err := receive(conn, &m)
+	closeAll(fds)
+	switch {
+	case ctx.Err() != nil:
+		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: %w", name, ctx.Err())
+	case err != nil:
+		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: lost the exec server: %w", name, err)
+	case m.Type == typeResult && m.Result != nil:
+		return tool.Result{Content: m.Result.Content, IsError: m.Result.IsError}, nil
+	case m.Type == typeError && m.Argument:
+		return tool.Result{}, &tool.ArgumentError{Tool: name, Err: errors.New(m.Error)}
+	case m.Type == typeError:
+		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: %s", name, m.Error)
+	}
+	return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: unexpected answer %q", name, m.Type)
+}
+
+// ShareWorkspace opens a workspace the runtime created (0700) to the pod's
+// group, which the sandbox container's user shares (fsGroup): read, write
+// and setgid on the workspace, so what either side creates there keeps the
+// group, and passage (g+x) through the runtime's folders above it, up to
+// the first one the group can already pass (the volume's root).
+func ShareWorkspace(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("failed to share workspace %q with the sandbox container: %w", dir, err)
+	}
+	if want := fi.Mode() | 0o070 | os.ModeSetgid; fi.Mode() != want {
+		if err := os.Chmod(dir, want); err != nil {
+			return fmt.Errorf("failed to share workspace %q with the sandbox container: %w", dir, err)
+		}
+	}
+	for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("failed to let the sandbox container reach workspace %q: %w", dir, err)
+		}
+		if fi.Mode().Perm()&0o010 != 0 {
+			return nil
+		}
+		if err := os.Chmod(d, fi.Mode()|0o010); err != nil {
+			return fmt.Errorf("failed to let the sandbox container reach workspace %q: %w", dir, err)
+		}
+	}
+	return nil
+}
