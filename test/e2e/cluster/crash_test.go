@@ -285,7 +285,7 @@ func (gw *campaignGateway) try(t *testing.T) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw.cmd = exec.Command(st.picobot, "gateway", "--addr="+gw.addr, "--reply-timeout=2m")
+	gw.cmd = exec.Command(st.picobot, "gateway", "--addr="+gw.addr, "--reply-timeout=2m", "--namespace="+systemNamespace)
 	gw.cmd.Env = append(append(os.Environ(), st.conn...), "KUBECONFIG="+st.env.KubeconfigPath)
 	gw.cmd.Stdout, gw.cmd.Stderr = logf, logf
 	if err := gw.cmd.Start(); err != nil {
