@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,6 +207,8 @@ func TestTenantRoleIsolation(t *testing.T) {
 			VALUES ('tenant-b', 'web:c9:d1', 'web', 'c9', 'd1', now(), now(), now())`, codeRLSViolation, "row-level security"},
 		{"move own row to B", `UPDATE sessions SET tenant = 'tenant-b'`, codeRLSViolation, "row-level security"},
 		{"read the migrations", "SELECT count(*) FROM schema_migrations", codeInsufficientPrivilege, "permission denied"},
+		{"replace the policies' binding", "CREATE OR REPLACE FUNCTION public.picobot_role_binding() RETURNS text LANGUAGE sql IMMUTABLE AS $$SELECT 'tenant-b'$$",
+			codeInsufficientPrivilege, "permission denied for schema public"},
 	}
 	for _, at := range attacks {
 		_, err := conn.Exec(t.Context(), at.sql)
@@ -224,6 +227,17 @@ func TestTenantRoleIsolation(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(tag.RowsAffected()).To(BeZero(), sql)
 	}
+
+	// The policies fold A's binding into its plans when they are made: a
+	// statement planned after A set B's tenant still sees A's rows, and a
+	// plan compares with A's tenant as a constant (no lookup per statement).
+	g.Expect(query(`SELECT coalesce(string_agg(DISTINCT tenant, ','), '') FROM messages WHERE seq > 0`)).To(Equal("tenant-a"))
+	plan, err := conn.Query(t.Context(), `EXPLAIN SELECT * FROM messages`)
+	g.Expect(err).NotTo(HaveOccurred())
+	lines, err := pgx.CollectRows(plan, pgx.RowTo[string])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.Join(lines, "\n")).To(And(ContainSubstring(`(tenant = 'tenant-a'::text)`), Not(ContainSubstring("InitPlan")),
+		Not(ContainSubstring("picobot_role_binding"))))
 
 	// A temporary table cannot pose as the mapping: picobot_tenant() names
 	// its schema and searches pg_temp last.
