@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -64,19 +65,9 @@ func gatewayCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	// Agents are read from an informer cache: every send checks its agent.
-	// The same cache holds the copies of channel Secrets the operator
-	// publishes in the gateway's namespace (the gateway reads no tenant's
-	// Secret).
-	resync := 5 * time.Minute // channels are set up again this often
-	agents, err := cache.New(cfg, cache.Options{Scheme: cluster.NewScheme(), SyncPeriod: &resync,
-		ByObject: map[client.Object]cache.ByObject{
-			&picobotv1alpha1.Agent{}: {},
-			&corev1.Secret{}: {Namespaces: map[string]cache.Config{*namespace: {}},
-				Label: labels.SelectorFromSet(labels.Set{published.LabelChannelCredentials: "true"})},
-		}})
+	agents, err := gatewayCache(cfg, *namespace)
 	if err != nil {
-		return fmt.Errorf("failed to create the agent cache: %w", err)
+		return err
 	}
 	if _, err := agents.GetInformer(ctx, &picobotv1alpha1.Agent{}); err != nil {
 		return fmt.Errorf("failed to watch agents: %w", err)
@@ -149,6 +140,23 @@ func stopLoops(stop context.CancelFunc, loops *errgroup.Group) error {
 		return err
 	}
 	return nil
+}
+
+// gatewayCache is the informer cache of Agents (every send checks its
+// agent) and of the copies of channel Secrets the operator publishes in the
+// gateway's namespace ns (the gateway reads no tenant's Secret).
+func gatewayCache(cfg *rest.Config, ns string) (cache.Cache, error) {
+	resync := 5 * time.Minute // channels are set up again this often
+	c, err := cache.New(cfg, cache.Options{Scheme: cluster.NewScheme(), SyncPeriod: &resync,
+		ByObject: map[client.Object]cache.ByObject{
+			&picobotv1alpha1.Agent{}: {},
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{ns: {}},
+				Label: labels.SelectorFromSet(labels.Set{published.LabelChannelCredentials: "true"})},
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the agent cache: %w", err)
+	}
+	return c, nil
 }
 
 // followAgentChannels keeps the channel manager in step with the Agents'
