@@ -32,6 +32,7 @@ type options struct {
 	burst            int
 	concurrency      int
 	watchNamespaces  string
+	gatewayNS        string
 	secureMetrics    bool
 	zapOpts          zap.Options
 	runtime          runtimeOptions
@@ -49,6 +50,7 @@ func main() {
 	flag.IntVar(&o.burst, "kube-api-burst", 200, "Burst above kube-api-qps.")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "Parallel reconciles per controller.")
 	flag.StringVar(&o.watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to reconcile, with namespaced RBAC only (a Role per namespace); empty: every namespace (a ClusterRole).")
+	flag.StringVar(&o.gatewayNS, "gateway-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the gateway, where tenants' API-key hashes and channel credentials are published for it (default $POD_NAMESPACE); empty: nothing is published.")
 	o.runtime.bindFlags(flag.CommandLine)
 	o.scheduler.bindFlags(flag.CommandLine)
 	o.zapOpts.BindFlags(flag.CommandLine)
@@ -90,6 +92,9 @@ func run(ctx context.Context, o options) error {
 		for _, ns := range namespaces {
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
+		if o.gatewayNS != "" {
+			controller.WatchGatewayNamespace(&cacheOpts, namespaces, o.gatewayNS)
+		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
@@ -110,7 +115,8 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeRuntime()
-	if err := controller.Setup(ctx, mgr, controller.Config{Catalog: policy.DefaultCatalog(), Concurrency: o.concurrency, Runtime: rc}); err != nil {
+	if err := controller.Setup(ctx, mgr, controller.Config{Catalog: policy.DefaultCatalog(), Concurrency: o.concurrency, Runtime: rc,
+		GatewayNamespace: o.gatewayNS}); err != nil {
 		return err
 	}
 	if rc != nil && rc.Bus != nil {

@@ -305,17 +305,19 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 		}
 		return m
 	}
-	// ClusterRoles: the operator's, the gateway's two (reading; reviewing
-	// session pods' blob tokens), and the tenant roles picobot-edit and
-	// picobot-view.
+	// ClusterRoles: the operator's, the gateway's two (reading Agents;
+	// reviewing session pods' blob tokens), and the tenant roles
+	// picobot-edit and picobot-view. Roles in the release namespace: the
+	// operator's leader election and publishing for the gateway, the
+	// gateway's reading of what is published.
 	g.Expect(kinds(def)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 5, "ClusterRoleBinding": 3,
-		"Role": 1, "RoleBinding": 1, "ServiceAccount": 2, "Deployment": 2, "Service": 5, "PodDisruptionBudget": 2,
+		"Role": 3, "RoleBinding": 3, "ServiceAccount": 2, "Deployment": 2, "Service": 5, "PodDisruptionBudget": 2,
 		"NetworkPolicy": 5, "Secret": 1, "ConfigMap": 1, "StatefulSet": 3}))
 	g.Expect(kinds(ext)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 5, "ClusterRoleBinding": 3,
-		"Role": 1, "RoleBinding": 1, "ServiceAccount": 2, "Deployment": 2, "Service": 2, "PodDisruptionBudget": 2,
+		"Role": 3, "RoleBinding": 3, "ServiceAccount": 2, "Deployment": 2, "Service": 2, "PodDisruptionBudget": 2,
 		"NetworkPolicy": 3, "Job": 1, "Ingress": 1, "ServiceMonitor": 1}))
 	g.Expect(kinds(aws)).To(Equal(map[string]int{"ClusterRole": 5, "ClusterRoleBinding": 3,
-		"Role": 1, "RoleBinding": 1, "Deployment": 2, "Service": 2, "Job": 1}))
+		"Role": 3, "RoleBinding": 3, "Deployment": 2, "Service": 2, "Job": 1}))
 
 	// CRDs: kept on uninstall by default, not with crds.keep=false.
 	for _, o := range def {
@@ -360,7 +362,7 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 	g.Expect(migrateEnv).To(Equal([]string{"PICOBOT_POSTGRES_OWNER_URL", "PICOBOT_S3_ENDPOINT", "PICOBOT_S3_BUCKET",
 		"PICOBOT_S3_REGION", "PICOBOT_S3_PATH_STYLE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}), "the migration also creates the bucket")
 	g.Expect(gc[1].command).To(Equal([]string{"/picobot"}))
-	g.Expect(gc[1].args).To(Equal([]string{"gateway", "--addr=:8080", "--blob-addr=:8090"}))
+	g.Expect(gc[1].args).To(Equal([]string{"gateway", "--addr=:8080", "--blob-addr=:8090", "--namespace=picobot-system"}), "API keys are published in the release namespace")
 	g.Expect(gc[1].image).To(Equal("ghcr.io/picobot/picobot:0.1.0"), "the tag defaults to appVersion")
 
 	// With an external database the migration is a hook before install and upgrade.

@@ -116,6 +116,9 @@ func TestAuthCanI(t *testing.T) {
 		{"operator", operator, "bind", "roles", "team-a", false},
 		{"operator", operator, "create", "deployments.apps", "team-a", false},
 		{"operator", operator, "get", "nodes", "", false},
+		// It publishes for the gateway in its own namespace only.
+		{"operator", operator, "update", "configmaps", sys, true},
+		{"operator", operator, "create", "configmaps", "team-a", false},
 		// Namespaced mode: the same rights in team-a, none elsewhere.
 		{"namespaced operator", nsOperator, "create", "pods", "team-a", true},
 		{"namespaced operator", nsOperator, "watch", "agents.agents.picobot.io", "team-a", true},
@@ -125,6 +128,9 @@ func TestAuthCanI(t *testing.T) {
 		{"namespaced operator", nsOperator, "get", "secrets", "kube-system", false},
 		{"namespaced operator", nsOperator, "list", "agents.agents.picobot.io", "", false},
 		{"namespaced operator", nsOperator, "update", "leases.coordination.k8s.io", nsSys, true},
+		{"namespaced operator", nsOperator, "watch", "configmaps", nsSys, true},
+		{"namespaced operator", nsOperator, "create", "secrets", nsSys, true},
+		{"namespaced operator", nsOperator, "create", "configmaps", "team-b", false},
 		// The gateway reads; it writes nothing the operator keeps.
 		{"gateway", gateway, "list", "agents.agents.picobot.io", "", true},
 		{"gateway", gateway, "update", "agents.agents.picobot.io", "team-a", false},
@@ -132,9 +138,16 @@ func TestAuthCanI(t *testing.T) {
 		{"gateway", gateway, "create", "secrets", "team-a", false},
 		// The blob grant service reviews session pods' tokens.
 		{"gateway", gateway, "create", "tokenreviews.authentication.k8s.io", "", true},
-		// Today's Secret access of the gateway (every namespace); #17 item 2
-		// takes it away: this row then says false.
-		{"gateway", gateway, "get", "secrets", "kube-system", true},
+		// No Secret outside its own namespace: it reads what the operator
+		// publishes there (API-key hashes, channel credential copies).
+		{"gateway", gateway, "get", "secrets", "kube-system", false},
+		{"gateway", gateway, "get", "secrets", "team-a", false},
+		{"gateway", gateway, "list", "secrets", "team-b", false},
+		{"gateway", gateway, "watch", "secrets", "", false},
+		{"gateway", gateway, "list", "configmaps", "team-a", false},
+		{"gateway", gateway, "watch", "configmaps", sys, true},
+		{"gateway", gateway, "get", "secrets", sys, true},
+		{"gateway", gateway, "update", "configmaps", sys, false},
 		// A tenant namespace editor manages PicoBot objects in it, and
 		// nothing else the roles do not give.
 		{"tenant editor", "alice", "create", "agents.agents.picobot.io", "team-a", true},

@@ -13,6 +13,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/podspec"
+	"github.com/picobot/picobot/runtime/gateway/published"
 )
 
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
@@ -20,12 +21,15 @@ const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 // StripSecretValues keeps a Secret's key names and drops its values before the
 // object enters the informer cache. The operator only checks that referenced keys
 // exist; holding no secret values keeps them out of its memory, heap dumps and
-// logs, and keeps the cache small in clusters with many large Secrets.
+// logs, and keeps the cache small in clusters with many large Secrets. Of a
+// gateway API-key Secret it keeps the SHA-256 of the token (under
+// published.HashDataKey), which it publishes for the gateway.
 func StripSecretValues(obj any) (any, error) {
 	s, ok := obj.(*corev1.Secret)
 	if !ok {
 		return obj, nil
 	}
+	hash := apiKeyHash(s)
 	for k := range s.Data {
 		s.Data[k] = []byte{}
 	}
@@ -33,19 +37,36 @@ func StripSecretValues(obj any) (any, error) {
 		s.Data[k] = []byte{}
 	}
 	s.StringData = nil
+	if hash != "" {
+		s.Data[published.HashDataKey] = []byte(hash)
+	}
 	stripCommon(s)
 	return s, nil
 }
 
+// apiKeyHash returns the hex SHA-256 of an API-key Secret's token, or ""
+// for another Secret or one without a token. A Secret the transform already
+// saw (transforms may run more than once) keeps its hash.
+func apiKeyHash(s *corev1.Secret) string {
+	if s.Labels[published.LabelAPIKey] != "true" {
+		return ""
+	}
+	if tok := s.Data[published.TokenKey]; len(tok) > 0 {
+		return published.HashToken(tok)
+	}
+	return string(s.Data[published.HashDataKey])
+}
+
 // StripConfigMapValues keeps the data of PicoBot's own ConfigMaps (the namespace
-// defaults) and only key names of every other ConfigMap: the operator needs
-// their existence, not their content, and clusters hold many large ConfigMaps.
+// defaults, the API-key indexes it publishes) and only key names of every other
+// ConfigMap: the operator needs their existence, not their content, and
+// clusters hold many large ConfigMaps.
 func StripConfigMapValues(obj any) (any, error) {
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok {
 		return obj, nil
 	}
-	if cm.Name != picobotv1alpha1.NamespaceDefaultsConfigMap {
+	if cm.Name != picobotv1alpha1.NamespaceDefaultsConfigMap && cm.Labels[published.LabelKeyIndex] != "true" {
 		for k := range cm.Data {
 			cm.Data[k] = ""
 		}
@@ -86,6 +107,22 @@ func CacheOptions() cache.Options {
 			&rbacv1.RoleBinding{}:         {Label: managedSelector()},
 			&networkingv1.NetworkPolicy{}: {Label: managedSelector()},
 		},
+	}
+}
+
+// WatchGatewayNamespace adds the gateway's namespace to the Secret and
+// ConfigMap informers of a namespaced operator (watching namespaces), which
+// watch the objects published there for the gateway.
+func WatchGatewayNamespace(opts *cache.Options, namespaces []string, gatewayNS string) {
+	for obj, by := range opts.ByObject {
+		switch obj.(type) {
+		case *corev1.Secret, *corev1.ConfigMap:
+			by.Namespaces = map[string]cache.Config{gatewayNS: {}}
+			for _, ns := range namespaces {
+				by.Namespaces[ns] = cache.Config{}
+			}
+			opts.ByObject[obj] = by
+		}
 	}
 }
 

@@ -21,6 +21,9 @@ type Config struct {
 	Clock clock.PassiveClock
 	// Runtime turns on session pods (nil: status only).
 	Runtime *RuntimeConfig
+	// GatewayNamespace is where API-key hashes and channel credentials are
+	// published for the gateway (empty: nothing is published).
+	GatewayNamespace string
 }
 
 // Setup registers the field indexes and every reconciler with mgr. main and
@@ -45,6 +48,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		nsr := NewNamespaceObjectsReconciler(mgr.GetClient(), cfg.Runtime)
 		nsr.MaxConcurrentReconciles = cfg.Concurrency
 		if err := nsr.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	if cfg.GatewayNamespace != "" {
+		if err := (&GatewayPublishReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+			Namespace: cfg.GatewayNamespace, MaxConcurrentReconciles: cfg.Concurrency}).SetupWithManager(mgr); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/gateway/published"
 )
 
 func keyRef(name string) *corev1.SecretKeySelector {
@@ -215,4 +216,18 @@ func TestCacheTransformsDropValues(t *testing.T) {
 	outO, _ := StripConfigMapValues(o)
 	g.Expect(outD.(*corev1.ConfigMap).Data).To(HaveKeyWithValue("model", "m"))
 	g.Expect(outO.(*corev1.ConfigMap).Data).To(HaveKeyWithValue("big", ""))
+
+	// An API-key Secret keeps the SHA-256 of its token, which the operator
+	// publishes for the gateway, and not the token; a second pass (transforms
+	// may run twice) keeps the hash.
+	k := apiKeySecret("ns", "key", "token-1", nil)
+	out, _ = StripSecretValues(k)
+	out, _ = StripSecretValues(out)
+	g.Expect(out.(*corev1.Secret).Data).To(Equal(map[string][]byte{
+		published.TokenKey: {}, published.HashDataKey: []byte(published.HashToken([]byte("token-1")))}))
+	// A published index keeps its data.
+	idx, err := published.KeyIndex("gw", "ns", map[string]published.Key{"key": {SHA256: published.HashToken([]byte("token-1"))}})
+	g.Expect(err).NotTo(HaveOccurred())
+	outI, _ := StripConfigMapValues(idx.DeepCopy())
+	g.Expect(outI.(*corev1.ConfigMap).Data).To(Equal(idx.Data))
 }

@@ -10,14 +10,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -29,6 +31,7 @@ import (
 	"github.com/picobot/picobot/runtime/cluster"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/kubeauth"
+	"github.com/picobot/picobot/runtime/gateway/published"
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/outbound"
 )
@@ -42,6 +45,7 @@ func gatewayCmd(args []string) error {
 	replyTimeout := fs.Duration("reply-timeout", 10*time.Minute, "How long a send waits for its reply.")
 	hosts := fs.String("allowed-hosts", os.Getenv("PICOBOT_ALLOWED_HOSTS"), "Comma-separated names clients reach the gateway by; other Host headers get 421 (default $PICOBOT_ALLOWED_HOSTS; empty: any).")
 	origins := fs.String("allowed-origins", os.Getenv("PICOBOT_ALLOWED_ORIGINS"), "Comma-separated browser origins (host patterns such as app.example.com or *.example.com) allowed besides the gateway's own (default $PICOBOT_ALLOWED_ORIGINS).")
+	namespace := fs.String("namespace", os.Getenv("POD_NAMESPACE"), "The gateway's namespace, where the operator publishes tenants' API-key hashes and channel credentials (default $POD_NAMESPACE).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for registering chat platform webhooks (default $PICOBOT_PUBLIC_URL).")
 	blobAddr := fs.String("blob-addr", ":8090", "Address of the blob grant service for session pods (presigned S3 requests of their tenant's keys); empty: off.")
 	if err := fs.Parse(args); err != nil {
@@ -59,16 +63,13 @@ func gatewayCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	keys, err := kubeauth.New(cs, log)
+	keys, err := kubeauth.New(cs, *namespace, log)
 	if err != nil {
 		return err
 	}
-	// Agents are read from an informer cache: every send checks its agent.
-	resync := 5 * time.Minute // channel credentials are re-read this often
-	agents, err := cache.New(cfg, cache.Options{Scheme: cluster.NewScheme(), SyncPeriod: &resync,
-		ByObject: map[client.Object]cache.ByObject{&picobotv1alpha1.Agent{}: {}}})
+	agents, err := gatewayCache(cfg, *namespace)
 	if err != nil {
-		return fmt.Errorf("failed to create the agent cache: %w", err)
+		return err
 	}
 	if _, err := agents.GetInformer(ctx, &picobotv1alpha1.Agent{}); err != nil {
 		return fmt.Errorf("failed to watch agents: %w", err)
@@ -101,7 +102,7 @@ func gatewayCmd(args []string) error {
 		OnInbound: func(ctx context.Context, agentName string, in channel.Inbound) error {
 			return backend.Inbound(ctx, agentName, in)
 		}})
-	if err := followAgentChannels(ctx, agents, cs, channels, log); err != nil {
+	if err := followAgentChannels(ctx, agents, *namespace, channels, log); err != nil {
 		return err
 	}
 	loops.Go(func() error { return channels.Start(ctx) })
@@ -178,10 +179,28 @@ func stopLoops(stop context.CancelFunc, loops *errgroup.Group) error {
 	return nil
 }
 
+// gatewayCache is the informer cache of Agents (every send checks its
+// agent) and of the copies of channel Secrets the operator publishes in the
+// gateway's namespace ns (the gateway reads no tenant's Secret).
+func gatewayCache(cfg *rest.Config, ns string) (cache.Cache, error) {
+	resync := 5 * time.Minute // channels are set up again this often
+	c, err := cache.New(cfg, cache.Options{Scheme: cluster.NewScheme(), SyncPeriod: &resync,
+		ByObject: map[client.Object]cache.ByObject{
+			&picobotv1alpha1.Agent{}: {},
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{ns: {}},
+				Label: labels.SelectorFromSet(labels.Set{published.LabelChannelCredentials: "true"})},
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the agent cache: %w", err)
+	}
+	return c, nil
+}
+
 // followAgentChannels keeps the channel manager in step with the Agents'
-// spec.channels (credentials read from their Secrets when an Agent changes,
-// and again every resync).
-func followAgentChannels(ctx context.Context, agents cache.Cache, cs kubernetes.Interface, channels *channel.Manager, log *slog.Logger) error {
+// spec.channels, with credentials from the copies of their Secrets the
+// operator publishes in namespace ns: set up again when an Agent or a copy
+// changes, and every resync.
+func followAgentChannels(ctx context.Context, agents cache.Cache, ns string, channels *channel.Manager, log *slog.Logger) error {
 	inf, err := agents.GetInformer(ctx, &picobotv1alpha1.Agent{})
 	if err != nil {
 		return err
@@ -196,8 +215,9 @@ func followAgentChannels(ctx context.Context, agents cache.Cache, cs kubernetes.
 			return
 		}
 		err := channels.SetAgent(a.Namespace, a, func(name string) *corev1.Secret {
-			s, err := cs.CoreV1().Secrets(a.Namespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
+			s := &corev1.Secret{}
+			key := client.ObjectKey{Namespace: ns, Name: published.ChannelCredentialsName(a.Namespace, name)}
+			if err := agents.Get(ctx, key, s); err != nil || !published.IsChannelCredentials(s, a.Namespace, name) {
 				return nil
 			}
 			return s
@@ -217,6 +237,40 @@ func followAgentChannels(ctx context.Context, agents cache.Cache, cs kubernetes.
 				channels.RemoveAgent(a.Namespace, a.Name)
 			}
 		},
+	})
+	if err != nil {
+		return err
+	}
+	// A copy that arrives, changes or goes sets up the Agents naming it.
+	copies, err := agents.GetInformer(ctx, &corev1.Secret{})
+	if err != nil {
+		return fmt.Errorf("failed to watch channel credentials: %w", err)
+	}
+	resetNaming := func(obj any) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		s, ok := obj.(*corev1.Secret)
+		if !ok {
+			return
+		}
+		tenant, secret := s.Labels[published.LabelTenant], s.Annotations[published.AnnotationSecret]
+		var list picobotv1alpha1.AgentList
+		if tenant == "" || agents.List(ctx, &list, client.InNamespace(tenant)) != nil {
+			return
+		}
+		for i := range list.Items {
+			if slices.ContainsFunc(list.Items[i].Spec.Channels, func(c picobotv1alpha1.Channel) bool {
+				return c.SecretRef != nil && c.SecretRef.Name == secret
+			}) {
+				set(&list.Items[i])
+			}
+		}
+	}
+	_, err = copies.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    resetNaming,
+		UpdateFunc: func(_, n any) { resetNaming(n) },
+		DeleteFunc: resetNaming,
 	})
 	return err
 }

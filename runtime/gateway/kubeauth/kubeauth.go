@@ -4,17 +4,19 @@
 // under the key "key", and a request bearing that token acts for that
 // namespace.
 //
-// Secrets are watched across namespaces with a client-go informer whose
-// transform replaces each Secret's data by the SHA-256 of its token before
-// it is cached, so plaintext tokens never stay in the gateway's memory.
-// Creating, rotating (changing "key") or deleting a Secret takes effect as soon
-// as the watch delivers it.
+// The gateway reads no tenant's Secret: the operator publishes, per tenant
+// namespace, an index ConfigMap of the SHA-256 of each key's token (and its
+// rate-limit annotation) in the gateway's own namespace (package published),
+// and the authenticator watches those ConfigMaps. Creating, rotating
+// (changing "key") or deleting a Secret takes effect as soon as the operator
+// has republished the index and the watch delivers it.
 package kubeauth
 
 import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,27 +30,19 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/gateway/published"
 )
 
-// Names of the Secret API.
+// Names of the API, kept here for the gateway's callers.
 const (
-	// LabelAPIKey marks a Secret as a gateway API key (value "true").
-	LabelAPIKey = "gateway.picobot.io/api-key"
-	// AnnotationRateLimit overrides the gateway's default rate limit for the
-	// key: "<requests>/<s|m|h>[,burst=<n>]" (e.g. "600/m,burst=20") or
-	// "unlimited". An invalid value is logged and the default applies.
-	AnnotationRateLimit = "gateway.picobot.io/rate-limit"
-	// TokenKey is the data key holding the token.
-	TokenKey = "key"
-	// hashKey is where the transform keeps the token's SHA-256. The ':' is
-	// not allowed in Secret data keys, so a Secret from the API server can
-	// never look already transformed.
-	hashKey = "sha256:" + TokenKey
+	LabelAPIKey         = published.LabelAPIKey
+	AnnotationRateLimit = published.AnnotationRateLimit
+	TokenKey            = published.TokenKey
 )
 
-// SecretKeys is a gateway.Authenticator over API-key Secrets. Start it (it is
-// a controller-runtime manager.Runnable) and wait for HasSynced before
-// serving.
+// SecretKeys is a gateway.Authenticator over the published API-key indexes.
+// Start it (it is a controller-runtime manager.Runnable) and wait for
+// HasSynced before serving.
 type SecretKeys struct {
 	informer cache.SharedIndexInformer
 	factory  informers.SharedInformerFactory
@@ -60,51 +54,33 @@ type SecretKeys struct {
 	// name several tenants.
 	byHash   map[[sha256.Size]byte]map[string]gateway.Principal
 	bySecret map[string][sha256.Size]byte // namespace/name -> hash
+	byTenant map[string][]string          // tenant -> its namespace/name keys
 }
 
-// New returns an authenticator watching API-key Secrets in every namespace
-// (the gateway's service account needs list and watch on Secrets; only
-// labelled ones are requested).
-func New(cs kubernetes.Interface, log *slog.Logger) (*SecretKeys, error) {
+// New returns an authenticator watching the API-key indexes the operator
+// publishes in namespace (the gateway's own; its service account needs list
+// and watch on ConfigMaps there, and nothing on Secrets).
+func New(cs kubernetes.Interface, namespace string, log *slog.Logger) (*SecretKeys, error) {
+	if namespace == "" {
+		return nil, errors.New("the API-key index namespace is empty: give the gateway's namespace")
+	}
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &SecretKeys{log: log, byHash: map[[sha256.Size]byte]map[string]gateway.Principal{}, bySecret: map[string][sha256.Size]byte{}}
-	s.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelAPIKey + "=true" }),
-		informers.WithTransform(hashOnly))
-	s.informer = s.factory.Core().V1().Secrets().Informer()
+	s := &SecretKeys{log: log, byHash: map[[sha256.Size]byte]map[string]gateway.Principal{},
+		bySecret: map[string][sha256.Size]byte{}, byTenant: map[string][]string{}}
+	s.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = published.LabelKeyIndex + "=true" }))
+	s.informer = s.factory.Core().V1().ConfigMaps().Informer()
 	_, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.upsert(obj) },
 		UpdateFunc: func(_, obj any) { s.upsert(obj) },
 		DeleteFunc: s.remove,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("failed to watch API-key Secrets: %w", err)
+		return nil, fmt.Errorf("failed to watch API-key indexes: %w", err)
 	}
 	return s, nil
-}
-
-// hashOnly is the informer's transform: what is cached of a Secret is its
-// identity, our label and annotation, and the SHA-256 of its token.
-func hashOnly(obj any) (any, error) {
-	sec, ok := obj.(*corev1.Secret)
-	if !ok {
-		return obj, nil // tombstones pass through
-	}
-	if _, done := sec.Data[hashKey]; done {
-		return obj, nil // transforms may run more than once on an object
-	}
-	out := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sec.Name, Namespace: sec.Namespace, UID: sec.UID,
-		ResourceVersion: sec.ResourceVersion, Labels: map[string]string{LabelAPIKey: sec.Labels[LabelAPIKey]}}}
-	if v, ok := sec.Annotations[AnnotationRateLimit]; ok {
-		out.Annotations = map[string]string{AnnotationRateLimit: v}
-	}
-	if tok := sec.Data[TokenKey]; len(tok) > 0 {
-		h := sha256.Sum256(tok)
-		out.Data = map[string][]byte{hashKey: h[:]}
-	}
-	return out, nil
 }
 
 // Start runs the watch until ctx ends.
@@ -127,25 +103,32 @@ func (s *SecretKeys) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), s.informer.HasSynced)
 }
 
+// upsert replaces every key of the index's tenant by those it lists.
 func (s *SecretKeys) upsert(obj any) {
-	sec, ok := obj.(*corev1.Secret)
+	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok {
 		return
 	}
-	id := sec.Namespace + "/" + sec.Name
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dropLocked(id)
-	raw := sec.Data[hashKey]
-	if sec.Labels[LabelAPIKey] != "true" || len(raw) != sha256.Size {
-		if sec.Labels[LabelAPIKey] == "true" {
-			s.log.Info("API-key Secret has no token; ignoring it", "secret", id, "dataKey", TokenKey)
-		}
+	tenant, keys, err := published.ParseKeyIndex(cm)
+	if err != nil {
+		s.log.Error("Ignoring invalid entries of an API-key index", "configMap", cm.Name, "err", err)
+	}
+	if tenant == "" {
 		return
 	}
-	p := gateway.Principal{Tenant: sec.Namespace, KeyID: id}
-	if v, ok := sec.Annotations[AnnotationRateLimit]; ok {
-		l, err := gateway.ParseRateLimit(v)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropTenantLocked(tenant)
+	for name, k := range keys {
+		s.addLocked(tenant, name, k)
+	}
+}
+
+func (s *SecretKeys) addLocked(tenant, name string, k published.Key) {
+	id := tenant + "/" + name
+	p := gateway.Principal{Tenant: tenant, KeyID: id}
+	if k.RateLimit != nil {
+		l, err := gateway.ParseRateLimit(*k.RateLimit)
 		if err != nil {
 			s.log.Error("Ignoring invalid rate limit of API key; the default applies", "secret", id, "err", err)
 		} else {
@@ -153,12 +136,13 @@ func (s *SecretKeys) upsert(obj any) {
 		}
 	}
 	var h [sha256.Size]byte
-	copy(h[:], raw)
+	_, _ = hex.Decode(h[:], []byte(k.SHA256)) // ParseKeyIndex checked it
 	if s.byHash[h] == nil {
 		s.byHash[h] = map[string]gateway.Principal{}
 	}
 	s.byHash[h][id] = p
 	s.bySecret[id] = h
+	s.byTenant[tenant] = append(s.byTenant[tenant], id)
 	if len(s.byHash[h]) > 1 {
 		s.log.Error("The same API key token is in several Secrets; it is refused until only one holds it", "secret", id)
 	}
@@ -168,25 +152,29 @@ func (s *SecretKeys) remove(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	sec, ok := obj.(*corev1.Secret)
+	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok {
+		return
+	}
+	tenant := cm.Labels[published.LabelTenant]
+	if tenant == "" || cm.Name != published.KeyIndexName(tenant) {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dropLocked(sec.Namespace + "/" + sec.Name)
+	s.dropTenantLocked(tenant)
 }
 
-func (s *SecretKeys) dropLocked(id string) {
-	h, ok := s.bySecret[id]
-	if !ok {
-		return
+func (s *SecretKeys) dropTenantLocked(tenant string) {
+	for _, id := range s.byTenant[tenant] {
+		h := s.bySecret[id]
+		delete(s.bySecret, id)
+		delete(s.byHash[h], id)
+		if len(s.byHash[h]) == 0 {
+			delete(s.byHash, h)
+		}
 	}
-	delete(s.bySecret, id)
-	delete(s.byHash[h], id)
-	if len(s.byHash[h]) == 0 {
-		delete(s.byHash, h)
-	}
+	delete(s.byTenant, tenant)
 }
 
 // errAmbiguous refuses a token held by several Secrets.

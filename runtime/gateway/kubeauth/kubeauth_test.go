@@ -1,7 +1,6 @@
 package kubeauth
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -13,12 +12,14 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
+	"github.com/picobot/picobot/runtime/gateway/published"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/test/controlplane"
 )
@@ -54,21 +55,47 @@ func needCluster(t *testing.T) {
 func namespace(t *testing.T, name string) {
 	t.Helper()
 	_, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-}
-
-func apiKey(ns, name, token string, annotations map[string]string) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelAPIKey: "true"}, Annotations: annotations},
-		Data:       map[string][]byte{TokenKey: []byte(token)},
+	if !apierrors.IsAlreadyExists(err) { // shared by the tests
+		NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	}
 }
 
-// started returns a running, synced authenticator.
+// gatewayNS is where the tests publish API-key indexes, as the operator
+// does in the gateway's namespace.
+const gatewayNS = "gw-system"
+
+// publish writes tenant's index (keys: Secret name -> token, "" for none;
+// limits: Secret name -> rate-limit annotation) in namespace ns, as the
+// operator does.
+func publish(t *testing.T, ns, tenant string, keys, limits map[string]string) {
+	t.Helper()
+	g := NewWithT(t)
+	idx := map[string]published.Key{}
+	for name, tok := range keys {
+		k := published.Key{SHA256: published.HashToken([]byte(tok))}
+		if l, ok := limits[name]; ok {
+			k.RateLimit = &l
+		}
+		idx[name] = k
+	}
+	cm, err := published.KeyIndex(ns, tenant, idx)
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := context.Background()
+	cur, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, cm.Name, metav1.GetOptions{})
+	if err == nil {
+		cur.Data = cm.Data
+		_, err = cs.CoreV1().ConfigMaps(ns).Update(ctx, cur, metav1.UpdateOptions{})
+	} else {
+		_, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// started returns a running, synced authenticator over gatewayNS.
 func started(t *testing.T) *SecretKeys {
 	t.Helper()
 	g := NewWithT(t)
-	keys, err := New(cs, nil)
+	keys, err := New(cs, gatewayNS, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -85,27 +112,30 @@ func auth(k *SecretKeys, token string) (gateway.Principal, error) {
 	return k.Authenticate(r, token)
 }
 
-// TestSecretKeys checks keys against the real API server: only labelled
-// Secrets count, rotation and deletion apply as soon as the watch delivers
-// them, annotations set rate limits, and only hashes are cached.
-func TestSecretKeys(t *testing.T) {
+// TestPublishedKeys checks the authenticator against the real API server,
+// over indexes as the operator publishes them (the operator's tests run the
+// chain from labelled Secrets): rotation and deletion apply as soon as the
+// watch delivers them, rate limits come from the annotation, a token of two
+// Secrets is refused, and indexes outside the gateway's namespace, or that
+// name a tenant they are not of, grant nothing.
+func TestPublishedKeys(t *testing.T) {
 	needCluster(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	namespace(t, "keys-a")
-	namespace(t, "keys-b")
-	secrets := cs.CoreV1().Secrets
-	_, err := secrets("keys-a").Create(ctx, apiKey("keys-a", "web", "token-a-1", map[string]string{AnnotationRateLimit: "120/m,burst=4"}), metav1.CreateOptions{})
+	for _, ns := range []string{gatewayNS, "keys-a", "keys-b"} {
+		namespace(t, ns)
+	}
+	publish(t, gatewayNS, "keys-a", map[string]string{"web": "token-a-1"}, map[string]string{"web": "120/m,burst=4"})
+	publish(t, gatewayNS, "keys-b", map[string]string{"bad-limit": "token-b-1"}, map[string]string{"bad-limit": "lots"})
+	// A tenant writes an index in its own namespace, naming another
+	// tenant: the gateway does not watch there.
+	publish(t, "keys-b", "keys-a", map[string]string{"forged": "token-forged"}, nil)
+	// An index whose name is not its tenant's, and an entry that does not
+	// decode, are ignored.
+	misnamed, err := published.KeyIndex(gatewayNS, "keys-a", map[string]published.Key{"x": {SHA256: published.HashToken([]byte("token-misnamed"))}})
 	g.Expect(err).NotTo(HaveOccurred())
-	unlabelled := apiKey("keys-b", "other", "token-unlabelled", nil)
-	unlabelled.Labels = nil
-	_, err = secrets("keys-b").Create(ctx, unlabelled, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	empty := apiKey("keys-b", "empty", "", nil)
-	_, err = secrets("keys-b").Create(ctx, empty, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	bad := apiKey("keys-b", "bad-limit", "token-b-1", map[string]string{AnnotationRateLimit: "lots"})
-	_, err = secrets("keys-b").Create(ctx, bad, metav1.CreateOptions{})
+	misnamed.Name = published.KeyIndexName("keys-b") + "-extra"
+	_, err = cs.CoreV1().ConfigMaps(gatewayNS).Create(ctx, misnamed, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	k := started(t)
@@ -118,62 +148,48 @@ func TestSecretKeys(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(p.Tenant).To(Equal("keys-b"))
 	g.Expect(p.Limit).To(BeNil(), "an invalid annotation leaves the default")
-	for _, tok := range []string{"token-unlabelled", "", "token-a-", "token-a-1 "} {
+	for _, tok := range []string{"token-forged", "token-misnamed", "", "token-a-", "token-a-1 "} {
 		_, err = auth(k, tok)
 		g.Expect(err).To(MatchError(gateway.ErrUnauthorized), tok)
 	}
-
-	// The cache holds hashes only.
-	for _, obj := range k.informer.GetStore().List() {
-		s := obj.(*corev1.Secret)
-		g.Expect(s.Data).NotTo(HaveKey(TokenKey))
-		for _, v := range s.Data {
-			g.Expect(bytes.Contains(v, []byte("token-"))).To(BeFalse())
-		}
-	}
+	cm, err := cs.CoreV1().ConfigMaps(gatewayNS).Get(ctx, published.KeyIndexName("keys-b"), metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	cm.Data["broken"] = "{"
+	_, err = cs.CoreV1().ConfigMaps(gatewayNS).Update(ctx, cm, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
 
 	// Rotation: the old token stops working, the new one starts.
-	sec, err := secrets("keys-a").Get(ctx, "web", metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	sec.Data[TokenKey] = []byte("token-a-2")
-	sec.Annotations[AnnotationRateLimit] = "unlimited"
-	_, err = secrets("keys-a").Update(ctx, sec, metav1.UpdateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	publish(t, gatewayNS, "keys-a", map[string]string{"web": "token-a-2"}, map[string]string{"web": "unlimited"})
 	g.Eventually(func() error { _, err := auth(k, "token-a-2"); return err }).WithTimeout(30 * time.Second).Should(Succeed())
 	_, err = auth(k, "token-a-1")
 	g.Expect(err).To(MatchError(gateway.ErrUnauthorized))
 	p, _ = auth(k, "token-a-2")
 	g.Expect(p.Limit).To(Equal(&gateway.Unlimited))
+	_, err = auth(k, "token-b-1")
+	g.Expect(err).NotTo(HaveOccurred(), "a broken entry leaves the tenant's others")
 
 	// A token in two tenants' Secrets is refused, until one goes.
-	_, err = secrets("keys-b").Create(ctx, apiKey("keys-b", "copy", "token-a-2", nil), metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	publish(t, gatewayNS, "keys-b", map[string]string{"bad-limit": "token-b-1", "copy": "token-a-2"}, nil)
 	g.Eventually(func() error { _, err := auth(k, "token-a-2"); return err }).WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring("several Secrets")))
-	g.Expect(secrets("keys-b").Delete(ctx, "copy", metav1.DeleteOptions{})).To(Succeed())
+	publish(t, gatewayNS, "keys-b", map[string]string{"bad-limit": "token-b-1"}, nil)
 	g.Eventually(func() error { _, err := auth(k, "token-a-2"); return err }).WithTimeout(30 * time.Second).Should(Succeed())
 
-	// Removing the label or deleting the Secret revokes the key.
-	sec, err = secrets("keys-b").Get(ctx, "bad-limit", metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	delete(sec.Labels, LabelAPIKey)
-	_, err = secrets("keys-b").Update(ctx, sec, metav1.UpdateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(secrets("keys-a").Delete(ctx, "web", metav1.DeleteOptions{})).To(Succeed())
+	// Deleting a tenant's index revokes its keys, and only its.
+	g.Expect(cs.CoreV1().ConfigMaps(gatewayNS).Delete(ctx, published.KeyIndexName("keys-a"), metav1.DeleteOptions{})).To(Succeed())
 	g.Eventually(func() error { _, err := auth(k, "token-a-2"); return err }).WithTimeout(30 * time.Second).Should(MatchError(gateway.ErrUnauthorized))
-	g.Eventually(func() error { _, err := auth(k, "token-b-1"); return err }).WithTimeout(30 * time.Second).Should(MatchError(gateway.ErrUnauthorized))
+	_, err = auth(k, "token-b-1")
+	g.Expect(err).NotTo(HaveOccurred())
 }
 
 // TestIsolationWithSecretKeys runs the tenant-isolation suite through keys
-// kept as Secrets, against the embedded runtime serving both namespaces.
+// published for the gateway, against the embedded runtime serving both namespaces.
 func TestIsolationWithSecretKeys(t *testing.T) {
 	needCluster(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	namespace(t, "team-a")
-	namespace(t, "team-b")
+	namespace(t, gatewayNS)
 	for ns, tok := range map[string]string{"team-a": "secret-token-a", "team-b": "secret-token-b"} {
-		_, err := cs.CoreV1().Secrets(ns).Create(ctx, apiKey(ns, "gateway", tok, map[string]string{AnnotationRateLimit: "unlimited"}), metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
+		publish(t, gatewayNS, ns, map[string]string{"gateway": tok}, map[string]string{"gateway": "unlimited"})
 	}
 	keys := started(t)
 

@@ -124,8 +124,9 @@ type execQuerier interface {
 }
 
 // grantApp grants role DML on the application tables and EXECUTE on
-// picobot_tenant(), which the policies call with the querying role's
-// privileges. Identifiers cannot be bind parameters, hence Sanitize.
+// picobot_role_binding(), which the policies call with the querying role's
+// privileges, and on picobot_tenant(). Identifiers cannot be bind
+// parameters, hence Sanitize.
 func grantApp(ctx context.Context, conn execQuerier, appRole string) error {
 	role := pgx.Identifier{appRole}.Sanitize()
 	var schema string
@@ -139,6 +140,7 @@ func grantApp(ctx context.Context, conn execQuerier, appRole string) error {
 	stmts := []string{
 		"GRANT USAGE ON SCHEMA " + pgx.Identifier{schema}.Sanitize() + " TO " + role,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + strings.Join(tables, ", ") + " TO " + role,
+		"GRANT EXECUTE ON FUNCTION " + pgx.Identifier{schema, "picobot_role_binding"}.Sanitize() + "() TO " + role,
 		"GRANT EXECUTE ON FUNCTION " + pgx.Identifier{schema, "picobot_tenant"}.Sanitize() + "() TO " + role,
 	}
 	for _, s := range stmts {

@@ -1,10 +1,12 @@
 // Package postgres is the cluster-mode store.Store on PostgreSQL (pgx/v5).
 //
 // Tenant isolation is enforced by the database: every table has a row-level
-// security policy comparing its tenant column with picobot_tenant(). For a
-// tenant role (one login per tenant, made by TenantRoles) that is the tenant
-// the owner recorded for the role, so nothing a tenant's connection sends can
-// reach another tenant's rows. For a platform role (the gateway's and the
+// security policy comparing its tenant column with what
+// picobot_role_binding() says of the connection's role (migration 0006),
+// which the planner folds into each plan as a constant. For a tenant role
+// (one login per tenant, made by TenantRoles) that is the tenant the owner
+// recorded for the role, so nothing a tenant's connection sends can reach
+// another tenant's rows. For a platform role (the gateway's and the
 // scheduler's, which serve every tenant) it is the transaction-local setting
 // picobot.tenant, which every operation sets first, in the same transaction
 // as its statements (an explicit one, or the implicit transaction of a

@@ -18,11 +18,13 @@ import (
 
 // Tenant roles give each tenant its own PostgreSQL login, so that isolation
 // does not depend on what a tenant's pods send: the row-level security
-// policies compare every row's tenant with picobot_tenant(), which for a
-// tenant role is the tenant recorded for it in tenant_roles (a table only
-// the owner reads or writes), whatever picobot.tenant the client sets. A
+// policies compare every row's tenant with the binding of the connection's
+// role (picobot_role_binding()), which for a tenant role is the tenant
+// recorded for it in tenant_roles (a table only the owner reads or writes),
+// whatever picobot.tenant the client sets. A role's row is written once and
+// never rebound, which lets the planner fold the binding into plans. A
 // tenant role logs in, has DML on the application tables and EXECUTE on
-// picobot_tenant(), and nothing else: NOINHERIT, no CREATEDB or CREATEROLE,
+// picobot_role_binding() and picobot_tenant(), and nothing else: NOINHERIT, no CREATEDB or CREATEROLE,
 // neither superuser nor BYPASSRLS nor REPLICATION, a member of no role and
 // with no members, so SET ROLE leads nowhere.
 

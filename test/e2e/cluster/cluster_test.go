@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,6 +41,9 @@ import (
 
 // image is the runtime image name the pod runner maps to the picobot binary.
 const image = "local/picobot:e2e"
+
+// systemNamespace is the namespace of the gateway (and operator).
+const systemNamespace = "picobot-system"
 
 // stack is everything a cluster-mode test talks to.
 type stack struct {
@@ -202,6 +206,12 @@ func start() (*stack, func(), error) {
 	go func() { _ = s.runner.Run(ctx); close(runDone) }()
 	stops = append(stops, func() { cancel(); <-runDone })
 
+	// The gateway's namespace, where the operator publishes API-key hashes
+	// (the gateway reads no tenant's Secret).
+	_, err = s.cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNamespace}}, metav1.CreateOptions{})
+	if err != nil {
+		return fail(fmt.Errorf("failed to create namespace %s: %w", systemNamespace, err))
+	}
 	// The gateway first: the operator gives session pods its blob grant
 	// service's address.
 	gwLog := filepath.Join(dir, "gateway.log")
@@ -215,7 +225,7 @@ func start() (*stack, func(), error) {
 		if m := blobGrantsRE.FindStringSubmatch(line); m != nil {
 			blobc <- m[1]
 		}
-	}, s.picobot, "gateway", "--addr=127.0.0.1:0", "--blob-addr=127.0.0.1:0", "--reply-timeout=2m")
+	}, s.picobot, "gateway", "--addr=127.0.0.1:0", "--blob-addr=127.0.0.1:0", "--reply-timeout=2m", "--namespace="+systemNamespace)
 	if err != nil {
 		return fail(err)
 	}
@@ -234,7 +244,7 @@ func start() (*stack, func(), error) {
 	s.logs = append(s.logs, opLog)
 	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--allowed-images=registry.example/*", "--browser-image="+browserPodImage,
-		"--session-lease-ttl=3s", "--zap-log-level=info", "--blob-url="+blobURL)
+		"--session-lease-ttl=3s", "--zap-log-level=info", "--blob-url="+blobURL, "--gateway-namespace="+systemNamespace)
 	if err != nil {
 		return fail(err)
 	}

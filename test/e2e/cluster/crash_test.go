@@ -268,7 +268,7 @@ func (gw *campaignGateway) try(t *testing.T) bool {
 		t.Fatal(err)
 	}
 	// No blob grant service: the stack's gateway serves the session pods.
-	gw.cmd = exec.Command(st.picobot, "gateway", "--addr="+gw.addr, "--blob-addr=", "--reply-timeout=2m")
+	gw.cmd = exec.Command(st.picobot, "gateway", "--addr="+gw.addr, "--blob-addr=", "--reply-timeout=2m", "--namespace="+systemNamespace)
 	gw.cmd.Env = append(append(os.Environ(), st.conn...), "KUBECONFIG="+st.env.KubeconfigPath)
 	gw.cmd.Stdout, gw.cmd.Stderr = logf, logf
 	if err := gw.cmd.Start(); err != nil {
