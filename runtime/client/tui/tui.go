@@ -54,6 +54,9 @@ type Model struct {
 
 	conn *client.Conn
 	turn *client.Turn
+	// approval is the exec approval request of the running turn waiting
+	// for the user's y or n.
+	approval *client.Event
 	// sending is set while a message is on its way (turn is nil until the
 	// gateway has it).
 	sending  bool
@@ -178,7 +181,12 @@ type (
 		turn *client.Turn
 		err  error
 	}
-	stopMsg struct{ err error }
+	stopMsg     struct{ err error }
+	approvedMsg struct {
+		code     string
+		answered bool
+		err      error
+	}
 )
 
 func (m Model) dial() tea.Cmd {
@@ -247,6 +255,20 @@ func next(t *client.Turn) tea.Cmd {
 	}
 }
 
+// answer gives the user's answer to an exec approval request.
+func (m Model) answer(code string, approve bool) tea.Cmd {
+	conn, agent, chat := m.conn, m.agent, m.cfg.ChatID
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		if conn == nil {
+			return approvedMsg{code: code, err: client.ErrConnectionLost}
+		}
+		ok, err := conn.Approve(ctx, agent, chat, code, approve)
+		return approvedMsg{code: code, answered: ok, err: err}
+	}
+}
+
 func (m Model) stop() tea.Cmd {
 	conn, agent, chat := m.conn, m.agent, m.cfg.ChatID
 	return func() tea.Msg {
@@ -287,8 +309,16 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case eventMsg:
 		if msg.turn == m.turn {
 			m.log.apply(msg.ev)
-			if msg.ev.Kind == client.KindUsage {
+			switch msg.ev.Kind {
+			case client.KindUsage:
 				m.usage = fmt.Sprintf("%d in / %d out tokens", msg.ev.InputTokens, msg.ev.OutputTokens)
+			case client.KindApproval:
+				ev := msg.ev
+				m.approval = &ev
+			case client.KindApprovalResult:
+				if m.approval != nil && m.approval.Code == msg.ev.Code {
+					m.approval = nil
+				}
 			}
 			cmd = next(m.turn)
 		}
@@ -299,6 +329,13 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case stopMsg:
 		if msg.err != nil {
 			m.errLine = "Could not stop the turn: " + msg.err.Error()
+		}
+	case approvedMsg:
+		switch {
+		case msg.err != nil:
+			m.errLine = "Could not answer approval " + msg.code + ": " + m.describe(msg.err)
+		case !msg.answered:
+			m.errLine = "Approval " + msg.code + " is no longer waiting (answered, timed out, or its turn ended)."
 		}
 	}
 	var icmd tea.Cmd
@@ -323,6 +360,10 @@ func (m Model) key(k tea.KeyMsg) (Model, tea.Cmd, bool) {
 			return m, nil, false // stopped once the send is out
 		}
 		return m, m.stop(), false
+	case m.approval != nil && m.input.Value() == "" && (k.String() == "y" || k.String() == "n"):
+		code := m.approval.Code
+		m.approval = nil
+		return m, m.answer(code, k.String() == "y"), true
 	case k.Type == tea.KeyCtrlO:
 		m.toolsOpen = !m.toolsOpen
 		return m, nil, false
@@ -518,7 +559,7 @@ func (m *Model) sent(msg sentMsg) tea.Cmd {
 }
 
 func (m *Model) ended(err error) tea.Cmd {
-	m.turn, m.stopping = nil, false
+	m.turn, m.stopping, m.approval = nil, false, nil
 	m.log.endStream()
 	switch {
 	case err == nil || errors.Is(err, io.EOF):
