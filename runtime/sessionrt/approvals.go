@@ -41,7 +41,7 @@ func (a approver) Approve(ctx context.Context, req tool.ApprovalRequest) (bool, 
 	}
 	out, err := a.r.approvals.Ask(ctx, a.c.Channel+"/"+a.c.Key, req.Timeout, func(code string) {
 		ev.Code = code
-		a.r.cfg.Reporter.Event(ctx, a.c, a.msgID, turn.Event{Kind: turn.EventApproval, Approval: &ev})
+		a.r.cfg.Reporter.Event(ctx, a.c, a.msgID, turn.Event{Kind: turn.EventApproval, Approval: &ev, Session: req.SessionID})
 		if n, ok := a.r.cfg.Reporter.(Notifier); ok && !protocol.GatewayClient(a.c.Channel) {
 			if err := n.Notify(ctx, a.c, approval.Prompt(code, req.Tool, req.Command, req.Reason, req.Timeout)); err != nil {
 				a.r.cfg.Log.Error("Failed to send the approval request to the chat", "chat", a.c.Key, "err", err)
@@ -53,7 +53,7 @@ func (a approver) Approve(ctx context.Context, req tool.ApprovalRequest) (bool, 
 	}
 	res := ev
 	res.Outcome = string(out)
-	a.r.cfg.Reporter.Event(ctx, a.c, a.msgID, turn.Event{Kind: turn.EventApprovalResult, Approval: &res})
+	a.r.cfg.Reporter.Event(ctx, a.c, a.msgID, turn.Event{Kind: turn.EventApprovalResult, Approval: &res, Session: req.SessionID})
 	a.r.cfg.Log.Info("Exec approval answered", "chat", a.c.Key, "code", ev.Code, "tool", req.Tool, "outcome", out)
 	switch out {
 	case approval.Approved:

@@ -73,6 +73,9 @@ type ApprovalRequest struct {
 	Reason string
 	// Timeout is how long to wait for the answer before it is a denial.
 	Timeout time.Duration
+	// SessionID is the session of the call (Env.SessionID), which clients
+	// see on the request.
+	SessionID string
 }
 
 // Approver asks the user of the running turn to approve a command, in the

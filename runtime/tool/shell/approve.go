@@ -37,7 +37,8 @@ func (c *config) permit(ctx context.Context, env tool.Env, toolName, command str
 		r := tool.Errorf("error: refused: %s, and this turn has no user to ask (a scheduled or stateless run); the command was not run.", d.Reason)
 		return &r, nil
 	}
-	ok, why, err := env.Approver.Approve(ctx, tool.ApprovalRequest{Tool: toolName, Command: command, Reason: d.Reason, Timeout: c.approvals.Timeout})
+	ok, why, err := env.Approver.Approve(ctx, tool.ApprovalRequest{Tool: toolName, Command: command, Reason: d.Reason, Timeout: c.approvals.Timeout,
+		SessionID: env.SessionID})
 	if err != nil {
 		return nil, fmt.Errorf("failed to get an approval for the command: %w", err)
 	}

@@ -125,14 +125,15 @@ func TestExecApprovalsOverWebSocket(t *testing.T) {
 
 	// Approved with the approve frame: the command runs.
 	send("m1", "run A")
-	req, _ := untilEvent(t, ws, "m1", "approval")
+	req, frames := untilEvent(t, ws, "m1", "approval")
+	g.Expect(frames[len(frames)-1]).To(HaveKeyWithValue("session", "web:assistant/"+chat+":default"))
 	g.Expect(req).To(And(HaveKeyWithValue("name", "exec"), HaveKeyWithValue("command", "touch approved-A.txt && echo ran-A"),
 		HaveKeyWithValue("timeout_ms", BeNumerically("==", 3000)), HaveKeyWithValue("reason", ContainSubstring("allowlist")),
 		HaveKeyWithValue("code", MatchRegexp(`^[A-Z2-9]{4}$`))))
 	g.Expect(ranIn(dir, "A")).To(BeFalse(), "nothing runs before the answer")
 	code := req["code"].(string)
 	ws.Write(t, gatewaytest.Frame{"type": "approve", "id": "a1", "agent": "assistant", "chat_id": chat, "code": strings.ToLower(code), "decision": "approve"})
-	frames := ws.Until(t, "m1", "done")
+	frames = ws.Until(t, "m1", "done")
 	g.Expect(final(frames)).To(HavePrefix("model saw: ran-A"))
 	g.Expect(gatewaytest.Event(frames, "approval_result")).To(HaveKeyWithValue("outcome", "approved"))
 	g.Expect(ranIn(dir, "A")).To(BeTrue())
