@@ -51,38 +51,31 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req, false) {
 		return
 	}
-	answered, msg, err := s.answerApproval(r.Context(), Chat{Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID}, req.Code, req.Decision)
-	switch {
-	case msg != "":
-		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
-	case err != nil:
+	answered, err := s.answerApproval(r.Context(), Chat{Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID}, req.Code, req.Decision)
+	if err != nil {
 		s.fail(w, r, err, CodeUnknownSession)
-	default:
-		writeJSON(w, http.StatusOK, map[string]any{"answered": answered, "code": strings.ToUpper(req.Code), "decision": req.Decision})
+		return
 	}
+	writeJSON(w, http.StatusOK, map[string]any{"answered": answered, "code": strings.ToUpper(req.Code), "decision": req.Decision})
 }
 
-// answerApproval checks an answer and gives it to the backend; msg is set
-// for bad input.
-func (s *Server) answerApproval(ctx context.Context, c Chat, code, decision string) (answered bool, msg string, err error) {
+// answerApproval checks an answer (bad input is a bad_request error) and
+// gives it to the backend.
+func (s *Server) answerApproval(ctx context.Context, c Chat, code, decision string) (bool, error) {
 	if err := checkChat(c); err != nil {
-		return false, err.Error(), nil
+		return false, Errorf(CodeBadRequest, "%v", err)
 	}
 	if msg := checkApproval(code, decision); msg != "" {
-		return false, msg, nil
+		return false, Errorf(CodeBadRequest, "%s", msg)
 	}
-	answered, err = s.backend.Approve(ctx, c, code, decision == DecisionApprove)
-	return answered, "", err
+	return s.backend.Approve(ctx, c, code, decision == DecisionApprove)
 }
 
 func (s *Server) wsApprove(ctx context.Context, c *conn, f frame) {
-	answered, msg, err := s.answerApproval(ctx, Chat{Channel: ChannelWeb, Agent: f.Agent, ChatID: f.ChatID}, f.Code, f.Decision)
-	switch {
-	case msg != "":
-		c.fail(f.ID, CodeBadRequest, msg)
-	case err != nil:
+	answered, err := s.answerApproval(ctx, Chat{Channel: ChannelWeb, Agent: f.Agent, ChatID: f.ChatID}, f.Code, f.Decision)
+	if err != nil {
 		s.wsError(c, f, err, CodeUnknownSession)
-	default:
-		c.send(frame{Type: "approval", ID: f.ID, Code: strings.ToUpper(f.Code), Decision: f.Decision, Answered: &answered})
+		return
 	}
+	c.send(frame{Type: "approval", ID: f.ID, Code: strings.ToUpper(f.Code), Decision: f.Decision, Answered: &answered})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/charmbracelet/bubbles/textarea"
 	tea "github.com/charmbracelet/bubbletea"
 
+	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/client"
 )
 
@@ -403,6 +404,14 @@ func (m Model) submit() (Model, tea.Cmd, bool) {
 			return m, nil, false
 		}
 		return m, m.stop(), false
+	case m.busy() && isApprovalAnswer(text):
+		// "/approve K7Q2" typed while the turn waits answers it.
+		m.input.Reset()
+		code, approve, _ := approval.ParseAnswer(text)
+		if m.approval != nil && m.approval.Code == code {
+			m.approval = nil
+		}
+		return m, m.answer(code, approve), false
 	case m.busy():
 		m.errLine = "A reply is still running: wait for it, or press Ctrl+C to stop it."
 		return m, nil, false
@@ -416,6 +425,12 @@ func (m Model) submit() (Model, tea.Cmd, bool) {
 	m.log.add(entry{kind: kind, text: text})
 	m.sending = true
 	return m, m.send(text), false
+}
+
+// isApprovalAnswer reports whether text is "/approve CODE" or "/deny CODE".
+func isApprovalAnswer(text string) bool {
+	_, _, ok := approval.ParseAnswer(text)
+	return ok
 }
 
 // busy says a message is on its way or its reply is running.

@@ -3,6 +3,7 @@ package terminal
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -21,7 +22,7 @@ func TestChatApprovesCommands(t *testing.T) {
 	llm := fakellm.New()
 	defer llm.Close()
 	agent := strings.Replace(embeddedtest.AgentYAML("assistant", llm.URL(), "llm"), `allow: ["calculator", "todo"]`,
-		"allow: [\"exec\"]\n    exec: {ask: always, approvalTimeout: 3s}", 1)
+		"allow: [\"exec\"]\n    exec: {ask: always, approvalTimeout: 5s}", 1)
 	dir := t.TempDir()
 	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(agent), 0o600)).To(Succeed())
 	srv := serve(t, dir, "")
@@ -31,7 +32,7 @@ func TestChatApprovesCommands(t *testing.T) {
 		m, _ := filepath.Glob(filepath.Join(dir, ".picobot", "workspaces", "*", "*", "*", "approved-"+x+".txt"))
 		return len(m) > 0
 	}
-	ask := func(x string) {
+	ask := func(x string) string {
 		llm.Script(
 			fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "exec", Args: `{"command":"touch approved-` + x + `.txt && echo ran-` + x + `"}`}}},
 			fakellm.Turn{Text: "Finished " + x + "."},
@@ -40,9 +41,10 @@ func TestChatApprovesCommands(t *testing.T) {
 		term.typeLine("run " + x)
 		screen := term.waitForText("⚠ Approve this exec command? this agent asks before every command (ask: always).\n" +
 			"  touch approved-" + x + ".txt && echo ran-" + x)
-		g.Expect(screen).To(MatchRegexp(`y approve · n deny \(code [A-Z2-9]{4}; refused without an answer within 3s\)`))
+		g.Expect(screen).To(MatchRegexp(`y approve · n deny \(code [A-Z2-9]{4}; refused without an answer within 5s\)`))
 		g.Expect(screen).To(MatchRegexp(`Approve exec command [A-Z2-9]{4}\? y approve · n deny`))
 		g.Expect(ran(x)).To(BeFalse(), "nothing runs before the answer")
+		return regexp.MustCompile(`echo ran-` + x + `\n  y approve · n deny \(code ([A-Z2-9]{4});`).FindStringSubmatch(screen)[1]
 	}
 
 	ask("Y")
@@ -61,10 +63,16 @@ func TestChatApprovesCommands(t *testing.T) {
 	last := llm.Requests()[len(llm.Requests())-1]
 	g.Expect(last.Messages[len(last.Messages)-1].ToolResults[0].Content).To(ContainSubstring("the user denied it"))
 
+	// "/approve CODE" typed while the turn waits answers it too.
+	code := ask("S")
+	term.typeLine("/approve " + code)
+	term.waitForText("→ ran-S [exit code 0]")
+	g.Expect(ran("S")).To(BeTrue())
+
 	ask("T")
 	term.waitForText("Finished T.")
 	term.keys("C-o") // the whole result
-	term.waitForText("the user did not answer the approval request within 3s")
+	term.waitForText("the user did not answer the approval request within 5s")
 	g.Expect(ran("T")).To(BeFalse())
 	term.keys("C-c")
 	term.waitForText("EXITED rc=0")
