@@ -125,6 +125,15 @@ const (
 	CommandDeny    = "deny"
 )
 
+// CommandOf is the chat command of an answer (CommandApprove or
+// CommandDeny).
+func CommandOf(approve bool) string {
+	if approve {
+		return CommandApprove
+	}
+	return CommandDeny
+}
+
 // ParseAnswer reads a chat message that answers a request: "/approve CODE"
 // or "/deny CODE" (any case, surrounding spaces ignored). ok is false for
 // any other text.

@@ -161,7 +161,7 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		// An answer to an exec approval goes to the waiting turn, not
 		// into the queue behind it.
 		answered := b.approve(ctx, tenant, s.Agent, channel, chat, code, approve)
-		return gateway.Outcome{Command: answerCommand(approve), Text: gateway.ApprovalReply(code, approve, answered)}, nil
+		return gateway.Outcome{Command: approval.CommandOf(approve), Text: gateway.ApprovalReply(code, approve, answered)}, nil
 	}
 	msgID := chat + "/" + s.ID
 	// Subscribing and queueing ride out a Redis restart: both are retried
@@ -328,13 +328,6 @@ func (b *Backend) Approve(ctx context.Context, c gateway.Chat, code string, appr
 		return false, err
 	}
 	return b.approve(ctx, tenant, c.Agent, c.ChannelName(), c.Key(), code, approve), nil
-}
-
-func answerCommand(approve bool) string {
-	if approve {
-		return approval.CommandApprove
-	}
-	return approval.CommandDeny
 }
 
 // Stop implements gateway.Backend: the chat's runtime cancels its turn.

@@ -480,7 +480,7 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		if err != nil {
 			return gateway.Outcome{}, err
 		}
-		return gateway.Outcome{Command: approvalCommand(approve), Text: gateway.ApprovalReply(code, approve, answered)}, nil
+		return gateway.Outcome{Command: approval.CommandOf(approve), Text: gateway.ApprovalReply(code, approve, answered)}, nil
 	}
 	id := c.Key() + "/" + s.ID
 	chat := chatOf(c)
@@ -535,13 +535,6 @@ func (r *Runtime) Approve(ctx context.Context, c gateway.Chat, code string, appr
 		return false, err
 	}
 	return ta.rt.Answer(chatOf(c), code, approve), nil
-}
-
-func approvalCommand(approve bool) string {
-	if approve {
-		return approval.CommandApprove
-	}
-	return approval.CommandDeny
 }
 
 // manager is the dialog service's view of the runtime: the session manager

@@ -40,6 +40,9 @@ func checkApproval(code, decision string) string {
 
 // approvalRequest is the body of POST /api/v1/approvals.
 type approvalRequest struct {
+	// Channel is web (the default) or openai: an OpenAI client's chat
+	// has no other way to answer.
+	Channel  string `json:"channel,omitempty"`
 	Agent    string `json:"agent"`
 	ChatID   string `json:"chat_id"`
 	Code     string `json:"code"`
@@ -51,7 +54,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req, false) {
 		return
 	}
-	answered, err := s.answerApproval(r.Context(), Chat{Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID}, req.Code, req.Decision)
+	answered, err := s.answerApproval(r.Context(), Chat{Channel: req.Channel, Agent: req.Agent, ChatID: req.ChatID}, req.Code, req.Decision)
 	if err != nil {
 		s.fail(w, r, err, CodeUnknownSession)
 		return
