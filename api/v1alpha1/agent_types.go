@@ -114,6 +114,14 @@ type ToolsSpec struct {
 	// +optional
 	FS *FSToolsSpec `json:"fs,omitempty"`
 
+	// exec decides which commands bash, exec and pty may run without asking
+	// the user (the exec approvals of the reference: security, ask and an
+	// allowlist). Without it every command runs (security full, ask off);
+	// well-known destructive commands (rm -rf /, fork bombs, writes to
+	// block devices, mkfs) are refused in every mode.
+	// +optional
+	Exec *ExecToolsSpec `json:"exec,omitempty"`
+
 	// clientTools says whether OpenAI-compatible clients may declare their
 	// own function tools (the tools of POST /v1/chat/completions): the
 	// model is offered them beside the agent's, and a call of one is
@@ -134,6 +142,74 @@ type FSToolsSpec struct {
 	// +listMapKey=path
 	// +kubebuilder:validation:MaxItems=32
 	AllowedPaths []AllowedPath `json:"allowedPaths,omitempty"`
+}
+
+// ExecSecurity is how much the shell tools may run.
+// +kubebuilder:validation:Enum=deny;allowlist;full
+type ExecSecurity string
+
+// Exec security modes.
+const (
+	// ExecSecurityDeny refuses every command.
+	ExecSecurityDeny ExecSecurity = "deny"
+	// ExecSecurityAllowlist runs what the allowlist matches; other commands
+	// are asked about or refused, as ask says.
+	ExecSecurityAllowlist ExecSecurity = "allowlist"
+	// ExecSecurityFull runs every command.
+	ExecSecurityFull ExecSecurity = "full"
+)
+
+// ExecAsk is when the user is asked before a command runs.
+// +kubebuilder:validation:Enum=off;on-miss;always
+type ExecAsk string
+
+// Exec ask modes.
+const (
+	// ExecAskOff never asks: what security does not run is refused.
+	ExecAskOff ExecAsk = "off"
+	// ExecAskOnMiss asks for commands the allowlist does not match.
+	ExecAskOnMiss ExecAsk = "on-miss"
+	// ExecAskAlways asks for every command.
+	ExecAskAlways ExecAsk = "always"
+)
+
+// ExecToolsSpec is the exec approval policy of the shell tools. A command
+// that needs an answer is shown to the user in the chat the turn belongs
+// to (web UI and terminal: Approve/Deny; chat platforms: a message with a
+// short code to answer with /approve CODE or /deny CODE) and is refused
+// when no answer comes within approvalTimeout.
+// +kubebuilder:validation:XValidation:rule="!has(self.allowlist) || size(self.allowlist) == 0 || self.security == 'allowlist'",message="allowlist is used only with security: allowlist"
+type ExecToolsSpec struct {
+	// security is deny (no command runs), allowlist (commands the
+	// allowlist matches run) or full (every command runs; the default).
+	// +optional
+	// +kubebuilder:default=full
+	Security ExecSecurity `json:"security,omitempty"`
+
+	// ask is off (never ask: what security does not run is refused;
+	// the default), on-miss (ask about commands the allowlist does not
+	// match) or always (ask about every command).
+	// +optional
+	// +kubebuilder:default=off
+	Ask ExecAsk `json:"ask,omitempty"`
+
+	// allowlist are command patterns, * standing for any text ("git
+	// status", "git *", "python3 scripts/*"). A command line matches when
+	// each of its simple commands (split at |, ||, && and ;) matches a
+	// pattern; a line with $(...), backticks, redirections or & matches
+	// none.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	Allowlist []string `json:"allowlist,omitempty"`
+
+	// approvalTimeout is how long a command waits for the user's answer
+	// before it is refused; 2m when omitted.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="approvalTimeout must be a duration such as 30s or 2m, from 1s to 1h"
+	ApprovalTimeout *Duration `json:"approvalTimeout,omitempty"`
 }
 
 // FSAccess is how a tool may use an allowed path.

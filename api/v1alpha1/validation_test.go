@@ -369,6 +369,32 @@ func TestCreateValidation(t *testing.T) {
 			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{FS: &picobotv1alpha1.FSToolsSpec{AllowedPaths: []picobotv1alpha1.AllowedPath{{Path: "/srv", Access: "Execute"}}}}
 			return a
 		}, `spec.tools.fs.allowedPaths[0].access: Unsupported value: "Execute": supported values: "ReadOnly", "ReadWrite"`},
+		{"exec approvals", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Exec: &picobotv1alpha1.ExecToolsSpec{Security: picobotv1alpha1.ExecSecurityAllowlist,
+				Ask: picobotv1alpha1.ExecAskOnMiss, Allowlist: []string{"git *", "ls"}, ApprovalTimeout: picobotv1alpha1.NewDuration(time.Minute)}}
+			return a
+		}, ""},
+		{"exec unknown security", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Exec: &picobotv1alpha1.ExecToolsSpec{Security: "sandbox"}}
+			return a
+		}, `spec.tools.exec.security: Unsupported value: "sandbox": supported values: "deny", "allowlist", "full"`},
+		{"exec unknown ask", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Exec: &picobotv1alpha1.ExecToolsSpec{Ask: "sometimes"}}
+			return a
+		}, `spec.tools.exec.ask: Unsupported value: "sometimes": supported values: "off", "on-miss", "always"`},
+		{"exec allowlist without security allowlist", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Exec: &picobotv1alpha1.ExecToolsSpec{Ask: picobotv1alpha1.ExecAskOnMiss, Allowlist: []string{"git *"}}}
+			return a
+		}, "spec.tools.exec: Invalid value: allowlist is used only with security: allowlist"},
+		{"exec approval timeout too long", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Exec: &picobotv1alpha1.ExecToolsSpec{ApprovalTimeout: picobotv1alpha1.NewDuration(2 * time.Hour)}}
+			return a
+		}, `spec.tools.exec.approvalTimeout: Invalid value: "2h0m0s": approvalTimeout must be a duration such as 30s or 2m, from 1s to 1h`},
 		{"profile without label", func() client.Object {
 			p := validProfile()
 			p.Spec.Label = ""
@@ -429,6 +455,12 @@ func TestDefaults(t *testing.T) {
 	g.Expect(*a.Spec.Runtime.WarmPool).To(Equal(int32(0)))
 	g.Expect(*a.Spec.Memory.TimelineRetentionDays).To(Equal(int32(90)))
 	g.Expect(*a.Spec.Memory.Enabled).To(BeTrue())
+
+	e := validAgent()
+	e.Spec.Tools = &picobotv1alpha1.ToolsSpec{Exec: &picobotv1alpha1.ExecToolsSpec{}}
+	g.Expect(k8s.Create(ctx, e)).To(Succeed())
+	g.Expect(e.Spec.Tools.Exec.Security).To(Equal(picobotv1alpha1.ExecSecurityFull))
+	g.Expect(e.Spec.Tools.Exec.Ask).To(Equal(picobotv1alpha1.ExecAskOff))
 
 	c := validCronJob()
 	g.Expect(k8s.Create(ctx, c)).To(Succeed())

@@ -36,6 +36,7 @@ import (
 	"github.com/picobot/picobot/runtime/tool/builtin"
 	"github.com/picobot/picobot/runtime/tool/llmtask"
 	"github.com/picobot/picobot/runtime/tool/policy"
+	"github.com/picobot/picobot/runtime/tool/shell"
 )
 
 // Mode says where an agent runs.
@@ -246,7 +247,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err != nil {
 		return fail(err)
 	}
-	tools, err := builtinTools(a, prov, providerName, modelName)
+	tools, err := builtinTools(a, pol, prov, providerName, modelName)
 	if err != nil {
 		return fail(err)
 	}
@@ -283,13 +284,22 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 
 // builtinTools returns the built-in tools, their llm_task on the agent's own
 // model chain and the file and shell tools confined to what the Agent's
-// spec.tools.fs.allowedPaths opens.
-func builtinTools(a *picobotv1alpha1.Agent, prov llm.Provider, providerName, modelName string) (*builtin.Set, error) {
+// spec.tools.fs.allowedPaths opens, the shell tools under its exec approval
+// policy (spec.tools.exec), exec in the foreground when process is denied.
+func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, prov llm.Provider, providerName, modelName string) (*builtin.Set, error) {
 	var fsSpec *picobotv1alpha1.FSToolsSpec
 	if a.Spec.Tools != nil {
 		fsSpec = a.Spec.Tools.FS
 	}
 	fsOpts, shellOpts := builtin.AllowedPaths(fsSpec)
+	execPolicy := agentspec.ExecPolicy(a)
+	if err := execPolicy.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid spec.tools.exec: %w", err)
+	}
+	shellOpts = append(shellOpts, shell.WithApprovals(execPolicy))
+	if !policy.Allowed(pol, "process") {
+		shellOpts = append(shellOpts, shell.ExecForeground())
+	}
 	return builtin.New(builtin.Config{LLMTask: &llmtask.Config{DefaultProvider: providerName, DefaultModel: modelName,
 		Resolve: func(string, string) (llm.Provider, error) { return prov, nil }}, FS: fsOpts, Shell: shellOpts})
 }

@@ -2,6 +2,7 @@ package agentspec
 
 import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
@@ -31,4 +32,18 @@ func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
 		spec.Deny = append(spec.Deny, "delegate")
 	}
 	return spec
+}
+
+// ExecPolicy converts the Agent's spec.tools.exec into the shell tools'
+// approval policy (security full, ask off when unset).
+func ExecPolicy(a *picobotv1alpha1.Agent) approval.Policy {
+	if a.Spec.Tools == nil || a.Spec.Tools.Exec == nil {
+		return approval.Policy{Security: approval.SecurityFull, Ask: approval.AskOff}
+	}
+	e := a.Spec.Tools.Exec
+	p := approval.Policy{Security: approval.Security(e.Security), Ask: approval.Ask(e.Ask), Allowlist: e.Allowlist}
+	if e.ApprovalTimeout != nil {
+		p.Timeout = e.ApprovalTimeout.Duration
+	}
+	return p
 }

@@ -25,6 +25,11 @@ const (
 	KindUsage      = "usage"
 	KindFinal      = "final"
 	KindCommand    = "command"
+	// KindApproval asks the user to approve a command (Code, Name,
+	// Command, Reason, TimeoutMS); answer it with Conn.Approve.
+	// KindApprovalResult says how it ended (Code, Outcome).
+	KindApproval       = "approval"
+	KindApprovalResult = "approval_result"
 )
 
 // readLimit bounds one server frame (tool results can be large).
@@ -61,6 +66,14 @@ type Event struct {
 	// Token counts of a usage event.
 	InputTokens  int `json:"input_tokens,omitempty"`
 	OutputTokens int `json:"output_tokens,omitempty"`
+	// Exec approvals: the request's code, command, why the user is asked
+	// and how long it waits (approval; Name is the tool), and how it ended
+	// (approval_result: approved, denied or timed_out).
+	Code      string `json:"code,omitempty"`
+	Command   string `json:"command,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	Outcome   string `json:"outcome,omitempty"`
 
 	// Session is the session id the frame named ("" when it named none).
 	Session string `json:"-"`
@@ -93,6 +106,9 @@ type frame struct {
 	Code    string          `json:"code,omitempty"`
 	Message string          `json:"message,omitempty"`
 	Stopped *bool           `json:"stopped,omitempty"`
+	// Decision and Answered of approve and approval frames.
+	Decision string `json:"decision,omitempty"`
+	Answered *bool  `json:"answered,omitempty"`
 }
 
 // Conn is a WebSocket connection to the gateway. Several turns may run on it
@@ -218,29 +234,57 @@ func (c *Conn) Stop(ctx context.Context, agent, chatID string) (bool, error) {
 	if err := errors.Join(CheckName("agent", agent), CheckName("chat id", chatID)); err != nil {
 		return false, err
 	}
-	id := NewID()
+	f, err := c.call(ctx, frame{Type: "stop", Agent: agent, ChatID: chatID})
+	if err != nil {
+		return false, fmt.Errorf("failed to stop chat %q: %w", chatID, err)
+	}
+	return f.Stopped != nil && *f.Stopped, nil
+}
+
+// Approve answers the exec approval request with code of the chat's running
+// turn: approve runs the command, !approve refuses it. It returns whether a
+// turn of the chat was waiting on that code.
+func (c *Conn) Approve(ctx context.Context, agent, chatID, code string, approve bool) (bool, error) {
+	if err := errors.Join(CheckName("agent", agent), CheckName("chat id", chatID)); err != nil {
+		return false, err
+	}
+	decision := "deny"
+	if approve {
+		decision = "approve"
+	}
+	f, err := c.call(ctx, frame{Type: "approve", Agent: agent, ChatID: chatID, Code: code, Decision: decision})
+	if err != nil {
+		return false, fmt.Errorf("failed to answer approval %q: %w", code, err)
+	}
+	return f.Answered != nil && *f.Answered, nil
+}
+
+// call sends a request answered by one frame (stop, approve) and returns
+// that frame; an error frame is returned as an *Error.
+func (c *Conn) call(ctx context.Context, req frame) (frame, error) {
+	req.ID = NewID()
 	reply := make(chan frame, 1)
 	c.mu.Lock()
-	c.calls[id] = reply
+	c.calls[req.ID] = reply
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		delete(c.calls, id)
+		delete(c.calls, req.ID)
 		c.mu.Unlock()
 	}()
-	if err := c.write(ctx, frame{Type: "stop", ID: id, Agent: agent, ChatID: chatID}); err != nil {
-		return false, fmt.Errorf("failed to send stop for chat %q: %w", chatID, err)
+	if err := c.write(ctx, req); err != nil {
+		return frame{}, err
 	}
 	select {
 	case f := <-reply:
 		if f.Type == "error" {
-			return false, &Error{Code: f.Code, Message: f.Message}
+			return frame{}, &Error{Code: f.Code, Message: f.Message}
 		}
-		return f.Stopped != nil && *f.Stopped, nil
+		return f, nil
 	case <-c.done:
-		return false, c.Err()
+		return frame{}, c.Err()
 	case <-ctx.Done():
-		return false, fmt.Errorf("no answer to stop for chat %q: %w", chatID, ctx.Err())
+		return frame{}, fmt.Errorf("no answer: %w", ctx.Err())
 	}
 }
 

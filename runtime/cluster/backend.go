@@ -15,12 +15,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/artifact"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/dialog"
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/sessionrt"
@@ -160,6 +162,12 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 			text = "Nothing is running."
 		}
 		return gateway.Outcome{Command: "stop", Text: text}, nil
+	}
+	if code, approve, ok := approval.ParseAnswer(s.Text); ok {
+		// An answer to an exec approval goes to the waiting turn, not
+		// into the queue behind it.
+		answered := b.approve(ctx, tenant, s.Agent, channel, chat, code, approve)
+		return gateway.Outcome{Command: approval.CommandOf(approve), Text: gateway.ApprovalReply(code, approve, answered)}, nil
 	}
 	msgID := chat + "/" + s.ID
 	// Subscribing and queueing ride out a Redis restart: both are retried
@@ -302,6 +310,32 @@ func (b *Backend) stop(ctx context.Context, tenant, agentName, channel, chat str
 	return b.sig.publish(ctx, controlChannel(tenant, agentName, channel, chat), protocol.Frame{Kind: protocol.FrameStop}) == nil
 }
 
+// approve sends an approval answer to the runtime serving the chat, over the
+// control channel a stop takes. It reports whether a turn of the chat runs
+// and a runtime received the answer; the runtime's approval_result event
+// says whether the code was waiting.
+func (b *Backend) approve(ctx context.Context, tenant, agentName, channel, chat, code string, approve bool) bool {
+	running, _ := b.sig.owned(ctx, runningKey(tenant, agentName, channel, chat))
+	if !running {
+		return false
+	}
+	n, err := b.sig.publishCount(ctx, controlChannel(tenant, agentName, channel, chat),
+		protocol.Frame{Kind: protocol.FrameApprove, Approval: &protocol.ApprovalAnswer{Code: code, Approve: approve}})
+	return err == nil && n > 0
+}
+
+// Approve implements gateway.Backend.
+func (b *Backend) Approve(ctx context.Context, c gateway.Chat, code string, approve bool) (bool, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := b.known(ctx, tenant, c.Agent); err != nil {
+		return false, err
+	}
+	return b.approve(ctx, tenant, c.Agent, c.ChannelName(), c.Key(), code, approve), nil
+}
+
 // Stop implements gateway.Backend: the chat's runtime cancels its turn.
 func (b *Backend) Stop(ctx context.Context, c gateway.Chat) (bool, error) {
 	tenant, err := store.TenantFrom(ctx)
@@ -374,6 +408,13 @@ func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbo
 	// A platform chat is one chat of the agent's channel: the session is
 	// "<channel>:<platform chat id>:<dialog>".
 	chat := in.ChatID
+	if code, approve, ok := approval.ParseAnswer(in.Text); ok {
+		// Answered at once, not queued behind the turn waiting for it;
+		// the confirmation goes back like a reply.
+		answered := b.approve(ctx, tenant, agentName, in.Channel, chat, code, approve)
+		return QueueReply(ctx, b.cfg.Bus, tenant, outbound.Message{Agent: agentName, Target: in.Channel + ":" + chat,
+			Text: gateway.ApprovalReply(code, approve, answered), Stored: true})
+	}
 	id := in.Channel + "/" + in.ChatID + "/" + in.MessageID
 	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: id, Channel: in.Channel, ChatKey: chat, Text: in.Text})
 	if err != nil {

@@ -25,6 +25,16 @@ func (s signals) publish(ctx context.Context, channel string, f protocol.Frame) 
 	return s.rdb.Publish(ctx, channel, b).Err()
 }
 
+// publishCount sends a frame on a channel and returns how many subscribers
+// received it.
+func (s signals) publishCount(ctx context.Context, channel string, f protocol.Frame) (int64, error) {
+	b, err := protocol.EncodeFrame(f)
+	if err != nil {
+		return 0, err
+	}
+	return s.rdb.Publish(ctx, channel, b).Result()
+}
+
 // received is a frame read from a channel, or why it could not be read
 // (a frame of a newer version: Frame then holds its message id).
 type received struct {

@@ -270,10 +270,13 @@ func (r strategy) Keep(ctx context.Context, c sessionrt.Chat) (context.Context, 
 		for e := range events {
 			// A stop from a newer gateway (e.Err says its version is
 			// unknown) still names what it asks.
-			if e.Kind == protocol.FrameStop {
+			switch {
+			case e.Kind == protocol.FrameStop:
 				if _, err := r.rt.Stop(held, c); err != nil {
 					r.cfg.Log.Error("Failed to stop the chat's turn", "chat", c.Key, "err", err)
 				}
+			case e.Kind == protocol.FrameApprove && e.Approval != nil && e.Err == nil:
+				r.rt.Answer(c, e.Approval.Code, e.Approval.Approve)
 			}
 		}
 	})
@@ -350,6 +353,14 @@ func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out 
 			r.cfg.Log.Error("Failed to queue the reply for delivery", "chat", c.Key, "err", err)
 		}
 	}
+}
+
+// Notify implements sessionrt.Notifier: a chat platform's chat gets the
+// message through the gateway's outbound dispatcher, like a reply (an exec
+// approval request).
+func (r strategy) Notify(ctx context.Context, c sessionrt.Chat, text string) error {
+	return QueueReply(ctx, r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent, Target: c.Channel + ":" + c.Key,
+		Text: text, Stored: true})
 }
 
 // publish sends a frame on the chat's event channel.

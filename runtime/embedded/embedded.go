@@ -31,6 +31,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/artifact"
 	"github.com/picobot/picobot/runtime/blob/localblob"
 	"github.com/picobot/picobot/runtime/bus"
@@ -474,6 +475,15 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		}
 		return gateway.Outcome{Command: "stop", Text: text}, nil
 	}
+	if code, approve, ok := approval.ParseAnswer(s.Text); ok {
+		// An answer to an exec approval must reach the turn waiting for
+		// it, not queue behind it.
+		answered, err := r.Approve(ctx, c, code, approve)
+		if err != nil {
+			return gateway.Outcome{}, err
+		}
+		return gateway.Outcome{Command: approval.CommandOf(approve), Text: gateway.ApprovalReply(code, approve, answered)}, nil
+	}
 	id := c.Key() + "/" + s.ID
 	chat := chatOf(c)
 	key := ta.waiterKey(chat, id)
@@ -517,6 +527,16 @@ func (r *Runtime) Stop(ctx context.Context, c gateway.Chat) (bool, error) {
 		return false, fmt.Errorf("failed to stop chat %s: %w", c.Key(), err)
 	}
 	return stopped, nil
+}
+
+// Approve implements gateway.Backend: the answer goes to the chat's turn
+// waiting on the exec approval request with code.
+func (r *Runtime) Approve(ctx context.Context, c gateway.Chat, code string, approve bool) (bool, error) {
+	_, ta, err := r.scope(ctx, c.Agent)
+	if err != nil {
+		return false, err
+	}
+	return ta.rt.Answer(chatOf(c), code, approve), nil
 }
 
 // manager is the dialog service's view of the runtime: the session manager

@@ -2,10 +2,13 @@ package embedded
 
 import (
 	"context"
+	"errors"
 
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/sessionrt"
+	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -123,4 +126,20 @@ func (ta *tenantAgent) waiterKey(c sessionrt.Chat, msgID string) string {
 // chatOf is the session runtime's chat of a gateway chat.
 func chatOf(c gateway.Chat) sessionrt.Chat {
 	return sessionrt.Chat{Channel: c.ChannelName(), Key: c.Key()}
+}
+
+// Notify implements sessionrt.Notifier: a chat platform's chat gets the
+// message through the outbound dispatcher (an exec approval request). The
+// text is not added to the session: it is a question to the user, not the
+// agent's answer.
+func (p reporter) Notify(ctx context.Context, c sessionrt.Chat, text string) error {
+	p.r.mu.Lock()
+	disp := p.r.disp
+	p.r.mu.Unlock()
+	if disp == nil {
+		return errors.New("chat platform channels are not served")
+	}
+	_, err := disp.Deliver(store.WithTenant(ctx, p.ta.tenant), outbound.Message{Agent: p.ta.agent, Target: c.Channel + ":" + c.Key,
+		Text: text, Stored: true})
+	return err
 }

@@ -92,6 +92,10 @@ type Backend interface {
 	// Stop cancels the chat's running turn and drops its queued messages;
 	// it reports whether a turn was running.
 	Stop(ctx context.Context, c Chat) (bool, error)
+	// Approve answers the exec approval request with code of the chat's
+	// running turn (approve or deny); it reports whether a turn of the
+	// chat was waiting on that code.
+	Approve(ctx context.Context, c Chat, code string, approve bool) (bool, error)
 	// Messages returns the last messages of a session.
 	Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error)
 	// Artifact opens a stored artifact.
@@ -281,6 +285,7 @@ func (s *Server) routes() {
 	api("GET /api/v1/ws", s.ws)
 	api("POST /api/v1/send", s.send)
 	api("POST /api/v1/stop", s.stop)
+	api("POST /api/v1/approvals", s.approve)
 	api("GET /api/v1/sessions", s.listDialogs) // the list of docs/protocol.md v1; same as GET /api/v1/dialogs
 	api("GET /api/v1/sessions/{id}/messages", s.messages)
 	api("GET /api/v1/artifacts/{id}", s.artifact)

@@ -46,6 +46,10 @@ type frame struct {
 	Dialog   *Dialog   `json:"dialog,omitempty"`
 	Dialogs  *[]Dialog `json:"dialogs,omitempty"`
 	Stopped  *bool     `json:"stopped,omitempty"`
+	// Exec approvals: the answer (approve frame) and its result (approval
+	// frame); Code is the request's code there.
+	Decision string `json:"decision,omitempty"`
+	Answered *bool  `json:"answered,omitempty"`
 	// RetryAfterMS is set on rate_limited errors.
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
@@ -63,6 +67,14 @@ type eventBody struct {
 	// Attachments are the files of a tool_result or final event (references
 	// only: clients fetch GET /api/v1/artifacts/{id}).
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// Approval events: the request's code, the command, why the user is
+	// asked and how long it waits (approval), how it ended
+	// (approval_result); Name is the tool.
+	Code      string `json:"code,omitempty"`
+	Command   string `json:"command,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	Outcome   string `json:"outcome,omitempty"`
 }
 
 // Attachment is a file shown with a turn event or a send's reply, as
@@ -108,6 +120,11 @@ func toEventBody(e turn.Event) *eventBody {
 			IsError: e.ToolResult.IsError, Attachments: toAttachments(e.Attachments)}
 	case turn.EventUsage:
 		return &eventBody{Kind: string(e.Kind), InputTokens: e.Usage.InputTokens, OutputTokens: e.Usage.OutputTokens}
+	case turn.EventApproval, turn.EventApprovalResult:
+		if a := e.Approval; a != nil {
+			return &eventBody{Kind: string(e.Kind), Code: a.Code, Name: a.Tool, Command: a.Command, Reason: a.Reason,
+				TimeoutMS: a.TimeoutMS, Outcome: a.Outcome}
+		}
 	}
 	return nil // compressed and future kinds are internal
 }
@@ -183,6 +200,8 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			s.wsStop(ctx, c, f)
 		case f.Type == "dialog":
 			s.wsDialog(ctx, c, f)
+		case f.Type == "approve":
+			s.wsApprove(ctx, c, f)
 		case f.Type == "send":
 			if msg := validateSend(f); msg != "" {
 				c.fail(f.ID, CodeBadRequest, msg)
@@ -192,7 +211,7 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			c.send(frame{Type: "ack", ID: f.ID})
 			turns.Go(func() { s.turn(ctx, c, f) })
 		default:
-			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown frame type %q (want send, stop or dialog)", f.Type))
+			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown frame type %q (want send, stop, dialog or approve)", f.Type))
 		}
 	}
 }

@@ -76,11 +76,20 @@ const (
 	// FrameStop asks the runtime serving a chat to stop its turn (on the
 	// chat's control channel).
 	FrameStop = "stop"
+	// FrameApprove answers an exec approval request of the chat's running
+	// turn (on the chat's control channel): Approval is set.
+	FrameApprove = "approve"
 )
+
+// ApprovalAnswer is the user's answer to an exec approval request.
+type ApprovalAnswer struct {
+	Code    string `json:"code"`
+	Approve bool   `json:"approve"`
+}
 
 // Frame is one message on a chat's event channel (the session runtime's
 // turn events and outcome, relayed by the gateway to the client) or control
-// channel (a stop).
+// channel (a stop, an approval answer).
 type Frame struct {
 	// V is the wire version (FrameVersion when written by this build).
 	V int `json:"v"`
@@ -98,6 +107,8 @@ type Frame struct {
 	Message      string `json:"message,omitempty"`
 	Status       int    `json:"status,omitempty"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	// Approval is set on approve.
+	Approval *ApprovalAnswer `json:"approval,omitempty"`
 }
 
 // EncodeFrame returns the payload of a frame, stamped with FrameVersion.

@@ -151,6 +151,9 @@ type Inbound struct {
 	Text      string
 	Stream    bool
 	Sink      func(turn.Event)
+	// Approver asks the message's user to approve commands (exec
+	// approvals); nil when there is no user to ask.
+	Approver tool.Approver
 }
 
 // PromptInput is what a Config.Prompt sees of the turn it extends.
@@ -319,7 +322,7 @@ func (m *Manager) run(ctx context.Context, t *pending, in Inbound) {
 	t.files = m.newTurnFiles(ctx, t.sid, in.Sink)
 	t.out, t.err = m.cfg.Loop.Run(t.ctx, agent.Input{
 		System: t.system, History: t.history, Stream: in.Stream, Sink: t.files.emit,
-		Env:        tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent},
+		Env:        tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent, Approver: in.Approver},
 		Checkpoint: func(_ context.Context, msg llm.Message) error { return m.checkpoint(ctx, t, msg) },
 		StepsDone:  t.stepsDone,
 	})

@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/protocol"
@@ -145,6 +146,8 @@ type DeadLetter struct {
 // Runtime serves the chats of one agent of one tenant.
 type Runtime struct {
 	cfg Config
+	// approvals holds the exec approval requests of the running turns.
+	approvals *approval.Broker
 }
 
 // New returns a Runtime.
@@ -165,7 +168,7 @@ func New(cfg Config) *Runtime {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("tenant", cfg.Tenant, "agent", cfg.Agent)
-	return &Runtime{cfg: cfg}
+	return &Runtime{cfg: cfg, approvals: approval.NewBroker()}
 }
 
 // Stream is the inbound stream of a chat.
@@ -338,7 +341,8 @@ func (r *Runtime) handle(ctx context.Context, c Chat, msgID, text string) (sessi
 	var backoff time.Duration
 	for {
 		reply, err := r.cfg.Manager.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, MessageID: msgID, Text: text,
-			Stream: true, Sink: func(e turn.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) }})
+			Stream: true, Sink: func(e turn.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) },
+			Approver: approver{r: r, c: c, msgID: msgID}})
 		var wait time.Duration
 		switch {
 		case errors.Is(err, session.ErrBusy):

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -57,6 +58,33 @@ type Env struct {
 	SessionID string
 	// Agent is the name of the agent running the call.
 	Agent string
+	// Approver asks the turn's user whether a command may run (exec
+	// approvals); nil when the turn has no user to ask (a stateless
+	// OpenAI-compatible turn, a scheduled run), and a command that needs
+	// an answer is then refused.
+	Approver Approver
+}
+
+// ApprovalRequest is a command a tool wants the user to approve.
+type ApprovalRequest struct {
+	// Tool is the tool that would run the command (bash, exec, pty).
+	Tool, Command string
+	// Reason says why the user is asked ("not in the allowlist").
+	Reason string
+	// Timeout is how long to wait for the answer before it is a denial.
+	Timeout time.Duration
+	// SessionID is the session of the call (Env.SessionID), which clients
+	// see on the request.
+	SessionID string
+}
+
+// Approver asks the user of the running turn to approve a command, in the
+// chat the turn belongs to, and waits for the answer.
+type Approver interface {
+	// Approve returns whether the user approved; when not, why says what
+	// happened ("denied by the user", "no answer within 2m0s"). err is set
+	// when the turn ended while waiting.
+	Approve(ctx context.Context, req ApprovalRequest) (approved bool, why string, err error)
 }
 
 // Resolve turns a path argument into an absolute path, relative ones against

@@ -26,6 +26,10 @@ const (
 	EventUsage      EventKind = "usage"       // tokens of one model call
 	EventCompressed EventKind = "compressed"  // history was compressed
 	EventFinal      EventKind = "final"       // the final answer
+	// EventApproval asks the user to approve a command before it runs;
+	// EventApprovalResult says how the request ended.
+	EventApproval       EventKind = "approval"
+	EventApprovalResult EventKind = "approval_result"
 )
 
 // Event is one thing that happened during a turn.
@@ -36,6 +40,8 @@ type Event struct {
 	ToolCall   *llm.ToolCall `json:"tool_call,omitempty"`
 	ToolResult *ToolResult   `json:"tool_result,omitempty"`
 	Usage      *llm.Usage    `json:"usage,omitempty"`
+	// Approval is set on approval and approval_result events.
+	Approval *Approval `json:"approval,omitempty"`
 	// Attachments are the stored files shown with a tool_result (the files
 	// its tool presented) or a final event (every file of the turn). The
 	// loop stores nothing and leaves it empty; the session runtime fills it
@@ -71,6 +77,20 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		e.ToolResult = v.LegacyToolResult
 	}
 	return nil
+}
+
+// Approval is a command waiting for the user's approval (exec approvals):
+// the user answers with its Code in the chat the turn belongs to.
+type Approval struct {
+	Code    string `json:"code"`
+	Tool    string `json:"tool"`
+	Command string `json:"command"`
+	// Reason says why the user is asked.
+	Reason string `json:"reason,omitempty"`
+	// TimeoutMS is how long the request waits before it is a denial.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Outcome is set on approval_result: approved, denied or timed_out.
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // ToolResult is a finished tool call as the client sees it.

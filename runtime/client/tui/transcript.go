@@ -1,7 +1,9 @@
 package tui
 
 import (
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
@@ -19,6 +21,7 @@ const (
 	entryCommand // a slash command's reply
 	entryNote    // the client's own remarks (stopped, reconnected, ...)
 	entryError   // an error the gateway reported for a turn
+	entryApproval
 )
 
 // entry is one item of the transcript.
@@ -97,6 +100,12 @@ func (t *transcript) apply(e client.Event) {
 	case client.KindCommand:
 		t.endStream()
 		t.add(entry{kind: entryCommand, text: e.Text})
+	case client.KindApproval:
+		t.endStream()
+		t.add(entry{kind: entryApproval, text: fmt.Sprintf("⚠ Approve this %s command? %s.\n  %s\n  y approve · n deny (code %s; refused without an answer within %s)",
+			e.Name, e.Reason, e.Command, e.Code, time.Duration(e.TimeoutMS)*time.Millisecond)})
+	case client.KindApprovalResult:
+		t.add(entry{kind: entryNote, text: approvalOutcome(e.Code, e.Outcome)})
 	case client.KindUsage:
 		// shown in the status line
 	default:
@@ -106,6 +115,17 @@ func (t *transcript) apply(e client.Event) {
 			t.add(entry{kind: entryNote, text: "[" + e.Kind + "] " + e.Text})
 		}
 	}
+}
+
+// approvalOutcome says how an approval request ended.
+func approvalOutcome(code, outcome string) string {
+	switch outcome {
+	case "approved":
+		return "✓ Approved " + code + ": the command runs."
+	case "timed_out":
+		return "⌛ No answer to " + code + " in time: the command was refused."
+	}
+	return "✗ Denied " + code + ": the command was not run."
 }
 
 // tool finds the latest tool entry of a call id.
@@ -197,6 +217,8 @@ func (e *entry) render(lk look) string {
 		return styleDim.Italic(true).Render(wrap(e.text, width)) + "\n"
 	case entryError:
 		return styleError.Render(wrap("✗ "+e.text, width)) + "\n"
+	case entryApproval:
+		return styleSelected.Render(wrap(e.text, width)) + "\n"
 	}
 	return ""
 }

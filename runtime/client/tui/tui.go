@@ -17,6 +17,7 @@ import (
 	"github.com/charmbracelet/bubbles/textarea"
 	tea "github.com/charmbracelet/bubbletea"
 
+	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/client"
 )
 
@@ -54,6 +55,9 @@ type Model struct {
 
 	conn *client.Conn
 	turn *client.Turn
+	// approval is the exec approval request of the running turn waiting
+	// for the user's y or n.
+	approval *client.Event
 	// sending is set while a message is on its way (turn is nil until the
 	// gateway has it).
 	sending  bool
@@ -178,7 +182,12 @@ type (
 		turn *client.Turn
 		err  error
 	}
-	stopMsg struct{ err error }
+	stopMsg     struct{ err error }
+	approvedMsg struct {
+		code     string
+		answered bool
+		err      error
+	}
 )
 
 func (m Model) dial() tea.Cmd {
@@ -247,6 +256,20 @@ func next(t *client.Turn) tea.Cmd {
 	}
 }
 
+// answer gives the user's answer to an exec approval request.
+func (m Model) answer(code string, approve bool) tea.Cmd {
+	conn, agent, chat := m.conn, m.agent, m.cfg.ChatID
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		if conn == nil {
+			return approvedMsg{code: code, err: client.ErrConnectionLost}
+		}
+		ok, err := conn.Approve(ctx, agent, chat, code, approve)
+		return approvedMsg{code: code, answered: ok, err: err}
+	}
+}
+
 func (m Model) stop() tea.Cmd {
 	conn, agent, chat := m.conn, m.agent, m.cfg.ChatID
 	return func() tea.Msg {
@@ -287,8 +310,16 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case eventMsg:
 		if msg.turn == m.turn {
 			m.log.apply(msg.ev)
-			if msg.ev.Kind == client.KindUsage {
+			switch msg.ev.Kind {
+			case client.KindUsage:
 				m.usage = fmt.Sprintf("%d in / %d out tokens", msg.ev.InputTokens, msg.ev.OutputTokens)
+			case client.KindApproval:
+				ev := msg.ev
+				m.approval = &ev
+			case client.KindApprovalResult:
+				if m.approval != nil && m.approval.Code == msg.ev.Code {
+					m.approval = nil
+				}
 			}
 			cmd = next(m.turn)
 		}
@@ -299,6 +330,13 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case stopMsg:
 		if msg.err != nil {
 			m.errLine = "Could not stop the turn: " + msg.err.Error()
+		}
+	case approvedMsg:
+		switch {
+		case msg.err != nil:
+			m.errLine = "Could not answer approval " + msg.code + ": " + m.describe(msg.err)
+		case !msg.answered:
+			m.errLine = "Approval " + msg.code + " is no longer waiting (answered, timed out, or its turn ended)."
 		}
 	}
 	var icmd tea.Cmd
@@ -323,6 +361,10 @@ func (m Model) key(k tea.KeyMsg) (Model, tea.Cmd, bool) {
 			return m, nil, false // stopped once the send is out
 		}
 		return m, m.stop(), false
+	case m.approval != nil && m.input.Value() == "" && (k.String() == "y" || k.String() == "n"):
+		code := m.approval.Code
+		m.approval = nil
+		return m, m.answer(code, k.String() == "y"), true
 	case k.Type == tea.KeyCtrlO:
 		m.toolsOpen = !m.toolsOpen
 		return m, nil, false
@@ -362,6 +404,14 @@ func (m Model) submit() (Model, tea.Cmd, bool) {
 			return m, nil, false
 		}
 		return m, m.stop(), false
+	case m.busy() && isApprovalAnswer(text):
+		// "/approve K7Q2" typed while the turn waits answers it.
+		m.input.Reset()
+		code, approve, _ := approval.ParseAnswer(text)
+		if m.approval != nil && m.approval.Code == code {
+			m.approval = nil
+		}
+		return m, m.answer(code, approve), false
 	case m.busy():
 		m.errLine = "A reply is still running: wait for it, or press Ctrl+C to stop it."
 		return m, nil, false
@@ -375,6 +425,12 @@ func (m Model) submit() (Model, tea.Cmd, bool) {
 	m.log.add(entry{kind: kind, text: text})
 	m.sending = true
 	return m, m.send(text), false
+}
+
+// isApprovalAnswer reports whether text is "/approve CODE" or "/deny CODE".
+func isApprovalAnswer(text string) bool {
+	_, _, ok := approval.ParseAnswer(text)
+	return ok
 }
 
 // busy says a message is on its way or its reply is running.
@@ -518,7 +574,7 @@ func (m *Model) sent(msg sentMsg) tea.Cmd {
 }
 
 func (m *Model) ended(err error) tea.Cmd {
-	m.turn, m.stopping = nil, false
+	m.turn, m.stopping, m.approval = nil, false, nil
 	m.log.endStream()
 	switch {
 	case err == nil || errors.Is(err, io.EOF):

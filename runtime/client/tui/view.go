@@ -87,6 +87,8 @@ func (m Model) status() string {
 		s = "Stopping…"
 	case m.sending:
 		s = "Sending…"
+	case m.approval != nil:
+		s = "Approve " + m.approval.Name + " command " + m.approval.Code + "? y approve · n deny"
 	case m.turn != nil:
 		s = m.agent + " is replying… (Ctrl+C stops)"
 	case m.usage != "":

@@ -195,11 +195,12 @@ func (w *WS) Until(tb testing.TB, id any, typ string) []Frame {
 	}
 }
 
-// Request sends a control frame (dialog, stop) and returns its one reply.
+// Request sends a control frame (dialog, stop, approve) and returns its one
+// reply.
 func (w *WS) Request(tb testing.TB, f Frame) Frame {
 	tb.Helper()
 	w.Write(tb, f)
-	want := map[string]string{"dialog": "dialog", "stop": "stopped"}[fmt.Sprint(f["type"])]
+	want := map[string]string{"dialog": "dialog", "stop": "stopped", "approve": "approval"}[fmt.Sprint(f["type"])]
 	fs := w.Until(tb, f["id"], want)
 	return fs[len(fs)-1]
 }

@@ -802,6 +802,42 @@
     return r;
   }
 
+  /** createApprovalItem shows a command waiting for the user, with Approve and Deny. */
+  function createApprovalItem(turn) {
+    const r = {};
+    r.title = h('div', { class: 'approval-title' });
+    r.command = h('pre', { class: 'approval-command' });
+    r.reason = h('div', { class: 'approval-reason' });
+    r.approve = h('button', { type: 'button', class: 'approval-approve' }, 'Approve');
+    r.deny = h('button', { type: 'button', class: 'approval-deny' }, 'Deny');
+    r.outcome = h('div', { class: 'approval-outcome', role: 'status' });
+    r.el = h('div', { class: 'approval', role: 'group', 'aria-label': 'Approval request' },
+      r.title, r.command, r.reason, h('div', { class: 'approval-actions' }, r.approve, r.deny), r.outcome);
+    const answer = (decision) => {
+      r.approve.disabled = r.deny.disabled = true;
+      request(UI.approveFrame(turn.agent || app.agent, chatId, r.item.code, decision, UI.newControlId('a')))
+        .then((f) => { if (!f.answered) r.outcome.textContent = 'This request is no longer waiting (answered, timed out, or its turn ended).'; })
+        .catch((e) => { r.outcome.textContent = 'Could not answer: ' + e.message; r.approve.disabled = r.deny.disabled = !!r.item.outcome; });
+    };
+    r.approve.addEventListener('click', () => answer('approve'));
+    r.deny.addEventListener('click', () => answer('deny'));
+    return r;
+  }
+
+  function updateApprovalItem(r, item, turnDone) {
+    r.el.dataset.code = item.code;
+    r.el.dataset.outcome = item.outcome || (turnDone ? 'ended' : 'waiting');
+    r.title.textContent = 'Approve this ' + item.tool + ' command? (' + item.code + ')';
+    r.command.textContent = item.command;
+    r.reason.textContent = item.reason + (item.timeoutMs ? ' — refused without an answer within ' + Math.round(item.timeoutMs / 1000) + ' s.' : '');
+    const open = !item.outcome && !turnDone;
+    r.approve.hidden = r.deny.hidden = !open;
+    if (!open) r.approve.disabled = r.deny.disabled = true;
+    if (item.outcome) r.outcome.textContent = UI.approvalOutcomeText(item.outcome);
+    r.item = item;
+    r.done = turnDone;
+  }
+
   function updateToolItem(r, item, turnDone) {
     r.det.dataset.callId = item.callId || '';
     r.det.dataset.tool = item.name;
@@ -871,10 +907,11 @@
   function renderItems(turn, rec) {
     let prevEl = null;
     turn.items.forEach((item, idx) => {
-      const key = item.type === 'tool' ? 'tool:' + (item.callId || '#' + idx) : 'interim:' + idx;
+      const key = item.type === 'tool' ? 'tool:' + (item.callId || '#' + idx) : item.type === 'approval' ? 'approval:' + item.code : 'interim:' + idx;
       let r = rec.items.get(key);
       if (!r) {
         if (item.type === 'tool') r = createToolItem();
+        else if (item.type === 'approval') r = createApprovalItem(turn);
         else r = { el: h('div', { class: 'interim md' }) };
         rec.items.set(key, r);
         if (prevEl) prevEl.after(r.el);
@@ -882,6 +919,7 @@
       }
       if (r.item !== item || r.done !== turn.done) {
         if (item.type === 'tool') updateToolItem(r, item, turn.done);
+        else if (item.type === 'approval') updateApprovalItem(r, item, turn.done);
         else { r.el.innerHTML = UI.renderMarkdown(item.text, mdOpts()); r.item = item; r.done = turn.done; }
       }
       prevEl = r.el;

@@ -512,3 +512,21 @@ test('index.html has the documented ids and loads only local files', () => {
     assert.match(m[1], /^UI\.render(Markdown|Plain)\(|^html$/, `innerHTML only from the escaping renderers: ${m[1]}`);
   }
 });
+
+test('approval events become an approval item that its result closes', () => {
+  let t = UI.newTurn('c-a', 'run it');
+  t = UI.reduceTurn(t, ev('c-a', { kind: 'tool_call', call_id: 'call_1', name: 'exec', arguments: '{"command":"make"}' }));
+  t = UI.reduceTurn(t, ev('c-a', { kind: 'approval', code: 'K7Q2', name: 'exec', command: 'make', reason: 'ask: always', timeout_ms: 120000 }));
+  assert.deepEqual(t.items[1], { type: 'approval', code: 'K7Q2', tool: 'exec', command: 'make', reason: 'ask: always', timeoutMs: 120000, outcome: '' });
+  t = UI.reduceTurn(t, ev('c-a', { kind: 'approval_result', code: 'OTHR', outcome: 'approved' }));
+  assert.equal(t.items[1].outcome, '', 'another code changes nothing');
+  t = UI.reduceTurn(t, ev('c-a', { kind: 'approval_result', code: 'K7Q2', outcome: 'timed_out' }));
+  assert.equal(t.items[1].outcome, 'timed_out');
+  assert.equal(UI.approvalOutcomeText('timed_out'), 'No answer in time: the command was refused.');
+});
+
+test('approveFrame', () => {
+  assert.deepEqual(UI.approveFrame('assistant', 'tab', 'K7Q2', 'deny', 'a-1'),
+    { v: 1, type: 'approve', agent: 'assistant', chat_id: 'tab', code: 'K7Q2', decision: 'deny', id: 'a-1' });
+  assert.throws(() => UI.approveFrame('assistant', 'tab', 'K7Q2', 'maybe'), /unknown decision/);
+});

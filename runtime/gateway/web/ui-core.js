@@ -19,7 +19,7 @@
  *   - the state reducer for the WebSocket protocol (newTurn, reduceTurn,
  *     initialState, reduce) and history grouping (historyToTurns)
  *   - control-channel frames and the conversation list (dialogFrame,
- *     stopFrame, cleanTitle, dialogView, dialogLabel)
+ *     stopFrame, approveFrame, approvalOutcomeText, cleanTitle, dialogView, dialogLabel)
  *   - error texts (describeError)
  *   - ids (newChatId, isValidChatId, newMessageId, newControlId), parseCommand, wsUrl.
  */
@@ -647,6 +647,28 @@
     return f;
   }
 
+  /**
+   * approveFrame: the `approve` frame answering an exec approval request of
+   * a chat (decision 'approve' or 'deny'); id ties the server's `approval`
+   * answer to it.
+   */
+  function approveFrame(agent, chatId, code, decision, id) {
+    if (decision !== 'approve' && decision !== 'deny') throw new Error('unknown decision ' + JSON.stringify(decision));
+    const f = { v: PROTOCOL_VERSION, type: 'approve', agent, chat_id: chatId, code, decision };
+    if (id) f.id = id;
+    return f;
+  }
+
+  /** approvalOutcomeText says how an approval request ended. */
+  function approvalOutcomeText(outcome) {
+    switch (outcome) {
+      case 'approved': return 'Approved: the command ran.';
+      case 'timed_out': return 'No answer in time: the command was refused.';
+      case 'denied': return 'Denied: the command was not run.';
+      default: return '';
+    }
+  }
+
   /** The dialog operations of the control channel (docs/protocol.md). */
   const DIALOG_OPS = new Set(['list', 'create', 'switch', 'rename', 'archive', 'delete']);
 
@@ -789,6 +811,25 @@
       case 'command':
         t.commands = t.commands.concat([ev.text || '']);
         break;
+      case 'approval': {
+        // A command waiting for the user's Approve or Deny (exec approvals).
+        const items = t.items.slice();
+        if (t.stream.trim() !== '') items.push({ type: 'interim', text: t.stream });
+        t.stream = '';
+        items.push({ type: 'approval', code: ev.code || '', tool: ev.name || 'exec', command: ev.command || '',
+          reason: ev.reason || '', timeoutMs: ev.timeout_ms || 0, outcome: '' });
+        t.items = items;
+        break;
+      }
+      case 'approval_result': {
+        const k = t.items.findIndex((x) => x.type === 'approval' && x.code === ev.code);
+        if (k !== -1) {
+          const items = t.items.slice();
+          items[k] = Object.assign({}, items[k], { outcome: ev.outcome || 'denied' });
+          t.items = items;
+        }
+        break;
+      }
       default:
         break; // future kinds are ignored
     }
@@ -997,6 +1038,8 @@
     newTurn,
     sendFrame,
     stopFrame,
+    approveFrame,
+    approvalOutcomeText,
     dialogFrame,
     cleanTitle,
     dialogView,

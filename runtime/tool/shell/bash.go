@@ -47,6 +47,9 @@ func (b *bash) run(ctx context.Context, env tool.Env, args bashArgs) (tool.Resul
 	if strings.TrimSpace(args.Command) == "" {
 		return tool.Errorf("error: command is empty; pass the bash command to run."), nil
 	}
+	if r, err := b.cfg.permit(ctx, env, "bash", args.Command); r != nil || err != nil {
+		return deref(r), err
+	}
 	timeout := time.Duration(args.Timeout) * time.Second
 	if args.Timeout == 0 {
 		timeout = defaultBashTimeout * time.Second
@@ -88,4 +91,13 @@ func orNone(s string) string {
 		return "(no output)"
 	}
 	return strings.TrimRight(s, "\n")
+}
+
+// deref is the result permit returned instead of running (the zero result
+// with an error).
+func deref(r *tool.Result) tool.Result {
+	if r == nil {
+		return tool.Result{}
+	}
+	return *r
 }

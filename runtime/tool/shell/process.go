@@ -128,6 +128,9 @@ func (m *ProcessManager) exec(ctx context.Context, env tool.Env, args execArgs) 
 	if strings.TrimSpace(args.Command) == "" {
 		return tool.Errorf("error: command is empty; pass the bash command to run."), nil
 	}
+	if r, err := m.cfg.permit(ctx, env, "exec", args.Command); r != nil || err != nil {
+		return deref(r), err
+	}
 	timeout := time.Duration(args.Timeout) * time.Second
 	if args.Timeout == 0 {
 		timeout = defaultExecTimeout * time.Second
@@ -135,6 +138,11 @@ func (m *ProcessManager) exec(ctx context.Context, env tool.Env, args execArgs) 
 	yield := defaultYield
 	if args.YieldMs != nil {
 		yield = time.Duration(*args.YieldMs) * time.Millisecond
+	}
+	if m.cfg.foreground {
+		// The process tool is denied: nothing could poll or kill a
+		// command left running, so it runs to its end (or timeout).
+		args.Background, yield = false, timeout+time.Minute
 	}
 	p, err := m.start(env, args.Command, timeout)
 	if err != nil {

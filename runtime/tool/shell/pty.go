@@ -121,6 +121,12 @@ func (m *PTYManager) run(ctx context.Context, env tool.Env, args ptyArgs) (tool.
 		if strings.TrimSpace(args.Command) == "" {
 			return tool.Errorf("error: command is required for spawn, e.g. \"bash\"."), nil
 		}
+		// What is typed into the terminal later is not checked: an
+		// allowlist that names an interactive program (bash, python3)
+		// lets through whatever is typed into it.
+		if r, err := m.cfg.permit(ctx, env, "pty", args.Command); r != nil || err != nil {
+			return deref(r), err
+		}
 		t, err := m.spawn(env, args.Command, args.Cols, args.Rows)
 		if err != nil {
 			return tool.Errorf("error: %v", err), nil

@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
 )
@@ -38,6 +39,10 @@ type config struct {
 	readOnly  []string
 	readWrite []string
 	shell     string
+	// approvals is the Agent's exec policy; foreground runs exec to the
+	// end (the process tool is denied).
+	approvals  approval.Policy
+	foreground bool
 }
 
 func newConfig(opts []Option) config {
