@@ -22,6 +22,8 @@ BIN_DIR="$CACHE/tools/versitygw-$VERSION"
 BIN="$BIN_DIR/versitygw"
 STATE_PARENT=${TMPDIR:-/tmp}
 
+. "$(dirname "$0")/lib/throwaway.sh"
+
 log() { echo "versitygw: $*" >&2; }
 
 ensure_installed() {
@@ -78,35 +80,11 @@ start() {
     exit 1
   fi
   echo "http://127.0.0.1:$port" >"$dir/endpoint"
-  if [ -n "$owner" ]; then
-    (
-      while kill -0 "$owner" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 1; done
-      if is_server "$pid"; then kill "$pid" 2>/dev/null || true; fi
-      rm -rf "$dir"
-    ) >/dev/null 2>&1 </dev/null &
-  fi
+  if [ -n "$owner" ]; then watch_owner "$owner" "$pid" "$dir"; fi
   echo "http://$key:$secret@127.0.0.1:$port"
 }
 
-stop_dir() {
-  local dir=$1 pid
-  case "$dir" in
-    */picobot-vgw.*) ;;
-    *) log "refusing to remove $dir: not a folder made by '$0 start'"; exit 2 ;;
-  esac
-  [ -d "$dir" ] || return 0
-  pid=$(cat "$dir/pid" 2>/dev/null || true)
-  if [ -n "$pid" ] && is_server "$pid"; then
-    kill "$pid" 2>/dev/null || true
-    local _
-    for _ in $(seq 1 50); do
-      is_server "$pid" || break
-      sleep 0.1
-    done
-    if is_server "$pid"; then kill -9 "$pid" 2>/dev/null || true; fi
-  fi
-  rm -rf "$dir"
-}
+stop_dir() { stop_server_dir "$1" picobot-vgw; }
 
 stop() {
   local target=${1:?usage: $0 stop URL} dir
