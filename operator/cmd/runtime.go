@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -29,6 +30,7 @@ type runtimeOptions struct {
 	servicePorts    string
 	serviceCIDRs    string
 	policy          policyOptions
+	tenants         tenantOptions
 }
 
 func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
@@ -41,9 +43,10 @@ func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&r.servicePorts, "service-ports", "5432,6379,8333,9000,443", "Ports session pods may reach in the system namespace.")
 	fs.StringVar(&r.serviceCIDRs, "service-cidrs", "", "Comma-separated CIDRs of external PostgreSQL/Redis/S3 that session pods may reach.")
 	r.policy.bindFlags(fs)
+	r.tenants.bindFlags(fs)
 }
 
-func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, func(), error) {
+func (r *runtimeOptions) config(ctx context.Context, mgr ctrl.Manager) (*controller.RuntimeConfig, func(), error) {
 	if r.image == "" {
 		return nil, func() {}, nil
 	}
@@ -64,6 +67,12 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 			conn[k] = v
 		}
 	}
+	tenants, closeTenants, err := r.tenants.connection(ctx, conn, r.redisURL)
+	if err != nil {
+		_ = b.Close()
+		return nil, nil, err
+	}
+	closeAll := func() { closeTenants(); _ = b.Close() }
 	var ports []int32
 	for _, p := range strings.Split(r.servicePorts, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -71,7 +80,7 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 		}
 		n, err := strconv.ParseInt(p, 10, 32)
 		if err != nil {
-			_ = b.Close()
+			closeAll()
 			return nil, nil, fmt.Errorf("--service-ports: %q is not a port", p)
 		}
 		ports = append(ports, int32(n))
@@ -89,7 +98,7 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 	if r.idleTimeout > 0 {
 		env = append(env, corev1.EnvVar{Name: "PICOBOT_IDLE_TIMEOUT", Value: r.idleTimeout.String()})
 	}
-	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, Env: env,
+	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, Tenants: tenants, Env: env,
 		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol,
-		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs}}, func() { _ = b.Close() }, nil
+		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs}}, closeAll, nil
 }
