@@ -4,19 +4,24 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/podspec"
@@ -53,6 +58,17 @@ func (c SharedConnection) SecretData(context.Context, string) (map[string][]byte
 	}
 	return d, nil
 }
+
+// restartWatcher is a TenantConnection whose credentials can vanish under
+// it: Redis keeps ACL users in memory, so a restarted server may have lost
+// them (tenantcreds.Credentials).
+type restartWatcher interface {
+	WatchRedisRestarts(ctx context.Context, interval time.Duration, onRestart func())
+}
+
+// restartCheck is how often the Redis server is checked for a restart: a
+// tenant's pods cannot log in from the restart until their user is back.
+const restartCheck = 2 * time.Second
 
 // namespaceObjects writes the objects every namespace with Agents needs
 // before its first session pod starts: the connection Secret and the session
@@ -246,6 +262,35 @@ func (r *NamespaceObjectsReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	return ctrl.Result{}, r.objects.ensure(ctx, req.Name)
 }
 
+// reprovision enqueues every namespace with Agents when the Redis server
+// restarted, so that its tenant user is created again.
+func (r *NamespaceObjectsReconciler) reprovision(w restartWatcher, out chan<- event.GenericEvent) manager.RunnableFunc {
+	return func(ctx context.Context) error {
+		w.WatchRedisRestarts(ctx, restartCheck, func() {
+			var agents picobotv1alpha1.AgentList
+			if err := r.List(ctx, &agents); err != nil {
+				log.FromContext(ctx).Error(err, "Failed to list Agents after a Redis restart; their namespaces wait for their next event")
+				return
+			}
+			seen := map[string]bool{}
+			log.FromContext(ctx).Info("Redis restarted; provisioning the tenants' users again")
+			for i := range agents.Items {
+				ns := agents.Items[i].Namespace
+				if seen[ns] {
+					continue
+				}
+				seen[ns] = true
+				select {
+				case out <- event.GenericEvent{Object: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns}}}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+		return nil
+	}
+}
+
 // SetupWithManager watches Agents (a namespace's first one brings its
 // objects, its last one takes its credentials), the objects themselves, by
 // name, and the deletion of session pods (the last one of a namespace
@@ -260,7 +305,15 @@ func (r *NamespaceObjectsReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	named := func(name string) predicate.Predicate {
 		return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == name })
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if w, ok := r.objects.conn.(restartWatcher); ok {
+		again := make(chan event.GenericEvent, 1024)
+		if err := mgr.Add(r.reprovision(w, again)); err != nil {
+			return fmt.Errorf("failed to watch for lost tenant credentials: %w", err)
+		}
+		b = b.WatchesRawSource(source.Channel(again, toNamespace))
+	}
+	err := b.
 		Named("namespace-objects").
 		Watches(&picobotv1alpha1.Agent{}, toNamespace, builder.WithPredicates(createOrDelete{})).
 		Watches(&corev1.Secret{}, toNamespace, builder.WithPredicates(named(podspec.ConnectionSecret))).

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -145,6 +147,45 @@ func (c *Credentials) apply(ctx context.Context, namespace string, role postgres
 	}
 	data[envPostgres], data[envRedis] = []byte(pg), []byte(rd)
 	return data, nil
+}
+
+// WatchRedisRestarts calls onRestart whenever the Redis server's run id
+// changes, checking every interval until ctx ends. Redis keeps ACL users in
+// memory (and in an ACL file only where one is configured and saved), so a
+// restarted server may have lost every tenant user: the caller provisions
+// every namespace again. The first check only records the id; failed checks
+// (Redis down) are retried at the next tick.
+func (c *Credentials) WatchRedisRestarts(ctx context.Context, interval time.Duration, onRestart func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := ""
+	for {
+		if id := c.redisRunID(ctx); id != "" {
+			if last != "" && id != last {
+				onRestart()
+			}
+			last = id
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// redisRunID is the server's run id ("" when it cannot be read).
+func (c *Credentials) redisRunID(ctx context.Context) string {
+	info, err := c.redis.Info(ctx, "server").Result()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return id
+		}
+	}
+	return ""
 }
 
 // password derives a service's password for a tenant and generation.
