@@ -153,6 +153,9 @@ type OutboundRelay struct {
 // Start runs the relay until ctx ends; it is a manager.Runnable that every
 // replica runs.
 func (o *OutboundRelay) Start(ctx context.Context) error {
+	if o.Tenants == nil {
+		return errors.New("the outbound relay needs the set of tenants to read")
+	}
 	if o.Consumer == "" {
 		o.Consumer, _ = os.Hostname()
 	}
