@@ -19,7 +19,7 @@ func (r *Runtime) Complete(ctx context.Context, c gateway.Completion) (gateway.C
 	if !a.info.Ready {
 		return gateway.Completed{}, gateway.Errorf(gateway.CodeNoModel, "agent %s has no usable model (%s): %s", a.name, a.info.Reason, a.info.Message)
 	}
-	out, err := a.Built.Complete(ctx, c.Stateless, c.Stream, c.Sink)
+	out, err := a.Complete(ctx, c.Stateless, c.Stream, c.Sink)
 	if err != nil {
 		ce, known := sessionrt.Coded(err)
 		if !known {
