@@ -224,8 +224,9 @@ func TestExecApprovalsOverWebhookChannel(t *testing.T) {
 		_ = json.Unmarshal(body, &m)
 		mu.Lock()
 		got = append(got, m.ChatID+": "+m.Text)
+		id := len(got)
 		mu.Unlock()
-		_, _ = w.Write([]byte(`{"message_id":"r` + strconv.Itoa(len(got)) + `"}`))
+		_, _ = w.Write([]byte(`{"message_id":"r` + strconv.Itoa(id) + `"}`))
 	}))
 	t.Cleanup(receiver.Close)
 	dir := t.TempDir()
@@ -268,7 +269,11 @@ stringData: {signingSecret: %s, url: %s}
 				}
 			}
 			return false
-		}, 30*time.Second, 50*time.Millisecond).Should(BeTrue(), "delivered: %v", got)
+		}, 30*time.Second, 50*time.Millisecond).Should(BeTrue(), func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Sprintf("delivered: %v", got)
+		})
 		return msg, at
 	}
 
