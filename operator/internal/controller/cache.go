@@ -13,7 +13,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/podspec"
-	"github.com/picobot/picobot/runtime/gateway/published"
+	"github.com/picobot/picobot/runtime/cluster/published"
 )
 
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-	"github.com/picobot/picobot/runtime/gateway/published"
+	"github.com/picobot/picobot/runtime/cluster/published"
 )
 
 // GatewayPublishReconciler publishes what the gateway needs of each tenant

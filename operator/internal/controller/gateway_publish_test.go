@@ -18,9 +18,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/cluster/published"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/kubeauth"
-	"github.com/picobot/picobot/runtime/gateway/published"
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agentspec"
-	"github.com/picobot/picobot/runtime/gateway/published"
+	"github.com/picobot/picobot/runtime/cluster/published"
 )
 
 func keyRef(name string) *corev1.SecretKeySelector {

@@ -29,9 +29,9 @@ import (
 	"github.com/picobot/picobot/runtime/blob/blobgrant"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/cluster"
+	"github.com/picobot/picobot/runtime/cluster/published"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/kubeauth"
-	"github.com/picobot/picobot/runtime/gateway/published"
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/outbound"
 )

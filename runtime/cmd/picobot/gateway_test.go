@@ -14,7 +14,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/cluster"
-	"github.com/picobot/picobot/runtime/gateway/published"
+	"github.com/picobot/picobot/runtime/cluster/published"
 	"github.com/picobot/picobot/test/controlplane"
 )
 

@@ -29,8 +29,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/picobot/picobot/runtime/cluster/published"
 	"github.com/picobot/picobot/runtime/gateway"
-	"github.com/picobot/picobot/runtime/gateway/published"
 )
 
 // Names of the API, kept here for the gateway's callers.

@@ -112,7 +112,7 @@ func TestClusterCrashCampaign(t *testing.T) {
 	gw := startGateway(t)
 	c := gatewaytest.Client{URL: gw.url, Key: key}
 
-	answers := make([]string, turns)
+	answers, lastErr := make([]string, turns), make([]string, turns)
 	var next, resent atomic.Int32
 	var clients sync.WaitGroup
 	for ch := range chats {
@@ -123,12 +123,21 @@ func TestClusterCrashCampaign(t *testing.T) {
 					return
 				}
 				body := map[string]string{"id": fmt.Sprintf("job-%d", n), "agent": "worker", "chat_id": fmt.Sprintf("c%d", ch), "text": fmt.Sprintf("job %d", n)}
-				for try := 0; try < 20; try++ {
+				// A client resends the same id until it has the answer. It
+				// gives up after 3 minutes (a message never answered), not
+				// after a number of tries: while the gateway, Redis or
+				// PostgreSQL is down, tries fail in milliseconds.
+				for giveUp := time.Now().Add(3 * time.Minute); time.Now().Before(giveUp); {
 					res, err := c.Request(http.MethodPost, "/api/v1/send", body, nil)
 					var out struct{ Text string }
 					if err == nil && res.Status == http.StatusOK && json.Unmarshal(res.Body, &out) == nil && out.Text != "" {
 						answers[n] = out.Text
 						break
+					}
+					if err != nil {
+						lastErr[n] = err.Error()
+					} else {
+						lastErr[n] = fmt.Sprintf("%d %s", res.Status, res.Body)
 					}
 					resent.Add(1) // the same id again
 					time.Sleep(200 * time.Millisecond)
@@ -183,7 +192,7 @@ func TestClusterCrashCampaign(t *testing.T) {
 	}
 
 	for n, a := range answers {
-		g.Expect(a).To(Equal(fmt.Sprintf("done %d", n)), "job %d", n)
+		g.Expect(a).To(Equal(fmt.Sprintf("done %d", n)), "job %d; the last failed try: %s", n, lastErr[n])
 	}
 	b, err := os.ReadFile(runsLog)
 	g.Expect(err).NotTo(HaveOccurred())
