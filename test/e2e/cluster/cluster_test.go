@@ -55,10 +55,6 @@ type stack struct {
 	runner     *podrunner.Runner
 	gatewayURL string
 	conn       []string // connection environment of gateway, operator and pods
-	// operatorEnv is the operator's alone: the PostgreSQL owner and the key
-	// it derives each tenant's passwords from. Session pods get their
-	// tenant's own role and Redis user from the Secret it writes.
-	operatorEnv []string
 	// pgServer and redisServer are the servers this package started, which
 	// tests may restart; nil when PICOBOT_TEST_*_URL names a shared one.
 	pgServer    *services.PostgresServer
@@ -199,8 +195,6 @@ func start() (*stack, func(), error) {
 		return fail(fmt.Errorf("picobot migrate: %w\n%s", err, out))
 	}
 
-	s.operatorEnv = []string{"PICOBOT_POSTGRES_OWNER_URL=" + ownerDSN, "PICOBOT_TENANT_CREDENTIALS_KEY=e2e-derivation-key-0123456789abcdef"}
-
 	s.llm = fakellm.New()
 	stops = append(stops, s.llm.Close)
 
@@ -250,8 +244,7 @@ func start() (*stack, func(), error) {
 	s.logs = append(s.logs, opLog)
 	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--allowed-images=registry.example/*", "--browser-image="+browserPodImage,
-		"--session-lease-ttl=3s", "--zap-log-level=info", "--blob-url="+blobURL, "--gateway-namespace="+systemNamespace,
-		fmt.Sprintf("--tenant-role-prefix=pbe2e_%d_", os.Getpid()), fmt.Sprintf("--tenant-user-prefix=pbe2e-%d-", os.Getpid()))
+		"--session-lease-ttl=3s", "--zap-log-level=info", "--blob-url="+blobURL, "--gateway-namespace="+systemNamespace)
 	if err != nil {
 		return fail(err)
 	}
@@ -301,9 +294,6 @@ func (s *stack) spawn(path string, onLine func(string), bin string, args ...stri
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append(os.Environ(), s.conn...), "KUBECONFIG="+s.env.KubeconfigPath)
-	if bin == s.operator {
-		cmd.Env = append(cmd.Env, s.operatorEnv...)
-	}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = logf, pw
 	if err := cmd.Start(); err != nil {
