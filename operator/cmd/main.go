@@ -110,7 +110,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("failed to create manager: %w", err)
 	}
-	rc, closeRuntime, err := o.runtime.config(mgr)
+	rc, closeRuntime, err := o.runtime.config(ctx, mgr)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -31,6 +32,7 @@ type runtimeOptions struct {
 	serviceCIDRs    string
 	blobURL         string
 	policy          policyOptions
+	tenants         tenantOptions
 }
 
 func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
@@ -44,9 +46,10 @@ func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&r.serviceCIDRs, "service-cidrs", "", "Comma-separated CIDRs of external PostgreSQL/Redis/S3 that session pods may reach.")
 	fs.StringVar(&r.blobURL, "blob-url", os.Getenv(remoteblob.EnvURL), "URL of the blob grant service (the gateway's --blob-addr) that session pods get presigned S3 requests from; they hold no S3 credential (default $PICOBOT_BLOB_URL; empty: session pods have no artifact store).")
 	r.policy.bindFlags(fs)
+	r.tenants.bindFlags(fs)
 }
 
-func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, func(), error) {
+func (r *runtimeOptions) config(ctx context.Context, mgr ctrl.Manager) (*controller.RuntimeConfig, func(), error) {
 	if r.image == "" {
 		return nil, func() {}, nil
 	}
@@ -70,6 +73,12 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 			conn[k] = v
 		}
 	}
+	tenants, closeTenants, err := r.tenants.connection(ctx, conn, r.redisURL)
+	if err != nil {
+		_ = b.Close()
+		return nil, nil, err
+	}
+	closeAll := func() { closeTenants(); _ = b.Close() }
 	var ports []int32
 	for _, p := range strings.Split(r.servicePorts, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -77,7 +86,7 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 		}
 		n, err := strconv.ParseInt(p, 10, 32)
 		if err != nil {
-			_ = b.Close()
+			closeAll()
 			return nil, nil, fmt.Errorf("--service-ports: %q is not a port", p)
 		}
 		ports = append(ports, int32(n))
@@ -95,7 +104,7 @@ func (r *runtimeOptions) config(mgr ctrl.Manager) (*controller.RuntimeConfig, fu
 	if r.idleTimeout > 0 {
 		env = append(env, corev1.EnvVar{Name: "PICOBOT_IDLE_TIMEOUT", Value: r.idleTimeout.String()})
 	}
-	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, BlobURL: r.blobURL, Env: env,
+	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, BlobURL: r.blobURL, Tenants: tenants, Env: env,
 		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol,
-		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs}}, func() { _ = b.Close() }, nil
+		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs}}, closeAll, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,6 +17,7 @@ import (
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 )
 
@@ -22,7 +25,7 @@ import (
 // the trip.
 const resultWait = outbound.DefaultMaxWait + 15*time.Second
 
-// groupGateway is the gateway replicas' group on wake.OutboundStream.
+// groupGateway is the gateway replicas' group on the outbound streams.
 const groupGateway = "gateway"
 
 // RemoteSender is the pods' messaging.Sender: it queues the message for the
@@ -106,58 +109,187 @@ type Deliverer interface {
 	Deliver(ctx context.Context, m outbound.Message) (outbound.Result, error)
 }
 
-// OutboundRelay is the gateway's consumer of wake.OutboundStream.
+// OutboundBus is what the relay reads with: a bus that also reads many
+// streams in one blocking call (redisbus.Bus).
+type OutboundBus interface {
+	bus.Bus
+	FetchStreams(ctx context.Context, streams []string, group, consumer string, opts bus.FetchOptions) ([]bus.Message, error)
+}
+
+// Relay timing: how long one read blocks, how long a request must sit
+// unacked before another replica takes it over (the longest a delivery may
+// take, with margin), and how often each stream is checked for such.
+const (
+	relayBlock         = 5 * time.Second
+	relayClaimMinIdle  = resultWait + time.Minute
+	relayClaimInterval = time.Minute
+)
+
+// OutboundRelay is the gateway's consumer of the tenants' outbound streams
+// (wake.OutboundStream). It reads the streams of every tenant in Tenants,
+// StreamsPerRead of them per blocking XREADGROUP, so thousands of tenants
+// take a few connections; a change of tenants ends the reads and starts
+// them again over the new set.
 type OutboundRelay struct {
-	Bus        bus.Bus
+	Bus        OutboundBus
 	Redis      *redis.Client
 	Dispatcher Deliverer
+	// Tenants are the tenants whose streams the relay reads (the
+	// namespaces with Agents).
+	Tenants *TenantSet
 	// Consumer names this replica in the consumer group (hostname).
 	Consumer string
 	// Parallel bounds concurrent deliveries (16 when zero).
 	Parallel int
-	Log      *slog.Logger
+	// StreamsPerRead bounds the streams of one blocking read (500 when
+	// zero).
+	StreamsPerRead int
+	Log            *slog.Logger
+
+	slots    chan struct{}
+	inflight sync.WaitGroup
 }
 
 // Start runs the relay until ctx ends; it is a manager.Runnable that every
 // replica runs.
 func (o *OutboundRelay) Start(ctx context.Context) error {
+	if o.Tenants == nil {
+		return errors.New("the outbound relay needs the set of tenants to read")
+	}
 	if o.Consumer == "" {
 		o.Consumer, _ = os.Hostname()
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = 16
 	}
+	if o.StreamsPerRead <= 0 {
+		o.StreamsPerRead = 500
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	// Requests a dead replica took are taken over after the longest a
-	// delivery may take.
-	c := bus.NewConsumer(o.Bus, wake.OutboundStream, groupGateway, o.Consumer, func(ctx context.Context, msgs []bus.Message) error {
+	o.slots = make(chan struct{}, o.Parallel)
+	defer o.inflight.Wait()
+	nextClaim := time.Now()
+	for ctx.Err() == nil {
+		tenants, changed := o.Tenants.Snapshot()
+		if !time.Now().Before(nextClaim) {
+			// At start too: what this replica's previous incarnation or a
+			// dead replica left pending.
+			o.claim(ctx, tenants)
+			nextClaim = time.Now().Add(relayClaimInterval)
+		}
+		// A round reads until the tenants change or a claim is due.
+		round, cancel := context.WithDeadline(ctx, nextClaim)
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-round.Done():
+			}
+		}()
+		var readers sync.WaitGroup
+		for shard := range slices.Chunk(tenants, o.StreamsPerRead) {
+			readers.Go(func() { o.read(ctx, round, shard) })
+		}
+		readers.Wait()
+		<-round.Done() // without tenants, until the first comes
+		cancel()
+	}
+	return nil
+}
+
+// read fetches the outbound streams of tenants until round ends and hands
+// each request to a delivery; deliveries run under ctx, so a new round does
+// not cut them short.
+func (o *OutboundRelay) read(ctx, round context.Context, tenants []string) {
+	streams := make([]string, len(tenants))
+	tenantOf := make(map[string]string, len(tenants))
+	for i, t := range tenants {
+		streams[i] = wake.OutboundStream(t)
+		tenantOf[streams[i]] = t
+	}
+	backoff := time.Duration(0)
+	for round.Err() == nil {
+		msgs, err := o.Bus.FetchStreams(round, streams, groupGateway, o.Consumer, bus.FetchOptions{Count: o.Parallel, Block: relayBlock})
+		if err != nil {
+			if round.Err() != nil {
+				return
+			}
+			backoff = sessionrt.NextBackoff(backoff)
+			o.Log.Error("Reading outbound requests failed, backing off", "err", err, "backoff", backoff)
+			sessionrt.Sleep(round, backoff)
+			continue
+		}
+		backoff = 0
 		for _, m := range msgs {
-			if err := o.deliver(ctx, m); err != nil {
-				return err
+			if !o.dispatch(ctx, tenantOf[m.Stream], m) {
+				return
 			}
 		}
-		return nil
-	}, bus.ConsumerOptions{Concurrency: o.Parallel, ClaimMinIdle: resultWait + time.Minute, ClaimInterval: time.Minute, Logger: o.Log})
-	return c.Start(ctx)
+	}
+}
+
+// claim takes over the requests of tenants' streams that a dead replica
+// left pending.
+func (o *OutboundRelay) claim(ctx context.Context, tenants []string) {
+	for _, t := range tenants {
+		stream := wake.OutboundStream(t)
+		msgs, err := o.Bus.Claim(ctx, stream, groupGateway, o.Consumer, relayClaimMinIdle, o.Parallel)
+		if err != nil {
+			if ctx.Err() == nil {
+				o.Log.Error("Failed to claim pending outbound requests", "tenant", t, "err", err)
+			}
+			continue
+		}
+		for _, m := range msgs {
+			if !o.dispatch(ctx, t, m) {
+				return
+			}
+		}
+	}
+}
+
+// dispatch delivers m on its own goroutine once fewer than Parallel
+// deliveries run, and acks it when delivered. It returns false when ctx
+// ended first.
+func (o *OutboundRelay) dispatch(ctx context.Context, tenant string, m bus.Message) bool {
+	select {
+	case o.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	o.inflight.Go(func() {
+		defer func() { <-o.slots }()
+		if err := o.deliver(ctx, tenant, m); err != nil {
+			return // shutting down: it stays pending for another replica
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := o.Bus.Ack(actx, m.Stream, groupGateway, m.Seq); err != nil {
+			o.Log.Error("Failed to ack an outbound request; it will be delivered again", "tenant", tenant, "id", m.ID, "err", err)
+		}
+	})
+	return true
 }
 
 // NeedLeaderElection reports false: every gateway replica relays.
 func (o *OutboundRelay) NeedLeaderElection() bool { return false }
 
-// deliver delivers one request and publishes its result when the sender
-// waits for it. It returns an error only when shutting down mid-delivery: the
+// deliver delivers one request of tenant's stream and publishes its result
+// when the sender waits for it. It returns an error only when shutting down mid-delivery: the
 // request stays pending and another replica takes it over.
-func (o *OutboundRelay) deliver(ctx context.Context, m bus.Message) error {
+func (o *OutboundRelay) deliver(ctx context.Context, tenant string, m bus.Message) error {
 	var req wake.OutboundRequest
 	err := json.Unmarshal(m.Payload, &req)
-	if err == nil && req.Tenant == "" {
-		err = errors.New("no tenant")
+	if err == nil && req.Tenant != tenant {
+		// The stream is the tenant's: an entry naming another tenant was
+		// forged by a pod of this one.
+		err = fmt.Errorf("the request names tenant %q on tenant %q's stream", req.Tenant, tenant)
 	}
 	if err != nil {
 		// Dropped (acked): no replica could ever deliver it.
-		o.Log.Error("Dropping malformed outbound request", "id", m.ID, "err", err)
+		o.Log.Error("Dropping malformed outbound request", "tenant", tenant, "id", m.ID, "err", err)
 		return nil //nolint:nilerr // a malformed request is dropped, not retried
 	}
 	msg := outbound.Message{Agent: req.Message.Agent, Target: req.Message.Target, Text: req.Message.Text, Origin: req.Message.Origin,

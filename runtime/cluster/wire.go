@@ -15,7 +15,8 @@
 //
 //	<tenant>/<agent>/chat/<channel>/<chat>   inbound messages of one chat (group "runtime")
 //	<tenant>/<agent>/wake                    wakes: chats with no runtime (group "pods")
-//	picobot/wakes                            every wake, for the operator to size pools
+//	{<tenant>:outbound}                      outbound messages for the gateway (group "gateway")
+//	picobot/wakes                            every wake, for the operator to size pools (gateway and operator only)
 //
 // Events of a turn travel on the Redis Pub/Sub channel of the chat; the final
 // outcome is also recoverable from the store, so a lost event only delays a

@@ -31,7 +31,7 @@ func BenchmarkAgents1000In100Namespaces(b *testing.B) {
 	// This benchmark's operator replaces the suite's (status only) while it
 	// runs, so one process reconciles.
 	operator.stop()
-	bench, err := startOperator(workDir, "--runtime-image=registry.example/picobot:bench", "--redis-url="+url)
+	bench, err := startOperator(workDir, "--runtime-image=registry.example/picobot:bench", "--redis-url="+url, "--shared-connection")
 	must(b, err)
 	defer func() {
 		bench.stop()

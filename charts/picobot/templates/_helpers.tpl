@@ -146,6 +146,25 @@ CreateContainerConfigError naming it, instead of a crash loop.
       {{- end }}
 {{- end }}
 
+{{- define "picobot.tenantCredentialsSecretName" -}}
+{{- include "picobot.componentName" (dict "ctx" . "component" "tenant-credentials") }}
+{{- end }}
+
+{{/* What the operator provisions each tenant's own credentials with. */}}
+{{- define "picobot.env.tenantCredentials" -}}
+{{ include "picobot.env.postgresOwnerURL" . }}
+- name: PICOBOT_TENANT_CREDENTIALS_KEY
+  valueFrom:
+    secretKeyRef:
+      {{- with .Values.operator.tenantCredentials.existingSecret }}
+      name: {{ . }}
+      key: {{ $.Values.operator.tenantCredentials.keyKey }}
+      {{- else }}
+      name: {{ include "picobot.tenantCredentialsSecretName" . }}
+      key: key
+      {{- end }}
+{{- end }}
+
 {{- define "picobot.env.postgresOwnerURL" -}}
 - name: PICOBOT_POSTGRES_OWNER_URL
   valueFrom:

@@ -360,8 +360,11 @@ func (rc *RuntimeConfig) namespaceObjects(c client.Client) *namespaceObjects {
 	if rc.Tenants != nil {
 		conn = rc.Tenants
 	}
+	// The restart watcher is taken before the wrapper, whose method set
+	// would hide it (then lost Redis users were never restored).
+	watcher, _ := conn.(restartWatcher)
 	conn = grantedBlobs{TenantConnection: conn, url: rc.BlobURL}
-	return &namespaceObjects{client: c, reader: reader, conn: conn, network: rc.Network}
+	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, network: rc.Network}
 }
 
 // ensureNamespace creates the namespace's connection Secret and NetworkPolicy

@@ -4,18 +4,24 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/podspec"
@@ -24,14 +30,25 @@ import (
 // TenantConnection gives the data of a tenant namespace's connection Secret
 // (PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*...), which session
 // pods read with envFrom. It is declared where the Secret is written so that
-// what goes into it (one shared connection, or credentials of the tenant's
-// own) is chosen in main.
+// what goes into it (credentials of the tenant's own, tenantcreds in
+// production) is chosen in main.
 type TenantConnection interface {
+	// SecretData provisions what namespace's pods connect with and returns
+	// the Secret's data; it is called on every reconcile.
 	SecretData(ctx context.Context, namespace string) (map[string][]byte, error)
+	// Drop revokes what SecretData provisioned: the namespace has no
+	// Agents and no session pods left.
+	Drop(ctx context.Context, namespace string) error
 }
 
-// SharedConnection gives every namespace the same connection settings.
+// SharedConnection gives every namespace the same connection settings: one
+// tenant's pods can then reach every tenant's data. Only for development
+// and tests that are not about tenancy (the operator's
+// --shared-connection).
 type SharedConnection map[string]string
+
+// Drop implements TenantConnection: nothing is the namespace's own.
+func (c SharedConnection) Drop(context.Context, string) error { return nil }
 
 // SecretData implements TenantConnection.
 func (c SharedConnection) SecretData(context.Context, string) (map[string][]byte, error) {
@@ -42,14 +59,28 @@ func (c SharedConnection) SecretData(context.Context, string) (map[string][]byte
 	return d, nil
 }
 
+// restartWatcher is a TenantConnection whose credentials can vanish under
+// it: Redis keeps ACL users in memory, so a restarted server may have lost
+// them (tenantcreds.Credentials).
+type restartWatcher interface {
+	WatchRedisRestarts(ctx context.Context, interval time.Duration, onRestart func())
+}
+
+// restartCheck is how often the Redis server is checked for a restart: a
+// tenant's pods cannot log in from the restart until their user is back.
+const restartCheck = 2 * time.Second
+
 // namespaceObjects writes the objects every namespace with Agents needs
 // before its first session pod starts: the connection Secret and the session
 // pods' NetworkPolicy.
 type namespaceObjects struct {
 	client client.Client
 	// reader reads past the cache: the cache holds Secrets without values.
-	reader  client.Reader
-	conn    TenantConnection
+	reader client.Reader
+	conn   TenantConnection
+	// watcher, when set, says when conn's credentials may have been lost
+	// (the TenantConnection before any wrapper, which would hide it).
+	watcher restartWatcher
 	network podspec.Network
 }
 
@@ -144,6 +175,38 @@ func (n *namespaceObjects) ensureNetworkPolicy(ctx context.Context, ns string) e
 	return nil
 }
 
+// release revokes the credentials of a namespace without Agents once no
+// session pod of it runs (the deletion of the last one brings the
+// namespace back here): the connection Secret goes, then what the
+// TenantConnection provisioned.
+func (n *namespaceObjects) release(ctx context.Context, ns string) error {
+	var pods corev1.PodList
+	err := n.client.List(ctx, &pods, client.InNamespace(ns),
+		client.MatchingLabels{podspec.LabelName: "picobot", podspec.LabelComponent: podspec.ComponentSession})
+	if err != nil {
+		return fmt.Errorf("failed to list the session pods of namespace %q: %w", ns, err)
+	}
+	for i := range pods.Items {
+		if p := pods.Items[i].Status.Phase; p != corev1.PodSucceeded && p != corev1.PodFailed {
+			return nil
+		}
+	}
+	secret := &corev1.Secret{}
+	err = n.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: podspec.ConnectionSecret}, secret)
+	switch {
+	case err == nil:
+		if err := n.client.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("failed to delete Secret %q of namespace %q: %w", podspec.ConnectionSecret, ns, err)
+		}
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("failed to get Secret %q of namespace %q: %w", podspec.ConnectionSecret, ns, err)
+	}
+	if err := n.conn.Drop(ctx, ns); err != nil {
+		return fmt.Errorf("failed to revoke the credentials of namespace %q: %w", ns, err)
+	}
+	return nil
+}
+
 // createOnce creates obj; one that already exists is left for the event its
 // creation sent, which brings the caller back.
 func createOnce(ctx context.Context, c client.Client, obj client.Object) error {
@@ -186,22 +249,55 @@ func NewNamespaceObjectsReconciler(c client.Client, rc *RuntimeConfig) *Namespac
 	return &NamespaceObjectsReconciler{Client: c, objects: rc.namespaceObjects(c)}
 }
 
-// Reconcile writes the namespace's objects while it has Agents. A namespace
-// without Agents keeps what it has: its last Agent's pods may still be
-// stopping, and deleting the namespace removes them.
+// Reconcile writes the namespace's objects while it has Agents. Once it has
+// none and its last session pod is gone (deleting the namespace gets there
+// too), the namespace's credentials are revoked and its connection Secret
+// deleted; the NetworkPolicy, which grants nothing, stays. A new Agent
+// provisions them again.
 func (r *NamespaceObjectsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var agents picobotv1alpha1.AgentList
 	if err := r.List(ctx, &agents, client.InNamespace(req.Name), client.Limit(1)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to list the Agents of namespace %q: %w", req.Name, err)
 	}
 	if len(agents.Items) == 0 {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.objects.release(ctx, req.Name)
 	}
 	return ctrl.Result{}, r.objects.ensure(ctx, req.Name)
 }
 
+// reprovision enqueues every namespace with Agents when the Redis server
+// restarted, so that its tenant user is created again.
+func (r *NamespaceObjectsReconciler) reprovision(w restartWatcher, out chan<- event.GenericEvent) manager.RunnableFunc {
+	return func(ctx context.Context) error {
+		w.WatchRedisRestarts(ctx, restartCheck, func() {
+			var agents picobotv1alpha1.AgentList
+			if err := r.List(ctx, &agents); err != nil {
+				log.FromContext(ctx).Error(err, "Failed to list Agents after a Redis restart; their namespaces wait for their next event")
+				return
+			}
+			seen := map[string]bool{}
+			log.FromContext(ctx).Info("Redis restarted; provisioning the tenants' users again")
+			for i := range agents.Items {
+				ns := agents.Items[i].Namespace
+				if seen[ns] {
+					continue
+				}
+				seen[ns] = true
+				select {
+				case out <- event.GenericEvent{Object: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns}}}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+		return nil
+	}
+}
+
 // SetupWithManager watches Agents (a namespace's first one brings its
-// objects) and the objects themselves, by name.
+// objects, its last one takes its credentials), the objects themselves, by
+// name, and the deletion of session pods (the last one of a namespace
+// without Agents lets its credentials go).
 func (r *NamespaceObjectsReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 1
@@ -212,11 +308,22 @@ func (r *NamespaceObjectsReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	named := func(name string) predicate.Predicate {
 		return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == name })
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if w := r.objects.watcher; w != nil {
+		again := make(chan event.GenericEvent, 1024)
+		if err := mgr.Add(r.reprovision(w, again)); err != nil {
+			return fmt.Errorf("failed to watch for lost tenant credentials: %w", err)
+		}
+		b = b.WatchesRawSource(source.Channel(again, toNamespace))
+	}
+	err := b.
 		Named("namespace-objects").
 		Watches(&picobotv1alpha1.Agent{}, toNamespace, builder.WithPredicates(createOrDelete{})).
 		Watches(&corev1.Secret{}, toNamespace, builder.WithPredicates(named(podspec.ConnectionSecret))).
 		Watches(&networkingv1.NetworkPolicy{}, toNamespace, builder.WithPredicates(named(podspec.NetworkPolicyName))).
+		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false }})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 	if err != nil {

@@ -53,6 +53,12 @@ func newRuntimeNamespace(t *testing.T) string {
 // with exactly the reconcilers main runs. edit adjusts its RuntimeConfig.
 func startRuntimeManager(t *testing.T, ns string, edit func(*RuntimeConfig)) *RuntimeConfig {
 	t.Helper()
+	return startRuntimeManagerIn(t, []string{ns}, edit)
+}
+
+// startRuntimeManagerIn is startRuntimeManager watching several namespaces.
+func startRuntimeManagerIn(t *testing.T, namespaces []string, edit func(*RuntimeConfig)) *RuntimeConfig {
+	t.Helper()
 	needAPIServer(t)
 	url := services.RedisFor(t)
 	b, err := redisbus.Open(url, redisbus.Options{})
@@ -61,7 +67,10 @@ func startRuntimeManager(t *testing.T, ns string, edit func(*RuntimeConfig)) *Ru
 	}
 	opts := ctrl.Options{Scheme: testScheme, Cache: CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr(true)}}
-	opts.Cache.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	opts.Cache.DefaultNamespaces = map[string]cache.Config{}
+	for _, ns := range namespaces {
+		opts.Cache.DefaultNamespaces[ns] = cache.Config{}
+	}
 	mgr, err := ctrl.NewManager(restConfig, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,8 @@ func (t tenantSecret) SecretData(context.Context, string) (map[string][]byte, er
 	return SharedConnection(t).SecretData(context.Background(), "")
 }
 
+func (t tenantSecret) Drop(context.Context, string) error { return nil }
+
 // TestConnectionSecretHoldsNoS3Credential: whatever the operator holds and
 // whatever TenantConnection is chosen, a tenant namespace's connection
 // Secret, read back from the API server, has no S3 setting, only the blob

@@ -17,8 +17,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -66,6 +70,12 @@ type Credentials struct {
 	roles *postgres.TenantRoles
 	redis *redis.Client
 	users *redisbus.TenantUsers
+
+	// generations are the tenants provisioned by this process and their
+	// roles' generations, so that Redis users lost by a Redis restart are
+	// restored without PostgreSQL (which may be down at the same time).
+	mu          sync.Mutex
+	generations map[string]int64
 }
 
 // New connects to both services as their admin.
@@ -87,7 +97,8 @@ func New(ctx context.Context, cfg Config) (*Credentials, error) {
 		return nil, err
 	}
 	rc := redis.NewClient(ropts)
-	return &Credentials{cfg: cfg, roles: roles, redis: rc, users: redisbus.NewTenantUsers(rc, cfg.UserPrefix)}, nil
+	return &Credentials{cfg: cfg, roles: roles, redis: rc, users: redisbus.NewTenantUsers(rc, cfg.UserPrefix),
+		generations: map[string]int64{}}, nil
 }
 
 // Close closes the admin connections.
@@ -120,6 +131,9 @@ func (c *Credentials) Rotate(ctx context.Context, namespace string) (map[string]
 
 // Drop removes namespace's role and user (the namespace is gone).
 func (c *Credentials) Drop(ctx context.Context, namespace string) error {
+	c.mu.Lock()
+	delete(c.generations, namespace)
+	c.mu.Unlock()
 	return errors.Join(c.roles.Drop(ctx, namespace), c.users.Drop(ctx, namespace))
 }
 
@@ -131,6 +145,9 @@ func (c *Credentials) apply(ctx context.Context, namespace string, role postgres
 	if err := c.users.Ensure(ctx, namespace, redisPassword); err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	c.generations[namespace] = role.Generation
+	c.mu.Unlock()
 	pg, err := withUser(c.cfg.PostgresURL, role.Role, role.Password)
 	if err != nil {
 		return nil, err
@@ -145,6 +162,62 @@ func (c *Credentials) apply(ctx context.Context, namespace string, role postgres
 	}
 	data[envPostgres], data[envRedis] = []byte(pg), []byte(rd)
 	return data, nil
+}
+
+// WatchRedisRestarts restores the tenant users this process provisioned and
+// calls onRestart whenever the Redis server's run id changes, checking every
+// interval until ctx ends. Redis keeps ACL users in
+// memory (and in an ACL file only where one is configured and saved), so a
+// restarted server may have lost every tenant user: the caller provisions
+// every namespace again. The first check only records the id; failed checks
+// (Redis down) are retried at the next tick.
+func (c *Credentials) WatchRedisRestarts(ctx context.Context, interval time.Duration, onRestart func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := ""
+	for {
+		if id := c.redisRunID(ctx); id != "" {
+			if last != "" && id != last {
+				c.restoreUsers(ctx)
+				onRestart()
+			}
+			last = id
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// restoreUsers sets the Redis users of the tenants this process
+// provisioned again, with their last generation's password. It needs no
+// PostgreSQL; what fails here the caller's reprovisioning retries.
+func (c *Credentials) restoreUsers(ctx context.Context) {
+	c.mu.Lock()
+	gens := maps.Clone(c.generations)
+	c.mu.Unlock()
+	for tenant, gen := range gens {
+		pw, err := c.password("redis")(tenant, gen)
+		if err == nil {
+			_ = c.users.Ensure(ctx, tenant, pw)
+		}
+	}
+}
+
+// redisRunID is the server's run id ("" when it cannot be read).
+func (c *Credentials) redisRunID(ctx context.Context) string {
+	info, err := c.redis.Info(ctx, "server").Result()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return id
+		}
+	}
+	return ""
 }
 
 // password derives a service's password for a tenant and generation.

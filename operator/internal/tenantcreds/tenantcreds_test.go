@@ -164,3 +164,53 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	_, err = New(t.Context(), noHost)
 	g.Expect(err).To(MatchError(ContainSubstring("failed to use the Redis URL for tenants")))
 }
+
+// TestWatchRedisRestarts kills and restarts a Redis server (which keeps ACL
+// users in memory only, so the tenant's user is gone): the watcher sets the
+// user again with the same password and reports the restart, and
+// SecretData gives the same data.
+func TestWatchRedisRestarts(t *testing.T) {
+	g := NewWithT(t)
+	cfg := newConfig(t)
+	srv, err := services.StartRedis(false)
+	if err != nil {
+		reason, fatal := services.Unavailable("Redis", err)
+		if fatal {
+			t.Fatal(reason)
+		}
+		t.Skip(reason)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	cfg.RedisAdminURL, cfg.RedisURL = srv.URL, srv.URL
+	c, err := New(t.Context(), cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		_ = c.Drop(context.Background(), "team-r")
+		_ = c.Close()
+	})
+	data, err := c.SecretData(t.Context(), "team-r")
+	g.Expect(err).NotTo(HaveOccurred())
+	opts, err := redis.ParseURL(string(data["PICOBOT_REDIS_URL"]))
+	g.Expect(err).NotTo(HaveOccurred())
+	pod := redis.NewClient(opts)
+	t.Cleanup(func() { _ = pod.Close() })
+	g.Expect(pod.Ping(t.Context()).Err()).To(Succeed())
+
+	ctx, cancel := context.WithCancel(t.Context())
+	restarts := make(chan struct{}, 4)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.WatchRedisRestarts(ctx, 20*time.Millisecond, func() { restarts <- struct{}{} })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	g.Consistently(restarts).WithTimeout(200*time.Millisecond).ShouldNot(Receive(), "no restart yet: the first check records the run id")
+	g.Expect(srv.Kill()).To(Succeed())
+	g.Expect(srv.Restart()).To(Succeed())
+	g.Eventually(restarts).WithTimeout(10 * time.Second).Should(Receive())
+	// Restored before onRestart, without PostgreSQL: the pod logs in.
+	g.Expect(pod.Ping(t.Context()).Err()).To(Succeed())
+	again, err := c.SecretData(t.Context(), "team-r")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again).To(Equal(data), "the same credentials, provisioned again")
+}

@@ -8,12 +8,15 @@ import (
 	"github.com/picobot/picobot/runtime/bus"
 )
 
-// OutboundStream carries outbound messages of session pods (send_message,
-// replies to chat platforms) and of the operator (scheduled runs'
-// outcomes) to the gateway, which alone holds channel credentials: a
-// gateway replica delivers them with its outbound dispatcher and, when
-// asked, publishes the result on ResultChannel.
-const OutboundStream = "picobot/outbound"
+// OutboundStream carries a tenant's outbound messages from its session pods
+// (send_message, replies to chat platforms) and from the operator
+// (scheduled runs' outcomes) to the gateway, which alone holds channel
+// credentials: a gateway replica delivers them with its outbound dispatcher
+// and, when asked, publishes the result on ResultChannel. There is one per
+// tenant, under the tenant's keys, so a tenant's Redis user can write its
+// own and no other, and the gateway knows the tenant from the stream it
+// read, not from what the entry claims.
+func OutboundStream(tenant string) string { return bus.Key(tenant, "outbound") }
 
 // ResultChannel is the Pub/Sub channel of one request's delivery result. It
 // is the tenant's, so the pod waiting on it needs only its tenant's channels.
@@ -49,13 +52,16 @@ type OutboundResult struct {
 	Error  string          `json:"error,omitempty"`
 }
 
-// QueueOutbound puts a request on OutboundStream.
+// QueueOutbound puts a request on its tenant's OutboundStream.
 func QueueOutbound(ctx context.Context, b bus.Bus, req OutboundRequest) error {
+	if req.Tenant == "" {
+		return fmt.Errorf("failed to queue outbound message %q: no tenant", req.ID)
+	}
 	payload, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
-	if err := b.Publish(ctx, OutboundStream, bus.Message{ID: req.ID, Payload: payload}); err != nil {
+	if err := b.Publish(ctx, OutboundStream(req.Tenant), bus.Message{ID: req.ID, Payload: payload}); err != nil {
 		return fmt.Errorf("failed to queue outbound message: %w", err)
 	}
 	return nil

@@ -217,32 +217,24 @@ func gateway(t *testing.T, b *redisbus.Bus, tenant string, answer any) <-chan wa
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer close(got)
-		for {
-			// The stream is shared by every tenant: a group of this test's
-			// own reads it, skipping other tests' requests.
-			m, err := nextMessage(ctx, b, wake.OutboundStream, "gateway-"+tenant)
-			if err != nil {
-				t.Errorf("the gateway got no request: %v", err)
-				return
-			}
-			var req wake.OutboundRequest
-			if err := json.Unmarshal(m.Payload, &req); err != nil {
-				t.Errorf("malformed request %s: %v", m.Payload, err)
-				return
-			}
-			if req.Tenant != tenant {
-				continue
-			}
-			got <- req
-			payload, ok := answer.(string)
-			if !ok {
-				raw, _ := json.Marshal(answer)
-				payload = string(raw)
-			}
-			if err := b.Client().Publish(ctx, wake.ResultChannel(req.Tenant, req.ID), payload).Err(); err != nil {
-				t.Errorf("the gateway could not publish the result: %v", err)
-			}
+		m, err := nextMessage(ctx, b, wake.OutboundStream(tenant), "gateway")
+		if err != nil {
+			t.Errorf("the gateway got no request: %v", err)
 			return
+		}
+		var req wake.OutboundRequest
+		if err := json.Unmarshal(m.Payload, &req); err != nil {
+			t.Errorf("malformed request %s: %v", m.Payload, err)
+			return
+		}
+		got <- req
+		payload, ok := answer.(string)
+		if !ok {
+			raw, _ := json.Marshal(answer)
+			payload = string(raw)
+		}
+		if err := b.Client().Publish(ctx, wake.ResultChannel(req.Tenant, req.ID), payload).Err(); err != nil {
+			t.Errorf("the gateway could not publish the result: %v", err)
 		}
 	})
 	t.Cleanup(func() { cancel(); wg.Wait() })

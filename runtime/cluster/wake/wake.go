@@ -25,7 +25,10 @@ const (
 )
 
 // Notices is the stream every wake is copied to; the operator reads it to
-// size pools right away instead of on its next resync.
+// size pools right away instead of on its next resync. It is shared by all
+// tenants, so only the gateway and the operator (Redis's admin user) write
+// and read it; no tenant user's key pattern reaches it, and session pods
+// never need it (they read their agent's Stream).
 const Notices = "picobot/wakes"
 
 // Wake asks for a runtime for a chat.

@@ -111,6 +111,8 @@ func TestPublishOnAClosedBus(t *testing.T) {
 	err = wake.QueueOutbound(context.Background(), b, wake.OutboundRequest{ID: "x", Tenant: "acme"})
 	g.Expect(err).To(MatchError(ContainSubstring("failed to queue outbound message")))
 	g.Expect(err).To(MatchError(bus.ErrClosed))
+	err = wake.QueueOutbound(context.Background(), b, wake.OutboundRequest{ID: "x"})
+	g.Expect(err).To(MatchError(`failed to queue outbound message "x": no tenant`))
 }
 
 func TestQueueOutbound(t *testing.T) {
@@ -124,7 +126,7 @@ func TestQueueOutbound(t *testing.T) {
 	g.Expect(wake.QueueOutbound(ctx, b, req)).To(Succeed())
 	g.Expect(wake.QueueOutbound(ctx, b, wake.OutboundRequest{ID: "req-2", Tenant: "acme", Message: wake.OutboundMessage{Target: "web:alice", Text: "hi"}})).To(Succeed())
 
-	msgs := fetchAll(t, b, wake.OutboundStream)
+	msgs := fetchAll(t, b, wake.OutboundStream("acme"))
 	g.Expect(msgs).To(HaveLen(2))
 	g.Expect(msgs[0].ID).To(Equal("req-1"), "the request's id is the message's, so a retried request is delivered once")
 	var got wake.OutboundRequest

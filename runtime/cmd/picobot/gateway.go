@@ -71,8 +71,14 @@ func gatewayCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := agents.GetInformer(ctx, &picobotv1alpha1.Agent{}); err != nil {
+	agentInformer, err := agents.GetInformer(ctx, &picobotv1alpha1.Agent{})
+	if err != nil {
 		return fmt.Errorf("failed to watch agents: %w", err)
+	}
+	// The outbound relay reads the streams of the namespaces with Agents.
+	tenants := cluster.NewTenantSet()
+	if _, err := agentInformer.AddEventHandler(tenants.Handler()); err != nil {
+		return fmt.Errorf("failed to follow the agents' namespaces: %w", err)
 	}
 	svc, err := cluster.OpenServices(ctx, os.Getenv)
 	if err != nil {
@@ -110,7 +116,7 @@ func gatewayCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	relay := &cluster.OutboundRelay{Bus: svc.Bus, Redis: svc.Redis, Dispatcher: disp, Log: log}
+	relay := &cluster.OutboundRelay{Bus: svc.Bus, Redis: svc.Redis, Dispatcher: disp, Tenants: tenants, Log: log}
 	loops.Go(func() error { return relay.Start(ctx) })
 	root := http.NewServeMux()
 	root.Handle("/hooks/", channels.Handler())

@@ -55,6 +55,10 @@ type stack struct {
 	runner     *podrunner.Runner
 	gatewayURL string
 	conn       []string // connection environment of gateway, operator and pods
+	// operatorEnv is the operator's alone: the PostgreSQL owner and the key
+	// it derives each tenant's passwords from. Session pods get their
+	// tenant's own role and Redis user from the Secret it writes.
+	operatorEnv []string
 	// pgServer and redisServer are the servers this package started, which
 	// tests may restart; nil when PICOBOT_TEST_*_URL names a shared one.
 	pgServer    *services.PostgresServer
@@ -115,7 +119,13 @@ func start() (*stack, func(), error) {
 	if err != nil {
 		return fail(err)
 	}
-	stops = append(stops, func() { _ = os.RemoveAll(dir) })
+	// PICOBOT_KEEP_E2E keeps the folder (binaries, every process's and
+	// pod's log) for a post-mortem.
+	if os.Getenv("PICOBOT_KEEP_E2E") == "" {
+		stops = append(stops, func() { _ = os.RemoveAll(dir) })
+	} else {
+		fmt.Fprintln(os.Stderr, "cluster e2e: keeping", dir)
+	}
 	s := &stack{dir: dir, picobot: filepath.Join(dir, "picobot"), operator: filepath.Join(dir, "operator"), mcpProbe: filepath.Join(dir, "mcpprobe")}
 	for bin, pkg := range map[string]string{s.picobot: "./runtime/cmd/picobot", s.operator: "./operator/cmd", s.mcpProbe: "./test/mcpprobe"} {
 		b := exec.Command("go", "build", "-o", bin, pkg)
@@ -195,6 +205,8 @@ func start() (*stack, func(), error) {
 		return fail(fmt.Errorf("picobot migrate: %w\n%s", err, out))
 	}
 
+	s.operatorEnv = []string{"PICOBOT_POSTGRES_OWNER_URL=" + ownerDSN, "PICOBOT_TENANT_CREDENTIALS_KEY=e2e-derivation-key-0123456789abcdef"}
+
 	s.llm = fakellm.New()
 	stops = append(stops, s.llm.Close)
 
@@ -244,7 +256,8 @@ func start() (*stack, func(), error) {
 	s.logs = append(s.logs, opLog)
 	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--allowed-images=registry.example/*", "--browser-image="+browserPodImage,
-		"--session-lease-ttl=3s", "--zap-log-level=info", "--blob-url="+blobURL, "--gateway-namespace="+systemNamespace)
+		"--session-lease-ttl=3s", "--zap-log-level=info", "--blob-url="+blobURL, "--gateway-namespace="+systemNamespace,
+		fmt.Sprintf("--tenant-role-prefix=pbe2e_%d_", os.Getpid()), fmt.Sprintf("--tenant-user-prefix=pbe2e-%d-", os.Getpid()))
 	if err != nil {
 		return fail(err)
 	}
@@ -294,6 +307,9 @@ func (s *stack) spawn(path string, onLine func(string), bin string, args ...stri
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append(os.Environ(), s.conn...), "KUBECONFIG="+s.env.KubeconfigPath)
+	if bin == s.operator {
+		cmd.Env = append(cmd.Env, s.operatorEnv...)
+	}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = logf, pw
 	if err := cmd.Start(); err != nil {

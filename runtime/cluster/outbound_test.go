@@ -1,0 +1,124 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/bus/redisbus"
+	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// delivered is what the relay handed its dispatcher, with the tenant of the
+// context it delivered under.
+type delivered struct {
+	tenant string
+	msg    outbound.Message
+}
+
+// recordingDeliverer stands in for the gateway's outbound dispatcher (whose
+// own tests deliver to real channels): it records what it is asked to
+// deliver and answers with a result naming the tenant and target.
+type recordingDeliverer struct {
+	mu  sync.Mutex
+	got []delivered
+}
+
+func (d *recordingDeliverer) Deliver(ctx context.Context, m outbound.Message) (outbound.Result, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return outbound.Result{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.got = append(d.got, delivered{tenant: tenant, msg: m})
+	return outbound.Result{DeliveryID: tenant + "|" + m.Target}, nil
+}
+
+func (d *recordingDeliverer) delivered() []delivered {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]delivered(nil), d.got...)
+}
+
+// tenantBus provisions tenant's own Redis ACL user (as the operator does)
+// and returns a bus logged in as it, as the tenant's session pods are.
+func tenantBus(t *testing.T, admin *redis.Client, tenant string) *redisbus.Bus {
+	t.Helper()
+	users := redisbus.NewTenantUsers(admin, "pbrelay-"+bus.NewID()[:6]+"-")
+	if err := users.Ensure(t.Context(), tenant, "pw-"+tenant); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = users.Drop(context.Background(), tenant) })
+	opts := *admin.Options()
+	opts.Username, opts.Password = users.UserName(tenant), "pw-"+tenant
+	b := redisbus.New(redis.NewClient(&opts), redisbus.Options{})
+	t.Cleanup(func() { _ = b.Close(); _ = b.Client().Close() })
+	return b
+}
+
+// TestOutboundRelayReadsEachTenantsStream runs the gateway's relay over the
+// outbound streams of tenants, one blocking read per tenant here
+// (StreamsPerRead 1): a pod logged in as its tenant's own Redis user queues
+// a message and gets the delivery result; the tenant is the stream's, and an
+// entry naming another tenant is dropped; a tenant that gets its first
+// Agent after the relay started is read too.
+func TestOutboundRelayReadsEachTenantsStream(t *testing.T) {
+	f := newFixture(t)
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ta, tb, tc := f.tenant+"-a", f.tenant+"-b", f.tenant+"-c"
+	tenants := NewTenantSet()
+	tenants.Add(ta, "helper")
+	tenants.Add(tb, "helper")
+	del := &recordingDeliverer{}
+	relay := &OutboundRelay{Bus: f.bus, Redis: f.rdb, Dispatcher: del, Tenants: tenants, Consumer: "gw-1", StreamsPerRead: 1}
+	done := make(chan error, 1)
+	go func() { done <- relay.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		g.Expect(<-done).To(Succeed())
+	})
+
+	podA := tenantBus(t, f.rdb, ta)
+	sender := RemoteSender{Bus: podA, Redis: podA.Client()}
+	res, err := sender.Deliver(store.WithTenant(ctx, ta), outbound.Message{Agent: "helper", Target: "web:alice", Text: "from a"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.DeliveryID).To(Equal(ta+"|web:alice"), "the result came back on a's result channel")
+	g.Expect(QueueReply(store.WithTenant(ctx, tb), f.bus, tb, outbound.Message{Agent: "helper", Target: "telegram:1", Text: "from b"})).To(Succeed())
+
+	// A's user cannot queue on b's stream, and a request it forges on its
+	// own stream naming b is dropped.
+	err = wake.QueueOutbound(ctx, podA, wake.OutboundRequest{ID: bus.NewID(), Tenant: tb, Message: wake.OutboundMessage{Target: "web:x", Text: "forged"}})
+	g.Expect(err).To(MatchError(ContainSubstring("NOPERM")))
+	forged, _ := json.Marshal(wake.OutboundRequest{ID: "forged", Tenant: tb, Message: wake.OutboundMessage{Target: "web:x", Text: "forged"}})
+	g.Expect(podA.Publish(ctx, wake.OutboundStream(ta), bus.Message{ID: "forged", Payload: forged})).To(Succeed())
+
+	// c gets its first Agent.
+	tenants.Add(tc, "helper")
+	g.Expect(QueueReply(ctx, f.bus, tc, outbound.Message{Agent: "helper", Target: "web:carol", Text: "from c"})).To(Succeed())
+
+	g.Eventually(del.delivered).WithTimeout(15 * time.Second).Should(ConsistOf(
+		delivered{tenant: ta, msg: outbound.Message{Agent: "helper", Target: "web:alice", Text: "from a"}},
+		delivered{tenant: tb, msg: outbound.Message{Agent: "helper", Target: "telegram:1", Text: "from b"}},
+		delivered{tenant: tc, msg: outbound.Message{Agent: "helper", Target: "web:carol", Text: "from c"}},
+	))
+	// Everything was acked, the forged entry included.
+	g.Eventually(func(g Gomega) {
+		for _, tenant := range []string{ta, tb, tc} {
+			p, err := f.bus.Pending(ctx, wake.OutboundStream(tenant), groupGateway, 10)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(p).To(BeEmpty(), fmt.Sprintf("pending on %s", tenant))
+		}
+	}).WithTimeout(5 * time.Second).Should(Succeed())
+	g.Consistently(del.delivered).WithTimeout(500 * time.Millisecond).Should(HaveLen(3))
+}
