@@ -360,11 +360,12 @@ func (rc *RuntimeConfig) namespaceObjects(c client.Client) *namespaceObjects {
 	if rc.Tenants != nil {
 		conn = rc.Tenants
 	}
-	// The restart watcher is taken before the wrapper, whose method set
-	// would hide it (then lost Redis users were never restored).
+	// The restart watcher and rotator are taken before the wrapper, whose
+	// method set would hide them (then lost Redis users were never restored).
 	watcher, _ := conn.(restartWatcher)
+	rot, _ := conn.(rotator)
 	conn = grantedBlobs{TenantConnection: conn, url: rc.BlobURL}
-	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, network: rc.Network}
+	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, rotator: rot, network: rc.Network}
 }
 
 // ensureNamespace creates the namespace's connection Secret and NetworkPolicy

@@ -66,6 +66,12 @@ type restartWatcher interface {
 	WatchRedisRestarts(ctx context.Context, interval time.Duration, onRestart func())
 }
 
+// rotator is a TenantConnection that can move a namespace's credentials to
+// new passwords (tenantcreds.Credentials); its SecretData then gives them.
+type rotator interface {
+	Rotate(ctx context.Context, namespace string) (map[string][]byte, error)
+}
+
 // restartCheck is how often the Redis server is checked for a restart: a
 // tenant's pods cannot log in from the restart until their user is back.
 const restartCheck = 2 * time.Second
@@ -81,6 +87,9 @@ type namespaceObjects struct {
 	// watcher, when set, says when conn's credentials may have been lost
 	// (the TenantConnection before any wrapper, which would hide it).
 	watcher restartWatcher
+	// rotator, when set, moves a namespace to new passwords on request
+	// (podspec.AnnotationRotateCredentials).
+	rotator rotator
 	network podspec.Network
 }
 
@@ -114,22 +123,29 @@ func (n *namespaceObjects) ensure(ctx context.Context, ns string) error {
 }
 
 // ensureSecret compares the connection Secret read from the API server (the
-// cache has no values) with what the TenantConnection gives. A Secret whose
-// type differs or that was made immutable cannot be updated: it is replaced.
+// cache has no values) with what the TenantConnection gives, after a
+// rotation when the Secret asks for one. A Secret whose type differs or
+// that was made immutable cannot be updated: it is replaced.
 func (n *namespaceObjects) ensureSecret(ctx context.Context, ns string) error {
-	data, err := n.conn.SecretData(ctx, ns)
-	if err != nil {
+	want := podspec.Connection(ns, nil)
+	got := &corev1.Secret{}
+	err := n.reader.Get(ctx, client.ObjectKeyFromObject(want), got)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to get Secret %q: %w", want.Name, err)
+	}
+	found := err == nil
+	request := rotationRequest(got)
+	if found && request != "" && n.rotator != nil {
+		if _, err := n.rotator.Rotate(ctx, ns); err != nil {
+			return fmt.Errorf("failed to rotate the credentials of namespace %q: %w", ns, err)
+		}
+	}
+	if want.Data, err = n.conn.SecretData(ctx, ns); err != nil {
 		return fmt.Errorf("failed to get the connection settings of namespace %q: %w", ns, err)
 	}
-	want := podspec.Connection(ns, nil)
-	want.Data = data
-	got := &corev1.Secret{}
-	err = n.reader.Get(ctx, client.ObjectKeyFromObject(want), got)
 	switch {
-	case apierrors.IsNotFound(err):
+	case !found:
 		return createOnce(ctx, n.client, want)
-	case err != nil:
-		return fmt.Errorf("failed to get Secret %q: %w", want.Name, err)
 	case (got.Type != "" && got.Type != corev1.SecretTypeOpaque) || (got.Immutable != nil && *got.Immutable):
 		if err := n.client.Delete(ctx, got, client.Preconditions{UID: &got.UID}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("failed to replace Secret %q: %w", want.Name, err)
@@ -137,12 +153,60 @@ func (n *namespaceObjects) ensureSecret(ctx context.Context, ns string) error {
 		return createOnce(ctx, n.client, want)
 	}
 	labels, relabel := withLabels(got.Labels, want.Labels)
-	if !relabel && maps.EqualFunc(got.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) }) && len(got.StringData) == 0 {
-		return nil
+	same := maps.EqualFunc(got.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) }) && len(got.StringData) == 0
+	if !relabel && same && request == "" {
+		return n.replaceStalePods(ctx, got)
 	}
 	got.Labels, got.Data, got.StringData = labels, want.Data, nil
+	if request != "" {
+		if got.Annotations == nil {
+			got.Annotations = map[string]string{}
+		}
+		got.Annotations[podspec.AnnotationCredentialsRotated] = request
+		got.Annotations[podspec.AnnotationCredentialsRotatedAt] = time.Now().UTC().Format(time.RFC3339)
+	}
 	if err := n.client.Update(ctx, got); err != nil {
 		return fmt.Errorf("failed to update Secret %q: %w", want.Name, err)
+	}
+	return n.replaceStalePods(ctx, got)
+}
+
+// rotationRequest is the rotation s asks for and the operator has not
+// acted on yet ("" when none).
+func rotationRequest(s *corev1.Secret) string {
+	req := s.Annotations[podspec.AnnotationRotateCredentials]
+	if req == "" || req == s.Annotations[podspec.AnnotationCredentialsRotated] {
+		return ""
+	}
+	return req
+}
+
+// replaceStalePods deletes the session pods created before the last
+// rotation the Secret records, at most once per second of it: they read
+// the old passwords at their start and can open no new connection. Their
+// chats move to pods started with the new Secret (a deleted pod drains).
+// A pod created in the rotation's second may have either Secret, so it
+// goes too; this runs on every reconcile, so an operator that died between
+// the rotation and here still gets the pods replaced.
+func (n *namespaceObjects) replaceStalePods(ctx context.Context, s *corev1.Secret) error {
+	at, err := time.Parse(time.RFC3339, s.Annotations[podspec.AnnotationCredentialsRotatedAt])
+	if err != nil {
+		return nil // never rotated, or not by us
+	}
+	var pods corev1.PodList
+	err = n.client.List(ctx, &pods, client.InNamespace(s.Namespace),
+		client.MatchingLabels{podspec.LabelName: "picobot", podspec.LabelComponent: podspec.ComponentSession})
+	if err != nil {
+		return fmt.Errorf("failed to list the session pods of namespace %q: %w", s.Namespace, err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.CreationTimestamp.After(at) {
+			continue
+		}
+		if err := n.client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("failed to replace session pod %q after a credential rotation: %w", p.Name, err)
+		}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/picobot/picobot/operator/internal/podspec"
@@ -200,6 +201,84 @@ func TestTenantUsersComeBackAfterARedisRestart(t *testing.T) {
 	g.Expect(srv.Restart()).To(Succeed())
 	g.Eventually(func() error { return tenant.Ping(ctx).Err() }).WithTimeout(eventually).WithPolling(poll).Should(Succeed(),
 		"the tenant's Redis user is provisioned again after the restart")
+}
+
+// TestRotatingTenantCredentials annotates a namespace's connection Secret
+// as a tenant or the platform would after a leak: the operator moves the
+// namespace to new passwords, the old ones are refused by PostgreSQL and
+// Redis, the new ones in the Secret work, the session pods started with the
+// old Secret are replaced, and the other tenant keeps its credentials.
+func TestRotatingTenantCredentials(t *testing.T) {
+	needAPIServer(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ownerDSN, tenantDSN := migratedDatabase(t)
+	redisURL := services.RedisFor(t)
+	creds, err := tenantcreds.New(ctx, tenantcreds.Config{PostgresOwnerURL: ownerDSN, PostgresURL: tenantDSN, RedisAdminURL: redisURL,
+		RedisURL: redisURL, Key: []byte("k8s-test-derivation-key-0123456789abcdef"),
+		RolePrefix: fmt.Sprintf("pbrot_%d_", os.Getpid()), UserPrefix: fmt.Sprintf("pbrot-%d-", os.Getpid())})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = creds.Close() })
+	nsA, nsB := newRuntimeNamespace(t), newRuntimeNamespace(t)
+	t.Cleanup(func() { _ = creds.Drop(context.Background(), nsA); _ = creds.Drop(context.Background(), nsB) })
+	startRuntimeManagerIn(t, []string{nsA, nsB}, func(rc *RuntimeConfig) { rc.Tenants = creds })
+	for _, ns := range []string{nsA, nsB} {
+		g.Expect(k8s.Create(ctx, secret(ns, "openai", "apiKey"))).To(Succeed())
+		g.Expect(k8s.Create(ctx, openAIAgent(ns, "helper", "openai"))).To(Succeed())
+	}
+	oldA, b := connectionSecret(t, nsA), connectionSecret(t, nsB)
+	stale := sessionPod(nsA, "stale")
+	g.Expect(k8s.Create(ctx, stale)).To(Succeed())
+
+	s := &corev1.Secret{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: nsA, Name: podspec.ConnectionSecret}, s)).To(Succeed())
+	s.Annotations = map[string]string{podspec.AnnotationRotateCredentials: "leak-1"}
+	g.Expect(k8s.Update(ctx, s)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: nsA, Name: podspec.ConnectionSecret}, s)).To(Succeed())
+		g.Expect(s.Annotations).To(HaveKeyWithValue(podspec.AnnotationCredentialsRotated, "leak-1"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	newA := s.Data
+	for _, k := range []string{"PICOBOT_POSTGRES_URL", "PICOBOT_REDIS_URL"} {
+		g.Expect(newA[k]).NotTo(Equal(oldA[k]), "%s has a new password", k)
+	}
+
+	_, err = pgx.Connect(ctx, string(oldA["PICOBOT_POSTGRES_URL"]))
+	g.Expect(err).To(MatchError(ContainSubstring("password authentication failed")), "the old PostgreSQL password is refused")
+	oldRedis := redis.NewClient(must1(redis.ParseURL(string(oldA["PICOBOT_REDIS_URL"]))))
+	t.Cleanup(func() { _ = oldRedis.Close() })
+	g.Expect(oldRedis.Ping(ctx).Err()).To(MatchError(HavePrefix("WRONGPASS")), "the old Redis password is refused")
+	for _, data := range []map[string][]byte{newA, b} {
+		c, err := pgx.Connect(ctx, string(data["PICOBOT_POSTGRES_URL"]))
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = c.Close(ctx)
+		r := redis.NewClient(must1(redis.ParseURL(string(data["PICOBOT_REDIS_URL"]))))
+		g.Expect(r.Ping(ctx).Err()).To(Succeed())
+		_ = r.Close()
+	}
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(stale), &corev1.Pod{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the pod started with the old Secret is replaced")
+
+	// The same request again changes nothing; a pod started since stays.
+	fresh := sessionPod(nsA, "fresh")
+	time.Sleep(time.Second) // a creation second after the rotation's
+	g.Expect(k8s.Create(ctx, fresh)).To(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: nsA, Name: podspec.ConnectionSecret}, s)).To(Succeed())
+	s.Labels["touched"] = "yes"
+	g.Expect(k8s.Update(ctx, s)).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fresh), &corev1.Pod{})).To(Succeed())
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: nsA, Name: podspec.ConnectionSecret}, s)).To(Succeed())
+		g.Expect(s.Data).To(Equal(newA))
+	}).WithTimeout(2 * time.Second).WithPolling(poll).Should(Succeed())
+}
+
+// sessionPod is a session pod of ns as the operator labels them.
+func sessionPod(ns, name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+		Labels: map[string]string{podspec.LabelName: "picobot", podspec.LabelComponent: podspec.ComponentSession}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "runtime", Image: "registry.example/picobot:test"}}}}
 }
 
 // pgUser is the user of a PostgreSQL URL.

@@ -41,6 +41,15 @@ const (
 	ConnectionSecret = "picobot-runtime-connection"
 	// NetworkPolicyName is the policy of session pods in a namespace.
 	NetworkPolicyName = "picobot-session-pods"
+	// AnnotationRotateCredentials on the connection Secret asks for new
+	// passwords: a value the operator has not acted on yet (e.g. the time)
+	// moves the namespace's credentials to their next generation.
+	AnnotationRotateCredentials = "agents.picobot.io/rotate-credentials"
+	// AnnotationCredentialsRotated is the request the operator acted on
+	// last, and AnnotationCredentialsRotatedAt when (RFC 3339): session pods
+	// created before then hold the old passwords and are replaced.
+	AnnotationCredentialsRotated   = "agents.picobot.io/credentials-rotated"
+	AnnotationCredentialsRotatedAt = "agents.picobot.io/credentials-rotated-at"
 
 	workspaceDir = "/workspace"
 	runtimeUID   = 65532 // distroless "nonroot"
