@@ -16,28 +16,11 @@
 # Cost: the first start installs the server (~10-20 s); later starts take ~0.1 s.
 set -euo pipefail
 
-VERSION=v1.2.0
-CACHE=${PICOBOT_CACHE:-$HOME/.cache/picobot}
-BIN_DIR="$CACHE/tools/gofakes3-$VERSION"
-BIN="$BIN_DIR/gofakes3"
 STATE_PARENT=${TMPDIR:-/tmp}
 
 . "$(dirname "$0")/lib/throwaway.sh"
 
 log() { echo "s3: $*" >&2; }
-
-ensure_installed() {
-  [ -x "$BIN" ] && return 0
-  mkdir -p "$BIN_DIR"
-  # One install at a time across concurrent callers (test packages run in parallel).
-  exec 9>"$BIN_DIR/.lock"
-  flock 9
-  if [ ! -x "$BIN" ]; then
-    log "installing gofakes3 $VERSION (once)"
-    (cd / && GOBIN="$BIN_DIR" GOFLAGS=-mod=mod go install "github.com/johannesboyne/gofakes3/cmd/gofakes3@$VERSION") >&2
-  fi
-  exec 9>&-
-}
 
 # is_server PID: the process is alive and is a gofakes3 server, so a recycled
 # pid is never signalled.
@@ -59,7 +42,8 @@ start() {
       *) echo "usage: $0 start [--owner-pid PID] [--data DIR] [--bucket NAME]" >&2; exit 2 ;;
     esac
   done
-  ensure_installed
+  local bin
+  bin=$("$(dirname "$0")/tool.sh" gofakes3)
   local dir
   dir=$(mktemp -d "$STATE_PARENT/picobot-s3.XXXXXX")
   # Port 0 lets the kernel choose a free port at bind time (no race); the
@@ -77,7 +61,7 @@ start() {
   # only once it runs, and the loop below may read it first.
   : >"$dir/server.log"
   # Detached from our stdout/stderr, so callers reading them see EOF now.
-  "$BIN" "${args[@]}" >"$dir/server.log" 2>&1 </dev/null &
+  "$bin" "${args[@]}" >"$dir/server.log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$dir/pid"
   local port="" _

@@ -16,27 +16,11 @@
 # machine, 80 MB); later starts take ~0.2 s. Clients must use path style.
 set -euo pipefail
 
-VERSION=v1.8.0
-CACHE=${PICOBOT_CACHE:-$HOME/.cache/picobot}
-BIN_DIR="$CACHE/tools/versitygw-$VERSION"
-BIN="$BIN_DIR/versitygw"
 STATE_PARENT=${TMPDIR:-/tmp}
 
 . "$(dirname "$0")/lib/throwaway.sh"
 
 log() { echo "versitygw: $*" >&2; }
-
-ensure_installed() {
-  [ -x "$BIN" ] && return 0
-  mkdir -p "$BIN_DIR"
-  exec 9>"$BIN_DIR/.lock"
-  flock 9
-  if [ ! -x "$BIN" ]; then
-    log "installing versitygw $VERSION (once)"
-    (cd / && GOBIN="$BIN_DIR" GOFLAGS=-mod=mod go install "github.com/versity/versitygw/cmd/versitygw@$VERSION") >&2
-  fi
-  exec 9>&-
-}
 
 is_server() {
   local pid=$1
@@ -54,7 +38,8 @@ start() {
       *) echo "usage: $0 start [--owner-pid PID]" >&2; exit 2 ;;
     esac
   done
-  ensure_installed
+  local bin
+  bin=$("$(dirname "$0")/tool.sh" versitygw)
   local dir key secret
   dir=$(mktemp -d "$STATE_PARENT/picobot-vgw.XXXXXX")
   mkdir -p "$dir/data"
@@ -63,7 +48,7 @@ start() {
   : >"$dir/server.log"
   # Port 0: the kernel chooses a free port at bind time; the server does
   # not log it, so it is read from the socket table.
-  "$BIN" --port 127.0.0.1:0 --access "$key" --secret "$secret" posix "$dir/data" >"$dir/server.log" 2>&1 </dev/null &
+  "$bin" --port 127.0.0.1:0 --access "$key" --secret "$secret" posix "$dir/data" >"$dir/server.log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$dir/pid"
   local port="" _
