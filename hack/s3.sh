@@ -17,20 +17,11 @@
 set -euo pipefail
 
 STATE_PARENT=${TMPDIR:-/tmp}
+SERVER_COMM=gofakes3
 
 . "$(dirname "$0")/lib/throwaway.sh"
 
 log() { echo "s3: $*" >&2; }
-
-# is_server PID: the process is alive and is a gofakes3 server, so a recycled
-# pid is never signalled.
-is_server() {
-  local pid=$1
-  kill -0 "$pid" 2>/dev/null || return 1
-  local comm
-  comm=$(ps -p "$pid" -o comm= 2>/dev/null) || return 1
-  [ "$(basename -- "$comm")" = gofakes3 ]
-}
 
 start() {
   local owner="" data="" bucket=""
@@ -64,15 +55,8 @@ start() {
   "$bin" "${args[@]}" >"$dir/server.log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$dir/pid"
-  local port="" _
-  for _ in $(seq 1 100); do
-    port=$(sed -n 's/.*using port: \([0-9]*\).*/\1/p' "$dir/server.log")
-    [ -n "$port" ] && break
-    if ! kill -0 "$pid" 2>/dev/null; then
-      break
-    fi
-    sleep 0.1
-  done
+  local port
+  port=$(await_port "$pid" sed -n 's/.*using port: \([0-9]*\).*/\1/p' "$dir/server.log")
   if [ -z "$port" ]; then
     log "failed to start gofakes3:"
     cat "$dir/server.log" >&2 || true
@@ -104,12 +88,7 @@ stop() {
     *[!0-9]*) echo "usage: $0 stop [URL|PORT|DIR]" >&2; exit 2 ;;
     *) target="http://127.0.0.1:$target" ;;
   esac
-  target=${target%/}
-  for dir in "$STATE_PARENT"/picobot-s3.*; do
-    if [ -f "$dir/endpoint" ] && [ "$(cat "$dir/endpoint")" = "$target" ]; then
-      stop_dir "$dir"
-    fi
-  done
+  stop_endpoint "${target%/}" picobot-s3
 }
 
 case "${1:-}" in

@@ -17,17 +17,15 @@
 set -euo pipefail
 
 STATE_PARENT=${TMPDIR:-/tmp}
+SERVER_COMM=versitygw
 
 . "$(dirname "$0")/lib/throwaway.sh"
 
 log() { echo "versitygw: $*" >&2; }
 
-is_server() {
-  local pid=$1
-  kill -0 "$pid" 2>/dev/null || return 1
-  local comm
-  comm=$(ps -p "$pid" -o comm= 2>/dev/null) || return 1
-  [ "$(basename -- "$comm")" = versitygw ]
+# listening_port PID prints the loopback port PID listens on, if any.
+listening_port() {
+  ss -Hltnp 2>/dev/null | sed -n "s/.*127\.0\.0\.1:\([0-9]*\) .*pid=$1,.*/\1/p" | head -1
 }
 
 start() {
@@ -51,13 +49,8 @@ start() {
   "$bin" --port 127.0.0.1:0 --access "$key" --secret "$secret" posix "$dir/data" >"$dir/server.log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$dir/pid"
-  local port="" _
-  for _ in $(seq 1 100); do
-    port=$(ss -Hltnp 2>/dev/null | sed -n "s/.*127\.0\.0\.1:\([0-9]*\) .*pid=$pid,.*/\1/p" | head -1)
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  local port
+  port=$(await_port "$pid" listening_port "$pid")
   if [ -z "$port" ]; then
     log "failed to start:"
     cat "$dir/server.log" >&2 || true
@@ -72,14 +65,9 @@ start() {
 stop_dir() { stop_server_dir "$1" picobot-vgw; }
 
 stop() {
-  local target=${1:?usage: $0 stop URL} dir
+  local target=${1:?usage: $0 stop URL}
   # Compare without the user info.
-  target=$(echo "${target%/}" | sed 's|//[^@/]*@|//|')
-  for dir in "$STATE_PARENT"/picobot-vgw.*; do
-    if [ -f "$dir/endpoint" ] && [ "$(cat "$dir/endpoint")" = "$target" ]; then
-      stop_dir "$dir"
-    fi
-  done
+  stop_endpoint "$(echo "${target%/}" | sed 's|//[^@/]*@|//|')" picobot-vgw
 }
 
 case "${1:-}" in
