@@ -9,20 +9,10 @@
 # binary (or the one named by --chromium / the Driver's Bin).
 set -euo pipefail
 
+. "$(dirname "$0")/lib/apt.sh"
+
 BIN=/usr/lib/chromium/chromium
 log() { echo "chromium.sh: $*" >&2; }
 
-if [ ! -x "$BIN" ]; then
-  exec 9>"${TMPDIR:-/tmp}/picobot-chromium-install.lock"
-  flock 9
-  if [ ! -x "$BIN" ]; then
-    sudo=()
-    [ "$(id -u)" = 0 ] || sudo=(sudo)
-    log "installing chromium (once)"
-    "${sudo[@]}" apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y chromium >&2
-  fi
-  exec 9>&-
-fi
-[ -x "$BIN" ] || { log "chromium is not at $BIN after installing"; exit 1; }
+apt_install chromium test -x "$BIN"
 echo "$BIN"

@@ -19,6 +19,8 @@
 # `postgres` user (created by the Debian package).
 set -euo pipefail
 
+. "$(dirname "$0")/lib/apt.sh"
+
 log() { echo "postgres: $*" >&2; }
 
 pg_bindir() {
@@ -29,21 +31,6 @@ pg_bindir() {
     return 0
   fi
   return 1
-}
-
-ensure_installed() {
-  if pg_bindir >/dev/null; then
-    return
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    log "PostgreSQL is not installed and installing it needs root"
-    exit 1
-  fi
-  log "installing Debian postgresql (once)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq postgresql >&2
-  pg_bindir >/dev/null || { log "postgresql installed but initdb not found"; exit 1; }
 }
 
 # as_pg runs a command as the cluster's owner.
@@ -81,7 +68,7 @@ launch() {
 }
 
 start() {
-  ensure_installed
+  apt_install postgresql pg_bindir
   local bin dir port
   bin=$(pg_bindir)
   dir=$(mktemp -d "${TMPDIR:-/tmp}/picobot-pg.XXXXXX")

@@ -24,23 +24,10 @@
 # it.
 set -euo pipefail
 
+. "$(dirname "$0")/lib/apt.sh"
+
 log() { echo "redis.sh: $*" >&2; }
 usage() { sed -n '2,14p' "$0" >&2; exit 2; }
-
-install_redis() {
-  command -v redis-server >/dev/null 2>&1 && return
-  # One install at a time across concurrent callers (test packages run in parallel).
-  exec 9>"${TMPDIR:-/tmp}/picobot-redis-install.lock"
-  flock 9
-  if ! command -v redis-server >/dev/null 2>&1; then
-    local sudo=()
-    [ "$(id -u)" = 0 ] || sudo=(sudo)
-    log "installing redis-server (once)"
-    "${sudo[@]}" apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y redis-server >&2
-  fi
-  exec 9>&-
-}
 
 # running DIR: succeeds when the pid file of DIR names a live redis-server.
 running() {
@@ -99,7 +86,7 @@ start() {
       *) usage ;;
     esac
   done
-  install_redis
+  apt_install redis-server command -v redis-server
   if [ -n "$dir" ] && running "$dir" && ping "$(cat "$dir/port")" "$dir"; then
     url "$dir" "$(cat "$dir/port")"
     echo "$dir"

@@ -16,38 +16,12 @@
 # Cost: the first start installs the server (~10-20 s); later starts take ~0.1 s.
 set -euo pipefail
 
-VERSION=v1.2.0
-CACHE=${PICOBOT_CACHE:-$HOME/.cache/picobot}
-BIN_DIR="$CACHE/tools/gofakes3-$VERSION"
-BIN="$BIN_DIR/gofakes3"
 STATE_PARENT=${TMPDIR:-/tmp}
+SERVER_COMM=gofakes3
 
 . "$(dirname "$0")/lib/throwaway.sh"
 
 log() { echo "s3: $*" >&2; }
-
-ensure_installed() {
-  [ -x "$BIN" ] && return 0
-  mkdir -p "$BIN_DIR"
-  # One install at a time across concurrent callers (test packages run in parallel).
-  exec 9>"$BIN_DIR/.lock"
-  flock 9
-  if [ ! -x "$BIN" ]; then
-    log "installing gofakes3 $VERSION (once)"
-    (cd / && GOBIN="$BIN_DIR" GOFLAGS=-mod=mod go install "github.com/johannesboyne/gofakes3/cmd/gofakes3@$VERSION") >&2
-  fi
-  exec 9>&-
-}
-
-# is_server PID: the process is alive and is a gofakes3 server, so a recycled
-# pid is never signalled.
-is_server() {
-  local pid=$1
-  kill -0 "$pid" 2>/dev/null || return 1
-  local comm
-  comm=$(ps -p "$pid" -o comm= 2>/dev/null) || return 1
-  [ "$(basename -- "$comm")" = gofakes3 ]
-}
 
 start() {
   local owner="" data="" bucket=""
@@ -59,7 +33,8 @@ start() {
       *) echo "usage: $0 start [--owner-pid PID] [--data DIR] [--bucket NAME]" >&2; exit 2 ;;
     esac
   done
-  ensure_installed
+  local bin
+  bin=$("$(dirname "$0")/tool.sh" gofakes3)
   local dir
   dir=$(mktemp -d "$STATE_PARENT/picobot-s3.XXXXXX")
   # Port 0 lets the kernel choose a free port at bind time (no race); the
@@ -77,18 +52,11 @@ start() {
   # only once it runs, and the loop below may read it first.
   : >"$dir/server.log"
   # Detached from our stdout/stderr, so callers reading them see EOF now.
-  "$BIN" "${args[@]}" >"$dir/server.log" 2>&1 </dev/null &
+  "$bin" "${args[@]}" >"$dir/server.log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$dir/pid"
-  local port="" _
-  for _ in $(seq 1 100); do
-    port=$(sed -n 's/.*using port: \([0-9]*\).*/\1/p' "$dir/server.log")
-    [ -n "$port" ] && break
-    if ! kill -0 "$pid" 2>/dev/null; then
-      break
-    fi
-    sleep 0.1
-  done
+  local port
+  port=$(await_port "$pid" sed -n 's/.*using port: \([0-9]*\).*/\1/p' "$dir/server.log")
   if [ -z "$port" ]; then
     log "failed to start gofakes3:"
     cat "$dir/server.log" >&2 || true
@@ -120,12 +88,7 @@ stop() {
     *[!0-9]*) echo "usage: $0 stop [URL|PORT|DIR]" >&2; exit 2 ;;
     *) target="http://127.0.0.1:$target" ;;
   esac
-  target=${target%/}
-  for dir in "$STATE_PARENT"/picobot-s3.*; do
-    if [ -f "$dir/endpoint" ] && [ "$(cat "$dir/endpoint")" = "$target" ]; then
-      stop_dir "$dir"
-    fi
-  done
+  stop_endpoint "${target%/}" picobot-s3
 }
 
 case "${1:-}" in

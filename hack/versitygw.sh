@@ -16,34 +16,16 @@
 # machine, 80 MB); later starts take ~0.2 s. Clients must use path style.
 set -euo pipefail
 
-VERSION=v1.8.0
-CACHE=${PICOBOT_CACHE:-$HOME/.cache/picobot}
-BIN_DIR="$CACHE/tools/versitygw-$VERSION"
-BIN="$BIN_DIR/versitygw"
 STATE_PARENT=${TMPDIR:-/tmp}
+SERVER_COMM=versitygw
 
 . "$(dirname "$0")/lib/throwaway.sh"
 
 log() { echo "versitygw: $*" >&2; }
 
-ensure_installed() {
-  [ -x "$BIN" ] && return 0
-  mkdir -p "$BIN_DIR"
-  exec 9>"$BIN_DIR/.lock"
-  flock 9
-  if [ ! -x "$BIN" ]; then
-    log "installing versitygw $VERSION (once)"
-    (cd / && GOBIN="$BIN_DIR" GOFLAGS=-mod=mod go install "github.com/versity/versitygw/cmd/versitygw@$VERSION") >&2
-  fi
-  exec 9>&-
-}
-
-is_server() {
-  local pid=$1
-  kill -0 "$pid" 2>/dev/null || return 1
-  local comm
-  comm=$(ps -p "$pid" -o comm= 2>/dev/null) || return 1
-  [ "$(basename -- "$comm")" = versitygw ]
+# listening_port PID prints the loopback port PID listens on, if any.
+listening_port() {
+  ss -Hltnp 2>/dev/null | sed -n "s/.*127\.0\.0\.1:\([0-9]*\) .*pid=$1,.*/\1/p" | head -1
 }
 
 start() {
@@ -54,7 +36,8 @@ start() {
       *) echo "usage: $0 start [--owner-pid PID]" >&2; exit 2 ;;
     esac
   done
-  ensure_installed
+  local bin
+  bin=$("$(dirname "$0")/tool.sh" versitygw)
   local dir key secret
   dir=$(mktemp -d "$STATE_PARENT/picobot-vgw.XXXXXX")
   mkdir -p "$dir/data"
@@ -63,16 +46,11 @@ start() {
   : >"$dir/server.log"
   # Port 0: the kernel chooses a free port at bind time; the server does
   # not log it, so it is read from the socket table.
-  "$BIN" --port 127.0.0.1:0 --access "$key" --secret "$secret" posix "$dir/data" >"$dir/server.log" 2>&1 </dev/null &
+  "$bin" --port 127.0.0.1:0 --access "$key" --secret "$secret" posix "$dir/data" >"$dir/server.log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$dir/pid"
-  local port="" _
-  for _ in $(seq 1 100); do
-    port=$(ss -Hltnp 2>/dev/null | sed -n "s/.*127\.0\.0\.1:\([0-9]*\) .*pid=$pid,.*/\1/p" | head -1)
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  local port
+  port=$(await_port "$pid" listening_port "$pid")
   if [ -z "$port" ]; then
     log "failed to start:"
     cat "$dir/server.log" >&2 || true
@@ -87,14 +65,9 @@ start() {
 stop_dir() { stop_server_dir "$1" picobot-vgw; }
 
 stop() {
-  local target=${1:?usage: $0 stop URL} dir
+  local target=${1:?usage: $0 stop URL}
   # Compare without the user info.
-  target=$(echo "${target%/}" | sed 's|//[^@/]*@|//|')
-  for dir in "$STATE_PARENT"/picobot-vgw.*; do
-    if [ -f "$dir/endpoint" ] && [ "$(cat "$dir/endpoint")" = "$target" ]; then
-      stop_dir "$dir"
-    fi
-  done
+  stop_endpoint "$(echo "${target%/}" | sed 's|//[^@/]*@|//|')" picobot-vgw
 }
 
 case "${1:-}" in

@@ -125,90 +125,151 @@ func SystemPrompt(base string, tools *tool.Registry) string {
 // example on cancellation), so the caller can persist what happened; the
 // history in it always has a valid tool-call chain.
 func (l *Loop) Run(ctx context.Context, in Input) (*Output, error) {
-	emit, maxSteps, reg := l.defaults(in)
-	out := &Output{History: RepairToolChains(in.History)}
-	system := SystemPrompt(in.System, reg)
-	defs := append(slices.Clip(reg.Definitions()), in.ClientTools...) // client tools beside the agent's
-	var onDelta func(llm.Delta)
-	step := 0
-	// partial is the text the current model call streamed so far; providers
-	// call onDelta synchronously, inside Complete.
-	var partial strings.Builder
+	t := l.newTurnRun(in)
+	for t.step = in.StepsDone + 1; t.step <= t.maxSteps; t.step++ {
+		resp, retry, err := t.callModel(ctx)
+		if err != nil {
+			return t.out, err
+		}
+		if retry {
+			t.step-- // a retry is not a step of its own
+			continue
+		}
+		if done, err := t.act(ctx, t.answer(resp)); done || err != nil {
+			return t.out, err
+		}
+	}
+	t.stopAtStepLimit()
+	return t.out, nil
+}
+
+// turnRun is the state of one Run: what every step needs and what the turn
+// has gathered so far. The Loop itself holds none of it.
+type turnRun struct {
+	l        *Loop
+	in       Input
+	out      *Output
+	emit     func(turn.Event)
+	maxSteps int
+	reg      *tool.Registry
+	system   string
+	defs     []llm.ToolDef
+	onDelta  func(llm.Delta) // nil unless the turn streams
+	step     int
+	// partial is the text the current model call streamed so far;
+	// providers call onDelta synchronously, inside Complete.
+	partial strings.Builder
+	// overflowRetried and truncRetried allow one retry each per turn.
+	overflowRetried, truncRetried bool
+}
+
+func (l *Loop) newTurnRun(in Input) *turnRun {
+	t := &turnRun{l: l, in: in, out: &Output{History: RepairToolChains(in.History)}}
+	t.emit, t.maxSteps, t.reg = l.defaults(in)
+	t.system = SystemPrompt(in.System, t.reg)
+	t.defs = append(slices.Clip(t.reg.Definitions()), in.ClientTools...) // client tools beside the agent's
 	if in.Stream {
-		onDelta = func(d llm.Delta) {
-			partial.WriteString(d.Text)
-			emit(turn.Event{Kind: turn.EventDelta, Step: step, Text: d.Text})
+		t.onDelta = func(d llm.Delta) {
+			t.partial.WriteString(d.Text)
+			t.emit(turn.Event{Kind: turn.EventDelta, Step: t.step, Text: d.Text})
 		}
 	}
-	overflowRetried, truncRetried := false, false
+	return t
+}
 
-	for step = in.StepsDone + 1; step <= maxSteps; step++ {
-		req := llm.Request{System: system, Messages: out.History, Tools: defs, MaxTokens: l.MaxTokens}
-		in.Settings.Apply(&req)
-		partial.Reset()
-		resp, err := l.Provider.Complete(ctx, req, onDelta)
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			out.StopReason, out.Partial = StopCancelled, partial.String()
-			return out, fmt.Errorf("turn cancelled: %w", ctx.Err())
-		case errors.Is(err, llm.ErrContextOverflow) && !overflowRetried && l.Compressor != nil:
-			overflowRetried = true
-			compressed, stats, cerr := l.Compressor.Compress(ctx, system, out.History, defs, true)
-			if cerr != nil {
-				return out, fmt.Errorf("failed to compress history after context overflow: %w", errors.Join(err, cerr))
-			}
-			out.History, out.Compressed = compressed, true
-			emit(turn.Event{Kind: turn.EventCompressed, Step: step, Text: stats.String()})
-			step--
-			continue
-		case errors.Is(err, llm.ErrTruncated) && !truncRetried:
-			// A cut stream carries no usable answer: ask once more.
-			truncRetried = true
-			step--
-			continue
-		default:
-			return out, fmt.Errorf("failed to call model at step %d: %w", step, err)
-		}
-		out.Steps = step
-		out.Usage.Add(resp.Usage)
-		u := resp.Usage
-		emit(turn.Event{Kind: turn.EventUsage, Step: step, Usage: &u})
+// callModel makes the step's model call. retry says that the call failed
+// in a way the turn recovers from and is to be made again.
+func (t *turnRun) callModel(ctx context.Context) (resp *llm.Response, retry bool, err error) {
+	req := llm.Request{System: t.system, Messages: t.out.History, Tools: t.defs, MaxTokens: t.l.MaxTokens}
+	t.in.Settings.Apply(&req)
+	t.partial.Reset()
+	resp, err = t.l.Provider.Complete(ctx, req, t.onDelta)
+	if err == nil {
+		return resp, false, nil
+	}
+	retry, err = t.recoverModelError(ctx, err)
+	return nil, retry, err
+}
 
-		msg := resp.Message
-		msg.Role = llm.RoleAssistant
-		for i := range msg.ToolCalls {
-			if msg.ToolCalls[i].ID == "" {
-				msg.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", step, i)
-			}
+// recoverModelError handles a failed model call: a cancelled turn ends
+// with what the call had streamed; a context overflow compresses the
+// history and a cut stream asks again (once each per turn); any other error
+// ends the turn.
+func (t *turnRun) recoverModelError(ctx context.Context, err error) (retry bool, _ error) {
+	switch {
+	case ctx.Err() != nil:
+		t.out.StopReason, t.out.Partial = StopCancelled, t.partial.String()
+		return false, fmt.Errorf("turn cancelled: %w", ctx.Err())
+	case errors.Is(err, llm.ErrContextOverflow) && !t.overflowRetried && t.l.Compressor != nil:
+		t.overflowRetried = true
+		compressed, stats, cerr := t.l.Compressor.Compress(ctx, t.system, t.out.History, t.defs, true)
+		if cerr != nil {
+			return false, fmt.Errorf("failed to compress history after context overflow: %w", errors.Join(err, cerr))
 		}
-		if out.endForClient(msg, in.ClientTools) {
-			return out, nil
-		}
-		out.add(msg)
-		if len(msg.ToolCalls) == 0 {
-			out.Final, out.StopReason = msg.Content, StopFinal
-			emit(turn.Event{Kind: turn.EventFinal, Step: step, Text: msg.Content})
-			return out, nil
-		}
-		if err := checkpoint(ctx, in.Checkpoint, msg); err != nil {
-			// Not one of these calls may run before they are on record:
-			// a crash would lose that they did.
-			return out, err
-		}
-		if err := l.callTools(ctx, reg, in, step, msg.ToolCalls, out, emit); err != nil {
-			return out, err
-		}
-		if ctx.Err() != nil {
-			out.StopReason = StopCancelled
-			return out, fmt.Errorf("turn cancelled: %w", ctx.Err())
+		t.out.History, t.out.Compressed = compressed, true
+		t.emit(turn.Event{Kind: turn.EventCompressed, Step: t.step, Text: stats.String()})
+		return true, nil
+	case errors.Is(err, llm.ErrTruncated) && !t.truncRetried:
+		// A cut stream carries no usable answer: ask once more.
+		t.truncRetried = true
+		return true, nil
+	default:
+		return false, fmt.Errorf("failed to call model at step %d: %w", t.step, err)
+	}
+}
+
+// answer counts the step and its usage and returns the model's message
+// as the assistant's, every tool call with an ID.
+func (t *turnRun) answer(resp *llm.Response) llm.Message {
+	t.out.Steps = t.step
+	t.out.Usage.Add(resp.Usage)
+	u := resp.Usage
+	t.emit(turn.Event{Kind: turn.EventUsage, Step: t.step, Usage: &u})
+	msg := resp.Message
+	msg.Role = llm.RoleAssistant
+	for i := range msg.ToolCalls {
+		if msg.ToolCalls[i].ID == "" {
+			msg.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", t.step, i)
 		}
 	}
-	out.StopReason = StopStepLimit
-	out.Final = fmt.Sprintf("I stopped after %d steps without finishing. Tell me to continue, or narrow the task.", maxSteps)
-	out.add(llm.Message{Role: llm.RoleAssistant, Content: out.Final})
-	emit(turn.Event{Kind: turn.EventFinal, Step: out.Steps, Text: out.Final})
-	return out, nil
+	return msg
+}
+
+// act records the model's message and does what it asks: it ends the turn
+// (done) when the message calls client tools or calls none, and otherwise
+// runs the agent's tool calls, checkpointed before any of them runs.
+func (t *turnRun) act(ctx context.Context, msg llm.Message) (done bool, _ error) {
+	if t.out.endForClient(msg, t.in.ClientTools) {
+		return true, nil
+	}
+	t.out.add(msg)
+	if len(msg.ToolCalls) == 0 {
+		t.out.Final, t.out.StopReason = msg.Content, StopFinal
+		t.emit(turn.Event{Kind: turn.EventFinal, Step: t.step, Text: msg.Content})
+		return true, nil
+	}
+	if err := checkpoint(ctx, t.in.Checkpoint, msg); err != nil {
+		// Not one of these calls may run before they are on record:
+		// a crash would lose that they did.
+		return true, err
+	}
+	if err := t.l.callTools(ctx, t.reg, t.in, t.step, msg.ToolCalls, t.out, t.emit); err != nil {
+		return true, err
+	}
+	if ctx.Err() != nil {
+		t.out.StopReason = StopCancelled
+		return true, fmt.Errorf("turn cancelled: %w", ctx.Err())
+	}
+	return false, nil
+}
+
+// stopAtStepLimit ends a turn that used its steps without a final answer,
+// with an answer that says so.
+func (t *turnRun) stopAtStepLimit() {
+	t.out.StopReason = StopStepLimit
+	t.out.Final = fmt.Sprintf("I stopped after %d steps without finishing. Tell me to continue, or narrow the task.", t.maxSteps)
+	t.out.add(llm.Message{Role: llm.RoleAssistant, Content: t.out.Final})
+	t.emit(turn.Event{Kind: turn.EventFinal, Step: t.out.Steps, Text: t.out.Final})
 }
 
 // endForClient ends the turn when the model's message calls client tools:

@@ -9,9 +9,11 @@
 // against the API server: the token must be valid now, for that audience,
 // and belong to a session pod's ServiceAccount
 // (system:serviceaccount:<namespace>:picobot-agent-<agent>). The namespace
-// in that name is the tenant. Everything else about a request (its key, its
-// content) is checked against that tenant, and S3's signature check makes a
-// grant good for exactly one method, key and content.
+// in that name is the tenant. A reviewed identity is kept for up to
+// DefaultCacheTTL (reviewCache), so a pod's burst of requests costs one
+// review. Everything else about a request (its key, its content) is checked
+// against that tenant, and S3's signature check makes a grant good for
+// exactly one method, key and content.
 package blobgrant
 
 import (
@@ -29,6 +31,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/blob"
 	"github.com/picobot/picobot/runtime/blob/remoteblob"
@@ -44,6 +47,13 @@ const (
 	maxRequestBody = 16 << 10
 	// serviceAccountUser starts the user name of a ServiceAccount token.
 	serviceAccountUser = "system:serviceaccount:"
+	// DefaultCacheTTL is how long a token's reviewed identity is used
+	// without asking again: the longest a revoked token (its pod or
+	// ServiceAccount deleted) still gets grants.
+	DefaultCacheTTL = 30 * time.Second
+	// DefaultCacheSize bounds the reviewed tokens kept (a few hundred
+	// bytes each, a few MB in all); the least recently used goes first.
+	DefaultCacheSize = 10_000
 )
 
 // Presigner signs S3 requests with the service's credentials;
@@ -68,13 +78,22 @@ type Config struct {
 	Blobs   Presigner
 	// TTL of grants; DefaultTTL when zero.
 	TTL time.Duration
-	Log *slog.Logger
+	// CacheTTL is how long a reviewed token's identity is kept (never past
+	// the token's expiry); DefaultCacheTTL when zero, no cache when
+	// negative.
+	CacheTTL time.Duration
+	// CacheSize bounds the tokens kept; DefaultCacheSize when zero.
+	CacheSize int
+	// Clock tells the cache's time; the real clock when nil.
+	Clock clock.PassiveClock
+	Log   *slog.Logger
 }
 
 // Server is the grant service's http.Handler.
 type Server struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg     Config
+	mux     *http.ServeMux
+	reviews *reviewCache // nil: every request is reviewed
 }
 
 // New builds a Server.
@@ -88,7 +107,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	if cfg.CacheTTL >= 0 {
+		s.reviews = newReviewCache(cfg.CacheTTL, cfg.CacheSize, cfg.Clock)
+	}
 	s.mux.HandleFunc("POST "+remoteblob.PathGrant, s.grant)
 	s.mux.HandleFunc("GET "+remoteblob.PathList, s.list)
 	return s, nil
@@ -243,11 +268,25 @@ func ownPrefix(tenant, prefix string) *refusal {
 // a session pod's ServiceAccount, as the API server's TokenReview says.
 func (s *Server) authenticate(r *http.Request) (string, *refusal) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || strings.TrimSpace(token) == "" {
+	token = strings.TrimSpace(token)
+	if !ok || token == "" {
 		return "", refuse(http.StatusUnauthorized, "a ServiceAccount token of audience %q is needed (Authorization: Bearer)", remoteblob.Audience)
 	}
-	review, err := s.cfg.Reviews.Create(r.Context(), &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
-		Token: strings.TrimSpace(token), Audiences: []string{remoteblob.Audience}}}, metav1.CreateOptions{})
+	user, ref := s.reviewedUser(r.Context(), token)
+	if ref != nil {
+		return "", ref
+	}
+	return sessionTenant(user)
+}
+
+// reviewedUser returns the user name a TokenReview gives token for the
+// service's audience, from the cache when it was reviewed lately.
+func (s *Server) reviewedUser(ctx context.Context, token string) (string, *refusal) {
+	if user, ok := s.reviews.get(token); ok {
+		return user, nil
+	}
+	review, err := s.cfg.Reviews.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
+		Token: token, Audiences: []string{remoteblob.Audience}}}, metav1.CreateOptions{})
 	if err != nil {
 		s.cfg.Log.Error("Failed to review a blob token", "err", err)
 		return "", refuse(http.StatusServiceUnavailable, "failed to review the token")
@@ -257,9 +296,17 @@ func (s *Server) authenticate(r *http.Request) (string, *refusal) {
 		s.cfg.Log.Debug("Refused a blob token", "reason", st.Error)
 		return "", refuse(http.StatusUnauthorized, "the token is not a valid token of audience %q", remoteblob.Audience)
 	}
-	ns, sa, ok := strings.Cut(strings.TrimPrefix(st.User.Username, serviceAccountUser), ":")
-	if !strings.HasPrefix(st.User.Username, serviceAccountUser) || !ok {
-		return "", refuse(http.StatusForbidden, "user %q is not a ServiceAccount", st.User.Username)
+	s.reviews.add(token, st.User.Username)
+	return st.User.Username, nil
+}
+
+// sessionTenant returns the namespace of user when it is a session pod's
+// ServiceAccount (system:serviceaccount:<ns>:picobot-agent-<agent>) in a
+// namespace that can be a tenant.
+func sessionTenant(user string) (string, *refusal) {
+	ns, sa, ok := strings.Cut(strings.TrimPrefix(user, serviceAccountUser), ":")
+	if !strings.HasPrefix(user, serviceAccountUser) || !ok {
+		return "", refuse(http.StatusForbidden, "user %q is not a ServiceAccount", user)
 	}
 	if !strings.HasPrefix(sa, remoteblob.ServiceAccountPrefix) {
 		return "", refuse(http.StatusForbidden, "ServiceAccount %q of namespace %q is not a session pod's (%s<agent>)", sa, ns, remoteblob.ServiceAccountPrefix)

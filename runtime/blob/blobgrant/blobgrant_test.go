@@ -30,6 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/picobot/picobot/runtime/blob"
@@ -46,7 +47,8 @@ import (
 // tenant namespaces.
 var (
 	cs      kubernetes.Interface
-	saKey   string // the API server's ServiceAccount signing key
+	kubeCfg *rest.Config // the API server's, for clients of their own
+	saKey   string       // the API server's ServiceAccount signing key
 	bucket  *s3blob.Store
 	grants  string // the grant service's URL
 	skipped string
@@ -96,6 +98,7 @@ func run(m *testing.M) int {
 
 func setUp(env *controlplane.Environment, endpoint string) error {
 	ctx := context.Background()
+	kubeCfg = env.Config
 	cs = kubernetes.NewForConfigOrDie(env.Config)
 	saKey = filepath.Join(env.ControlPlane.APIServer.CertDir, "sa-signer.key")
 	u, err := url.Parse(endpoint)
@@ -163,13 +166,24 @@ func store(t *testing.T, tok string) *remoteblob.Store {
 // ask sends a grant request with tok and returns the status and the body.
 func ask(t *testing.T, tok string, req remoteblob.GrantRequest) (int, []byte) {
 	t.Helper()
+	return askAt(t, grants, tok, req)
+}
+
+// askAt is ask to the grant service at base.
+func askAt(t *testing.T, base, tok string, req remoteblob.GrantRequest) (int, []byte) {
+	t.Helper()
 	body, _ := json.Marshal(req)
-	return call(t, tok, http.MethodPost, remoteblob.PathGrant, body)
+	return callAt(t, base, tok, http.MethodPost, remoteblob.PathGrant, body)
 }
 
 func call(t *testing.T, tok, method, path string, body []byte) (int, []byte) {
 	t.Helper()
-	r, err := http.NewRequest(method, grants+path, bytes.NewReader(body))
+	return callAt(t, grants, tok, method, path, body)
+}
+
+func callAt(t *testing.T, base, tok, method, path string, body []byte) (int, []byte) {
+	t.Helper()
+	r, err := http.NewRequest(method, base+path, bytes.NewReader(body))
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	if tok != "" {
 		r.Header.Set("Authorization", "Bearer "+tok)
@@ -195,7 +209,13 @@ func message(body []byte) string {
 
 func grantOf(t *testing.T, tok string, req remoteblob.GrantRequest) remoteblob.Grant {
 	t.Helper()
-	code, body := ask(t, tok, req)
+	return grantAt(t, grants, tok, req)
+}
+
+// grantAt is grantOf from the grant service at base.
+func grantAt(t *testing.T, base, tok string, req remoteblob.GrantRequest) remoteblob.Grant {
+	t.Helper()
+	code, body := askAt(t, base, tok, req)
 	NewWithT(t).Expect(code).To(Equal(http.StatusOK), "%s", body)
 	var g remoteblob.Grant
 	NewWithT(t).Expect(json.Unmarshal(body, &g)).To(Succeed())
@@ -407,6 +427,19 @@ func defaultToken(t *testing.T) string {
 // the past: a token that was real and has expired.
 func expired(t *testing.T, tok string) string {
 	t.Helper()
+	past := time.Now().Add(-2 * time.Hour)
+	forged := resign(t, tok, past, past.Add(10*time.Minute))
+	// The same claims with a current validity are accepted: what is
+	// refused is the expiry, not the signature.
+	code, body := ask(t, resign(t, tok, time.Now(), time.Now().Add(10*time.Minute)), remoteblob.GrantRequest{Op: remoteblob.OpGet, Key: "tenants/" + tenantA + "/x"})
+	NewWithT(t).Expect(code).To(Equal(http.StatusOK), "the re-signed current token: %s", body)
+	return forged
+}
+
+// resign re-signs tok's claims with the API server's own signing key,
+// valid from issued to expires (whole seconds).
+func resign(t *testing.T, tok string, issued, expires time.Time) string {
+	t.Helper()
 	g := NewWithT(t)
 	parts := strings.Split(tok, ".")
 	g.Expect(parts).To(HaveLen(3))
@@ -414,20 +447,9 @@ func expired(t *testing.T, tok string) string {
 	g.Expect(err).NotTo(HaveOccurred())
 	var claims map[string]any
 	g.Expect(json.Unmarshal(raw, &claims)).To(Succeed())
-	past := time.Now().Add(-2 * time.Hour).Unix()
-	claims["iat"], claims["nbf"], claims["exp"] = past, past, past+600
+	claims["iat"], claims["nbf"], claims["exp"] = issued.Unix(), issued.Unix(), expires.Unix()
 	payload, _ := json.Marshal(claims)
-	signing := parts[0] + "." + base64.RawURLEncoding.EncodeToString(payload)
-	forged := sign(t, signing)
-	// The same claims with a current validity are accepted: what is
-	// refused is the expiry, not the signature.
-	now := time.Now().Unix()
-	claims["iat"], claims["nbf"], claims["exp"] = now, now, now+600
-	payload, _ = json.Marshal(claims)
-	current := parts[0] + "." + base64.RawURLEncoding.EncodeToString(payload)
-	code, body := ask(t, sign(t, current), remoteblob.GrantRequest{Op: remoteblob.OpGet, Key: "tenants/" + tenantA + "/x"})
-	g.Expect(code).To(Equal(http.StatusOK), "the re-signed current token: %s", body)
-	return forged
+	return sign(t, parts[0]+"."+base64.RawURLEncoding.EncodeToString(payload))
 }
 
 // sign signs a JWT's header and payload with the API server's
@@ -534,14 +556,7 @@ func TestExpiredGrantRefused(t *testing.T) {
 	key := "tenants/" + tenantA + "/kept"
 	_, err := bucket.Put(context.Background(), key, strings.NewReader("x"), 1, blob.PutOptions{})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-	body, _ := json.Marshal(remoteblob.GrantRequest{Op: remoteblob.OpGet, Key: key})
-	r, _ := http.NewRequest(http.MethodPost, srv.URL+remoteblob.PathGrant, bytes.NewReader(body))
-	r.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(r)
-	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-	var g remoteblob.Grant
-	NewWithT(t).Expect(json.NewDecoder(resp.Body).Decode(&g)).To(Succeed())
-	_ = resp.Body.Close()
+	g := grantAt(t, srv.URL, tok, remoteblob.GrantRequest{Op: remoteblob.OpGet, Key: key})
 	// SigV4 counts whole seconds from X-Amz-Date: wait until they have passed.
 	time.Sleep(time.Until(g.Expires) + 1500*time.Millisecond)
 	code, msg := send(t, g.Method, g.URL, nil, nil)

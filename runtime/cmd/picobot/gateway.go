@@ -145,8 +145,8 @@ func gatewayCmd(args []string) error {
 }
 
 // serveBlobGrants serves the blob grant service on its own listener: it is
-// for session pods, so the gateway's Ingress does not route to it, and
-// every request to it costs a TokenReview. addr "" turns it off (a server
+// for session pods, so the gateway's Ingress does not route to it, and it
+// reviews their tokens with the API server (a review is kept 30 s). addr "" turns it off (a server
 // that serves nothing is returned, so shutting it down is always right).
 func serveBlobGrants(addr string, svc *cluster.Services, cs kubernetes.Interface, loops *errgroup.Group, log *slog.Logger) (*http.Server, error) {
 	if addr == "" {

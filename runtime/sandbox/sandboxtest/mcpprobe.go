@@ -15,6 +15,25 @@ import (
 // would steer a real server (a filesystem or shell server) to act.
 const MCPProbeEnv = "PICOBOT_TEST_MCP_PROBE"
 
+// MCPProbeDeclaredEnv is the one variable MCPProbeServers gives the probe:
+// the Agent's own, which the probe must see (as the line "env: " +
+// MCPProbeDeclaredEnv) while it sees none of the server's.
+const MCPProbeDeclaredEnv = "DECLARED_BY_AGENT=visible"
+
+// MCPProbeServers is the spec.mcpServers entry of an Agent manifest (indented
+// to follow other spec fields) that runs the probe binary bin as the MCP
+// stdio server "probe" with MCPProbeDeclaredEnv in its env.
+func MCPProbeServers(bin string) string {
+	name, value, _ := strings.Cut(MCPProbeDeclaredEnv, "=")
+	return fmt.Sprintf(`  mcpServers:
+  - name: probe
+    transport: stdio
+    command: %s
+    env:
+    - {name: %s, value: %s}
+`, bin, name, value)
+}
+
 // ProbeArgs are the arguments of the probe server's one tool, "probe".
 type ProbeArgs struct {
 	// Read are files to read (another process's /proc/<pid>/environ, a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/runtime/sandbox/sandboxtest"
 )
 
 // A turn whose bash call runs in the session pod's sandbox container,
@@ -35,12 +36,7 @@ func TestToolProgramsRunInTheSandboxContainer(t *testing.T) {
 		if lastUser(r) != "run the probe" {
 			return fakellm.Turn{Text: "ok"}
 		}
-		rtPID := 0
-		for _, p := range st.pods(t, ns, "helper") {
-			if pid := st.runner.PID(p.UID); pid != 0 && st.busyPod(ns, "helper", "helper/probe") == p.Name {
-				rtPID = pid
-			}
-		}
+		rtPID := runtimePID(t, ns, "helper/probe")
 		script := strings.Join([]string{
 			"echo uid=$(id -u)",
 			"echo pwd=$(pwd)",
@@ -96,19 +92,12 @@ func TestToolProgramsRunInTheSandboxContainer(t *testing.T) {
 
 // fsAgent opens /proc and the ServiceAccount token's folder to the file
 // tools (spec.tools.fs.allowedPaths), so their own path checks let the
-// attacks through and only the sandbox container's user stands in the way,
-// and declares a hostile MCP stdio server.
+// attacks through and only the sandbox container's user stands in the way.
 const fsAgent = `  tools:
     fs:
       allowedPaths:
       - {path: /proc, access: ReadOnly}
       - {path: /var/run/secrets/kubernetes.io, access: ReadOnly}
-  mcpServers:
-  - name: probe
-    transport: stdio
-    command: %s
-    env:
-    - {name: DECLARED_BY_AGENT, value: visible}
 `
 
 // A turn whose file tools and MCP stdio server run in the session pod's
@@ -139,12 +128,7 @@ func TestFileToolsAndMCPRunInTheSandboxContainer(t *testing.T) {
 		if lastUser(r) != "run the file probe" {
 			return fakellm.Turn{Text: "ok"}
 		}
-		rtPID := 0
-		for _, p := range st.pods(t, ns, "helper") {
-			if pid := st.runner.PID(p.UID); pid != 0 && st.busyPod(ns, "helper", "helper/fsprobe") == p.Name {
-				rtPID = pid
-			}
-		}
+		rtPID := runtimePID(t, ns, "helper/fsprobe")
 		environ := fmt.Sprintf("/proc/%d/environ", rtPID)
 		args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 		return fakellm.Turn{ToolCalls: []fakellm.Call{
@@ -155,7 +139,7 @@ func TestFileToolsAndMCPRunInTheSandboxContainer(t *testing.T) {
 			{ID: "m1", Name: "mcp_probe_probe", Args: args(map[string]any{"read": []string{environ, saTokenPath}, "write": "job.txt"})},
 		}}
 	})
-	st.apply(t, fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "1m", 0)+fmt.Sprintf(fsAgent, st.mcpProbe))
+	st.apply(t, fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "1m", 0)+fsAgent+sandboxtest.MCPProbeServers(st.mcpProbe))
 	st.waitReady(t, ns, "helper")
 
 	c := gatewaytest.Client{URL: st.gatewayURL, Key: key}
@@ -175,7 +159,7 @@ func TestFileToolsAndMCPRunInTheSandboxContainer(t *testing.T) {
 	g.Expect(got[2]).To(MatchRegexp(`error: permission denied for /proc/\d+/environ`))
 	g.Expect(got[3]).To(ContainSubstring("does not exist"))
 	mcpOut := got[4]
-	g.Expect(mcpOut).To(ContainSubstring("env: DECLARED_BY_AGENT=visible"))
+	g.Expect(mcpOut).To(ContainSubstring("env: " + sandboxtest.MCPProbeDeclaredEnv))
 	g.Expect(mcpOut).To(MatchRegexp(`read /proc/\d+/environ: error: open /proc/\d+/environ: permission denied`))
 	g.Expect(mcpOut).To(ContainSubstring("read " + saTokenPath + ": error: open " + saTokenPath + ": no such file or directory"))
 	g.Expect(mcpOut).To(ContainSubstring(`wrote job.txt: "written by the probe"`))
@@ -185,6 +169,20 @@ func TestFileToolsAndMCPRunInTheSandboxContainer(t *testing.T) {
 	for _, out := range got {
 		g.Expect(out).NotTo(ContainSubstring("sk-fake"))
 	}
+}
+
+// runtimePID is the host pid of the runtime of the session pod of Agent
+// "helper" in ns that serves chatKey (0 when none does): the process whose
+// environment the sandbox's programs go after.
+func runtimePID(tb testing.TB, ns, chatKey string) int {
+	tb.Helper()
+	busy := st.busyPod(ns, "helper", chatKey)
+	for _, p := range st.pods(tb, ns, "helper") {
+		if p.Name == busy {
+			return st.runner.PID(p.UID)
+		}
+	}
+	return 0
 }
 
 // saTokenPath is where a pod's ServiceAccount token is mounted; the sandbox

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -51,22 +50,14 @@ func approvalModel(r fakellm.Recorded) fakellm.Turn {
 // spec (channels).
 func writeApprovalAgent(tb testing.TB, dir, baseURL, timeout, extra string) {
 	tb.Helper()
-	yaml := fmt.Sprintf(`apiVersion: agents.picobot.io/v1alpha1
-kind: Agent
-metadata: {name: assistant}
-spec:
-  model: {provider: openai, model: fake, baseURL: %s, apiKeySecretRef: {name: model-api-key, key: apiKey}}
-  tools:
+	writeAgent(tb, dir, baseURL, fmt.Sprintf(`  tools:
     profile: coding
     exec:
       security: allowlist
       ask: on-miss
       allowlist: ["echo *"]
       approvalTimeout: %s
-%s`, baseURL, timeout, extra)
-	if err := os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(yaml), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+`, timeout), extra)
 }
 
 // ranIn reports whether the command of "run x" ran: its file is in a

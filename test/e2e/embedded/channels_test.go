@@ -51,20 +51,9 @@ func TestWebhookChannelEndToEnd(t *testing.T) {
 	t.Cleanup(receiver.Close)
 
 	dir := t.TempDir()
-	manifest := fmt.Sprintf(`apiVersion: agents.picobot.io/v1alpha1
-kind: Agent
-metadata: {name: assistant}
-spec:
-  model: {provider: openai, model: fake, baseURL: %s, apiKeySecretRef: {name: model-api-key, key: apiKey}}
-  channels:
-  - {type: webhook, name: hook, secretRef: {name: hook-secret}}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: hook-secret}
-stringData: {signingSecret: %s, url: %s}
-`, llm.URL(), secret, receiver.URL)
-	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(manifest), 0o600)).To(Succeed())
+	writeAgent(t, dir, llm.URL(), "  channels:\n  - {type: webhook, name: hook, secretRef: {name: hook-secret}}\n")
+	hookSecret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: hook-secret}\nstringData: {signingSecret: %s, url: %s}\n", secret, receiver.URL)
+	g.Expect(os.WriteFile(filepath.Join(dir, "hook-secret.yaml"), []byte(hookSecret), 0o600)).To(Succeed())
 	p := serve(t, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test")
 	defer p.stop()
 

@@ -136,7 +136,7 @@ func TestCrashCampaign(t *testing.T) {
 	defer s.Close()
 	s.Respond(campaignModel)
 	dir := t.TempDir()
-	writeAgent(t, dir, s.URL())
+	writeAgent(t, dir, s.URL(), codingTools)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
 	addr := ln.Addr().String()
@@ -308,7 +308,7 @@ func BenchmarkResumeAfterRestart(b *testing.B) {
 		return fakellm.Turn{Text: "resumed"}
 	})
 	dir := b.TempDir()
-	writeAgent(b, dir, s.URL())
+	writeAgent(b, dir, s.URL(), codingTools)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -25,7 +25,7 @@ func gatewayInProcess(b *testing.B) gatewaytest.Client {
 	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
 	s.SetRequestLimit(0) // thousands of turns: keep no request bodies
 	dir := b.TempDir()
-	writeAgent(b, dir, s.URL())
+	writeAgent(b, dir, s.URL(), codingTools)
 	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Env: func(name string) string {
 		if name == embedded.SecretEnvName("model-api-key", "apiKey") {
 			return "sk-test"
@@ -136,7 +136,7 @@ func BenchmarkGatewayRSS1000Connections(b *testing.B) {
 	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
 	for n := 0; n < b.N; n++ {
 		dir := b.TempDir()
-		writeAgent(b, dir, s.URL())
+		writeAgent(b, dir, s.URL(), codingTools)
 		p := serve(b, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test")
 		c := gatewaytest.Client{URL: p.url}
 		idle := p.rssKB()

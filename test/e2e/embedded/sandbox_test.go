@@ -52,6 +52,16 @@ func (s *script) respond(r fakellm.Recorded) fakellm.Turn {
 	return fakellm.Turn{Text: "done"}
 }
 
+// writeUnrelatedSecret writes a Secret manifest no Agent refers to into
+// the folder `picobot serve` reads: its value must reach no tool.
+func writeUnrelatedSecret(tb testing.TB, dir string) {
+	tb.Helper()
+	secret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: unrelated}\nstringData: {token: %s}\n", manifestValue)
+	if err := os.WriteFile(filepath.Join(dir, "secret.yaml"), []byte(secret), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 func call(name string, args map[string]any) fakellm.Call {
 	b, _ := json.Marshal(args)
 	return fakellm.Call{Name: name, Args: string(b)}
@@ -67,9 +77,8 @@ func TestToolsCannotReachSecrets(t *testing.T) {
 	dir := t.TempDir()
 	llm := fakellm.New()
 	defer llm.Close()
-	writeAgent(t, dir, llm.URL())
-	secret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: unrelated}\nstringData: {token: %s}\n", manifestValue)
-	g.Expect(os.WriteFile(filepath.Join(dir, "secret.yaml"), []byte(secret), 0o600)).To(Succeed())
+	writeAgent(t, dir, llm.URL(), codingTools)
+	writeUnrelatedSecret(t, dir)
 	mark := "picobot-e2e-" + strconv.Itoa(os.Getpid())
 
 	environs := `for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done; tr '\0' '\n' < /proc/$PPID/environ`
@@ -137,28 +146,8 @@ func TestMCPServerCannotReachSecrets(t *testing.T) {
 	dir := t.TempDir()
 	llm := fakellm.New()
 	defer llm.Close()
-	agent := fmt.Sprintf(`apiVersion: agents.picobot.io/v1alpha1
-kind: Agent
-metadata:
-  name: assistant
-spec:
-  model:
-    provider: openai
-    model: fake
-    baseURL: %s
-    apiKeySecretRef: {name: model-api-key, key: apiKey}
-  tools:
-    profile: full
-  mcpServers:
-  - name: probe
-    transport: stdio
-    command: %s
-    env:
-    - {name: DECLARED_BY_AGENT, value: visible}
-`, llm.URL(), mcpProbeBin)
-	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(agent), 0o600)).To(Succeed())
-	secret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: unrelated}\nstringData: {token: %s}\n", manifestValue)
-	g.Expect(os.WriteFile(filepath.Join(dir, "secret.yaml"), []byte(secret), 0o600)).To(Succeed())
+	writeAgent(t, dir, llm.URL(), "  tools:\n    profile: full\n", sandboxtest.MCPProbeServers(mcpProbeBin))
+	writeUnrelatedSecret(t, dir)
 
 	s := &script{}
 	llm.Respond(s.respond)
@@ -179,7 +168,7 @@ spec:
 	for _, leak := range []string{modelKey, otherKey, manifestValue} {
 		g.Expect(out).NotTo(ContainSubstring(leak))
 	}
-	g.Expect(out).To(ContainSubstring("env: DECLARED_BY_AGENT=visible"))
+	g.Expect(out).To(ContainSubstring("env: " + sandboxtest.MCPProbeDeclaredEnv))
 	g.Expect(out).NotTo(MatchRegexp(`(?m)^env: (PICOBOT_|OPENAI_)`))
 	// In its own PID namespace the server's pid is not there; without one
 	// Landlock refuses another domain's environ.

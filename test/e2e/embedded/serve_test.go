@@ -128,21 +128,23 @@ func (p *serveProc) rssKB() int64 {
 	return 0
 }
 
-func writeAgent(tb testing.TB, dir, baseURL string) {
+// codingTools is the spec.tools of an Agent with the coding profile.
+const codingTools = `  tools:
+    profile: coding
+`
+
+// writeAgent writes dir/agent.yaml: the Agent "assistant" of the fake model
+// at baseURL, whose key is the Secret model-api-key (which the tests pass to
+// `picobot serve` in its environment), followed by the spec fields of spec
+// (tools, channels, MCP servers; each indented by two spaces).
+func writeAgent(tb testing.TB, dir, baseURL string, spec ...string) {
 	tb.Helper()
 	yaml := fmt.Sprintf(`apiVersion: agents.picobot.io/v1alpha1
 kind: Agent
-metadata:
-  name: assistant
+metadata: {name: assistant}
 spec:
-  model:
-    provider: openai
-    model: fake
-    baseURL: %s
-    apiKeySecretRef: {name: model-api-key, key: apiKey}
-  tools:
-    profile: coding
-`, baseURL)
+  model: {provider: openai, model: fake, baseURL: %s, apiKeySecretRef: {name: model-api-key, key: apiKey}}
+`, baseURL) + strings.Join(spec, "")
 	if err := os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(yaml), 0o600); err != nil {
 		tb.Fatal(err)
 	}
@@ -199,7 +201,7 @@ func TestServeBinary(t *testing.T) {
 		return fakellm.Turn{Text: fmt.Sprintf("reply %d", len(r.Messages))}
 	})
 	dir := t.TempDir()
-	writeAgent(t, dir, s.URL())
+	writeAgent(t, dir, s.URL(), codingTools)
 
 	// Without the key the agent is loaded, says why it cannot answer, and
 	// the UI is served.
@@ -237,7 +239,7 @@ func BenchmarkServeRSS100Sessions(b *testing.B) {
 	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
 	for i := 0; i < b.N; i++ {
 		dir := b.TempDir()
-		writeAgent(b, dir, s.URL())
+		writeAgent(b, dir, s.URL(), codingTools)
 		env := "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test"
 		p := serve(b, dir, env)
 		for j := range 100 {
@@ -270,15 +272,7 @@ func BenchmarkHelloBytes(b *testing.B) {
 	defer s.Close()
 	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "hi"} })
 	dir := b.TempDir()
-	yaml := fmt.Sprintf(`apiVersion: agents.picobot.io/v1alpha1
-kind: Agent
-metadata: {name: assistant}
-spec:
-  model: {provider: openai, model: fake, baseURL: %s, apiKeySecretRef: {name: model-api-key, key: apiKey}}
-`, s.URL())
-	if err := os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(yaml), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	writeAgent(b, dir, s.URL())
 	p := serve(b, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test", "HOME="+b.TempDir())
 	defer p.stop()
 	for i := 0; i < b.N; i++ {
