@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -154,53 +155,7 @@ func (b *Bus) xaddArgs(stream string, m *bus.Message) *redis.XAddArgs {
 
 // Fetch implements bus.Bus.
 func (b *Bus) Fetch(ctx context.Context, stream, group, consumer string, opts bus.FetchOptions) ([]bus.Message, error) {
-	count := opts.Count
-	if count <= 0 {
-		count = bus.DefaultBatch
-	}
-	if b.isClosed() {
-		return nil, fmt.Errorf("failed to fetch messages from %q: %w", stream, bus.ErrClosed)
-	}
-	if err := b.ensureGroup(ctx, stream, group); err != nil {
-		return nil, err
-	}
-	args := &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, ">"}, Count: int64(count), Block: -1}
-	for attempt := 0; ; attempt++ {
-		var res []redis.XStream
-		var err error
-		if opts.Block > 0 {
-			args.Block = max(opts.Block, time.Millisecond)
-			res, err = b.blockingRead(ctx, args)
-		} else {
-			res, err = b.client.XReadGroup(ctx, args).Result()
-		}
-		switch {
-		case err == nil:
-			var out []bus.Message
-			for _, s := range res {
-				for _, xm := range s.Messages {
-					out = append(out, decode(stream, xm, 1))
-				}
-			}
-			return out, nil
-		case isNoGroup(err) && attempt == 0:
-			// The stream vanished (deleted, or a restart without AOF) and took
-			// the group along: create both again and read from the start.
-			b.forgetGroup(stream, group)
-			if err := b.ensureGroup(ctx, stream, group); err != nil {
-				return nil, err
-			}
-			continue
-		case b.isClosed():
-			return nil, fmt.Errorf("failed to fetch messages from %q: %w", stream, bus.ErrClosed)
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("failed to fetch messages from %q: %w", stream, ctx.Err())
-		case errors.Is(err, redis.Nil):
-			return nil, nil // BLOCK timed out
-		default:
-			return nil, fmt.Errorf("failed to fetch messages from %q: %w", stream, err)
-		}
-	}
+	return b.fetch(ctx, []string{stream}, group, consumer, opts, strconv.Quote(stream))
 }
 
 // Ack implements bus.Bus.

@@ -23,12 +23,19 @@ func (b *Bus) FetchStreams(ctx context.Context, streams []string, group, consume
 	if len(streams) == 0 {
 		return nil, nil
 	}
+	return b.fetch(ctx, streams, group, consumer, opts, fmt.Sprintf("%d streams", len(streams)))
+}
+
+// fetch is Fetch and FetchStreams: one XREADGROUP over streams, whose groups
+// are created when missing and once more when Redis lost them; what names
+// the streams in errors.
+func (b *Bus) fetch(ctx context.Context, streams []string, group, consumer string, opts bus.FetchOptions, what string) ([]bus.Message, error) {
 	count := opts.Count
 	if count <= 0 {
 		count = bus.DefaultBatch
 	}
 	if b.isClosed() {
-		return nil, fmt.Errorf("failed to fetch messages from %d streams: %w", len(streams), bus.ErrClosed)
+		return nil, fmt.Errorf("failed to fetch messages from %s: %w", what, bus.ErrClosed)
 	}
 	if err := b.ensureGroups(ctx, streams, group); err != nil {
 		return nil, err
@@ -58,8 +65,9 @@ func (b *Bus) FetchStreams(ctx context.Context, streams []string, group, consume
 			}
 			return out, nil
 		case isNoGroup(err) && attempt == 0:
-			// A stream vanished with its group: which one, Redis does not
-			// say, so every group is checked again.
+			// A stream vanished (deleted, or a restart without AOF) and took
+			// its group along; which one, Redis does not say, so every group
+			// is created again (read from the start).
 			for _, s := range streams {
 				b.forgetGroup(s, group)
 			}
@@ -68,13 +76,13 @@ func (b *Bus) FetchStreams(ctx context.Context, streams []string, group, consume
 			}
 			continue
 		case b.isClosed():
-			return nil, fmt.Errorf("failed to fetch messages from %d streams: %w", len(streams), bus.ErrClosed)
+			return nil, fmt.Errorf("failed to fetch messages from %s: %w", what, bus.ErrClosed)
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("failed to fetch messages from %d streams: %w", len(streams), ctx.Err())
+			return nil, fmt.Errorf("failed to fetch messages from %s: %w", what, ctx.Err())
 		case errors.Is(err, redis.Nil):
 			return nil, nil // BLOCK timed out
 		default:
-			return nil, fmt.Errorf("failed to fetch messages from %d streams: %w", len(streams), err)
+			return nil, fmt.Errorf("failed to fetch messages from %s: %w", what, err)
 		}
 	}
 }
