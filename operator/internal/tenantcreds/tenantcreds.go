@@ -62,6 +62,22 @@ type Config struct {
 	// RolePrefix and UserPrefix start tenant role and user names (the
 	// packages' defaults when empty).
 	RolePrefix, UserPrefix string
+	// Refresh is how long SecretData trusts what this process provisioned
+	// for a tenant before it sets the role and user again (DefaultRefresh
+	// when 0). Reconciles come in bursts (every Agent of a namespace, its
+	// Secret, its NetworkPolicy); setting a role costs a transaction, a
+	// SCRAM verifier and a durable commit, so a burst does it once.
+	Refresh time.Duration
+}
+
+// DefaultRefresh is Config.Refresh's default: a role or user changed behind
+// the operator's back is set right within this time.
+const DefaultRefresh = 5 * time.Minute
+
+// provisioned is what this process set for a tenant, and when.
+type provisioned struct {
+	role postgres.TenantRole
+	at   time.Time
 }
 
 // Credentials provisions tenants; it is the operator's TenantConnection.
@@ -71,11 +87,12 @@ type Credentials struct {
 	redis *redis.Client
 	users *redisbus.TenantUsers
 
-	// generations are the tenants provisioned by this process and their
-	// roles' generations, so that Redis users lost by a Redis restart are
-	// restored without PostgreSQL (which may be down at the same time).
-	mu          sync.Mutex
-	generations map[string]int64
+	// tenants are the tenants provisioned by this process: SecretData
+	// answers from here within cfg.Refresh, and Redis users lost by a Redis
+	// restart are restored from their generations without PostgreSQL
+	// (which may be down at the same time).
+	mu      sync.Mutex
+	tenants map[string]provisioned
 }
 
 // New connects to both services as their admin.
@@ -98,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Credentials, error) {
 	}
 	rc := redis.NewClient(ropts)
 	return &Credentials{cfg: cfg, roles: roles, redis: rc, users: redisbus.NewTenantUsers(rc, cfg.UserPrefix),
-		generations: map[string]int64{}}, nil
+		tenants: map[string]provisioned{}}, nil
 }
 
 // Close closes the admin connections.
@@ -109,8 +126,15 @@ func (c *Credentials) Close() error {
 
 // SecretData makes sure namespace's PostgreSQL role and Redis user exist
 // with their current passwords and returns the connection Secret's data:
-// the shared entries and URLs holding only this tenant's credentials.
+// the shared entries and URLs holding only this tenant's credentials. What
+// this process set less than cfg.Refresh ago is taken as it is.
 func (c *Credentials) SecretData(ctx context.Context, namespace string) (map[string][]byte, error) {
+	c.mu.Lock()
+	p, ok := c.tenants[namespace]
+	c.mu.Unlock()
+	if ok && time.Since(p.at) < c.refresh() {
+		return c.secretData(namespace, p.role)
+	}
 	role, err := c.roles.Ensure(ctx, namespace, c.password("postgres"))
 	if err != nil {
 		return nil, err
@@ -131,10 +155,15 @@ func (c *Credentials) Rotate(ctx context.Context, namespace string) (map[string]
 
 // Drop removes namespace's role and user (the namespace is gone).
 func (c *Credentials) Drop(ctx context.Context, namespace string) error {
-	c.mu.Lock()
-	delete(c.generations, namespace)
-	c.mu.Unlock()
-	return errors.Join(c.roles.Drop(ctx, namespace), c.users.Drop(ctx, namespace))
+	forget := func() {
+		c.mu.Lock()
+		delete(c.tenants, namespace)
+		c.mu.Unlock()
+	}
+	forget()
+	err := errors.Join(c.roles.Drop(ctx, namespace), c.users.Drop(ctx, namespace))
+	forget() // a SecretData that ran meanwhile may have recorded it again
+	return err
 }
 
 func (c *Credentials) apply(ctx context.Context, namespace string, role postgres.TenantRole) (map[string][]byte, error) {
@@ -146,8 +175,25 @@ func (c *Credentials) apply(ctx context.Context, namespace string, role postgres
 		return nil, err
 	}
 	c.mu.Lock()
-	c.generations[namespace] = role.Generation
+	c.tenants[namespace] = provisioned{role: role, at: time.Now()}
 	c.mu.Unlock()
+	return c.secretData(namespace, role)
+}
+
+// refresh is cfg.Refresh or its default.
+func (c *Credentials) refresh() time.Duration {
+	if c.cfg.Refresh > 0 {
+		return c.cfg.Refresh
+	}
+	return DefaultRefresh
+}
+
+// secretData is the Secret's data for namespace's role and its Redis user.
+func (c *Credentials) secretData(namespace string, role postgres.TenantRole) (map[string][]byte, error) {
+	redisPassword, err := c.password("redis")(namespace, role.Generation)
+	if err != nil {
+		return nil, err
+	}
 	pg, err := withUser(c.cfg.PostgresURL, role.Role, role.Password)
 	if err != nil {
 		return nil, err
@@ -196,10 +242,15 @@ func (c *Credentials) WatchRedisRestarts(ctx context.Context, interval time.Dura
 // PostgreSQL; what fails here the caller's reprovisioning retries.
 func (c *Credentials) restoreUsers(ctx context.Context) {
 	c.mu.Lock()
-	gens := maps.Clone(c.generations)
+	tenants := maps.Clone(c.tenants)
+	// The reprovisioning that follows sets everything again, including
+	// what fails here (Redis may still be loading its data).
+	for t, p := range c.tenants {
+		c.tenants[t] = provisioned{role: p.role}
+	}
 	c.mu.Unlock()
-	for tenant, gen := range gens {
-		pw, err := c.password("redis")(tenant, gen)
+	for tenant, p := range tenants {
+		pw, err := c.password("redis")(tenant, p.role.Generation)
 		if err == nil {
 			_ = c.users.Ensure(ctx, tenant, pw)
 		}

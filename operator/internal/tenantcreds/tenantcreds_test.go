@@ -172,15 +172,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 func TestWatchRedisRestarts(t *testing.T) {
 	g := NewWithT(t)
 	cfg := newConfig(t)
-	srv, err := services.StartRedis(false)
-	if err != nil {
-		reason, fatal := services.Unavailable("Redis", err)
-		if fatal {
-			t.Fatal(reason)
-		}
-		t.Skip(reason)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
+	srv := services.OwnRedis(t, false)
 	cfg.RedisAdminURL, cfg.RedisURL = srv.URL, srv.URL
 	c, err := New(t.Context(), cfg)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -213,4 +205,58 @@ func TestWatchRedisRestarts(t *testing.T) {
 	again, err := c.SecretData(t.Context(), "team-r")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again).To(Equal(data), "the same credentials, provisioned again")
+}
+
+// TestSecretDataTrustsARecentProvisioning shows a burst of reconciles
+// setting a tenant's role once: within Refresh, SecretData leaves the role
+// as it is (its SCRAM verifier, salted anew by each ALTER ROLE, stays the
+// same); past Refresh, and after a Drop, it sets the role again.
+func TestSecretDataTrustsARecentProvisioning(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	cfg := newConfig(t)
+	cfg.Refresh = time.Hour
+	c, err := New(ctx, cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = c.Drop(context.Background(), "team-a"); _ = c.Close() })
+	admin, err := pgx.Connect(ctx, pgAdmin)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	verifier := func(data map[string][]byte) string {
+		u, err := url.Parse(string(data["PICOBOT_POSTGRES_URL"]))
+		g.Expect(err).NotTo(HaveOccurred())
+		var v string
+		g.Expect(admin.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", u.User.Username()).Scan(&v)).To(Succeed())
+		return v
+	}
+
+	first, err := c.SecretData(ctx, "team-a")
+	g.Expect(err).NotTo(HaveOccurred())
+	v1 := verifier(first)
+	for range 3 {
+		again, err := c.SecretData(ctx, "team-a")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(again).To(Equal(first))
+	}
+	g.Expect(verifier(first)).To(Equal(v1), "within Refresh the role is not set again")
+
+	cfg.Refresh = time.Nanosecond
+	eager, err := New(ctx, cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = eager.Close() })
+	again, err := eager.SecretData(ctx, "team-a")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again).To(Equal(first), "the same generation's passwords")
+	v2 := verifier(again)
+	g.Expect(v2).NotTo(Equal(v1), "past Refresh the role is set again")
+
+	g.Expect(c.Drop(ctx, "team-a")).To(Succeed())
+	back, err := c.SecretData(ctx, "team-a")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(verifier(back)).NotTo(Equal(v2), "after a Drop the role is created again")
+	ropts, err := redis.ParseURL(string(back["PICOBOT_REDIS_URL"]))
+	g.Expect(err).NotTo(HaveOccurred())
+	r := redis.NewClient(ropts)
+	t.Cleanup(func() { _ = r.Close() })
+	g.Expect(r.Ping(ctx).Err()).To(Succeed(), "and so is the Redis user")
 }
