@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/picobot/picobot/runtime/agent"
@@ -20,8 +19,8 @@ import (
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store/postgres"
+	"github.com/picobot/picobot/runtime/store/postgres/pgtest"
 	"github.com/picobot/picobot/runtime/turn"
-	"github.com/picobot/picobot/test/services"
 )
 
 // benchSessions is how many chats are live at once.
@@ -182,45 +181,8 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
-// benchDatabase makes a migrated database with a platform role and returns
-// the owner's DSN, the platform role's, and the DSN without a user.
+// benchDatabase makes a migrated database with an application role.
 func benchDatabase(b *testing.B) (owner, app, base string) {
-	admin, stop, err := services.Postgres()
-	if err != nil {
-		reason, fatal := services.Unavailable("PostgreSQL", err)
-		if fatal {
-			b.Fatal(reason)
-		}
-		b.Skip(reason)
-	}
-	b.Cleanup(stop)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	name := fmt.Sprintf("picobot_bench_%d", time.Now().UnixNano())
-	appRole := fmt.Sprintf("pbb_app_%d", os.Getpid())
-	for _, sql := range []string{
-		"CREATE DATABASE " + pgx.Identifier{name}.Sanitize(),
-		`DO $$ BEGIN CREATE ROLE ` + appRole + ` LOGIN PASSWORD 'bench'; EXCEPTION WHEN duplicate_object THEN NULL; END $$`,
-	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			b.Fatal(err)
-		}
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		b.Fatal(err)
-	}
-	u.Path = "/" + name
-	if err := postgres.Migrate(ctx, u.String(), appRole); err != nil {
-		b.Fatal(err)
-	}
-	owner = u.String()
-	u.User = url.UserPassword(appRole, "bench")
-	app = u.String()
-	u.User = nil
-	return owner, app, u.String()
+	db := pgtest.New(b, "picobot_bench", fmt.Sprintf("pbb_app_%d", os.Getpid()), "bench")
+	return db.Owner, db.App, db.Base
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/store/postgres/pgtest"
 	"github.com/picobot/picobot/test/services"
 )
 
@@ -21,17 +23,26 @@ import (
 // 100 namespaces, at once, with the operator running session pods (a
 // throwaway Redis; no warm pools, so no pods): besides status it writes each
 // namespace's connection Secret and NetworkPolicy and each Agent's
-// ServiceAccount, Role and RoleBinding, and watches them all. It measures
+// ServiceAccount, Role and RoleBinding, and watches them all; each
+// namespace's connection Secret carries a PostgreSQL role and a Redis user
+// the operator provisions for it. It measures
 // the time until every Agent is Ready and every namespace has its objects,
 // and the operator's RSS.
 func BenchmarkAgents1000In100Namespaces(b *testing.B) {
 	needAPIServer(b)
 	const namespaces, perNamespace = 100, 10
 	url := services.RedisFor(b)
+	// Per-tenant credentials, as production runs: each namespace gets a
+	// PostgreSQL role and a Redis user of its own.
+	db := pgtest.New(b, "picobot_bench_ns", fmt.Sprintf("pbns_app_%d", os.Getpid()), "bench")
+	rolePrefix := fmt.Sprintf("pbns_%d_", os.Getpid())
+	env := []string{"PICOBOT_POSTGRES_URL=" + db.App, "PICOBOT_POSTGRES_OWNER_URL=" + db.Owner,
+		"PICOBOT_TENANT_CREDENTIALS_KEY=bench-derivation-key-0123456789abcdef"}
 	// This benchmark's operator replaces the suite's (status only) while it
 	// runs, so one process reconciles.
 	operator.stop()
-	bench, err := startOperator(workDir, "--runtime-image=registry.example/picobot:bench", "--redis-url="+url, "--shared-connection")
+	bench, err := startOperatorEnv(workDir, env, "--runtime-image=registry.example/picobot:bench", "--redis-url="+url,
+		"--tenant-role-prefix="+rolePrefix, "--tenant-user-prefix="+strings.ReplaceAll(rolePrefix, "_", "-"))
 	must(b, err)
 	defer func() {
 		bench.stop()

@@ -144,10 +144,15 @@ func freeAddr() (string, error) {
 // are picked before the process binds them, so another test package running
 // in parallel can take one first: that start is retried with new ports.
 func startOperator(dir string, extraArgs ...string) (*operatorProcess, error) {
+	return startOperatorEnv(dir, nil, extraArgs...)
+}
+
+// startOperatorEnv starts the operator with extraEnv added to the test's own.
+func startOperatorEnv(dir string, extraEnv []string, extraArgs ...string) (*operatorProcess, error) {
 	var err error
 	for range 5 {
 		var p *operatorProcess
-		p, err = startOperatorOnce(dir, extraArgs...)
+		p, err = startOperatorOnce(dir, extraEnv, extraArgs...)
 		if err == nil {
 			return p, nil
 		}
@@ -158,7 +163,7 @@ func startOperator(dir string, extraArgs ...string) (*operatorProcess, error) {
 	return nil, err
 }
 
-func startOperatorOnce(dir string, extraArgs ...string) (*operatorProcess, error) {
+func startOperatorOnce(dir string, extraEnv []string, extraArgs ...string) (*operatorProcess, error) {
 	metrics, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -175,6 +180,7 @@ func startOperatorOnce(dir string, extraArgs ...string) (*operatorProcess, error
 	args := append([]string{"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probe,
 		"--kubeconfig=" + env.KubeconfigPath, "--zap-log-level=info"}, extraArgs...)
 	cmd := exec.Command(operatorBin, args...)
+	cmd.Env = append(os.Environ(), extraEnv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()

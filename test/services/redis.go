@@ -121,6 +121,27 @@ func (s *RedisServer) Stop() error {
 	return nil
 }
 
+// OwnRedis starts a Redis server of tb's own (one it may kill, restart or
+// lock down), stopped when tb ends. A server that cannot be started skips
+// tb, or fails it under CI.
+func OwnRedis(tb testing.TB, appendOnly bool) *RedisServer {
+	tb.Helper()
+	srv, err := StartRedis(appendOnly)
+	if err != nil {
+		reason, fatal := Unavailable("Redis (a server of the test's own)", err)
+		if fatal {
+			tb.Fatal(reason)
+		}
+		tb.Skip(reason)
+	}
+	tb.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			tb.Errorf("failed to stop the test's Redis: %v", err)
+		}
+	})
+	return srv
+}
+
 // RedisFor returns the URL of a Redis server for one test or benchmark
 // (Redis), stopped when it ends. A server that cannot be had fails it under
 // CI and skips it, loudly, elsewhere (Unavailable).

@@ -181,6 +181,13 @@ func rotationRequest(s *corev1.Secret) string {
 	return req
 }
 
+// rotatedAt is when the operator last rotated the credentials in s; false
+// when it never did (or the annotation is not one it wrote).
+func rotatedAt(s *corev1.Secret) (time.Time, bool) {
+	at, err := time.Parse(time.RFC3339, s.Annotations[podspec.AnnotationCredentialsRotatedAt])
+	return at, err == nil
+}
+
 // replaceStalePods deletes the session pods created before the last
 // rotation the Secret records, at most once per second of it: they read
 // the old passwords at their start and can open no new connection. Their
@@ -189,12 +196,12 @@ func rotationRequest(s *corev1.Secret) string {
 // goes too; this runs on every reconcile, so an operator that died between
 // the rotation and here still gets the pods replaced.
 func (n *namespaceObjects) replaceStalePods(ctx context.Context, s *corev1.Secret) error {
-	at, err := time.Parse(time.RFC3339, s.Annotations[podspec.AnnotationCredentialsRotatedAt])
-	if err != nil {
-		return nil // never rotated, or not by us
+	at, ok := rotatedAt(s)
+	if !ok {
+		return nil
 	}
 	var pods corev1.PodList
-	err = n.client.List(ctx, &pods, client.InNamespace(s.Namespace),
+	err := n.client.List(ctx, &pods, client.InNamespace(s.Namespace),
 		client.MatchingLabels{podspec.LabelName: "picobot", podspec.LabelComponent: podspec.ComponentSession})
 	if err != nil {
 		return fmt.Errorf("failed to list the session pods of namespace %q: %w", s.Namespace, err)

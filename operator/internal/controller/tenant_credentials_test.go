@@ -25,6 +25,7 @@ import (
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/postgres"
+	"github.com/picobot/picobot/runtime/store/postgres/pgtest"
 	"github.com/picobot/picobot/test/services"
 )
 
@@ -33,36 +34,38 @@ import (
 // log in to.
 func migratedDatabase(t *testing.T) (owner, tenant string) {
 	t.Helper()
-	admin, stop, err := services.Postgres()
-	if err != nil {
-		reason, fatal := services.Unavailable("PostgreSQL", err)
-		if fatal {
-			t.Fatal(reason)
-		}
-		t.Skip(reason)
+	db := pgtest.New(t, "picobot_creds", "", "")
+	return db.Owner, db.Base
+}
+
+// tenantsWithAgents runs the operator's reconcilers with per-tenant
+// credentials (role and user names starting with prefix) on a fresh
+// database and the Redis at redisURL, and gives each of n new namespaces an
+// Agent; it returns the schema owner's DSN (whose password must reach no
+// namespace) and the namespaces. The shared S3 bucket setting must not
+// reach any namespace either.
+func tenantsWithAgents(t *testing.T, redisURL, prefix string, n int) (ownerDSN string, namespaces []string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ownerDSN, tenantDSN := migratedDatabase(t)
+	creds, err := tenantcreds.New(ctx, tenantcreds.Config{PostgresOwnerURL: ownerDSN, PostgresURL: tenantDSN, RedisAdminURL: redisURL,
+		RedisURL: redisURL, Key: []byte("k8s-test-derivation-key-0123456789abcdef"), Shared: map[string]string{"PICOBOT_S3_BUCKET": "picobot"},
+		RolePrefix: fmt.Sprintf("%s_%d_", prefix, os.Getpid()), UserPrefix: fmt.Sprintf("%s-%d-", prefix, os.Getpid())})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = creds.Close() })
+	namespaces = make([]string, n)
+	for i := range namespaces {
+		ns := newRuntimeNamespace(t)
+		namespaces[i] = ns
+		t.Cleanup(func() { _ = creds.Drop(context.Background(), ns) })
 	}
-	t.Cleanup(stop)
-	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
+	startRuntimeManagerIn(t, namespaces, func(rc *RuntimeConfig) { rc.Tenants = creds; rc.BlobURL = "http://blobs.example:8090" })
+	for _, ns := range namespaces {
+		g.Expect(k8s.Create(ctx, secret(ns, "openai", "apiKey"))).To(Succeed())
+		g.Expect(k8s.Create(ctx, openAIAgent(ns, "helper", "openai"))).To(Succeed())
 	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	name := fmt.Sprintf("picobot_creds_%d_%s", os.Getpid(), bus.NewID()[:6])
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	if err := postgres.Migrate(ctx, u.String(), ""); err != nil {
-		t.Fatal(err)
-	}
-	owner = u.String()
-	u.User = nil
-	return owner, u.String()
+	return ownerDSN, namespaces
 }
 
 // connectionSecret waits for the connection Secret the operator writes
@@ -88,22 +91,12 @@ func TestTenantCredentialsFromTheOperatorsSecret(t *testing.T) {
 	needAPIServer(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	ownerDSN, tenantDSN := migratedDatabase(t)
 	redisURL := services.RedisFor(t)
-	creds, err := tenantcreds.New(ctx, tenantcreds.Config{PostgresOwnerURL: ownerDSN, PostgresURL: tenantDSN, RedisAdminURL: redisURL,
-		RedisURL: redisURL, Key: []byte("k8s-test-derivation-key-0123456789abcdef"), Shared: map[string]string{"PICOBOT_S3_BUCKET": "picobot"},
-		RolePrefix: fmt.Sprintf("pbop_%d_", os.Getpid()), UserPrefix: fmt.Sprintf("pbop-%d-", os.Getpid())})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = creds.Close() })
-	nsA, nsB := newRuntimeNamespace(t), newRuntimeNamespace(t)
-	t.Cleanup(func() { _ = creds.Drop(context.Background(), nsA); _ = creds.Drop(context.Background(), nsB) })
-	startRuntimeManagerIn(t, []string{nsA, nsB}, func(rc *RuntimeConfig) { rc.Tenants = creds })
-	for _, ns := range []string{nsA, nsB} {
-		g.Expect(k8s.Create(ctx, secret(ns, "openai", "apiKey"))).To(Succeed())
-		g.Expect(k8s.Create(ctx, openAIAgent(ns, "helper", "openai"))).To(Succeed())
-	}
+	ownerDSN, nss := tenantsWithAgents(t, redisURL, "pbop", 2)
+	nsA, nsB := nss[0], nss[1]
 	a, b := connectionSecret(t, nsA), connectionSecret(t, nsB)
-	g.Expect(a).To(HaveLen(2), "the tenant's PostgreSQL and Redis URLs, no S3 setting (session pods ask the blob grant service)")
+	g.Expect(a).To(HaveLen(3), "the tenant's PostgreSQL and Redis URLs and the blob grant service's; no S3 setting")
+	g.Expect(a).To(HaveKeyWithValue("PICOBOT_BLOB_URL", []byte("http://blobs.example:8090")))
 	g.Expect(a).To(HaveKey("PICOBOT_POSTGRES_URL"))
 	g.Expect(a).To(HaveKey("PICOBOT_REDIS_URL"))
 	ownerURL, _ := url.Parse(ownerDSN)
@@ -173,26 +166,9 @@ func TestTenantUsersComeBackAfterARedisRestart(t *testing.T) {
 	needAPIServer(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	ownerDSN, tenantDSN := migratedDatabase(t)
-	srv, err := services.StartRedis(false)
-	if err != nil {
-		reason, fatal := services.Unavailable("Redis", err)
-		if fatal {
-			t.Fatal(reason)
-		}
-		t.Skip(reason)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
-	creds, err := tenantcreds.New(ctx, tenantcreds.Config{PostgresOwnerURL: ownerDSN, PostgresURL: tenantDSN, RedisAdminURL: srv.URL,
-		RedisURL: srv.URL, Key: []byte("k8s-test-derivation-key-0123456789abcdef"),
-		RolePrefix: fmt.Sprintf("pbrs_%d_", os.Getpid()), UserPrefix: fmt.Sprintf("pbrs-%d-", os.Getpid())})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = creds.Close() })
-	ns := newRuntimeNamespace(t)
-	t.Cleanup(func() { _ = creds.Drop(context.Background(), ns) })
-	startRuntimeManagerIn(t, []string{ns}, func(rc *RuntimeConfig) { rc.Tenants = creds; rc.BlobURL = "http://blobs.example:8090" })
-	g.Expect(k8s.Create(ctx, secret(ns, "openai", "apiKey"))).To(Succeed())
-	g.Expect(k8s.Create(ctx, openAIAgent(ns, "helper", "openai"))).To(Succeed())
+	srv := services.OwnRedis(t, false)
+	_, nss := tenantsWithAgents(t, srv.URL, "pbrs", 1)
+	ns := nss[0]
 	tenant := redis.NewClient(must1(redis.ParseURL(string(connectionSecret(t, ns)["PICOBOT_REDIS_URL"]))))
 	t.Cleanup(func() { _ = tenant.Close() })
 	g.Expect(tenant.Ping(ctx).Err()).To(Succeed())
@@ -212,20 +188,8 @@ func TestRotatingTenantCredentials(t *testing.T) {
 	needAPIServer(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	ownerDSN, tenantDSN := migratedDatabase(t)
-	redisURL := services.RedisFor(t)
-	creds, err := tenantcreds.New(ctx, tenantcreds.Config{PostgresOwnerURL: ownerDSN, PostgresURL: tenantDSN, RedisAdminURL: redisURL,
-		RedisURL: redisURL, Key: []byte("k8s-test-derivation-key-0123456789abcdef"),
-		RolePrefix: fmt.Sprintf("pbrot_%d_", os.Getpid()), UserPrefix: fmt.Sprintf("pbrot-%d-", os.Getpid())})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = creds.Close() })
-	nsA, nsB := newRuntimeNamespace(t), newRuntimeNamespace(t)
-	t.Cleanup(func() { _ = creds.Drop(context.Background(), nsA); _ = creds.Drop(context.Background(), nsB) })
-	startRuntimeManagerIn(t, []string{nsA, nsB}, func(rc *RuntimeConfig) { rc.Tenants = creds })
-	for _, ns := range []string{nsA, nsB} {
-		g.Expect(k8s.Create(ctx, secret(ns, "openai", "apiKey"))).To(Succeed())
-		g.Expect(k8s.Create(ctx, openAIAgent(ns, "helper", "openai"))).To(Succeed())
-	}
+	_, nss := tenantsWithAgents(t, services.RedisFor(t), "pbrot", 2)
+	nsA, nsB := nss[0], nss[1]
 	oldA, b := connectionSecret(t, nsA), connectionSecret(t, nsB)
 	stale := sessionPod(nsA, "stale")
 	g.Expect(k8s.Create(ctx, stale)).To(Succeed())
@@ -243,7 +207,7 @@ func TestRotatingTenantCredentials(t *testing.T) {
 		g.Expect(newA[k]).NotTo(Equal(oldA[k]), "%s has a new password", k)
 	}
 
-	_, err = pgx.Connect(ctx, string(oldA["PICOBOT_POSTGRES_URL"]))
+	_, err := pgx.Connect(ctx, string(oldA["PICOBOT_POSTGRES_URL"]))
 	g.Expect(err).To(MatchError(ContainSubstring("password authentication failed")), "the old PostgreSQL password is refused")
 	oldRedis := redis.NewClient(must1(redis.ParseURL(string(oldA["PICOBOT_REDIS_URL"]))))
 	t.Cleanup(func() { _ = oldRedis.Close() })

@@ -25,19 +25,7 @@ import (
 // of it) turns every redelivery into a no-op.
 func TestSurvivesRedisRestart(t *testing.T) {
 	needRedis(t)
-	srv, err := services.StartRedis(true)
-	if err != nil {
-		reason, fatal := services.Unavailable("Redis (own append-only server)", err)
-		if fatal {
-			t.Fatal(reason)
-		}
-		t.Skip(reason)
-	}
-	defer func() {
-		if err := srv.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	srv := services.OwnRedis(t, true)
 	g := NewWithT(t)
 	rb, err := redisbus.Open(srv.URL, redisbus.Options{})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -86,15 +86,7 @@ func passwordPostgres(t *testing.T) (appDSN string, port string) {
 // holding a key.
 func passwordRedis(t *testing.T) (addr string) {
 	t.Helper()
-	srv, err := services.StartRedis(false)
-	if err != nil {
-		reason, fatal := services.Unavailable("Redis", err)
-		if fatal {
-			t.Fatal(reason)
-		}
-		t.Skip(reason)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
+	srv := services.OwnRedis(t, false)
 	opt, err := redis.ParseURL(srv.URL)
 	must(t, err)
 	c := redis.NewClient(opt)
