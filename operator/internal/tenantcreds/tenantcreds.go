@@ -5,9 +5,9 @@
 //
 // Passwords are derived, not stored: HMAC-SHA256 of a key the operator holds
 // over the service, the tenant and the role's generation (kept by
-// PostgreSQL in tenant_roles). So SecretData is idempotent and cheap to call
-// on every reconcile, and Rotate moves both passwords to the next
-// generation.
+// PostgreSQL in tenant_roles). So SecretData is idempotent and may be called
+// on every reconcile (it sets the role and user again at most once per
+// Config.Refresh), and Rotate moves both passwords to the next generation.
 package tenantcreds
 
 import (
