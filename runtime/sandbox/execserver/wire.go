@@ -67,7 +67,7 @@ type Request struct {
 	// the sandbox's defaults (sandbox.Spec.AllowedPorts).
 	AllowedPorts []uint16 `json:"allowedPorts,omitempty"`
 	Env          []string `json:"env"`
-	Argv      []string `json:"argv"`
+	Argv         []string `json:"argv"`
 	// TTY asks for a pseudo-terminal of this size instead of the passed
 	// descriptors.
 	TTY *WinSize `json:"tty,omitempty"`
