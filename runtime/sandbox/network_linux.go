@@ -39,7 +39,8 @@ import (
 //   - Binding and listening stay free: a program may serve on any port (a
 //     development server), and reaches it only on a port it is allowed to
 //     connect to. Nothing of the runtime's can be taken over that way: a
-//     port in use cannot be bound again.
+//     port in use cannot be bound again (the runtime's listeners, Go's, do
+//     not set SO_REUSEPORT).
 //
 // Per-address separation (the internet yes, the pod's services no, on the
 // same port) needs the sandbox in a pod of its own, behind a NetworkPolicy
