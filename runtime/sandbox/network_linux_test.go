@@ -200,3 +200,24 @@ curl -sS --max-time 5 %s/ 2>&1 || echo "not opted in: refused"
 	g.Expect(out).To(ContainSubstring("not opted in: refused"))
 	g.Expect(out).NotTo(ContainSubstring("closed"))
 }
+
+// A kernel whose Landlock has no network rules (ABI 1-3, Linux before
+// 6.7): health says the layer is missing, why, and how to get it; the other
+// layers are reported as they are.
+func TestHealthSaysWhenTheNetworkLayerIsMissing(t *testing.T) {
+	g := NewWithT(t)
+	r := Report{Namespaces: true, PrivateProc: true, LandlockABI: 3, Errors: map[string]string{"network": netMissing(3)}}
+	g.Expect(r.Missing()).To(Equal([]string{"network (the kernel's Landlock ABI 3 has no network rules (ABI 4, Linux 6.7+))"}))
+	g.Expect(r.String()).To(HaveSuffix("; missing: network (the kernel's Landlock ABI 3 has no network rules (ABI 4, Linux 6.7+))"))
+	ok := map[string]bool{}
+	for _, c := range r.Checks() {
+		ok[c.Name] = c.OK
+		if c.Name == "network" {
+			g.Expect(c.Message).To(Equal(netMissing(3)))
+			g.Expect(c.Fix).To(ContainSubstring("kernel 6.7+"))
+		}
+	}
+	g.Expect(ok).To(Equal(map[string]bool{"environment": true, "namespaces": true, "private /proc": true, "Landlock": true, "network": false}))
+	g.Expect(netMissing(0)).To(Equal("the kernel has no Landlock"))
+	g.Expect(netMissing(netABI)).To(BeEmpty())
+}
