@@ -16,6 +16,10 @@
 //     session); signals and abstract Unix sockets only within the sandbox;
 //     and, as Landlock also guards ptrace, no reading of another process's
 //     memory or environment even without a PID namespace;
+//   - the network (Landlock ABI 4+ and a seccomp filter, network_linux.go):
+//     TCP connections only to ports 53, 80, 443 and the Agent's
+//     (spec.tools.network.allowedPorts), so not to the store, bus, blob
+//     server or gateway the runtime reaches on the same host or pod;
 //   - no capabilities and no_new_privs (set-user-ID programs gain nothing);
 //   - an environment built from an allowlist (Env), never the runtime's.
 //
