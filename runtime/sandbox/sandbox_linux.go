@@ -154,7 +154,10 @@ func launch(specArg string, argv []string) error {
 	}
 	rep.LandlockABI = abi
 	why := netMissing(abi)
-	rep.Network = err == nil && why == ""
+	if why == "" && err != nil {
+		why = err.Error()
+	}
+	rep.Network = why == ""
 	if why != "" {
 		rep.Errors["network"] = why
 	}
