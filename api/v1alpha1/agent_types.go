@@ -122,6 +122,14 @@ type ToolsSpec struct {
 	// +optional
 	Exec *ExecToolsSpec `json:"exec,omitempty"`
 
+	// network lets the programs the shell tools run, and the MCP stdio
+	// servers, connect to more TCP ports. Without it they connect only to
+	// ports 53 (DNS), 80 and 443, so not to the store, bus, blob server or
+	// gateway beside them (the kernel enforces it, with Landlock, where it
+	// can; picobot health says where it cannot).
+	// +optional
+	Network *NetworkToolsSpec `json:"network,omitempty"`
+
 	// clientTools says whether OpenAI-compatible clients may declare their
 	// own function tools (the tools of POST /v1/chat/completions): the
 	// model is offered them beside the agent's, and a call of one is
@@ -142,6 +150,23 @@ type FSToolsSpec struct {
 	// +listMapKey=path
 	// +kubebuilder:validation:MaxItems=32
 	AllowedPaths []AllowedPath `json:"allowedPaths,omitempty"`
+}
+
+// NetworkToolsSpec is where the tools' programs may connect besides the
+// web.
+type NetworkToolsSpec struct {
+	// allowedPorts are TCP ports programs may connect to besides 53, 80
+	// and 443: a database of the user's on 5432, a development server a
+	// program started on 8000. The kernel tells ports apart, not hosts: a
+	// port allowed here is open on every address, loopback included, so
+	// allowing the port of a service of the runtime's (PostgreSQL, Redis,
+	// S3, the gateway) opens that service to the programs.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	AllowedPorts []int32 `json:"allowedPorts,omitempty"`
 }
 
 // ExecSecurity is how much the shell tools may run.

@@ -349,6 +349,35 @@ func TestCreateValidation(t *testing.T) {
 				{Path: "/srv/docs"}, {Path: "/srv/out", Access: picobotv1alpha1.FSReadWrite}}}}
 			return a
 		}, ""},
+		{"allowed ports", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Network: &picobotv1alpha1.NetworkToolsSpec{AllowedPorts: []int32{1, 5432, 65535}}}
+			return a
+		}, ""},
+		{"allowed port 0", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Network: &picobotv1alpha1.NetworkToolsSpec{AllowedPorts: []int32{8000, 0}}}
+			return a
+		}, `spec.tools.network.allowedPorts[1]: Invalid value: 0: spec.tools.network.allowedPorts[1] in body should be greater than or equal to 1`},
+		{"allowed port beyond 65535", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Network: &picobotv1alpha1.NetworkToolsSpec{AllowedPorts: []int32{65536}}}
+			return a
+		}, `spec.tools.network.allowedPorts[0]: Invalid value: 65536: spec.tools.network.allowedPorts[0] in body should be less than or equal to 65535`},
+		{"allowed port twice", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Network: &picobotv1alpha1.NetworkToolsSpec{AllowedPorts: []int32{8000, 8000}}}
+			return a
+		}, `spec.tools.network.allowedPorts[1]: Duplicate value: 8000`},
+		{"too many allowed ports", func() client.Object {
+			a := validAgent()
+			ports := make([]int32, 65)
+			for i := range ports {
+				ports[i] = int32(1000 + i)
+			}
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Network: &picobotv1alpha1.NetworkToolsSpec{AllowedPorts: ports}}
+			return a
+		}, `spec.tools.network.allowedPorts: Too many: 65: must have at most 64 items`},
 		{"allowed path relative", func() client.Object {
 			a := validAgent()
 			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{FS: &picobotv1alpha1.FSToolsSpec{AllowedPaths: []picobotv1alpha1.AllowedPath{{Path: "srv/docs"}}}}

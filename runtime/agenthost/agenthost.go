@@ -285,7 +285,8 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 // builtinTools returns the built-in tools, their llm_task on the agent's own
 // model chain and the file and shell tools confined to what the Agent's
 // spec.tools.fs.allowedPaths opens, the shell tools under its exec approval
-// policy (spec.tools.exec), exec in the foreground when process is denied.
+// policy (spec.tools.exec) with the TCP ports of spec.tools.network, exec in
+// the foreground when process is denied.
 func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, prov llm.Provider, providerName, modelName string) (*builtin.Set, error) {
 	var fsSpec *picobotv1alpha1.FSToolsSpec
 	if a.Spec.Tools != nil {
@@ -296,7 +297,7 @@ func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, prov llm.Provider
 	if err := execPolicy.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid spec.tools.exec: %w", err)
 	}
-	shellOpts = append(shellOpts, shell.WithApprovals(execPolicy))
+	shellOpts = append(shellOpts, shell.WithApprovals(execPolicy), shell.WithPorts(agentspec.AllowedPorts(a)...))
 	if !policy.Allowed(pol, "process") {
 		shellOpts = append(shellOpts, shell.ExecForeground())
 	}
@@ -318,7 +319,7 @@ func (h *Host) connectMCP(ctx context.Context, a *picobotv1alpha1.Agent, b *Buil
 	if err := os.MkdirAll(wd, 0o700); err != nil {
 		return nil, err
 	}
-	b.MCP = mcp.NewManager(a.Spec.MCPServers, mcp.WithWorkDir(wd), mcp.WithLogger(h.Log),
+	b.MCP = mcp.NewManager(a.Spec.MCPServers, mcp.WithWorkDir(wd), mcp.WithLogger(h.Log), mcp.WithAllowedPorts(agentspec.AllowedPorts(a)...),
 		mcp.WithSecretResolver(func(sel corev1.SecretKeySelector) (string, error) {
 			if v := h.secretValue(&sel); v != "" {
 				return v, nil

@@ -34,6 +34,23 @@ func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
 	return spec
 }
 
+// AllowedPorts are the TCP ports the Agent's spec.tools.network opens to
+// the tools' programs besides the sandbox's defaults. The schema bounds
+// them to 1-65535; a value outside (an object that skipped validation) is
+// left out, never wrapped around to another port.
+func AllowedPorts(a *picobotv1alpha1.Agent) []uint16 {
+	if a.Spec.Tools == nil || a.Spec.Tools.Network == nil {
+		return nil
+	}
+	var out []uint16
+	for _, p := range a.Spec.Tools.Network.AllowedPorts {
+		if p >= 1 && p <= 65535 {
+			out = append(out, uint16(p))
+		}
+	}
+	return out
+}
+
 // ExecPolicy converts the Agent's spec.tools.exec into the shell tools'
 // approval policy (security full, ask off when unset).
 func ExecPolicy(a *picobotv1alpha1.Agent) approval.Policy {

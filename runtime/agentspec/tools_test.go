@@ -86,3 +86,25 @@ func TestToolPolicyResolves(t *testing.T) {
 		g.Expect(policy.Allowed(r, name)).To(BeTrue(), name)
 	}
 }
+
+func TestAllowedPorts(t *testing.T) {
+	cases := []struct {
+		name  string
+		tools *picobotv1alpha1.ToolsSpec
+		want  []uint16
+	}{
+		{name: "no tools settings", want: nil},
+		{name: "no network settings", tools: &picobotv1alpha1.ToolsSpec{}, want: nil},
+		{name: "ports carried over", tools: &picobotv1alpha1.ToolsSpec{Network: &picobotv1alpha1.NetworkToolsSpec{AllowedPorts: []int32{1, 5432, 65535}}},
+			want: []uint16{1, 5432, 65535}},
+		// An object that skipped the schema: 65536+22 must not become 22.
+		{name: "out of range left out", tools: &picobotv1alpha1.ToolsSpec{Network: &picobotv1alpha1.NetworkToolsSpec{AllowedPorts: []int32{0, -1, 65536 + 22, 8000}}},
+			want: []uint16{8000}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &picobotv1alpha1.Agent{Spec: picobotv1alpha1.AgentSpec{Tools: tc.tools}}
+			NewWithT(t).Expect(agentspec.AllowedPorts(a)).To(Equal(tc.want))
+		})
+	}
+}

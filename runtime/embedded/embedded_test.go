@@ -274,7 +274,7 @@ func TestCommandsAndBadInput(t *testing.T) {
 			layers[strings.TrimPrefix(c.Name, "tool sandbox: ")] = c.OK
 		}
 	}
-	g.Expect(layers).To(Equal(map[string]bool{"environment": true, "namespaces": true, "private /proc": true, "Landlock": true}))
+	g.Expect(layers).To(Equal(map[string]bool{"environment": true, "namespaces": true, "private /proc": true, "Landlock": true, "network": true}))
 }
 
 func TestStopInterruptsATurn(t *testing.T) {

@@ -81,6 +81,11 @@ func TestCreateValidationMatchesAPIServer(t *testing.T) {
 			"spec.model.contextWindow: Invalid value: 10: spec.model.contextWindow in body should be greater than or equal to 1024"},
 		{"unknown tool profile", agent("  tools: {profile: admin}\n"),
 			`spec.tools.profile: Unsupported value: "admin": supported values: "minimal", "coding", "messaging", "full"`},
+		{"allowed ports", agent("  tools: {network: {allowedPorts: [5432, 8000]}}\n"), ""},
+		{"allowed port beyond 65535", agent("  tools: {network: {allowedPorts: [8000, 70000]}}\n"),
+			"spec.tools.network.allowedPorts[1]: Invalid value: 70000: spec.tools.network.allowedPorts[1] in body should be less than or equal to 65535"},
+		{"allowed port twice", agent("  tools: {network: {allowedPorts: [8000, 8000]}}\n"),
+			"spec.tools.network.allowedPorts[1]: Duplicate value: 8000"},
 		{"empty allow entry", agent(`  tools: {allow: [""]}` + "\n"),
 			"spec.tools.allow[0]: Invalid value: \"\": spec.tools.allow[0] in body should be at least 1 chars long"},
 		{"skill with content and configMapRef", agent(`  skills:

@@ -50,6 +50,9 @@ type options struct {
 	// execServer starts stdio servers in the sandbox container (cluster
 	// mode); nil starts them through the runtime's sandbox launcher.
 	execServer *execserver.Client
+	// ports are the TCP ports stdio servers may connect to besides the
+	// sandbox's defaults.
+	ports []uint16
 }
 
 // WithSecretResolver sets how env valueFrom.secretKeyRef entries are read.
@@ -92,6 +95,14 @@ func WithEnviron(fn func() []string) Option {
 // folder.
 func WithExecServer(socket string) Option {
 	return func(o *options) { o.execServer = execserver.NewClient(socket) }
+}
+
+// WithAllowedPorts lets stdio servers connect to the TCP ports ports
+// besides the sandbox's defaults, as the shell tools' programs (the Agent's
+// spec.tools.network.allowedPorts): a server that talks to a database of
+// the user's needs its port here.
+func WithAllowedPorts(ports ...uint16) Option {
+	return func(o *options) { o.ports = append(o.ports, ports...) }
 }
 
 // ErrClosed is returned by Connect, and reported by tool calls, after Close.

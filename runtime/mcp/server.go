@@ -363,8 +363,9 @@ func (s *server) transport(c *connection) (mcpsdk.Transport, error) {
 		}
 		c.stderr = newStderrTail(s.log)
 		if s.opts.execServer != nil {
+			spec := s.stdioSpec(env)
 			return &detachedTransport{inner: &serverTransport{c: s.opts.execServer, conn: c, req: execserver.Request{
-				Workspace: s.opts.workDir, ReadOnly: s.stdioSpec(env).ReadOnly, Env: env,
+				Workspace: spec.Workspace, ReadOnly: spec.ReadOnly, AllowedPorts: spec.AllowedPorts, Env: env,
 				Argv: append([]string{s.spec.Command}, s.spec.Args...)}}, life: c.life, cancel: c.cancel}, nil
 		}
 		return s.localTransport(c, env)

@@ -28,7 +28,8 @@ import (
 // stdioSpec is where a stdio server runs: its working folder read-write,
 // with HOME there (npx's cache), and read-only the folders of the programs
 // and scripts its command line names by absolute path, which Landlock would
-// otherwise hide when they lie outside the system folders.
+// otherwise hide when they lie outside the system folders; the TCP ports of
+// the Agent's opt-in besides the defaults.
 func (s *server) stdioSpec(env []string) sandbox.Spec {
 	var ro []string
 	for _, a := range append([]string{s.spec.Command}, s.spec.Args...) {
@@ -36,7 +37,7 @@ func (s *server) stdioSpec(env []string) sandbox.Spec {
 			ro = append(ro, d)
 		}
 	}
-	return sandbox.Spec{Workspace: s.opts.workDir, ReadOnly: ro, Env: env}
+	return sandbox.Spec{Workspace: s.opts.workDir, ReadOnly: ro, AllowedPorts: s.opts.ports, Env: env}
 }
 
 // programDir is the folder to open read-only for an absolute path on a

@@ -10,7 +10,8 @@ import (
 
 // ConfineThread applies the sandbox's Landlock rules for spec (the
 // workspace read-write, system folders read-only, signals and abstract
-// sockets scoped), no_new_privs and the capability drop to the calling OS
+// sockets scoped, TCP connections to the allowed ports only, with the
+// socket filter), no_new_privs and the capability drop to the calling OS
 // thread, so that a program forked from that thread starts confined without
 // a re-executed launcher (the exec server forks every command this way).
 // The caller must have called runtime.LockOSThread and must never unlock:

@@ -16,6 +16,10 @@
 //     session); signals and abstract Unix sockets only within the sandbox;
 //     and, as Landlock also guards ptrace, no reading of another process's
 //     memory or environment even without a PID namespace;
+//   - the network (Landlock ABI 4+ and a seccomp filter, network_linux.go):
+//     TCP connections only to ports 53, 80, 443 and the Agent's
+//     (spec.tools.network.allowedPorts), so not to the store, bus, blob
+//     server or gateway the runtime reaches on the same host or pod;
 //   - no capabilities and no_new_privs (set-user-ID programs gain nothing);
 //   - an environment built from an allowlist (Env), never the runtime's.
 //
@@ -36,7 +40,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,8 +62,25 @@ type Spec struct {
 	// to (spec.tools.fs.allowedPaths).
 	ReadOnly  []string `json:"readOnly,omitempty"`
 	ReadWrite []string `json:"readWrite,omitempty"`
+	// AllowedPorts are TCP ports the program may connect to besides
+	// defaultPorts (spec.tools.network.allowedPorts).
+	AllowedPorts []uint16 `json:"allowedPorts,omitempty"`
 	// Env is the program's whole environment (see Env).
 	Env []string `json:"-"`
+}
+
+// defaultPorts are the TCP ports every program may connect to: DNS over
+// TCP, and the web (pages, APIs, package downloads). The runtime's store,
+// bus and blob servers, the gateway and the browser's DevTools listen on
+// none of them by default (an S3 endpoint on 443 excepted, for which the
+// sandbox holds no credential).
+var defaultPorts = []uint16{53, 80, 443}
+
+// connectPorts are defaultPorts and the spec's own, sorted, each once.
+func (s Spec) connectPorts() []uint16 {
+	ports := append(slices.Clone(defaultPorts), s.AllowedPorts...)
+	slices.Sort(ports)
+	return slices.Compact(ports)
 }
 
 // childSpec is what the launcher is told, as its first argument.
@@ -79,6 +102,9 @@ type Report struct {
 	PrivateProc bool `json:"privateProc"`
 	// LandlockABI is the kernel's Landlock ABI version, 0 when it has none.
 	LandlockABI int `json:"landlockABI"`
+	// Network: TCP connections only to allowed ports (Landlock ABI 4+ and
+	// a seccomp filter on the sockets Landlock does not see).
+	Network bool `json:"network"`
 	// Errors says why a layer is missing, by layer.
 	Errors map[string]string `json:"errors,omitempty"`
 }
@@ -99,7 +125,20 @@ func (r Report) Missing() []string {
 	add("namespaces", r.Namespaces)
 	add("private /proc", r.PrivateProc)
 	add("landlock", r.LandlockABI > 0)
+	add("network", r.Network)
 	return out
+}
+
+// portList is "53, 80 and 443".
+func portList(ports []uint16) string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(int(p))
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 // String is one line for logs and health output.
@@ -113,6 +152,9 @@ func (r Report) String() string {
 	}
 	if r.LandlockABI > 0 {
 		layers = append(layers, fmt.Sprintf("Landlock ABI %d", r.LandlockABI))
+	}
+	if r.Network {
+		layers = append(layers, "TCP ports "+portList(defaultPorts)+" and the Agent's only")
 	}
 	s := strings.Join(layers, ", ")
 	if m := r.Missing(); len(m) > 0 {
@@ -271,6 +313,9 @@ func (r Report) Checks() []health.Check {
 			Fix: "needs the namespaces layer and an unmasked /proc"},
 		{Name: "Landlock", OK: r.LandlockABI > 0, Message: msg("landlock", fmt.Sprintf("ABI %d: workspace read-write, system folders read-only", r.LandlockABI)),
 			Fix: "use a kernel 5.13+ with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y, \"landlock\" in the lsm= boot parameter)"},
+		{Name: "network", OK: r.Network, Message: msg("network", "programs connect over TCP only to ports "+portList(defaultPorts)+
+			" and those the Agent allows (spec.tools.network.allowedPorts), not to the store, bus, blob server or gateway"),
+			Fix: "use a kernel 6.7+ with Landlock (ABI 4 has network rules); until then programs reach every TCP port the runtime reaches"},
 	}
 	for i := range cs {
 		if cs[i].OK {

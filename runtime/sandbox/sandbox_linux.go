@@ -153,6 +153,14 @@ func launch(specArg string, argv []string) error {
 		}
 	}
 	rep.LandlockABI = abi
+	why := netMissing(abi)
+	if why == "" && err != nil {
+		why = err.Error()
+	}
+	rep.Network = why == ""
+	if why != "" {
+		rep.Errors["network"] = why
+	}
 	dropCapabilities()
 	if cs.Probe {
 		return exitWith(json.NewEncoder(os.Stdout).Encode(rep))
@@ -253,6 +261,8 @@ var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/d
 
 // restrict applies the Landlock ruleset to this thread (inherited by the
 // program): it returns the ABI used, 0 when the kernel has no Landlock.
+// From ABI 4 the ruleset holds the network layer too (network_linux.go),
+// with the socket filter beside it; either refused fails the whole.
 func restrict(s Spec) (int, error) {
 	abi, err := llsyscall.LandlockGetABIVersion()
 	if err != nil {
@@ -275,7 +285,13 @@ func restrict(s Spec) (int, error) {
 	for _, p := range s.ReadWrite {
 		rules = append(rules, pathRule(p, true))
 	}
-	cfg := landlock.Config{HandledAccessFS: landlock.V11.HandledAccessFS, Scoped: landlock.V11.Scoped}.BestEffort()
+	cfg := landlock.Config{HandledAccessFS: landlock.V11.HandledAccessFS, Scoped: landlock.V11.Scoped}
+	network := netMissing(abi) == ""
+	if network {
+		cfg.HandledAccessNet = netHandled
+		rules = append(rules, netRules(s)...)
+	}
+	cfg = cfg.BestEffort()
 	fd, flags, err := cfg.NewRulesetFD(rules...)
 	if err != nil {
 		return abi, fmt.Errorf("failed to build the Landlock ruleset: %w", err)
@@ -289,6 +305,11 @@ func restrict(s Spec) (int, error) {
 	}
 	if err := llsyscall.LandlockRestrictSelf(fd, flags); err != nil {
 		return abi, fmt.Errorf("failed to enforce the Landlock ruleset: %w", err)
+	}
+	if network {
+		if err := filterSockets(); err != nil {
+			return abi, err
+		}
 	}
 	return abi, nil
 }

@@ -107,6 +107,11 @@ func TestProbeSeesWhatTheKernelGives(t *testing.T) {
 		abi = 0
 	}
 	g.Expect(r.LandlockABI).To(Equal(abi), r.String())
+	// The network layer is there exactly where Landlock has TCP rules.
+	g.Expect(r.Network).To(Equal(abi >= netABI), r.String())
+	if !r.Network {
+		g.Expect(r.Errors).To(HaveKey("network"))
+	}
 	// This machine (and CI, which runs on it) gives user namespaces; a
 	// kernel that refuses them must say why.
 	if !r.Namespaces {
@@ -207,7 +212,9 @@ echo tmp-data > "$TMPDIR/t" && cat "$TMPDIR/t"
 python3 -c "import urllib.request; print(urllib.request.urlopen('` + site.URL + `').read().decode())"
 sleep 0.1 & wait
 echo HOME=$HOME`
-			out, ws := run(t, Spec{Workspace: b.ws}, ns, script)
+			// The site's port is opted in, as an Agent would
+			// (spec.tools.network.allowedPorts).
+			out, ws := run(t, Spec{Workspace: b.ws, AllowedPorts: []uint16{port(t, site.URL)}}, ns, script)
 			g.Expect(ws.ExitStatus()).To(BeZero(), out)
 			for _, want := range []string{"45\n", "script ran\n", "renamed.py\n", "tmp-data\n", "hello from the site\n", "HOME=" + b.ws + "\n"} {
 				g.Expect(out).To(ContainSubstring(want))

@@ -20,5 +20,5 @@ func Command(spec Spec, name string, args ...string) (*Cmd, error) {
 }
 
 func probe() Report {
-	return Report{Errors: map[string]string{"namespaces": "not Linux", "private /proc": "not Linux", "landlock": "not Linux"}}
+	return Report{Errors: map[string]string{"namespaces": "not Linux", "private /proc": "not Linux", "landlock": "not Linux", "network": "not Linux"}}
 }

@@ -21,25 +21,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/test/repo"
 )
 
 // RepoRoot walks up from the working directory to the folder holding go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("failed to get working directory: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("failed to find go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+func RepoRoot() (string, error) { return repo.Root() }
 
 // AssetsDir returns a folder with kube-apiserver and etcd: KUBEBUILDER_ASSETS
 // when it holds them, else the cache filled by hack/controlplane.sh (which

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/picobot/picobot/test/controlplane"
+	"github.com/picobot/picobot/test/repo"
 )
 
 // FreePort returns a free TCP port on 127.0.0.1.
@@ -38,7 +38,7 @@ func Unavailable(what string, err error) (reason string, fatal bool) {
 
 // hackScript runs hack/<name> with args and returns its trimmed stdout.
 func hackScript(name string, args ...string) (string, error) {
-	root, err := controlplane.RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", err
 	}

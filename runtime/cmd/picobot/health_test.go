@@ -41,6 +41,7 @@ func TestHealthCommand(t *testing.T) {
 	g.Expect(out.String()).To(ContainSubstring("Enabled features"))
 	g.Expect(out.String()).To(ContainSubstring("browser: browser executable"))
 	g.Expect(out.String()).To(ContainSubstring("[ok  ] tool sandbox: Landlock — ABI "))
+	g.Expect(out.String()).To(ContainSubstring("[ok  ] tool sandbox: network — programs connect over TCP only to ports 53, 80 and 443 and those the Agent allows"))
 
 	// With the key (and a working browser) everything required passes.
 	env := func(k string) string {

@@ -6,9 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,12 +38,13 @@ type tools struct {
 	bash, exec, process, pty tool.Tool
 }
 
-func (p *pod) tools(t testing.TB) tools {
-	procs := shell.NewProcessManager(shell.WithExecServer(p.socket))
-	ptys := shell.NewPTYManager(shell.WithExecServer(p.socket))
+func (p *pod) tools(t testing.TB, opts ...shell.Option) tools {
+	opts = append([]shell.Option{shell.WithExecServer(p.socket)}, opts...)
+	procs := shell.NewProcessManager(opts...)
+	ptys := shell.NewPTYManager(opts...)
 	t.Cleanup(procs.Close)
 	t.Cleanup(ptys.Close)
-	return tools{bash: shell.NewBash(shell.WithExecServer(p.socket)), exec: procs.ExecTool(), process: procs.ProcessTool(), pty: ptys.Tool()}
+	return tools{bash: shell.NewBash(opts...), exec: procs.ExecTool(), process: procs.ProcessTool(), pty: ptys.Tool()}
 }
 
 func call(t testing.TB, tl tool.Tool, ws string, args any) tool.Result {
@@ -99,15 +104,26 @@ func passwordRedis(t *testing.T) (addr string) {
 
 // A prompt-injected model drives bash in the sandbox container to find the
 // runtime container's secrets: its environment, the runtime's and the
-// server's /proc/<pid>/environ, the runtime's secret file, and the store
-// and bus with whatever it can find. Every attempt fails, and the runtime
-// itself reaches each of them (so the attempts fail for the boundary, not
-// for a broken check).
+// server's /proc/<pid>/environ, the runtime's secret file, and the store,
+// bus and blob server with whatever it can find. Every attempt fails (the
+// servers are not even reached: the kernel refuses the connect, as the
+// sandbox container shares the pod's network with the runtime), and the
+// runtime itself reaches each of them (so the attempts fail for the
+// boundary, not for a broken check).
 func TestSandboxCannotReachTheRuntimeSecrets(t *testing.T) {
 	g := NewWithT(t)
 	appDSN, pgPort := passwordPostgres(t)
 	redisAddr := passwordRedis(t)
 	redisHost, redisPort, _ := strings.Cut(redisAddr, ":")
+	s3, stopS3, err := services.S3()
+	if err != nil {
+		reason, fatal := services.Unavailable("S3", err)
+		if fatal {
+			t.Fatal(reason)
+		}
+		t.Skip(reason)
+	}
+	t.Cleanup(stopS3)
 	p := newPod(t)
 	tl := p.tools(t)
 
@@ -137,6 +153,8 @@ func TestSandboxCannotReachTheRuntimeSecrets(t *testing.T) {
 		fmt.Sprintf("PGCONNECT_TIMEOUT=5 psql 'host=127.0.0.1 port=%s user=postgres dbname=postgres' -c 'select 1' 2>&1", pgPort),
 		fmt.Sprintf("redis-cli -h %s -p %s get runtime-key 2>&1", redisHost, redisPort),
 		fmt.Sprintf("redis-cli -h %s -p %s --user default --pass guess-1 get runtime-key 2>&1", redisHost, redisPort),
+		fmt.Sprintf("curl -sS --max-time 5 %s/ 2>&1", s3),
+		fmt.Sprintf(`python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262); s.connect(("%s", %s))' 2>&1 | tail -1`, redisHost, redisPort),
 		"echo attacks-done",
 	}, "\n")
 	res := call(t, tl.bash, p.ws, map[string]any{"command": script})
@@ -151,9 +169,38 @@ func TestSandboxCannotReachTheRuntimeSecrets(t *testing.T) {
 	g.Expect(out).To(ContainSubstring(fmt.Sprintf("/proc/%d/environ: Permission denied", p.server.Process.Pid)))
 	g.Expect(out).To(ContainSubstring(p.secretFile + ": Permission denied"))
 	g.Expect(out).To(ContainSubstring("serviceaccount/token: No such file or directory"))
-	g.Expect(strings.Count(out, "no password supplied")).To(Equal(2), out)
-	g.Expect(out).To(ContainSubstring("NOAUTH Authentication required"))
-	g.Expect(out).To(MatchRegexp(`WRONGPASS|invalid username-password`))
+	g.Expect(strings.Count(out, fmt.Sprintf(`port %s failed: Permission denied`, pgPort))).To(Equal(2), out)
+	g.Expect(strings.Count(out, fmt.Sprintf("Could not connect to Redis at %s: Permission denied", redisAddr))).To(Equal(2), out)
+	g.Expect(out).To(MatchRegexp(`curl: \(7\) Failed to connect to 127.0.0.1 port %d`, port(t, s3)))
+	g.Expect(out).To(ContainSubstring("OSError: [Errno 93] Protocol not supported"))
+	g.Expect(out).NotTo(MatchRegexp(`NOAUTH|WRONGPASS|no password supplied|ListAllMyBucketsResult`))
+}
+
+// port is the TCP port of a URL.
+func port(t *testing.T, raw string) int {
+	t.Helper()
+	u, err := url.Parse(raw)
+	must(t, err)
+	n, err := strconv.Atoi(u.Port())
+	must(t, err)
+	return n
+}
+
+// The ordinary job through the exec server: a program reaches a server on
+// a port the Agent opted in to (spec.tools.network.allowedPorts), and only
+// that one.
+func TestAllowedPortsThroughTheServer(t *testing.T) {
+	g := NewWithT(t)
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hello from the site") }))
+	defer site.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "not for the sandbox") }))
+	defer other.Close()
+	p := newPod(t)
+	tl := p.tools(t, shell.WithPorts(uint16(port(t, site.URL))))
+	res := call(t, tl.bash, p.ws, map[string]any{"command": fmt.Sprintf("curl -sS --max-time 5 %s/; echo; curl -sS --max-time 5 %s/ 2>&1", site.URL, other.URL)})
+	g.Expect(res.Content).To(ContainSubstring("hello from the site\n"))
+	g.Expect(res.Content).To(MatchRegexp(`curl: \(7\) Failed to connect to 127.0.0.1 port %d`, port(t, other.URL)))
+	g.Expect(res.Content).NotTo(ContainSubstring("not for the sandbox"))
 }
 
 // The shell tools open a workspace the runtime made (0700) to the pod's

@@ -298,7 +298,7 @@ func (s *Server) check(req Request, nfds int) (sandbox.Spec, string, error) {
 	if !filepath.IsAbs(ws) || !within(ws, s.cfg.Workspace) {
 		return sandbox.Spec{}, "", fmt.Errorf("workspace %q is not inside the sandbox's workspace folder %q", req.Workspace, s.cfg.Workspace)
 	}
-	spec := sandbox.Spec{Workspace: ws, ReadOnly: req.ReadOnly, ReadWrite: req.ReadWrite, Env: req.Env}
+	spec := sandbox.Spec{Workspace: ws, ReadOnly: req.ReadOnly, ReadWrite: req.ReadWrite, AllowedPorts: req.AllowedPorts, Env: req.Env}
 	if err := spec.Prepare(); err != nil {
 		return sandbox.Spec{}, "", err
 	}

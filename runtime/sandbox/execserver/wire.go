@@ -15,7 +15,7 @@
 // a handful of small JSON messages, one per SOCK_SEQPACKET packet, so each
 // message is read whole with the descriptors that came with it:
 //
-//	runtime -> server  start   {workspace, readOnly, readWrite, env, argv, tty?}  + stdin, stdout, stderr (not for a tty)
+//	runtime -> server  start   {workspace, readOnly, readWrite, allowedPorts, env, argv, tty?}  + stdin, stdout, stderr (not for a tty)
 //	server  -> runtime started {pid}                                              + the terminal's master (tty)
 //	                   | error {error}
 //	runtime -> server  signal  {signal}                                           (any number of times)
@@ -63,8 +63,11 @@ type Request struct {
 	Workspace string   `json:"workspace"`
 	ReadOnly  []string `json:"readOnly,omitempty"`
 	ReadWrite []string `json:"readWrite,omitempty"`
-	Env       []string `json:"env"`
-	Argv      []string `json:"argv"`
+	// AllowedPorts are the TCP ports the program may connect to besides
+	// the sandbox's defaults (sandbox.Spec.AllowedPorts).
+	AllowedPorts []uint16 `json:"allowedPorts,omitempty"`
+	Env          []string `json:"env"`
+	Argv         []string `json:"argv"`
 	// TTY asks for a pseudo-terminal of this size instead of the passed
 	// descriptors.
 	TTY *WinSize `json:"tty,omitempty"`

@@ -3,9 +3,11 @@ package sandboxtest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -42,6 +44,9 @@ type ProbeArgs struct {
 	// Write is a file to write and read back, relative to the working
 	// folder (the ordinary job that must still work).
 	Write string `json:"write,omitempty"`
+	// Connect are TCP addresses (host:port) to connect to: the store, the
+	// bus, the gateway.
+	Connect []string `json:"connect,omitempty"`
 }
 
 // MaybeServeMCPProbe is ServeMCPProbe when MCPProbeEnv is set; otherwise
@@ -54,7 +59,8 @@ func MaybeServeMCPProbe() {
 
 // ServeMCPProbe serves the probe over stdin and stdout, then exits. The
 // tool answers with its environment ("env:" lines), then one line per file:
-// its content, or the error the kernel gave.
+// its content, or the error the kernel gave; then one line per address it
+// tried to connect to.
 func ServeMCPProbe() {
 	srv := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "probe", Version: "1"}, nil)
 	mcpsdk.AddTool(srv, &mcpsdk.Tool{Name: "probe", Description: "Dump the environment and try to read files"},
@@ -70,6 +76,15 @@ func ServeMCPProbe() {
 				} else {
 					fmt.Fprintf(&b, "read %s: ok: %q\n", p, data)
 				}
+			}
+			for _, addr := range a.Connect {
+				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					fmt.Fprintf(&b, "connect %s: error: %v\n", addr, err)
+					continue
+				}
+				_ = c.Close()
+				fmt.Fprintf(&b, "connect %s: ok\n", addr)
 			}
 			if a.Write != "" {
 				wd, _ := os.Getwd()

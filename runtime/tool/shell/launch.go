@@ -98,7 +98,8 @@ func (p *localProgram) kill() {
 type serverLauncher struct{ c *execserver.Client }
 
 func request(spec sandbox.Spec, argv []string) execserver.Request {
-	return execserver.Request{Workspace: spec.Workspace, ReadOnly: spec.ReadOnly, ReadWrite: spec.ReadWrite, Env: spec.Env, Argv: argv}
+	return execserver.Request{Workspace: spec.Workspace, ReadOnly: spec.ReadOnly, ReadWrite: spec.ReadWrite,
+		AllowedPorts: spec.AllowedPorts, Env: spec.Env, Argv: argv}
 }
 
 func (l serverLauncher) start(spec sandbox.Spec, argv []string, stdin, out *os.File) (program, error) {

@@ -38,6 +38,7 @@ type config struct {
 	extraEnv  []string
 	readOnly  []string
 	readWrite []string
+	ports     []uint16
 	shell     string
 	// approvals is the Agent's exec policy; foreground runs exec to the
 	// end (the process tool is denied).
@@ -96,6 +97,12 @@ func WithPaths(readOnly, readWrite []string) Option {
 	}
 }
 
+// WithPorts lets programs connect to the TCP ports ports besides the
+// sandbox's defaults (the Agent's spec.tools.network.allowedPorts).
+func WithPorts(ports ...uint16) Option {
+	return func(c *config) { c.ports = append(c.ports, ports...) }
+}
+
 // WithShell sets the shell that runs commands with -c (default "bash").
 func WithShell(path string) Option { return func(c *config) { c.shell = path } }
 
@@ -122,7 +129,7 @@ func IsSecretName(name string) bool {
 // spec is where a program of workspace dir runs, its environment built from
 // the allowlist.
 func (c *config) spec(dir string, extraEnv ...string) sandbox.Spec {
-	return sandbox.Spec{Workspace: dir, ReadOnly: c.readOnly, ReadWrite: c.readWrite,
+	return sandbox.Spec{Workspace: dir, ReadOnly: c.readOnly, ReadWrite: c.readWrite, AllowedPorts: c.ports,
 		Env: sandbox.Env(c.environ(), dir, c.allowEnv, slices.Concat(c.extraEnv, extraEnv)...)}
 }
 

@@ -3,7 +3,9 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -15,13 +17,45 @@ import (
 	"github.com/picobot/picobot/runtime/sandbox/sandboxtest"
 )
 
+// runtimeAddrs are the servers the runtime container reaches, by name:
+// the store, the bus, the blob server, the gateway and the API server. The
+// pod runner's pods share the host's network, as a pod's two containers
+// share the pod's: only the kernel's network layer keeps the sandbox from
+// them.
+func runtimeAddrs(t *testing.T) map[string]string {
+	t.Helper()
+	addrs := map[string]string{"gateway": st.gatewayURL, "apiserver": st.env.Config.Host}
+	for _, kv := range st.conn {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "PICOBOT_POSTGRES_URL":
+			addrs["postgres"] = v
+		case "PICOBOT_REDIS_URL":
+			addrs["redis"] = v
+		case "PICOBOT_S3_ENDPOINT":
+			addrs["s3"] = v
+		}
+	}
+	for name, raw := range addrs {
+		u, err := url.Parse(raw)
+		if err != nil || u.Port() == "" {
+			t.Fatalf("no host:port in the %s address %q: %v", name, raw, err)
+		}
+		addrs[name] = u.Host
+	}
+	return addrs
+}
+
 // A turn whose bash call runs in the session pod's sandbox container,
 // through the exec server: the program runs as the sandbox's user and finds
 // none of the runtime container's credentials (the model key, the store's
-// URL, the ServiceAccount token), while the runtime still answers.
+// URL, the ServiceAccount token) and cannot connect to the store, bus, blob
+// server, gateway or API server the runtime container uses, while the
+// runtime still answers (through them).
 func TestToolProgramsRunInTheSandboxContainer(t *testing.T) {
 	needStack(t)
 	g := NewWithT(t)
+	addrs := runtimeAddrs(t)
 	ns, key := "tenant-sandbox", "tenant-sandbox-key"
 	var mu sync.Mutex
 	var toolResult string
@@ -37,7 +71,7 @@ func TestToolProgramsRunInTheSandboxContainer(t *testing.T) {
 			return fakellm.Turn{Text: "ok"}
 		}
 		rtPID := runtimePID(t, ns, "helper/probe")
-		script := strings.Join([]string{
+		lines := []string{
 			"echo uid=$(id -u)",
 			"echo pwd=$(pwd)",
 			`echo secrets-in-env=$(env | grep -c -e sk-fake -e PICOBOT_ -e AWS_)`,
@@ -45,7 +79,12 @@ func TestToolProgramsRunInTheSandboxContainer(t *testing.T) {
 			fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ 2>&1 | head -3", rtPID),
 			"ls /var/run/secrets/kubernetes.io/serviceaccount 2>&1",
 			"echo made-in-sandbox > probe.txt && echo wrote-file",
-		}, "; ")
+		}
+		for _, a := range addrs {
+			host, port, _ := strings.Cut(a, ":")
+			lines = append(lines, fmt.Sprintf("(exec 3<>/dev/tcp/%s/%s) 2>&1 | tail -1", host, port))
+		}
+		script := strings.Join(lines, "; ")
 		args, _ := json.Marshal(map[string]any{"command": script})
 		return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "b1", Name: "bash", Args: string(args)}}}
 	})
@@ -69,6 +108,10 @@ func TestToolProgramsRunInTheSandboxContainer(t *testing.T) {
 	g.Expect(out).To(MatchRegexp(`/proc/\d+/environ: Permission denied`))
 	g.Expect(out).To(ContainSubstring("serviceaccount': No such file or directory"))
 	g.Expect(out).To(ContainSubstring("wrote-file"))
+	for name, a := range addrs {
+		host, port, _ := strings.Cut(a, ":")
+		g.Expect(out).To(ContainSubstring(fmt.Sprintf("/dev/tcp/%s/%s: Permission denied", host, port)), "the sandbox reached %s", name)
+	}
 	g.Expect(out).To(ContainSubstring("[exit code 0]"))
 	g.Expect(out).NotTo(ContainSubstring("sk-fake"))
 
@@ -104,12 +147,14 @@ const fsAgent = `  tools:
 // sandbox container. Through the tools the model reads the runtime's
 // /proc/<pid>/environ and the ServiceAccount token (both opened to the file
 // tools by the Agent) and has the MCP server dump its environment and read
-// them too: the kernel refuses the sandbox's user, the MCP server sees only
-// the Agent's env, and the ordinary jobs (a file written then read, an MCP
+// them too, and connect to the store and the bus: the kernel refuses the
+// sandbox's user, the MCP server sees only the Agent's env, and the
+// ordinary jobs (a file written then read, an MCP
 // call) work.
 func TestFileToolsAndMCPRunInTheSandboxContainer(t *testing.T) {
 	needStack(t)
 	g := NewWithT(t)
+	addrs := runtimeAddrs(t)
 	ns, key := "tenant-sandbox-fs", "tenant-sandbox-fs-key"
 	var mu sync.Mutex
 	var results []string
@@ -136,7 +181,8 @@ func TestFileToolsAndMCPRunInTheSandboxContainer(t *testing.T) {
 			{ID: "r1", Name: "file_read", Args: args(map[string]any{"path": "note.txt"})},
 			{ID: "r2", Name: "file_read", Args: args(map[string]any{"path": environ})},
 			{ID: "r3", Name: "file_read", Args: args(map[string]any{"path": saTokenPath})},
-			{ID: "m1", Name: "mcp_probe_probe", Args: args(map[string]any{"read": []string{environ, saTokenPath}, "write": "job.txt"})},
+			{ID: "m1", Name: "mcp_probe_probe", Args: args(map[string]any{"read": []string{environ, saTokenPath}, "write": "job.txt",
+				"connect": []string{addrs["postgres"], addrs["redis"]}})},
 		}}
 	})
 	st.apply(t, fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "1m", 0)+fsAgent+sandboxtest.MCPProbeServers(st.mcpProbe))
@@ -163,6 +209,9 @@ func TestFileToolsAndMCPRunInTheSandboxContainer(t *testing.T) {
 	g.Expect(mcpOut).To(MatchRegexp(`read /proc/\d+/environ: error: open /proc/\d+/environ: permission denied`))
 	g.Expect(mcpOut).To(ContainSubstring("read " + saTokenPath + ": error: open " + saTokenPath + ": no such file or directory"))
 	g.Expect(mcpOut).To(ContainSubstring(`wrote job.txt: "written by the probe"`))
+	for _, a := range []string{addrs["postgres"], addrs["redis"]} {
+		g.Expect(mcpOut).To(MatchRegexp(`connect %s: error: dial tcp \S+: connect: permission denied`, regexp.QuoteMeta(a)))
+	}
 	for _, line := range strings.Split(mcpOut, "\n") {
 		g.Expect(line).NotTo(MatchRegexp(`^env: (PICOBOT_|AWS_|KUBECONFIG)`), "a variable of the runtime's reached the MCP server")
 	}
