@@ -128,6 +128,14 @@ func filterArches() ([]filterArch, error) {
 }
 
 // bpfProg assembles a classic BPF program with symbolic jump targets.
+//
+// Written here rather than taken from a library: libseccomp's Go binding
+// needs cgo and the C library in the image, and the pure-Go
+// github.com/elastic/go-seccomp-bpf assembles one architecture per filter,
+// sending every call of another ABI (i386 on x86-64, arm on arm64) to a
+// single action, so it could either let the compat ABI's sockets through
+// unchecked or refuse every compat call. This filter checks both ABIs,
+// each with its own numbers, in about sixty instructions.
 type bpfProg struct {
 	ins    []unix.SockFilter
 	labels map[string]int
