@@ -246,10 +246,10 @@ func TestUnknownAgentIsAClearError(t *testing.T) {
 	runner := localrun.New(func(string) (localrun.Agent, bool) { return localrun.Agent{}, false })
 	_, err := runner.Run(context.Background(), request("r"))
 	g.Expect(err).To(MatchError(scheduler.ErrUnknownAgent))
-	g.Expect(err.Error()).To(ContainSubstring(`no agent named "root" in tenant "team"; the job names no agent, so it runs on the Root agent`))
+	g.Expect(err.Error()).To(ContainSubstring(`no agent named "root" in tenant "team"; the job names no agent, so it runs on the root agent`))
 	req := request("r")
 	req.Agent = "ops"
 	_, err = runner.Run(context.Background(), req)
 	g.Expect(err.Error()).To(ContainSubstring(`no agent named "ops"`))
-	g.Expect(strings.Contains(err.Error(), "Root agent")).To(BeFalse())
+	g.Expect(strings.Contains(err.Error(), "root agent")).To(BeFalse())
 }
