@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -69,6 +70,13 @@ type delegateEnv struct {
 
 func startDelegates(t *testing.T, answer func(agent, user string, req fakellm.Recorded) fakellm.Turn) *delegateEnv {
 	t.Helper()
+	return startDelegatesTB(t, answer, nil)
+}
+
+// startDelegatesTB is startDelegates for benchmarks too; onResult, when
+// set, sees every tool result coming back to a model.
+func startDelegatesTB(t testing.TB, answer func(agent, user string, req fakellm.Recorded) fakellm.Turn, onResult func()) *delegateEnv {
+	t.Helper()
 	g := NewWithT(t)
 	llm := fakellm.New()
 	t.Cleanup(llm.Close)
@@ -82,6 +90,9 @@ func startDelegates(t *testing.T, answer func(agent, user string, req fakellm.Re
 			text := last.Content
 			if len(last.ToolResults) > 0 {
 				text = last.ToolResults[0].Content
+			}
+			if onResult != nil {
+				onResult()
 			}
 			return fakellm.Turn{Text: "Done: " + text}
 		}
@@ -300,4 +311,52 @@ func TestStopCancelsForegroundChildren(t *testing.T) {
 		g.Expect(runs).To(HaveLen(1))
 		g.Expect(runs[0].Status).To(Equal(store.RunCancelled))
 	}).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(Succeed())
+}
+
+// BenchmarkDelegateRoundTrip measures a chat turn whose model delegates one
+// task to researcher, with a fake model that answers at once: three model
+// calls (delegate, the sub-agent's answer, the final text), the sub-agent's
+// session and the agent_runs record. It reports p50/p99 of the whole turn
+// and of the delegate call alone (the sub-agent run, from the parent's tool
+// call to its result).
+func BenchmarkDelegateRoundTrip(b *testing.B) {
+	var mu sync.Mutex
+	var calls []time.Duration
+	var called time.Time
+	e := startDelegatesTB(b, func(agent, _ string, _ fakellm.Recorded) fakellm.Turn {
+		if agent == "researcher" {
+			return fakellm.Turn{Text: "Paris"}
+		}
+		mu.Lock()
+		called = time.Now()
+		mu.Unlock()
+		return call(`{"target":"researcher","task":"Find the capital of France."}`)
+	}, func() {
+		mu.Lock()
+		calls = append(calls, time.Since(called))
+		mu.Unlock()
+	})
+	turns := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		start := time.Now()
+		if _, err := e.send(fmt.Sprintf("bench%d", i), "Where?"); err != nil {
+			b.Fatal(err)
+		}
+		turns = append(turns, time.Since(start))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(percentile(turns, 0.50).Microseconds()), "us-turn-p50")
+	b.ReportMetric(float64(percentile(turns, 0.99).Microseconds()), "us-turn-p99")
+	b.ReportMetric(float64(percentile(calls, 0.50).Microseconds()), "us-delegate-p50")
+	b.ReportMetric(float64(percentile(calls, 0.99).Microseconds()), "us-delegate-p99")
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
 }
