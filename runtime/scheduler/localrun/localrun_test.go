@@ -49,12 +49,6 @@ func (r *recorder) Run(_ context.Context, _ tool.Env, args json.RawMessage) (too
 	return tool.Text("done"), nil
 }
 
-func (r *recorder) calls() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.args...)
-}
-
 // subAgents stands for the sub-agent "ops": it answers every delegated
 // task at once and keeps the requests.
 type subAgents struct {
