@@ -277,6 +277,21 @@ func TestDelegateRefusals(t *testing.T) {
 	g.Expect(narrowed[0].Tools).To(Equal([]string{"calculator"}))
 	g.Expect(e.requestsOf("l4")).To(BeEmpty(), "the chain stopped at depth 3")
 	g.Expect(e.requestsOf("l3")).NotTo(BeEmpty())
+
+	// The nested runs are recorded as a chain: each in the session of the
+	// run that delegated it, naming that run as its parent.
+	byAgent := map[string]store.AgentRun{}
+	runs, err := e.st.ListAgentRuns(tenantCtx, store.AgentRunFilter{Limit: 100})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, r := range runs {
+		byAgent[r.Agent] = r
+	}
+	g.Expect(byAgent).To(HaveKey("l3"))
+	g.Expect(byAgent["l1"].ParentRunID).To(BeEmpty())
+	g.Expect(byAgent["l2"].ParentRunID).To(Equal(byAgent["l1"].ID))
+	g.Expect(byAgent["l3"].ParentRunID).To(Equal(byAgent["l2"].ID))
+	g.Expect(byAgent["l2"].SessionID).To(Equal("delegate:" + byAgent["l1"].ID + ":default"))
+	g.Expect(byAgent["l3"].Status).To(Equal(store.RunSucceeded), "l3 answered after its own delegation was refused")
 }
 
 // TestStopCancelsForegroundChildren: /stop of the delegating chat cancels
