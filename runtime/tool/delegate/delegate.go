@@ -99,7 +99,7 @@ type Args struct {
 	Task         string   `json:"task,omitempty" jsonschema:"a clear, self-contained, checkable task (single delegation)"`
 	Context      string   `json:"context,omitempty" jsonschema:"explicit facts the sub-agent needs; it does not see this conversation"`
 	Mode         string   `json:"mode,omitempty" jsonschema:"foreground (default): wait for the result; background is not available yet"`
-	Tasks        []Item   `json:"tasks,omitempty" jsonschema:"several tasks run concurrently; results come back in this order"`
+	Tasks        []Item   `json:"tasks,omitempty" jsonschema:"several tasks run concurrently; results come back in this order (target, context and allowed_tools default to the call's)"`
 	AllowedTools []string `json:"allowed_tools,omitempty" jsonschema:"narrow the sub-agent's tools to these (never widen)"`
 	PlanItemID   string   `json:"plan_item_id,omitempty" jsonschema:"the todo plan item this run works on"`
 }
@@ -238,6 +238,9 @@ func (d *delegator) items(a Args) ([]Item, *tool.Result) {
 		if items[i].AllowedTools == nil {
 			items[i].AllowedTools = a.AllowedTools
 		}
+		if strings.TrimSpace(items[i].Context) == "" {
+			items[i].Context = a.Context
+		}
 		if strings.TrimSpace(items[i].Task) == "" {
 			return bad("tasks[%d] has no task", i)
 		}
@@ -266,6 +269,9 @@ func (d *delegator) request(ctx context.Context, env tool.Env, it Item) (req Req
 	req = Request{RunID: store.NewID(), Agent: agent, Parent: d.cfg.Agent, ParentSession: env.SessionID, Text: taskText(d.cfg.Agent, it)}
 	if it.AllowedTools != nil {
 		have, err := d.cfg.Runner.Tools(ctx, agent)
+		if errors.Is(err, ErrUnknownAgent) {
+			return req, fmt.Sprintf("sub-agent %s names Agent %q, which does not exist here", target, agent), nil
+		}
 		if err != nil {
 			return req, "", fmt.Errorf("failed to get the tools of agent %q: %w", agent, err)
 		}
