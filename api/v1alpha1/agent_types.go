@@ -502,8 +502,27 @@ type RuntimeSpec struct {
 	MaxSessions *int32 `json:"maxSessions,omitempty"`
 }
 
+// AgentRole says whether an Agent is its namespace's root agent.
+// +kubebuilder:validation:Enum=root;named
+type AgentRole string
+
+const (
+	// AgentRoleRoot marks the namespace's root agent: the one scheduled runs
+	// naming no agent (cron jobs without agentRef, routine maintenance) use.
+	// A namespace has at most one; the operator reports a conflict on each.
+	AgentRoleRoot AgentRole = "root"
+	// AgentRoleNamed is an ordinary (named) agent, e.g. another's sub-agent.
+	AgentRoleNamed AgentRole = "named"
+)
+
 // AgentSpec is what an agent is: its model, instructions, tools and where it runs.
 type AgentSpec struct {
+	// role makes this Agent the namespace's root agent ("root"), the one jobs
+	// naming no agent run on. When no Agent says root, the namespace's only
+	// Agent is root, else the Agent named "root".
+	// +optional
+	Role *AgentRole `json:"role,omitempty"`
+
 	// model is the LLM the agent calls. When omitted, the namespace default from
 	// the ConfigMap "picobot-defaults" is used (status.effectiveModel.source tells
 	// which).

@@ -148,6 +148,16 @@ func TestCreateValidation(t *testing.T) {
 			a.Spec.Model.ContextWindow = ptr(int32(10))
 			return a
 		}, "spec.model.contextWindow: Invalid value: 10: spec.model.contextWindow in body should be greater than or equal to 1024"},
+		{"root role", func() client.Object {
+			a := validAgent()
+			a.Spec.Role = ptr(picobotv1alpha1.AgentRoleRoot)
+			return a
+		}, ""},
+		{"unknown role", func() client.Object {
+			a := validAgent()
+			a.Spec.Role = ptr(picobotv1alpha1.AgentRole("boss"))
+			return a
+		}, `spec.role: Unsupported value: "boss": supported values: "root", "named"`},
 		{"unknown tool profile", func() client.Object {
 			a := validAgent()
 			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Profile: "admin"}}

@@ -34,8 +34,10 @@ import (
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/builtin"
+	"github.com/picobot/picobot/runtime/tool/delegate"
 	"github.com/picobot/picobot/runtime/tool/llmtask"
 	"github.com/picobot/picobot/runtime/tool/policy"
+	"github.com/picobot/picobot/runtime/tool/sessions"
 	"github.com/picobot/picobot/runtime/tool/shell"
 )
 
@@ -74,6 +76,12 @@ type Host struct {
 	Defaults *corev1.ConfigMap
 	// Kube is the cluster client in cluster mode, nil in embedded mode.
 	Kube client.Client
+	// Delegates runs the tasks agents delegate to their sub-agents; nil
+	// answers delegate calls with DelegatesUnavailable.
+	Delegates delegate.Runner
+	// DelegatesUnavailable says why delegation does not work without
+	// Delegates.
+	DelegatesUnavailable string
 	// Features add tools and prompt sections to every agent, in order.
 	Features []Feature
 	Log      *slog.Logger
@@ -267,6 +275,9 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err := register(mcpTools); err != nil {
 		return fail(err)
 	}
+	if err := register(h.sessionTools(a, providerName, modelName)); err != nil {
+		return fail(err)
+	}
 
 	view := &feature.Agent{Spec: a, Provider: prov, ProviderName: providerName, ModelName: modelName, Policy: pol,
 		Host: &feature.Host{Mode: h.Mode, Tenant: h.Tenant, Store: h.Store, StateDir: h.StateDir, Kube: h.Kube, Log: h.Log}}
@@ -280,6 +291,20 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	b.Loop, b.Session = h.session(a, res.Effective, prov, reg, prompts, b.MCP)
 	b.Manager = session.NewManager(b.Session)
 	return b, nil
+}
+
+// sessionTools are the tools over the host's sessions and sub-agents:
+// session_status, and delegate along the Agent's spec.delegates edges (the
+// policy denies it to an Agent without any).
+func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName string) []tool.Tool {
+	model := ""
+	if modelName != "" {
+		model = providerName + "/" + modelName
+	}
+	return []tool.Tool{
+		sessions.NewStatus(h.Store, model),
+		delegate.New(delegate.Config{Agent: a.Name, Edges: a.Spec.Delegates, Runner: h.Delegates, Unavailable: h.DelegatesUnavailable, Runs: h.Store}),
+	}
 }
 
 // builtinTools returns the built-in tools, their llm_task on the agent's own

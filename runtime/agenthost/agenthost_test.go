@@ -3,6 +3,7 @@ package agenthost_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -386,4 +387,33 @@ func TestMCPEnvSecretMissing(t *testing.T) {
 	g.Expect(b.Session.MCPStatus()).To(ContainSubstring(
 		`gh (stdio): failed: failed to read key "token" of secret "gh-creds" for env GH_TOKEN: no Secret "gh-creds" with key "token"; set PICOBOT_SECRET_GH_CREDS_TOKEN`))
 	g.Expect(filepath.Join(f.dir, "workspaces", "gh", ".mcp")).To(BeADirectory(), "MCP servers work in a folder of the agent's")
+}
+
+// TestDelegateWithoutSubAgentRuns: a host that runs no sub-agents (a
+// cluster session pod, which must not read another Agent's model key)
+// still gives delegate to an Agent with delegate edges, and a call is
+// answered with the host's reason, recorded nowhere.
+func TestDelegateWithoutSubAgentRuns(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	h := f.host()
+	h.Mode = agenthost.ModeCluster
+	h.DelegatesUnavailable = "cluster mode does not run sub-agents yet"
+	a := agentWith("lead", picobotv1alpha1.AgentSpec{
+		Model:     &picobotv1alpha1.ModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "m", BaseURL: f.llm.URL()}},
+		Delegates: []picobotv1alpha1.Delegate{{Name: "helper", AgentRef: corev1.LocalObjectReference{Name: "helper"}}},
+		Tools:     &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Profile: "minimal"}}})
+	b := build(t, h, a)
+	g.Expect(b.Info.Tools).To(Equal([]string{"delegate", "session_status"}))
+	f.llm.Script(fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "d1", Name: "delegate", Args: `{"target":"helper","task":"x"}`}}},
+		fakellm.Turn{Text: "I will do it myself."})
+	_, err := say(b, "c1", "delegate it")
+	g.Expect(err).NotTo(HaveOccurred())
+	reqs := f.llm.Requests()
+	g.Expect(reqs).To(HaveLen(2))
+	last := reqs[1].Messages[len(reqs[1].Messages)-1]
+	g.Expect(last.Content + fmt.Sprint(last.ToolResults)).To(ContainSubstring("error: delegation is not available here: cluster mode does not run sub-agents yet"))
+	runs, err := f.store.ListAgentRuns(store.WithTenant(context.Background(), tenant), store.AgentRunFilter{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(runs).To(BeEmpty())
 }

@@ -1,6 +1,9 @@
 package agentspec
 
 import (
+	"slices"
+	"strings"
+
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/tool/policy"
@@ -28,8 +31,14 @@ func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
 	if m := a.Spec.Memory; m != nil && m.Enabled != nil && !*m.Enabled {
 		spec.Deny = append(spec.Deny, "group:memory")
 	}
-	if len(a.Spec.Delegates) == 0 {
+	// delegate follows the delegate edges: an Agent with none never gets it,
+	// one with some gets it even past a profile or allowlist that does not
+	// name it (the runtime injects it, as PicoBot does); a deny still wins.
+	switch {
+	case len(a.Spec.Delegates) == 0:
 		spec.Deny = append(spec.Deny, "delegate")
+	case len(spec.Allow) > 0 || !strings.EqualFold(strings.TrimSpace(string(spec.Profile)), string(policy.ProfileFull)) && spec.Profile != "":
+		spec.Allow = append(slices.Clip(spec.Allow), "delegate")
 	}
 	return spec
 }

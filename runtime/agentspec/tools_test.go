@@ -31,6 +31,13 @@ func TestToolPolicy(t *testing.T) {
 			want: policy.Spec{ByProvider: map[string]policy.ProviderSpec{
 				"anthropic":   {Profile: policy.ProfileMinimal},
 				"openai/gpt*": {Allow: []string{"group:web"}, Deny: []string{"http_request"}}}}},
+		{name: "delegates get delegate past a profile",
+			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Profile: "minimal"}}},
+			want: policy.Spec{Profile: policy.ProfileMinimal, Allow: []string{"delegate"}}},
+		{name: "delegates get delegate past an allowlist, a deny still wins",
+			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{
+				Allow: []string{"calculator"}, Deny: []string{"delegate"}}}},
+			want: policy.Spec{Allow: []string{"calculator", "delegate"}, Deny: []string{"delegate"}}},
 		{name: "browser disabled denies the ui group",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}},
 			want: policy.Spec{Deny: []string{policy.GroupUI}}},

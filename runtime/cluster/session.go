@@ -152,6 +152,9 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
+		// A sub-agent's model key is its own Agent's Secret, which this pod
+		// must not read: its runs belong in its own session pods.
+		DelegatesUnavailable: "cluster mode does not run sub-agents yet (only `picobot serve` does); do the task yourself",
 		SecretHint: func(sel corev1.SecretKeySelector) string {
 			return fmt.Sprintf("the operator passes Secret %q key %q to the pod as %s; check that the Secret exists", sel.Name, sel.Key, agenthost.SecretEnvName(sel.Name, sel.Key))
 		}}

@@ -264,6 +264,16 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	host, _ := os.Hostname()
 	abs, _ := filepath.Abs(opts.StateDir)
 	holder := "embedded:" + host + ":" + abs
+	delegates := &agenthost.LocalDelegates{
+		Find: func(name string) (*agenthost.Built, bool) {
+			a := r.agents[name]
+			if a == nil {
+				return nil, false
+			}
+			return a.Built, true
+		},
+		Workspace: func(tenant, agent string) func(session.ID) string { return workspaceFunc(opts.StateDir, tenant, agent) },
+	}
 	for i := range set.Agents {
 		a := &set.Agents[i]
 		host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: opts.Tenant, Store: st, Artifacts: r.state.Artifacts,
@@ -275,6 +285,9 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 					sel.Name, opts.Dir, SecretEnvName(sel.Name, sel.Key))
 			},
 			Features: opts.Features,
+			// Sub-agents run here too; r.agents is complete before a
+			// turn can delegate.
+			Delegates: delegates,
 		}
 		built, err := host.Build(r.ctx, a)
 		if err != nil {

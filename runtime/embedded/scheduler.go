@@ -13,6 +13,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/manifest"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
@@ -88,7 +89,10 @@ func (r *Runtime) prepareScheduler(set *manifest.Set) ([]agenthost.Feature, erro
 	}, localrun.WithWorkspace(func(tenant, agent string) func(session.ID) string {
 		return workspaceFunc(r.opts.StateDir, tenant, agent)
 	}))
-	s, err := scheduler.New(scheduler.Options{Store: jobs, Runner: runner, Deliverer: so.Deliverer, Clock: so.Clock,
+	// Every tenant of the process shares the folder's Agents, so they share
+	// its root agent.
+	root := func(context.Context, string) (string, error) { return agentspec.RootAgent(set.Agents) }
+	s, err := scheduler.New(scheduler.Options{Store: jobs, Runner: runner, Deliverer: so.Deliverer, Clock: so.Clock, RootAgent: root,
 		Log: r.log.With("component", "scheduler"), MaxConcurrentRuns: so.MaxConcurrentRuns,
 		// This process is the only scheduler of its database: whatever a
 		// previous process left unfinished was interrupted.

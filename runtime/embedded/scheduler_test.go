@@ -198,3 +198,68 @@ func TestMaintenanceJobSurvivesRestart(t *testing.T) {
 	g.Expect(m.Spec).To(MatchJSON(disabled))
 	g.Expect(m.Version).To(Equal(int64(2)))
 }
+
+// TestJobsNamingNoAgentRunOnTheRootAgent: a CronJob without agentRef runs
+// on the folder's root agent, by the rule of agentspec.RootAgent — the only
+// Agent (make run's "assistant"), or the one with spec.role: root among
+// several — and never needs an agent named "root".
+func TestJobsNamingNoAgentRunOnTheRootAgent(t *testing.T) {
+	const agentDoc = `apiVersion: agents.picobot.io/v1alpha1
+kind: Agent
+metadata:
+  name: %s
+spec:
+  %s
+  instructions: You are %s.
+  model: {provider: openai, model: test-model, baseURL: %s}
+`
+	const job = `apiVersion: agents.picobot.io/v1alpha1
+kind: CronJob
+metadata:
+  name: report
+spec:
+  schedule: {cron: "0 * * * * *"}
+  prompt: MANIFEST JOB. Report.
+  deliveryPolicy: always
+  target: {channel: telegram, chatID: "1001"}
+`
+	cases := []struct {
+		name   string
+		agents [][2]string // name, role line
+		root   string
+	}{
+		{name: "the only agent", agents: [][2]string{{"assistant", ""}}, root: "assistant"},
+		{name: "the agent with role root", agents: [][2]string{{"helper", ""}, {"assistant", "role: root"}, {"other", "role: named"}}, root: "assistant"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			llm := fakellm.New()
+			t.Cleanup(llm.Close)
+			llm.Respond(scheduledLLM)
+			docs := []string{job}
+			for _, a := range tc.agents {
+				docs = append(docs, fmt.Sprintf(agentDoc, a[0], a[1], a[0], llm.URL()))
+			}
+			dir := t.TempDir()
+			g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(strings.Join(docs, "---\n")), 0o600)).To(Succeed())
+			now := time.Now().UTC()
+			clk := clocktesting.NewFakeClock(now)
+			del := &schedulertest.Deliverer{}
+			rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Env: func(string) string { return "" },
+				Scheduler: &embedded.SchedulerOptions{Clock: clk, Deliverer: del}})
+			g.Expect(err).NotTo(HaveOccurred())
+			t.Cleanup(rt.Close)
+
+			clk.SetTime(now.Truncate(time.Minute).Add(time.Minute))
+			g.Eventually(del.Notices).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(HaveLen(1))
+			g.Expect(del.Notices()[0].Text).To(Equal("report (alert): The NAS disk is 94% full."), "the run reached the model and completed")
+			var systems []string
+			for _, req := range llm.Requests() {
+				systems = append(systems, req.Messages[0].Content)
+			}
+			g.Expect(systems).NotTo(BeEmpty())
+			g.Expect(systems).To(HaveEach(HavePrefix("You are "+tc.root+".")), "every model call of the run was the root agent's")
+		})
+	}
+}

@@ -29,6 +29,9 @@ const (
 	ChannelTerminal = "terminal"
 	// ChannelCron carries scheduled runs.
 	ChannelCron = "cron"
+	// ChannelDelegate carries delegated runs: each a fresh session of the
+	// sub-agent whose answer goes back to the delegating turn.
+	ChannelDelegate = "delegate"
 	// ChannelStateless names the OpenAI endpoint's stateless turns: their
 	// scratch workspaces, and in cluster mode the pseudo-chat whose event
 	// channel carries a turn's frames.
@@ -43,7 +46,7 @@ const (
 // credentials. This is the one place that decides it.
 func GatewayClient(channel string) bool {
 	switch channel {
-	case ChannelWeb, ChannelOpenAI, ChannelTerminal, ChannelCron, ChannelStateless:
+	case ChannelWeb, ChannelOpenAI, ChannelTerminal, ChannelCron, ChannelDelegate, ChannelStateless:
 		return true
 	}
 	return false

@@ -62,8 +62,7 @@ func (s *Scheduler) execute(ctx context.Context, j *Job, c store.CronClaim) {
 	}
 	rctx, cancel := context.WithTimeout(store.WithTenant(ctx, j.Tenant), s.opts.RunTimeout)
 	defer cancel()
-	res, err := s.opts.Runner.Run(rctx, RunRequest{Tenant: j.Tenant, Job: j.Key(), JobName: j.title(), RunID: c.Run.RunID,
-		ScheduledTime: c.Run.ScheduledTime, Agent: j.Agent(), Prompt: j.Spec.Prompt})
+	res, err := s.run(rctx, j, c)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		res = RunResult{Outcome: store.OutcomeFailed, Message: msgInterrupted, SessionID: res.SessionID}
@@ -79,6 +78,21 @@ func (s *Scheduler) execute(ctx context.Context, j *Job, c store.CronClaim) {
 		res = RunResult{Outcome: store.OutcomeFailed, Message: msgNoOutcome, SessionID: res.SessionID}
 	}
 	s.finish(ctx, j, c.Run.RunID, c.Detail, res)
+}
+
+// run resolves the run's agent (the tenant's root agent for a job naming
+// none) and has the Runner execute it.
+func (s *Scheduler) run(ctx context.Context, j *Job, c store.CronClaim) (RunResult, error) {
+	agent := j.Agent()
+	if (j.Spec.AgentRef == nil || j.Spec.AgentRef.Name == "") && s.opts.RootAgent != nil {
+		root, err := s.opts.RootAgent(ctx, j.Tenant)
+		if err != nil {
+			return RunResult{}, fmt.Errorf("the job names no agent, so it runs on the root agent of tenant %q: %w", j.Tenant, err)
+		}
+		agent = root
+	}
+	return s.opts.Runner.Run(ctx, RunRequest{Tenant: j.Tenant, Job: j.Key(), JobName: j.title(), RunID: c.Run.RunID,
+		ScheduledTime: c.Run.ScheduledTime, Agent: agent, Prompt: j.Spec.Prompt})
 }
 
 // deliverable says whether the policy delivers an outcome and, when it

@@ -98,6 +98,10 @@ type Options struct {
 	StaleAfter time.Duration
 	// SweepInterval is how often unfinished records are looked for.
 	SweepInterval time.Duration
+	// RootAgent, when set, names the tenant's root agent (agentspec.RootAgent
+	// over its Agents): runs of jobs naming no agent go to it. Without it
+	// they go to the agent named RootAgent. Its error fails the run.
+	RootAgent func(ctx context.Context, tenant string) (string, error)
 	// OnRunDone, when set, sees every finished run record (including
 	// skipped ticks), e.g. to publish CronJob status.lastRun.
 	OnRunDone func(Job, store.DetailedCronRun)

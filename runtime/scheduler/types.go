@@ -9,9 +9,11 @@ import (
 	"github.com/picobot/picobot/runtime/store"
 )
 
-// RootAgent is the agent that runs a job naming none: the agent called
-// "root" in the job's tenant. A tenant without one records such runs as
-// failed, saying so (ErrUnknownAgent).
+// RootAgent stands for the root agent of a job's tenant in jobs naming no
+// agent (and in the cron tools' agent_id). Options.RootAgent resolves it to
+// an agent by the documented rule (agentspec.RootAgent); without a resolver
+// it is the agent called "root". A run whose root agent cannot be found is
+// recorded as failed, saying why.
 const RootAgent = "root"
 
 // ErrUnknownAgent is returned (wrapped) by a Runner when the run's agent does
@@ -50,7 +52,8 @@ func (j *Job) Key() string { return JobKey(j.Tenant, j.Name) }
 // JobKey is the run records' name of a job.
 func JobKey(tenant, name string) string { return tenant + "/" + name }
 
-// Agent is the agent the job's runs go to: spec.agentRef, else RootAgent.
+// Agent is the agent the job's runs go to: spec.agentRef, else RootAgent
+// (resolved to the tenant's root agent when the run starts).
 func (j *Job) Agent() string {
 	if j.Spec.AgentRef != nil && j.Spec.AgentRef.Name != "" {
 		return j.Spec.AgentRef.Name
@@ -97,7 +100,8 @@ type RunRequest struct {
 	// RunID identifies the run record; a runner may use it for idempotency.
 	RunID         string
 	ScheduledTime time.Time
-	// Agent is the agent to run: the job's agentRef, or RootAgent.
+	// Agent is the agent to run: the job's agentRef, else the tenant's root
+	// agent (RootAgent when Options.RootAgent is not set).
 	Agent  string
 	Prompt string
 }

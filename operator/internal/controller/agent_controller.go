@@ -107,6 +107,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(c, &picobotv1alpha1.AgentList{}, indexAgentConfigMaps)), builder.WithPredicates(keysChanged{})).
 		Watches(&picobotv1alpha1.BrowserProfile{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(c, &picobotv1alpha1.AgentList{}, indexAgentBrowserProfiles)), builder.WithPredicates(createOrDelete{})).
 		Watches(&picobotv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(c, &picobotv1alpha1.AgentList{}, indexAgentDelegates)), builder.WithPredicates(createOrDelete{})).
+		Watches(&picobotv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(rootAgentRequests(c)), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("agent").
 		Complete(r); err != nil {

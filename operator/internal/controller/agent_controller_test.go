@@ -372,3 +372,44 @@ func expectEvent(t *testing.T, ns, kind, name, typ, reason, note string) {
 		g.Expect(seen).To(ContainElement(typ + "/" + reason + ": " + note))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
+
+// TestSecondRootAgentIsReported: the API server cannot see that two Agents
+// of a namespace say spec.role: root; the operator marks both not Ready,
+// naming the other, with an Event, and clears it when one steps down.
+func TestSecondRootAgentIsReported(t *testing.T) {
+	needAPIServer(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	g.Expect(k8s.Create(ctx, secret(ns, "k", "apiKey"))).To(Succeed())
+	first := openAIAgent(ns, "first", "k")
+	first.Spec.Role = new(picobotv1alpha1.AgentRoleRoot)
+	g.Expect(k8s.Create(ctx, first)).To(Succeed())
+	expectCondition(t, ns, "first", picobotv1alpha1.ConditionReady, metav1.ConditionTrue, picobotv1alpha1.ReasonReady)
+
+	second := openAIAgent(ns, "second", "k")
+	second.Spec.Role = new(picobotv1alpha1.AgentRoleRoot)
+	g.Expect(k8s.Create(ctx, second)).To(Succeed())
+	for name, other := range map[string]string{"first": "second", "second": "first"} {
+		got := expectCondition(t, ns, name, picobotv1alpha1.ConditionReady, metav1.ConditionFalse, picobotv1alpha1.ReasonInvalidReference)
+		g.Expect(cond(got, picobotv1alpha1.ConditionReferencesResolved).Message).To(Equal(
+			"spec.role is root, but so is it on " + other + ": a namespace has one root Agent"))
+		g.Eventually(func(g Gomega) {
+			evs := &eventsv1.EventList{}
+			g.Expect(k8s.List(ctx, evs, client.InNamespace(ns))).To(Succeed())
+			var notes []string
+			for _, e := range evs.Items {
+				if e.Regarding.Name == name && e.Type == corev1.EventTypeWarning && e.Reason == picobotv1alpha1.ReasonInvalidReference {
+					notes = append(notes, e.Note)
+				}
+			}
+			g.Expect(notes).To(ContainElement(ContainSubstring("a namespace has one root Agent")))
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	}
+
+	got := getAgent(g, ns, "second")
+	got.Spec.Role = new(picobotv1alpha1.AgentRoleNamed)
+	g.Expect(k8s.Update(ctx, got)).To(Succeed())
+	expectCondition(t, ns, "first", picobotv1alpha1.ConditionReady, metav1.ConditionTrue, picobotv1alpha1.ReasonReady)
+	expectCondition(t, ns, "second", picobotv1alpha1.ConditionReady, metav1.ConditionTrue, picobotv1alpha1.ReasonReady)
+}

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -105,6 +107,9 @@ func (r *AgentReconciler) resolveReferencesPhase(ctx context.Context, s *agentSc
 			return err
 		}
 	}
+	if err := r.checkRoot(ctx, s); err != nil {
+		return err
+	}
 	for _, name := range agentBrowserProfileNames(a) {
 		if err := check(&picobotv1alpha1.BrowserProfile{}, "BrowserProfile", name); err != nil {
 			return err
@@ -126,6 +131,31 @@ func (r *AgentReconciler) resolveReferencesPhase(ctx context.Context, s *agentSc
 	}
 	s.missing = sortedUnique(s.missing)
 	s.invalid = sortedUnique(s.invalid)
+	return nil
+}
+
+// checkRoot reports a root Agent that shares the role with others: the
+// namespace's root agent (agentspec.RootAgent) is then undefined, which the
+// API server cannot see from one object.
+func (r *AgentReconciler) checkRoot(ctx context.Context, s *agentScope) error {
+	a := s.agent
+	if !agentspec.IsRoot(a) {
+		return nil
+	}
+	var l picobotv1alpha1.AgentList
+	if err := r.List(ctx, &l, client.InNamespace(a.Namespace), client.MatchingFields{indexAgentRole: string(picobotv1alpha1.AgentRoleRoot)}); err != nil {
+		return fmt.Errorf("failed to list the root Agents of namespace %q: %w", a.Namespace, err)
+	}
+	var others []string
+	for _, o := range l.Items {
+		if o.Name != a.Name {
+			others = append(others, o.Name)
+		}
+	}
+	if len(others) > 0 {
+		slices.Sort(others)
+		s.invalid = append(s.invalid, fmt.Sprintf("spec.role is root, but so is it on %s: a namespace has one root Agent", strings.Join(others, ", ")))
+	}
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agentspec"
 )
 
 // Field indexes let a change to a Secret, ConfigMap, BrowserProfile or Agent
@@ -22,6 +23,9 @@ const (
 	indexAgentBrowserProfiles = "picobot.spec.browserProfileNames"
 	indexAgentDelegates       = "picobot.spec.delegateNames"
 	indexCronJobAgent         = "picobot.spec.agentRef"
+	// indexAgentRole holds "root" for the Agents that say spec.role: root,
+	// so a change to any Agent re-checks exactly the namespace's roots.
+	indexAgentRole = "picobot.spec.role"
 )
 
 // agentSecretNames lists every Secret an Agent reads. Agents without spec.model
@@ -84,6 +88,32 @@ func agentDelegateNames(a *picobotv1alpha1.Agent) []string {
 	return names
 }
 
+func agentRole(a *picobotv1alpha1.Agent) []string {
+	if agentspec.IsRoot(a) {
+		return []string{string(picobotv1alpha1.AgentRoleRoot)}
+	}
+	return nil
+}
+
+// rootAgentRequests enqueues the namespace's root Agents when any Agent
+// changes: at most one may say spec.role: root.
+func rootAgentRequests(c client.Reader) func(context.Context, client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var l picobotv1alpha1.AgentList
+		if err := c.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexAgentRole: string(picobotv1alpha1.AgentRoleRoot)}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Failed to list root agents", "namespace", o.GetNamespace())
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(l.Items))
+		for _, a := range l.Items {
+			if a.Name != o.GetName() {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: a.Namespace, Name: a.Name}})
+			}
+		}
+		return reqs
+	}
+}
+
 // SetupIndexes registers the field indexes the reconcilers' watches use.
 func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	fi := mgr.GetFieldIndexer()
@@ -92,6 +122,7 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 		indexAgentConfigMaps:      agentConfigMapNames,
 		indexAgentBrowserProfiles: agentBrowserProfileNames,
 		indexAgentDelegates:       agentDelegateNames,
+		indexAgentRole:            agentRole,
 	}
 	for field, fn := range agentIndexes {
 		if err := fi.IndexField(ctx, &picobotv1alpha1.Agent{}, field, func(o client.Object) []string {

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agentspec"
 	rtscheduler "github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/store"
 )
@@ -133,6 +134,7 @@ func (r *Runnable) Start(ctx context.Context) error {
 	opts.Store, opts.Runner, opts.Deliverer, opts.Clock = r.cfg.Store, r.cfg.Runner, r.cfg.Deliverer, r.cfg.Clock
 	opts.Log = slog.New(logr.ToSlogHandler(r.log))
 	opts.OnRunDone = r.onRunDone
+	opts.RootAgent = r.rootAgent
 	s, err := rtscheduler.New(opts)
 	if err != nil {
 		return err
@@ -184,6 +186,16 @@ func (r *Runnable) Start(ctx context.Context) error {
 	}
 	r.log.Info("Starting CronJob scheduler", "maintenance", r.cfg.Maintenance)
 	return s.Run(ctx)
+}
+
+// rootAgent names the root agent of a namespace (agentspec.RootAgent over
+// its Agents, from the informer cache), which runs the jobs naming no agent.
+func (r *Runnable) rootAgent(ctx context.Context, namespace string) (string, error) {
+	var agents picobotv1alpha1.AgentList
+	if err := r.client.List(ctx, &agents, client.InNamespace(namespace)); err != nil {
+		return "", fmt.Errorf("failed to list the Agents of namespace %q: %w", namespace, err)
+	}
+	return agentspec.RootAgent(agents.Items)
 }
 
 // JobFrom turns a CronJob into the scheduler's Job.

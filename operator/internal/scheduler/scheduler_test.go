@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -25,9 +26,11 @@ const (
 	poll       = 20 * time.Millisecond
 )
 
+// cronJob is a job of the agent "ops" (the test runners run any name); a
+// job naming no agent needs a root agent in its namespace.
 func cronJob(ns, name, cron string, mutate ...func(*picobotv1alpha1.CronJob)) *picobotv1alpha1.CronJob {
 	cj := &picobotv1alpha1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: picobotv1alpha1.CronJobSpec{Schedule: picobotv1alpha1.Schedule{Cron: cron},
+		Spec: picobotv1alpha1.CronJobSpec{Schedule: picobotv1alpha1.Schedule{Cron: cron}, AgentRef: &corev1.LocalObjectReference{Name: "ops"},
 			Prompt: "Check the disk usage of the build server and alert above 90%"}}
 	for _, m := range mutate {
 		m(cj)
@@ -234,6 +237,47 @@ func TestMaintenanceJobIsCreatedOnceAndKept(t *testing.T) {
 		g.Expect(k8s.Get(ctx, key, got)).To(Succeed())
 		g.Expect(got.Spec.Suspend).To(BeNil())
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+// TestJobsNamingNoAgentRunOnTheRootAgent: the daily routine-maintenance job
+// and a CronJob without agentRef run on the namespace's root agent — its
+// only Agent ("assistant", as `make run` names it), then the Agent that
+// says spec.role: root — not on an Agent named "root", which does not exist.
+func TestJobsNamingNoAgentRunOnTheRootAgent(t *testing.T) {
+	need(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	st := schedulertest.Open(t, pg.NewDatabase(t))
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	clk := clocktesting.NewFakeClock(day.Add(3*time.Hour + 29*time.Minute + 30*time.Second))
+	runner := &schedulertest.Runner{Now: clk.Now}
+	g.Expect(k8s.Create(ctx, &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "assistant"}})).To(Succeed())
+	op, r := operator(t, ns, "", scheduler.Config{Store: st, Runner: runner, Clock: clk, Maintenance: true}, nil)
+	g.Expect(k8s.Create(ctx, cronJob(ns, "report", "0 * * * * *", func(cj *picobotv1alpha1.CronJob) { cj.Spec.AgentRef = nil }))).To(Succeed())
+	g.Eventually(func() int { return scheduled(r) }).WithTimeout(eventually).WithPolling(poll).Should(Equal(2), "report and maintenance")
+
+	agents := func() map[string]string {
+		out := map[string]string{}
+		for _, c := range runner.Calls() {
+			out[c.Req.Job+"@"+c.Req.ScheduledTime.Format("15:04")] = c.Req.Agent
+		}
+		return out
+	}
+	clk.SetTime(day.Add(3*time.Hour + 30*time.Minute))
+	g.Eventually(agents).WithTimeout(eventually).WithPolling(poll).Should(Equal(map[string]string{
+		ns + "/report@03:30": "assistant", ns + "/" + rtscheduler.MaintenanceJobName + "@03:30": "assistant"}))
+
+	boss := &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "boss"}}
+	boss.Spec.Role = new(picobotv1alpha1.AgentRoleRoot)
+	g.Expect(k8s.Create(ctx, boss)).To(Succeed())
+	g.Eventually(func(g Gomega) { // the scheduler reads Agents from the manager's cache
+		var l picobotv1alpha1.AgentList
+		g.Expect(op.GetClient().List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+		g.Expect(l.Items).To(HaveLen(2))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	clk.SetTime(day.Add(3*time.Hour + 31*time.Minute))
+	g.Eventually(agents).WithTimeout(eventually).WithPolling(poll).Should(HaveKeyWithValue(ns+"/report@03:31", "boss"))
 }
 
 // TestTwoReplicasFailover runs two managers with leader election on the real

@@ -6,6 +6,8 @@ import (
 
 	"github.com/picobot/picobot/runtime/agenthost"
 	driver "github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/health/healthtool"
 	"github.com/picobot/picobot/runtime/memory"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/scheduler"
@@ -35,6 +37,8 @@ type featureOptions struct {
 	// browser configures the browser driver (session pods: browser pods
 	// through remote.Provider; local Chromium when zero).
 	browser driver.Config
+	// health is the health service the health tool reports.
+	health *health.Service
 	// onBrowser, when set, gets the browser feature (session pods run the
 	// provider's lease heartbeat over its driver).
 	onBrowser func(*browsertool.Feature)
@@ -53,6 +57,7 @@ func features(o featureOptions) ([]agenthost.Feature, func()) {
 		skill.NewFeature(skill.Options{ManifestsDir: o.manifestsDir, Log: o.log}),
 		messaging.NewFeature(messaging.Options{Sender: o.sender, Channels: o.channels}),
 		browser,
+		healthtool.NewFeature(o.health),
 	}
 	if o.cron {
 		feats = append(feats, cron.NewFeature(cron.Config{}), bottask.NewFeature(bottask.Config{}))

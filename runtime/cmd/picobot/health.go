@@ -73,16 +73,8 @@ func healthService(dir, state, bin string, env func(string) string) *health.Serv
 		cs = append(cs, health.Check{Name: "manifests", OK: true, Message: fmt.Sprintf("%d agent(s) in %s", len(set.Agents), dir)})
 		return append(cs, modelChecks(set, dir, env)...)
 	}}
-	svc := health.NewService(core, health.Source{Kind: health.Optional, Name: "programs", Run: func(context.Context) []health.Check {
-		return []health.Check{
-			health.FileSearch(),
-			health.Executable("git", "apt-get install -y git", "git"),
-			health.Executable("npx (MCP servers run with npx)", "apt-get install -y nodejs npm", "npx"),
-		}
-	}})
-	svc.Add(health.Source{Kind: health.Optional, Name: "tool sandbox", Run: func(context.Context) []health.Check {
-		return sandbox.Probe().Checks()
-	}})
+	svc := health.NewService(core)
+	svc.Add(toolHostSources()...)
 	if loadErr == nil && browserEnabled(set) {
 		svc.Add(health.Source{Kind: health.Feature, Name: "browser", Run: func(ctx context.Context) []health.Check {
 			return browsertool.Checks(ctx, bin)
@@ -90,6 +82,25 @@ func healthService(dir, state, bin string, env func(string) string) *health.Serv
 	}
 	return svc
 }
+
+// toolHostSources check the programs and the sandbox the agent's tools run
+// with, wherever they run.
+func toolHostSources() []health.Source {
+	return []health.Source{{Kind: health.Optional, Name: "programs", Run: func(context.Context) []health.Check {
+		return []health.Check{
+			health.FileSearch(),
+			health.Executable("git", "apt-get install -y git", "git"),
+			health.Executable("npx (MCP servers run with npx)", "apt-get install -y nodejs npm", "npx"),
+		}
+	}}, {Kind: health.Optional, Name: "tool sandbox", Run: func(context.Context) []health.Check {
+		return sandbox.Probe().Checks()
+	}}}
+}
+
+// podHealthService is the health service of a session pod: its tools'
+// programs and sandbox (the operator and the Agent's status report the
+// rest).
+func podHealthService() *health.Service { return health.NewService(toolHostSources()...) }
 
 func browserEnabled(set *manifest.Set) bool {
 	for _, a := range set.Agents {

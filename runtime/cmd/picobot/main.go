@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/picobot/picobot/runtime/browser"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
@@ -124,7 +125,8 @@ func serve(args []string) error {
 		state.Close()
 		return err
 	}
-	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir, sender: disp, channels: channels})
+	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir, sender: disp, channels: channels,
+		health: healthService(*dir, embedded.StateDir(*dir, *stateDir), browser.DefaultBin, os.Getenv)})
 	defer closeFeatures()
 	owner := func(channel string) string { return rt.ChannelOwner(channel) }
 	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,

@@ -42,7 +42,7 @@ func session(args []string) error {
 	closeFeatures := func() {}
 	defer func() { closeFeatures() }()
 	err := cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
-		o := featureOptions{log: log, cron: true,
+		o := featureOptions{log: log, cron: true, health: podHealthService(),
 			// Messages to chat platforms leave through the gateway, which
 			// holds the channels' credentials.
 			sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis}}

@@ -100,7 +100,7 @@ func (r *Runner) Run(ctx context.Context, req scheduler.RunRequest) (scheduler.R
 	if !ok {
 		hint := "name an existing agent in the job's agentRef (agent_id)"
 		if req.Agent == scheduler.RootAgent {
-			hint = fmt.Sprintf("the job names no agent, so it runs on the Root agent: create an agent named %q or name one in the job's agentRef (agent_id)", scheduler.RootAgent)
+			hint = fmt.Sprintf("the job names no agent, so it runs on the root agent: mark one with spec.role: root, create an agent named %q or name one in the job's agentRef (agent_id)", scheduler.RootAgent)
 		}
 		return scheduler.RunResult{}, fmt.Errorf("no agent named %q in tenant %q; %s: %w", req.Agent, req.Tenant, hint, scheduler.ErrUnknownAgent)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/delegate"
 )
 
 func TestMain(m *testing.M) {
@@ -48,10 +49,26 @@ func (r *recorder) Run(_ context.Context, _ tool.Env, args json.RawMessage) (too
 	return tool.Text("done"), nil
 }
 
-func (r *recorder) calls() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.args...)
+// subAgents stands for the sub-agent "ops": it answers every delegated
+// task at once and keeps the requests.
+type subAgents struct {
+	mu   sync.Mutex
+	reqs []delegate.Request
+}
+
+func (s *subAgents) Tools(context.Context, string) ([]string, error) { return []string{"bash"}, nil }
+
+func (s *subAgents) Run(_ context.Context, req delegate.Request) (string, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reqs = append(s.reqs, req)
+	return "disks fine", "", nil
+}
+
+func (s *subAgents) calls() []delegate.Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]delegate.Request(nil), s.reqs...)
 }
 
 type toolsFeature []tool.Tool
@@ -65,14 +82,14 @@ type fixture struct {
 	llm      *fakellm.Server
 	runner   *localrun.Runner
 	store    *sqlite.Store
-	delegate *recorder
+	delegate *subAgents
 	built    *agenthost.Built
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	g := NewWithT(t)
-	f := &fixture{llm: fakellm.New(), delegate: &recorder{name: "delegate"}}
+	f := &fixture{llm: fakellm.New(), delegate: &subAgents{}}
 	t.Cleanup(f.llm.Close)
 	dir := t.TempDir()
 	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "picobot.db"))
@@ -80,7 +97,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { _ = st.Close() })
 	f.store = st
 	host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: "team", Store: st, StateDir: dir, Holder: "test",
-		Features: []agenthost.Feature{toolsFeature{&recorder{name: "send_message"}, f.delegate}}}
+		Delegates: f.delegate, Features: []agenthost.Feature{toolsFeature{&recorder{name: "send_message"}}}}
 	agent := &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "team"},
 		Spec: picobotv1alpha1.AgentSpec{Instructions: "You are the team's assistant.",
 			Delegates: []picobotv1alpha1.Delegate{{Name: "ops", AgentRef: corev1.LocalObjectReference{Name: "ops"}}},
@@ -237,8 +254,9 @@ func TestDelegationIsSynchronous(t *testing.T) {
 	)
 	g.Expect(f.run(t, "run-1").Outcome).To(Equal(store.OutcomeOK))
 	calls := f.delegate.calls()
-	g.Expect(calls).To(HaveLen(1))
-	g.Expect(calls[0]).To(MatchJSON(`{"target":"ops","task":"check disks","mode":"foreground"}`))
+	g.Expect(calls).To(HaveLen(1), "the background delegation ran in the foreground (background runs are refused)")
+	g.Expect(calls[0].Agent).To(Equal("ops"))
+	g.Expect(calls[0].Text).To(ContainSubstring("check disks"))
 }
 
 func TestUnknownAgentIsAClearError(t *testing.T) {
@@ -246,10 +264,10 @@ func TestUnknownAgentIsAClearError(t *testing.T) {
 	runner := localrun.New(func(string) (localrun.Agent, bool) { return localrun.Agent{}, false })
 	_, err := runner.Run(context.Background(), request("r"))
 	g.Expect(err).To(MatchError(scheduler.ErrUnknownAgent))
-	g.Expect(err.Error()).To(ContainSubstring(`no agent named "root" in tenant "team"; the job names no agent, so it runs on the Root agent`))
+	g.Expect(err.Error()).To(ContainSubstring(`no agent named "root" in tenant "team"; the job names no agent, so it runs on the root agent`))
 	req := request("r")
 	req.Agent = "ops"
 	_, err = runner.Run(context.Background(), req)
 	g.Expect(err.Error()).To(ContainSubstring(`no agent named "ops"`))
-	g.Expect(strings.Contains(err.Error(), "Root agent")).To(BeFalse())
+	g.Expect(strings.Contains(err.Error(), "root agent")).To(BeFalse())
 }

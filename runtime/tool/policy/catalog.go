@@ -38,21 +38,25 @@ const (
 const groupPrefix = "group:"
 
 // builtinGroups is the single source of truth for the built-in tool catalog;
-// GroupPicoBot is derived from it.
+// GroupPicoBot is derived from it. It lists only tools that exist and that a
+// policy controls: what it resolves to is what the model receives (Agent
+// status and /api/v1/agents show it), so a tool joins it together with its
+// implementation. complete_scheduled_run is not in it: every scheduled run
+// gets it and no chat does, whatever the policy.
 var builtinGroups = []struct {
 	name  string
 	tools []string
 }{
 	{GroupRuntime, []string{"exec", "bash", "process", "pty"}},
 	{GroupFS, []string{"file_read", "file_write", "file_edit", "file_search", "content_search", "apply_patch"}},
-	{GroupSessions, []string{"chat_manager", "delegate", "agent_task", "session_status"}},
+	{GroupSessions, []string{"chat_manager", "delegate", "session_status"}},
 	{GroupMemory, []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}},
 	{GroupWeb, []string{"http_request", "web_fetch"}},
 	{GroupUI, []string{"browser", "browser_profiles"}},
 	{GroupAutomation, []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda"}},
 	{GroupMessaging, []string{"send_message"}},
 	{GroupSkills, []string{"get_skill"}},
-	{GroupSystem, []string{"health", "reload_config", "calculator", "todo", "llm_task", "complete_scheduled_run"}},
+	{GroupSystem, []string{"health", "calculator", "todo", "llm_task"}},
 }
 
 // Profile names a base allowlist (tools.profile) that is applied before the
