@@ -60,16 +60,9 @@ func (l *LocalDelegates) Run(ctx context.Context, req delegate.Request) (string,
 	if err != nil {
 		return "", "", fmt.Errorf("failed to run a task of agent %q: %w", req.Agent, err)
 	}
-	loop := *b.Loop
-	loop.Tools = b.Loop.Tools.Filter(func(n string) bool {
+	cfg := b.Session.Derived(b.Loop.Tools.Filter(func(n string) bool {
 		return n != subAgentTool && (req.Tools == nil || slices.Contains(req.Tools, n))
-	})
-	cfg := b.Session
-	cfg.Loop = &loop
-	if cfg.System != "" {
-		cfg.System += "\n\n"
-	}
-	cfg.System += subAgentInstructions
+	}), subAgentInstructions)
 	if l.Workspace != nil {
 		cfg.Workspace = l.Workspace(tenant, req.Agent)
 	}

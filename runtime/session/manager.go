@@ -79,6 +79,20 @@ type Config struct {
 	Clock     clock.WithTicker
 }
 
+// Derived is c for runs of the same agent with other tools (a scheduled
+// run's, a sub-agent's): a loop of its own with tools, and instructions
+// after the agent's own.
+func (c Config) Derived(tools *tool.Registry, instructions string) Config {
+	loop := *c.Loop
+	loop.Tools = tools
+	c.Loop = &loop
+	if c.System != "" {
+		c.System += "\n\n"
+	}
+	c.System += instructions
+	return c
+}
+
 // Manager owns the sessions of one agent in one runtime. Safe for concurrent
 // use: turns of one session are serialised by its lock, different sessions
 // run in parallel.

@@ -168,14 +168,7 @@ func (r *Runner) manager(b Agent, tenant string) (*session.Manager, error) {
 	if err := tools.Register(r.tool); err != nil {
 		return nil, fmt.Errorf("failed to build the run tools of agent %q: %w", b.Name, err)
 	}
-	loop := *b.Loop
-	loop.Tools = tools
-	cfg := b.Session
-	cfg.Loop = &loop
-	if cfg.System != "" {
-		cfg.System += "\n\n"
-	}
-	cfg.System += instructions
+	cfg := b.Session.Derived(tools, instructions)
 	if r.workspace != nil {
 		cfg.Workspace = r.workspace(tenant, b.Name)
 	}
