@@ -86,16 +86,8 @@ func TestScheduledRunsInEmbeddedMode(t *testing.T) {
 	llm := fakellm.New()
 	t.Cleanup(llm.Close)
 	llm.Respond(scheduledLLM)
-	dir := t.TempDir()
-	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, scheduledManifests, llm.URL()), 0o600)).To(Succeed())
-
-	now := time.Now().UTC()
-	clk := clocktesting.NewFakeClock(now)
-	del := &schedulertest.Deliverer{}
-	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Env: func(string) string { return "" },
-		Scheduler: &embedded.SchedulerOptions{Clock: clk, Deliverer: del}})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(rt.Close)
+	dir, now := t.TempDir(), time.Now().UTC()
+	rt, clk, del := openScheduled(t, dir, fmt.Sprintf(scheduledManifests, llm.URL()), now)
 	g.Expect(rt.Agents()[0].Tools).To(ContainElements("cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove",
 		"cron_enable", "cron_disable"))
 	g.Expect(rt.Agents()[0].Tools).NotTo(ContainElement("complete_scheduled_run"), "only runs get it")
@@ -241,15 +233,8 @@ spec:
 			for _, a := range tc.agents {
 				docs = append(docs, fmt.Sprintf(agentDoc, a[0], a[1], a[0], llm.URL()))
 			}
-			dir := t.TempDir()
-			g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(strings.Join(docs, "---\n")), 0o600)).To(Succeed())
 			now := time.Now().UTC()
-			clk := clocktesting.NewFakeClock(now)
-			del := &schedulertest.Deliverer{}
-			rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Env: func(string) string { return "" },
-				Scheduler: &embedded.SchedulerOptions{Clock: clk, Deliverer: del}})
-			g.Expect(err).NotTo(HaveOccurred())
-			t.Cleanup(rt.Close)
+			_, clk, del := openScheduled(t, t.TempDir(), strings.Join(docs, "---\n"), now)
 
 			clk.SetTime(now.Truncate(time.Minute).Add(time.Minute))
 			g.Eventually(del.Notices).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(HaveLen(1))
@@ -262,4 +247,23 @@ spec:
 			g.Expect(systems).To(HaveEach(HavePrefix("You are "+tc.root+".")), "every model call of the run was the root agent's")
 		})
 	}
+}
+
+// openScheduled opens the embedded runtime on manifests written into dir,
+// with its scheduler on a fake clock set to now, delivering to the
+// returned Deliverer.
+func openScheduled(t *testing.T, dir, manifests string, now time.Time) (*embedded.Runtime, *clocktesting.FakeClock, *schedulertest.Deliverer) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(manifests), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(now)
+	del := &schedulertest.Deliverer{}
+	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Env: func(string) string { return "" },
+		Scheduler: &embedded.SchedulerOptions{Clock: clk, Deliverer: del}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	return rt, clk, del
 }
