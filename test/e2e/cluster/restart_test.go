@@ -88,7 +88,17 @@ func TestSurvivesRedisAndPostgresRestart(t *testing.T) {
 
 	// PostgreSQL restarts. A message sent meanwhile is queued (Redis is up);
 	// the chat's pod keeps it unacknowledged and retries until the store is
-	// back, then answers it.
+	// back, then answers it. The reply to r3 goes out before the turn's
+	// last writes: PostgreSQL stops only once they are stored, or the pod
+	// would still be retrying them (and never get to r4) while it is down.
+	g.Eventually(func() int {
+		status, body := c.Do(t, "GET", "/api/v1/sessions/web:helper%2Fcarol:default/messages?last=50", nil)
+		if status != 200 {
+			return 0
+		}
+		msgs, _ := body["messages"].([]any)
+		return len(msgs)
+	}, 60*time.Second, 100*time.Millisecond).Should(Equal(2*len(texts)), "r3's turn is stored")
 	g.Expect(st.pgServer.Halt()).To(Succeed())
 	send("r4", "sent while PostgreSQL is down")
 	podLog := filepath.Join(st.dir, "pods", ns+"_"+pod+".log")
