@@ -79,13 +79,13 @@ bench: controlplane chromium ## Run the benchmarks and print their figures.
 
 .PHONY: build
 build: ## Build the binaries into bin/.
-	go build -o $(BIN)/picobot ./runtime/cmd/picobot
+	go build -buildvcs=auto -o $(BIN)/picobot ./runtime/cmd/picobot
 	go build -o $(BIN)/operator ./operator/cmd
 	go build -o $(BIN)/localcluster ./hack/localcluster
 
 .PHONY: run
 run: ## Embedded mode: an example agent with the web UI on http://127.0.0.1:8080/ (model from OPENAI_API_KEY / ANTHROPIC_API_KEY).
-	go build -o $(BIN)/picobot ./runtime/cmd/picobot
+	go build -buildvcs=auto -o $(BIN)/picobot ./runtime/cmd/picobot
 	hack/run-embedded.sh
 
 .PHONY: run-operator

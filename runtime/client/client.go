@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/picobot/picobot/runtime/buildinfo"
 	"github.com/picobot/picobot/runtime/protocol"
 )
 
@@ -230,7 +231,16 @@ func (c *Client) Messages(ctx context.Context, sessionID string, last int) ([]Me
 	return out.Messages, nil
 }
 
-// Health returns the gateway's health report.
+// Version returns the build of the gateway (GET /api/v1/version).
+func (c *Client) Version(ctx context.Context) (buildinfo.Info, error) {
+	var out buildinfo.Info
+	if err := c.get(ctx, "/api/v1/version", nil, &out); err != nil {
+		return out, fmt.Errorf("failed to get the gateway's version: %w", err)
+	}
+	return out, nil
+}
+
+// Health returns the gateway's health.
 func (c *Client) Health(ctx context.Context) (*Health, error) {
 	out := &Health{}
 	if err := c.get(ctx, "/api/v1/health", nil, out); err != nil {

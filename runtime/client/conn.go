@@ -60,7 +60,8 @@ type Event struct {
 	Name   string `json:"name,omitempty"`
 	// Arguments of a tool_call (JSON text).
 	Arguments string `json:"arguments,omitempty"`
-	// Content and IsError of a tool_result.
+	// Content and IsError of a tool_result; IsError also marks the reply
+	// of a slash command that failed (command).
 	Content string `json:"content,omitempty"`
 	IsError bool   `json:"is_error,omitempty"`
 	// Token counts of a usage event.
@@ -475,8 +476,9 @@ type Reply struct {
 	Session string
 	// Text is the final answer, or the reply to a slash command.
 	Text string
-	// Command is true when Text answers a slash command.
-	Command bool
+	// Command is true when Text answers a slash command; Failed when that
+	// command did not do what was asked (Text says why).
+	Command, Failed bool
 	// Streamed is the text of the delta events, in order.
 	Streamed string
 }
@@ -511,7 +513,7 @@ func (t *Turn) Wait(ctx context.Context, on func(Event)) (Reply, error) {
 		case KindFinal:
 			r.Text, r.Command = e.Text, false
 		case KindCommand:
-			r.Text, r.Command = e.Text, true
+			r.Text, r.Command, r.Failed = e.Text, true, e.IsError
 		}
 		if on != nil {
 			on(e)

@@ -282,6 +282,7 @@ func (s *Server) routes() {
 	}
 	s.mux.HandleFunc("GET /api/v1/health", s.health)
 	api("GET /api/v1/agents", s.agents)
+	api("GET /api/v1/version", s.version)
 	api("GET /api/v1/ws", s.ws)
 	api("POST /api/v1/send", s.send)
 	api("POST /api/v1/stop", s.stop)

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/picobot/picobot/runtime/buildinfo"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/turn"
 )
@@ -205,6 +206,14 @@ func (s *Server) healthDetails(r *http.Request) bool {
 	return err == nil
 }
 
+// version says which build serves (for `picobot version --url`); behind
+// the key, as it tells an attacker which fixes the server lacks.
+func (s *Server) version(w http.ResponseWriter, _ *http.Request) {
+	b := buildinfo.Read()
+	writeJSON(w, http.StatusOK, map[string]any{"version": b.Version, "revision": b.Revision, "time": b.Time,
+		"modified": b.Modified, "go": b.Go})
+}
+
 func (s *Server) agents(w http.ResponseWriter, r *http.Request) {
 	list, err := s.backend.ListAgents(r.Context())
 	if err != nil {
@@ -249,7 +258,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": req.ID, "session": out.SessionID, "command": out.Command,
-		"text": out.Text, "duplicate": out.Duplicate, "attachments": files.list()})
+		"text": out.Text, "duplicate": out.Duplicate, "failed": out.Failed, "attachments": files.list()})
 }
 
 // finalFiles keeps the attachments of a turn's final event, for answers

@@ -331,7 +331,7 @@ func (s *Server) turn(ctx context.Context, c *conn, f frame) {
 		}
 		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: errorMessage(code, err), RetryAfterMS: retryAfterMS(err)})
 	case out.Command != "":
-		c.send(frame{Type: "event", ID: f.ID, Session: out.SessionID, Event: &eventBody{Kind: "command", Text: out.Text}})
+		c.send(frame{Type: "event", ID: f.ID, Session: out.SessionID, Event: &eventBody{Kind: "command", Text: out.Text, IsError: out.Failed}})
 	}
 	c.send(frame{Type: "done", ID: f.ID, Session: out.SessionID})
 }

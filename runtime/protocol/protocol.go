@@ -177,6 +177,8 @@ type Outcome struct {
 	Text string `json:"text,omitempty"`
 	// Duplicate: the message id was processed before; nothing ran again.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Failed: the slash command did not do what was asked (Text says why).
+	Failed bool `json:"failed,omitempty"`
 	// ToolCalls are the calls of a stateless turn's client tools that
 	// ended it (the client runs them).
 	ToolCalls []llm.ToolCall `json:"tool_calls,omitempty"`

@@ -16,6 +16,18 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 	reply := func(id ID, format string, args ...any) (Reply, error) {
 		return Reply{SessionID: id.String(), Command: cmd.Name, Text: fmt.Sprintf(format, args...)}, nil
 	}
+	// refuse answers a command that did not do what was asked (a usage
+	// error, an unknown dialog): clients exit or show it as a failure.
+	refuse := func(id *ID, format string, args ...any) (Reply, error) {
+		r := Reply{Command: cmd.Name, Text: fmt.Sprintf(format, args...), Failed: true}
+		if id != nil {
+			r.SessionID = id.String()
+		}
+		return r, nil
+	}
+	if cmd.Unknown {
+		return refuse(nil, "Unknown command /%s.\n%s", cmd.Name, HelpText())
+	}
 	switch cmd.Name {
 	case "help":
 		return Reply{Command: cmd.Name, Text: HelpText()}, nil
@@ -33,11 +45,11 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 		return Reply{Command: cmd.Name, Text: text}, nil
 	case "switch":
 		if cmd.Args == "" {
-			return Reply{Command: cmd.Name, Text: "Usage: /switch <dialog_id> (see /sessions)"}, nil
+			return refuse(nil, "Usage: /switch <dialog_id> (see /sessions)")
 		}
 		s, err := m.Switch(ctx, in.Channel, in.ChatID, cmd.Args)
 		if err != nil {
-			return Reply{Command: cmd.Name, Text: err.Error()}, nil
+			return refuse(nil, "%v", err)
 		}
 		return Reply{SessionID: s.ID, Command: cmd.Name, Text: fmt.Sprintf("Switched to %s: %s", s.DialogID, s.Title)}, nil
 	case "stop":
@@ -60,7 +72,7 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 	switch cmd.Name {
 	case "rename":
 		if err := m.Rename(ctx, id, cmd.Args); err != nil {
-			return reply(id, "Usage: /rename <title> (%v)", err)
+			return refuse(&id, "Usage: /rename <title> (%v)", err)
 		}
 		return reply(id, "Renamed to %q.", strings.TrimSpace(cmd.Args))
 	case "delete":
@@ -78,8 +90,12 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 		if m.cfg.Compressor == nil {
 			return reply(id, "Context compression is not configured for this agent.")
 		}
-		if err := m.compact(ctx, id); err != nil {
+		done, err := m.compact(ctx, id)
+		if err != nil {
 			return Reply{}, err
+		}
+		if !done {
+			return reply(id, "Nothing to compress yet: %s has no messages.", id.DialogID)
 		}
 		return reply(id, "Compressed the context of %s; earlier details stay reachable through timeline memory.", id.DialogID)
 	case "dump":
@@ -136,15 +152,16 @@ func (m *Manager) infoText(ctx context.Context, id ID) (string, error) {
 }
 
 // compact compresses the session's history now (/compact), under its lock.
-func (m *Manager) compact(ctx context.Context, id ID) error {
+// compact compresses the dialog's history now; false when it has none.
+func (m *Manager) compact(ctx context.Context, id ID) (bool, error) {
 	history, err := m.History(ctx, id)
-	if err != nil {
-		return err
+	if err != nil || len(history) == 0 {
+		return false, err
 	}
 	if _, _, err := m.compress(ctx, id, m.cfg.System, history, true); err != nil {
-		return err
+		return false, err
 	}
-	return m.markCompressed(ctx, id.String(), m.cfg.Clock.Now())
+	return true, m.markCompressed(ctx, id.String(), m.cfg.Clock.Now())
 }
 
 // dump saves the conversation as a markdown artifact.

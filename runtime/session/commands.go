@@ -6,7 +6,13 @@ import "strings"
 type Command struct {
 	Name string // without the slash, lower-case: "new", "switch", ...
 	Args string // the rest of the line, trimmed
+	// Unknown: "/word" that names no command; answered with the help
+	// (the model never sees it).
+	Unknown bool
 }
+
+// maxCommandName bounds what looks like a command name.
+const maxCommandName = 32
 
 // commandHelp lists the slash commands, in the order /help shows them.
 var commandHelp = []struct{ name, usage, help string }{
@@ -24,8 +30,11 @@ var commandHelp = []struct{ name, usage, help string }{
 }
 
 // ParseCommand recognises a slash command: text starting with "/" followed by
-// a known command name. Anything else ("/etc/hosts is broken", "/unknown") is
-// an ordinary message for the model.
+// a known command name. A "/word" that names no command ("/nonsense") is
+// Unknown, answered with the help as chat apps do; text where the slash does
+// not start a word of letters, digits, '-' and '_' ("/etc/hosts is broken",
+// "/ 2") is an ordinary message for the model. /approve and /deny are the
+// approval broker's (runtime/approval), answered before a session sees them.
 func ParseCommand(text string) (Command, bool) {
 	t := strings.TrimSpace(text)
 	if !strings.HasPrefix(t, "/") {
@@ -41,7 +50,23 @@ func ParseCommand(text string) (Command, bool) {
 			return Command{Name: name, Args: strings.TrimSpace(args)}, true
 		}
 	}
-	return Command{}, false
+	if name == "approve" || name == "deny" || !commandWord(name) {
+		return Command{}, false
+	}
+	return Command{Name: name, Args: strings.TrimSpace(args), Unknown: true}, true
+}
+
+// commandWord reports whether s could be a command's name.
+func commandWord(s string) bool {
+	if s == "" || len(s) > maxCommandName || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' && r != '_' {
+			return false
+		}
+	}
+	return true
 }
 
 // HelpText is the reply to /help.

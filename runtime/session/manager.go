@@ -185,6 +185,8 @@ type Reply struct {
 	Command string
 	// Duplicate: the message id was processed before; nothing ran again.
 	Duplicate bool
+	// Failed: the slash command did not do what was asked (Text says why).
+	Failed bool
 	// Attachments are the files the turn's tools presented to the user,
 	// stored as artifacts of the session; they belong to the reply (the
 	// final event carries them too, and the stored reply links them).

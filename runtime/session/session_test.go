@@ -65,7 +65,11 @@ func TestParseCommand(t *testing.T) {
 		{"/rename My  trip plan", &Command{Name: "rename", Args: "My  trip plan"}},
 		{"/?", &Command{Name: "help"}},
 		{"/etc/hosts is broken", nil},
-		{"/unknown", nil},
+		{"/ 2", nil},
+		{"/2fa please", nil},
+		{"/approve K7Q2", nil},
+		{"/Nonsense and more", &Command{Name: "nonsense", Args: "and more", Unknown: true}},
+		{"/start", &Command{Name: "start", Unknown: true}},
 		{"hello /new", nil},
 	}
 	for _, tc := range cases {
@@ -194,7 +198,14 @@ func TestDialogsAndCommands(t *testing.T) {
 	g.Expect(list).To(ContainSubstring("* " + newID.DialogID + "  New conversation"))
 	g.Expect(list).To(ContainSubstring("  default  New conversation"))
 
-	g.Expect(f.say(t, "u1", "/switch nope").Text).To(Equal(`no conversation "nope" in this chat; /sessions lists them`))
+	bad := f.say(t, "u1", "/switch nope")
+	g.Expect(bad.Text).To(Equal(`no conversation "nope" in this chat; /sessions lists them`))
+	g.Expect(bad.Failed).To(BeTrue())
+	calls := len(f.s.Requests())
+	bad = f.say(t, "u1", "/nonsense")
+	g.Expect(bad.Failed).To(BeTrue())
+	g.Expect(bad.Text).To(HavePrefix("Unknown command /nonsense.\nCommands:\n"))
+	g.Expect(f.s.Requests()).To(HaveLen(calls), "the model never sees an unknown command")
 	g.Expect(f.say(t, "u1", "/switch default").Text).To(Equal("Switched to default: New conversation"))
 	g.Expect(f.say(t, "u1", "back in default").SessionID).To(Equal("web:u1:default"))
 
@@ -325,6 +336,12 @@ func TestCompressionMarkAndTimelineRestore(t *testing.T) {
 	g.Expect(last[len(last)-1].Content).To(Equal("and tomorrow?"))
 
 	g.Expect(f.say(t, "u1", "/compact").Text).To(ContainSubstring("Compressed the context of default"))
+
+	// A new conversation has nothing to compress, and says so.
+	calls := len(f.s.Requests())
+	f.say(t, "u1", "/new")
+	g.Expect(f.say(t, "u1", "/compact").Text).To(HavePrefix("Nothing to compress yet: d_"))
+	g.Expect(f.s.Requests()).To(HaveLen(calls), "no summary asked of the model")
 }
 
 // countingStore counts session and message reads.

@@ -309,7 +309,7 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) error {
 		// message stays pending and its next owner resumes it.
 		return ctx.Err()
 	}
-	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate}
+	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate, Failed: reply.Failed}
 	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, r.coded(c, err))
 	return nil
 }

@@ -48,9 +48,6 @@ func askCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 1
 }
 
-// errFlagParse marks a flag error the flag package already reported.
-var errFlagParse = errors.New("invalid flags")
-
 // asker is one run of `picobot ask`.
 type asker struct {
 	stdin          io.Reader
@@ -79,7 +76,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	words, err := parseInterleaved(fs, args)
+	words, err := parseInterleaved(fs, args, a.stdout, a.stderr)
 	if err != nil {
 		return err
 	}
@@ -116,6 +113,9 @@ Flags:
 	if err != nil {
 		a.endLine()
 		return err
+	}
+	if reply.Command && reply.Failed { // said on stderr, exit 1
+		return fmt.Errorf("/%s: %s", strings.TrimPrefix(strings.Fields(text)[0], "/"), reply.Text)
 	}
 	if reply.Streamed == "" && reply.Text != "" {
 		a.write(reply.Text)
@@ -204,14 +204,11 @@ func (a *asker) endLine() {
 
 // parseInterleaved parses flags that may come before or after the words
 // (`picobot ask hello --agent x`); everything after "--" is words.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+func parseInterleaved(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]string, error) {
 	var words []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errFlagParse
+		if err := parseFlags(fs, args, stdout, stderr); err != nil {
+			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

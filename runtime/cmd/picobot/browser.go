@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,14 +32,16 @@ func browserCmd(args []string) error {
 }
 
 func runBrowser(ctx context.Context, args []string, env func(string) string, out io.Writer) error {
-	fs := flag.NewFlagSet("browser", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := newFlags("browser", `Usage: picobot browser --user-data-dir DIR [flags]
+
+Runs headless Chromium behind an authenticating DevTools proxy (the process of a browser pod).
+`)
 	listen := fs.String("listen", ":9222", "Address of the authenticated DevTools endpoint.")
 	dataDir := fs.String("user-data-dir", "", "Chrome profile folder (required).")
 	bin := fs.String("chromium", browser.DefaultBin, "Chromium executable.")
 	tokenFile := fs.String("token-file", "", "File holding the token clients must send as 'Authorization: Bearer' (default: $PICOBOT_BROWSER_TOKEN).")
 	domains := fs.String("allowed-domains", "", "Comma-separated domains the browser may load (default: any public host).")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, os.Stdout, out); err != nil {
 		return err
 	}
 	token := strings.TrimSpace(env("PICOBOT_BROWSER_TOKEN"))

@@ -55,11 +55,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return "", nil, err
-		}
-		return "", nil, errFlagParse
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		return "", nil, err
 	}
 	if fs.NArg() > 0 {
 		return "", nil, usagef("unexpected argument %q (to send one message and print the reply, use picobot ask)", fs.Arg(0))

@@ -32,15 +32,14 @@ const maxDeadLetters = 10000
 // requeues them on their chats once the cause is fixed.
 func deadLetters(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("dead-letters", flag.ContinueOnError)
-	fs.SetOutput(out)
 	tenant := fs.String("tenant", "", "Tenant (namespace) whose dead letters to list or requeue. Required.")
 	redisURL := fs.String("redis-url", os.Getenv("PICOBOT_REDIS_URL"), "Redis of the bus (default $PICOBOT_REDIS_URL).")
 	fs.Usage = func() {
-		_, _ = fmt.Fprint(out, "Usage: picobot dead-letters --tenant NS [requeue MESSAGE_ID... | requeue --all]\n\n"+
+		_, _ = fmt.Fprint(fs.Output(), "Usage: picobot dead-letters --tenant NS [requeue MESSAGE_ID... | requeue --all]\n\n"+
 			"Lists the tenant's messages set aside after too many deliveries, or puts them back on their chats.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, out, os.Stderr); err != nil {
 		return err
 	}
 	if *tenant == "" || *redisURL == "" {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -40,7 +39,12 @@ import (
 // from Secrets, messages queued in Redis for session pods, state in
 // PostgreSQL, artifacts in S3.
 func gatewayCmd(args []string) error {
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs := newFlags("gateway", `Usage: picobot gateway [flags]
+
+Runs the cluster-mode gateway: the API, the web UI and chat platform webhooks, with API keys
+from the operator's Secrets, the bus in Redis, state in PostgreSQL and artifacts in S3.
+Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
+`)
 	addr := fs.String("addr", ":8080", "Address of the gateway API and web UI.")
 	replyTimeout := fs.Duration("reply-timeout", 10*time.Minute, "How long a send waits for its reply.")
 	hosts := fs.String("allowed-hosts", os.Getenv("PICOBOT_ALLOWED_HOSTS"), "Comma-separated names clients reach the gateway by; other Host headers get 421 (default $PICOBOT_ALLOWED_HOSTS; empty: any).")
@@ -48,7 +52,7 @@ func gatewayCmd(args []string) error {
 	namespace := fs.String("namespace", os.Getenv("POD_NAMESPACE"), "The gateway's namespace, where the operator publishes tenants' API-key hashes and channel credentials (default $POD_NAMESPACE).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for registering chat platform webhooks (default $PICOBOT_PUBLIC_URL).")
 	blobAddr := fs.String("blob-addr", ":8090", "Address of the blob grant service for session pods (presigned S3 requests of their tenant's keys); empty: off.")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -31,13 +30,16 @@ func healthCmd(args []string) error {
 }
 
 func runHealth(ctx context.Context, args []string, env func(string) string, out io.Writer) error {
-	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := newFlags("health", `Usage: picobot health [flags]
+
+Checks what embedded mode needs (model keys, Chromium, the tool sandbox's kernel layers, the state
+folder) and says how to fix what is missing. Exit code 1 when a check fails.
+`)
 	dir := fs.String("dir", ".", "Folder with Agent/CronJob/BrowserProfile manifests (and Secrets).")
 	state := fs.String("state", "", "State folder (default <dir>/.picobot).")
 	asJSON := fs.Bool("json", false, "Print the report as JSON.")
 	bin := fs.String("chromium", browser.DefaultBin, "Chromium executable the browser tool uses.")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, out, os.Stderr); err != nil {
 		return err
 	}
 	if *state == "" {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		usage()
+		usage(os.Stderr)
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -59,22 +60,32 @@ func main() {
 		err = sandboxServer(os.Args[2:])
 	case "health":
 		err = healthCmd(os.Args[2:])
-	case "help", "-h", "--help":
-		usage()
+	case "version":
+		err = versionCmd(os.Args[2:], os.Stdout)
+	case "completion":
+		err = completionCmd(os.Args[2:], os.Stdout)
+	case "help", "-h", "-help", "--help":
+		usage(os.Stdout)
 		return
 	default:
 		fmt.Fprintf(os.Stderr, "picobot: unknown command %q\n", os.Args[1])
-		usage()
+		usage(os.Stderr)
 		os.Exit(2)
 	}
-	if err != nil {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errFlagParse):
+		os.Exit(2) // the flag package said what was wrong
+	default:
 		fmt.Fprintln(os.Stderr, "picobot:", err)
 		os.Exit(1)
 	}
 }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `Usage: picobot <command> [flags]
+// usage is the list of commands: on stdout when asked for, on stderr with
+// a usage error.
+func usage(w io.Writer) {
+	_, _ = fmt.Fprint(w, `Usage: picobot <command> [flags]
 
 Commands:
   serve   run the agents of a manifests folder with the gateway and web UI (embedded mode)
@@ -87,20 +98,26 @@ Commands:
   dead-letters  list a tenant's messages set aside after too many deliveries, or requeue them (cluster mode)
   ask     send one message to an agent and print the reply ('picobot ask -h')
   chat    talk to an agent in a full-screen terminal UI ('picobot chat -h')
+  version print the build's version (and a gateway's, with --url)
+  completion  print a shell completion script (bash, zsh or fish)
 
-Run 'picobot serve -h' for its flags.
+Run 'picobot <command> -h' for a command's flags.
 `)
 }
 
 func serve(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlags("serve", `Usage: picobot serve [flags]
+
+Runs the agents of a manifests folder with the gateway and the web UI in one process (embedded
+mode: SQLite, an in-process bus and a local folder).
+`)
 	dir := fs.String("dir", ".", "Folder with Agent/CronJob/BrowserProfile manifests (and Secrets).")
 	stateDir := fs.String("state", "", "Folder for picobot.db, artifacts and workspaces (default <dir>/.picobot).")
 	addr := fs.String("addr", "127.0.0.1:8080", "Address of the gateway and web UI.")
 	key := fs.String("api-key", os.Getenv("PICOBOT_API_KEY"), "API key clients must send (default $PICOBOT_API_KEY; none on loopback when empty).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for chat platform webhooks (default $PICOBOT_PUBLIC_URL; without it Telegram bots poll).")
 	grace := fs.Duration("shutdown-grace", 25*time.Second, "On SIGTERM/SIGINT, how long running turns may take to finish before they are cut short (they resume at the next start).")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))

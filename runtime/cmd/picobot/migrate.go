@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -17,10 +16,14 @@ import (
 // row-level security forced) and creates the S3 bucket when missing. Helm runs
 // it as a pre-install/pre-upgrade hook; running it again is a no-op.
 func migrate(args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs := newFlags("migrate", `Usage: picobot migrate [flags]
+
+Brings the PostgreSQL schema up to date and creates the S3 bucket (cluster mode; the chart runs it
+as a Job). Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_S3_*.
+`)
 	appRole := fs.String("app-role", "picobot", "PostgreSQL role the gateway and session pods connect as (not a superuser).")
 	timeout := fs.Duration("timeout", 5*time.Minute, "Give up after this long.")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	owner := os.Getenv("PICOBOT_POSTGRES_OWNER_URL")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,13 +18,17 @@ import (
 // sandbox container: it starts the shell tools' programs and MCP stdio
 // servers and runs the file tools for the runtime container, which reaches it through --socket (PICOBOT_SANDBOX_SOCKET there).
 func sandboxServer(args []string) error {
-	fs := flag.NewFlagSet("sandbox-server", flag.ContinueOnError)
+	fs := newFlags("sandbox-server", `Usage: picobot sandbox-server [flags]
+
+Starts the shell and file tools' programs of a session pod in its sandbox container, for the
+runtime container that asks over a Unix socket (started by the operator's pod template).
+`)
 	socket := fs.String("socket", envOr(execserver.SocketEnv, "/sandbox/run/exec.sock"),
 		"Unix socket to listen on, in an emptyDir shared with the runtime container (default $"+execserver.SocketEnv+").")
 	workspace := fs.String("workspace", envOr("PICOBOT_SANDBOX_WORKSPACE", "/workspace"),
 		"Folder the programs' workspaces must lie in, from the workspace emptyDir (default $PICOBOT_SANDBOX_WORKSPACE).")
 	allow := fs.String("allow-uid", "", "Comma-separated users that may connect (the runtime container's); default any but this server's own.")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	var uids []int

@@ -26,7 +26,7 @@ func session(args []string) error {
 			"Configured by the operator through PICOBOT_TENANT, PICOBOT_AGENT, PICOBOT_POD, PICOBOT_POSTGRES_URL,\n" +
 			"PICOBOT_REDIS_URL, PICOBOT_S3_* and PICOBOT_SECRET_<NAME>_<KEY>.\n"))
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -57,6 +57,18 @@ func TestAskOneAgent(t *testing.T) {
 		g.Expect(r.stdout).To(HavePrefix("Recent conversations:\n* default"))
 	})
 
+	t.Run("a slash command that fails exits 1", func(t *testing.T) {
+		g := NewWithT(t)
+		r := ask(t, "", env, "--chat", "pipe", "/switch", "nope")
+		g.Expect(r.code).To(Equal(1), r.stdout)
+		g.Expect(r.stdout).To(BeEmpty())
+		g.Expect(r.stderr).To(HavePrefix("picobot ask: /switch: no conversation"))
+		g.Expect(r.stderr).To(ContainSubstring("nope"))
+		r = ask(t, "", env, "--chat", "pipe", "/switch")
+		g.Expect(r.code).To(Equal(1))
+		g.Expect(r.stderr).To(ContainSubstring("Usage: /switch <dialog_id>"))
+	})
+
 	t.Run("unknown agent", func(t *testing.T) {
 		g := NewWithT(t)
 		r := ask(t, "", env, "--agent", "nobody", "hi")
@@ -91,7 +103,8 @@ func TestAskOneAgent(t *testing.T) {
 		g := NewWithT(t)
 		r := ask(t, "", env, "-h")
 		g.Expect(r.code).To(Equal(0))
-		g.Expect(r.stderr).To(ContainSubstring("Usage: picobot ask [flags] <text>"))
+		g.Expect(r.stdout).To(ContainSubstring("Usage: picobot ask [flags] <text>"))
+		g.Expect(r.stderr).To(BeEmpty())
 	})
 }
 

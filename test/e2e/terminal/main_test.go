@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	picobotBin = filepath.Join(dir, "picobot")
-	build := exec.Command("go", "build", "-o", picobotBin, "./runtime/cmd/picobot")
+	build := exec.Command("go", "build", "-buildvcs=auto", "-o", picobotBin, "./runtime/cmd/picobot")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "failed to build picobot:", err)
@@ -186,7 +186,7 @@ func cleanEnv() []string {
 	return env
 }
 
-// result is how a `picobot ask` process ended.
+// result is how a `picobot` process ended.
 type result struct {
 	code           int
 	stdout, stderr string
@@ -195,9 +195,15 @@ type result struct {
 // ask runs `picobot ask` with args, stdin and extra environment.
 func ask(t *testing.T, stdin string, env []string, args ...string) result {
 	t.Helper()
+	return picobot(t, stdin, env, append([]string{"ask"}, args...)...)
+}
+
+// picobot runs `picobot args...` with stdin and extra environment.
+func picobot(t *testing.T, stdin string, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, picobotBin, append([]string{"ask"}, args...)...)
+	cmd := exec.CommandContext(ctx, picobotBin, args...)
 	cmd.Env = append(cleanEnv(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
@@ -209,7 +215,7 @@ func ask(t *testing.T, stdin string, env []string, args ...string) result {
 	case errors.As(err, &exit):
 		code = exit.ExitCode()
 	case err != nil:
-		t.Fatalf("failed to run picobot ask: %v", err)
+		t.Fatalf("failed to run picobot %s: %v", strings.Join(args, " "), err)
 	}
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
