@@ -232,6 +232,9 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to load manifests from %s: %w", opts.Dir, err)
 	}
+	if len(set.Skipped) > 0 {
+		opts.Log.Info("Skipped YAML files that hold no Kubernetes object", "files", set.Skipped)
+	}
 	if len(set.Agents) == 0 {
 		return nil, fmt.Errorf("no Agent manifest in %s: add one (see config/samples/agents_v1alpha1_agent.yaml)", opts.Dir)
 	}

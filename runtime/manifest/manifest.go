@@ -66,6 +66,11 @@ type Set struct {
 	// validated (there is no schema for them here) beyond needing a name, and
 	// the namespace is defaulted whatever the kind, as scope is unknown.
 	Other []unstructured.Unstructured
+	// Skipped are the files of a folder that hold no Kubernetes object at
+	// all (every document a mapping without apiVersion and kind: a tool's
+	// configuration such as mkdocs.yml), left alone as kubectl would not be
+	// asked to apply them. Hidden files (.golangci.yml) are not even read.
+	Skipped []string
 }
 
 // DocumentError is one problem with one YAML document. Load and LoadBytes
@@ -175,7 +180,7 @@ func (l *Loader) Load(dir string) (*Set, error) {
 	st := l.newLoadState()
 	for _, e := range entries {
 		name := e.Name()
-		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
+		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" || strings.HasPrefix(name, ".") {
 			continue
 		}
 		p := filepath.Join(dir, name)
@@ -193,7 +198,7 @@ func (l *Loader) Load(dir string) (*Set, error) {
 			st.errs = append(st.errs, fmt.Errorf("failed to read manifest %q: %w", p, err))
 			continue
 		}
-		st.addFile(name, data)
+		st.addFile(name, data, true)
 	}
 	return st.result()
 }
@@ -202,7 +207,7 @@ func (l *Loader) Load(dir string) (*Set, error) {
 // "---") as Load loads one file; name stands for the file name in errors.
 func (l *Loader) LoadBytes(name string, data []byte) (*Set, error) {
 	st := l.newLoadState()
-	st.addFile(name, data)
+	st.addFile(name, data, false)
 	return st.result()
 }
 
@@ -319,40 +324,59 @@ func (st *loadState) fail(loc location, kind, name string, err error) {
 }
 
 // addFile splits data into documents with the reader kubectl uses, so that
-// document numbers match what kubectl reports.
-func (st *loadState) addFile(name string, data []byte) {
+// document numbers match what kubectl reports. In a folder (mayBeForeign),
+// a file none of whose documents has apiVersion or kind is another tool's
+// YAML and is skipped; one such document among objects is an error.
+func (st *loadState) addFile(name string, data []byte, mayBeForeign bool) {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objects []location
+	var docs []map[string]any
 	for doc := 1; ; doc++ {
 		chunk, err := r.Read()
 		if errors.Is(err, io.EOF) {
-			return
+			break
 		}
 		loc := location{file: name, doc: doc}
 		if err != nil {
 			st.fail(loc, "", "", fmt.Errorf("failed to read YAML: %w", err))
 			return
 		}
-		st.addDocument(loc, chunk)
+		if obj, ok := st.decode(loc, chunk); ok && obj != nil {
+			objects, docs = append(objects, loc), append(docs, obj)
+		}
+	}
+	foreign := len(docs) > 0 && mayBeForeign
+	for _, obj := range docs {
+		_, hasAPI := obj["apiVersion"]
+		_, hasKind := obj["kind"]
+		foreign = foreign && !hasAPI && !hasKind
+	}
+	if foreign {
+		st.set.Skipped = append(st.set.Skipped, name)
+		return
+	}
+	for i, obj := range docs {
+		st.addObject(objects[i], obj)
 	}
 }
 
-// addDocument decodes one document strictly (a key given twice is an error,
-// as the API server's strict decoding makes it) and skips empty ones.
-func (st *loadState) addDocument(loc location, chunk []byte) {
+// decode decodes one document strictly (a key given twice is an error, as
+// the API server's strict decoding makes it); nil for an empty one.
+func (st *loadState) decode(loc location, chunk []byte) (map[string]any, bool) {
 	js, err := yaml.YAMLToJSONStrict(chunk)
 	if err != nil {
 		st.fail(loc, "", "", fmt.Errorf("failed to parse YAML: %w", err))
-		return
+		return nil, false
 	}
 	if js = bytes.TrimSpace(js); len(js) == 0 || bytes.Equal(js, []byte("null")) {
-		return // only comments or nothing at all
+		return nil, true // only comments or nothing at all
 	}
 	var obj map[string]any
 	if err := utiljson.Unmarshal(js, &obj); err != nil {
 		st.fail(loc, "", "", errors.New("not a Kubernetes object: expected a mapping with apiVersion, kind and metadata"))
-		return
+		return nil, false
 	}
-	st.addObject(loc, obj)
+	return obj, true
 }
 
 // addObject dispatches one object: a v1 List is expanded as kubectl expands

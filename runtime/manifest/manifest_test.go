@@ -403,6 +403,22 @@ func TestLoadFolder(t *testing.T) {
 				`c.yaml:1 CronJob/c: spec.schedule.every: Invalid value: 5: every must be at least 60000 ms (one minute)`,
 			))
 		}},
+		{"another tool's YAML is skipped, hidden files are not read", map[string]string{
+			"a.yaml":        agentA,
+			"mkdocs.yml":    "site_name: Docs\nnav:\n  - Home: index.md\n",
+			"compose.yaml":  "services:\n  web: {image: nginx}\n---\nvolumes: {}\n",
+			".golangci.yml": "version: \"2\"\nlinters: {default: none}\n",
+			".broken.yaml":  "{{ not yaml",
+		}, func(g *WithT, set *manifest.Set, err error) {
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(set.Agents).To(HaveLen(1))
+			g.Expect(set.Skipped).To(ConsistOf("compose.yaml", "mkdocs.yml"))
+		}},
+		{"a document without apiVersion and kind among objects is still an error", map[string]string{
+			"a.yaml": agentA + "---\nmetadata: {name: forgot}\nspec: {}\n",
+		}, func(g *WithT, _ *manifest.Set, err error) {
+			g.Expect(problems(err)).To(ConsistOf(HavePrefix("a.yaml:2: apiVersion and kind are required")))
+		}},
 		{"empty folder", map[string]string{}, func(g *WithT, set *manifest.Set, err error) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(*set).To(BeZero())
