@@ -163,6 +163,75 @@ func EnvSecrets(given map[string]*corev1.Secret, env func(string) string, a *pic
 	}
 }
 
+// providerKeyEnv is the variable each provider's own SDKs and CLIs read
+// the API key from.
+var providerKeyEnv = map[picobotv1alpha1.ModelProvider]string{
+	picobotv1alpha1.ProviderOpenAI:    "OPENAI_API_KEY",
+	picobotv1alpha1.ProviderAnthropic: "ANTHROPIC_API_KEY",
+}
+
+// ProviderKeyEnv returns the variable the provider's own tools read the API
+// key from ("" for none).
+func ProviderKeyEnv(p picobotv1alpha1.ModelProvider) string { return providerKeyEnv[p] }
+
+// ModelKeyProvider returns the provider of the agent's model (or fallback)
+// whose key sel is, if it is one.
+func ModelKeyProvider(a *picobotv1alpha1.Agent, sel corev1.SecretKeySelector) (picobotv1alpha1.ModelProvider, bool) {
+	if m := a.Spec.Model; m != nil {
+		for _, ref := range append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...) {
+			if k := ref.APIKeySecretRef; k != nil && k.Name == sel.Name && k.Key == sel.Key {
+				return ref.Provider, true
+			}
+		}
+	}
+	return "", false
+}
+
+// KeyHint says how to give an embedded-mode agent the Secret key sel: the
+// provider's own variable first for a model key, then a Secret manifest in
+// dir or the PICOBOT_SECRET_ variable.
+func KeyHint(a *picobotv1alpha1.Agent, sel corev1.SecretKeySelector, dir string) string {
+	other := fmt.Sprintf("a Secret manifest %q in %s or the environment variable %s", sel.Name, dir, SecretEnvName(sel.Name, sel.Key))
+	if p, ok := ModelKeyProvider(a, sel); ok && providerKeyEnv[p] != "" {
+		return fmt.Sprintf("Set %s in the environment of picobot serve (make run also takes ANTHROPIC_API_KEY, and OPENAI_BASE_URL for any OpenAI-compatible server), or provide %s, then restart",
+			providerKeyEnv[p], other)
+	}
+	return "Provide the key as " + other + ", then restart"
+}
+
+// WithProviderKeys wraps a Secrets lookup for embedded mode: a model key
+// that no Secret and no PICOBOT_SECRET_ variable provides is read from the
+// provider's own variable (OPENAI_API_KEY, ANTHROPIC_API_KEY), as anyone
+// who has run an OpenAI or Anthropic tool on a laptop expects. The server
+// seals those variables like every other (sandbox.SealEnvironment), and tool
+// programs never see them.
+func WithProviderKeys(secrets func(string) *corev1.Secret, env func(string) string, a *picobotv1alpha1.Agent) func(string) *corev1.Secret {
+	return func(name string) *corev1.Secret {
+		s := secrets(name)
+		for _, sel := range referencedKeys(a) {
+			if sel.Name != name || (s != nil && len(s.Data[sel.Key]) > 0) {
+				continue
+			}
+			p, ok := ModelKeyProvider(a, sel)
+			if !ok || providerKeyEnv[p] == "" {
+				continue
+			}
+			if v := env(providerKeyEnv[p]); v != "" {
+				if s == nil {
+					s = &corev1.Secret{}
+				} else {
+					s = s.DeepCopy()
+				}
+				if s.Data == nil {
+					s.Data = map[string][]byte{}
+				}
+				s.Data[sel.Key] = []byte(v)
+			}
+		}
+		return s
+	}
+}
+
 // channelKeys are the Secret keys each channel type reads (see the Channel
 // type's secretRef).
 var channelKeys = map[picobotv1alpha1.ChannelType][]string{

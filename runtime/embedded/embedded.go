@@ -282,11 +282,8 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: opts.Tenant, Store: st, Artifacts: r.state.Artifacts,
 			ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 			StateDir:    opts.StateDir, Holder: holder, Defaults: defaults, Log: opts.Log,
-			Secrets: agenthost.EnvSecrets(secrets, opts.Env, a),
-			SecretHint: func(sel corev1.SecretKeySelector) string {
-				return fmt.Sprintf("Provide the key as a Secret manifest %q in %s or as the environment variable %s, then restart",
-					sel.Name, opts.Dir, SecretEnvName(sel.Name, sel.Key))
-			},
+			Secrets:    agenthost.WithProviderKeys(agenthost.EnvSecrets(secrets, opts.Env, a), opts.Env, a),
+			SecretHint: func(sel corev1.SecretKeySelector) string { return agenthost.KeyHint(a, sel, opts.Dir) },
 			Features: opts.Features,
 			// Sub-agents run here too; r.agents is complete before a
 			// turn can delegate.

@@ -222,7 +222,7 @@ func TestCommandsAndBadInput(t *testing.T) {
 		{frame{"v": 1, "type": "send", "id": "x", "agent": "nobody", "chat_id": "tab1", "text": "hi"}, gateway.CodeUnknownAgent, `no agent "nobody"`},
 		{frame{"v": 1, "type": "send", "id": "y", "agent": "keyless", "chat_id": "tab1", "text": "hi"}, gateway.CodeNoModel,
 			`agent keyless has no usable model: No usable model: spec.model: Secret "anthropic" (API key of anthropic/claude-x) not found. ` +
-				`Provide the key as a Secret manifest "anthropic" in `},
+				`Set ANTHROPIC_API_KEY in the environment of picobot serve`},
 	}
 	for _, tc := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -256,7 +256,7 @@ func TestCommandsAndBadInput(t *testing.T) {
 	g.Expect(agents.Agents[0].Ready).To(BeTrue())
 	g.Expect(agents.Agents[1].Ready).To(BeFalse())
 	g.Expect(agents.Agents[1].Reason).To(Equal("SecretNotFound"))
-	g.Expect(agents.Agents[1].Message).To(HaveSuffix("or as the environment variable PICOBOT_SECRET_ANTHROPIC_APIKEY, then restart"))
+	g.Expect(agents.Agents[1].Message).To(HaveSuffix("or provide a Secret manifest \"anthropic\" in "+e.dir+" or the environment variable PICOBOT_SECRET_ANTHROPIC_APIKEY, then restart"))
 	res, err = http.Get(e.http.URL + "/api/v1/health")
 	g.Expect(err).NotTo(HaveOccurred())
 	var health struct {
@@ -434,4 +434,35 @@ spec:
 		}
 	}
 	g.Expect(found).To(BeTrue())
+}
+
+// A model key nobody provided as a Secret or PICOBOT_SECRET_ variable comes
+// from the provider's own variable (ANTHROPIC_API_KEY here), as people
+// expect of a tool on their laptop; the keyless agent of newEnv is then ready.
+func TestModelKeyFromTheProvidersVariable(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	t.Cleanup(s.Close)
+	dir := t.TempDir()
+	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, agentYAML, s.URL()), 0o600)).To(Succeed())
+	env := map[string]string{"ANTHROPIC_API_KEY": "sk-ant-from-env", "OPENAI_API_KEY": "sk-openai-from-env"}
+	rt, err := Open(context.Background(), Options{Dir: dir, Env: func(k string) string { return env[k] }})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer rt.Close()
+	ready := map[string]bool{}
+	for _, a := range rt.Agents() {
+		ready[a.Name] = a.Ready
+	}
+	g.Expect(ready).To(Equal(map[string]bool{"assistant": true, "keyless": true}))
+
+	// The PICOBOT_SECRET_ variable alone does it too.
+	env = map[string]string{"ANTHROPIC_API_KEY": "", "PICOBOT_SECRET_ANTHROPIC_APIKEY": "sk-ant-named"}
+	rt2, err := Open(context.Background(), Options{Dir: dir, StateDir: t.TempDir(), Env: func(k string) string { return env[k] }})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer rt2.Close()
+	for _, a := range rt2.Agents() {
+		if a.Name == "keyless" {
+			g.Expect(a.Ready).To(BeTrue(), a.Message)
+		}
+	}
 }

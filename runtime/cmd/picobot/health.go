@@ -140,7 +140,7 @@ func modelChecks(set *manifest.Set, dir string, env func(string) string) []healt
 	var out []health.Check
 	for i := range set.Agents {
 		a := &set.Agents[i]
-		res := agentspec.ResolveModel(a.Spec.Model, defaults, agenthost.EnvSecrets(secrets, env, a))
+		res := agentspec.ResolveModel(a.Spec.Model, defaults, agenthost.WithProviderKeys(agenthost.EnvSecrets(secrets, env, a), env, a))
 		c := health.Check{Name: "model of agent " + a.Name, OK: res.Effective != nil, Message: res.Message}
 		if res.Effective != nil {
 			c.Message = fmt.Sprintf("%s/%s (%s)", res.Effective.Provider, res.Effective.Model, res.Effective.Source)
@@ -148,8 +148,7 @@ func modelChecks(set *manifest.Set, dir string, env func(string) string) []healt
 			c.Fix = "give the agent a model with a usable API key"
 			if m := a.Spec.Model; m != nil && m.APIKeySecretRef != nil {
 				sel := m.APIKeySecretRef
-				c.Fix = fmt.Sprintf("provide the key as a Secret manifest %q in %s or as the environment variable %s",
-					sel.Name, dir, agenthost.SecretEnvName(sel.Name, sel.Key))
+				c.Fix = agenthost.KeyHint(a, *sel, dir)
 			}
 		}
 		out = append(out, c)
