@@ -284,7 +284,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			StateDir:    opts.StateDir, Holder: holder, Defaults: defaults, Log: opts.Log,
 			Secrets:    agenthost.WithProviderKeys(agenthost.EnvSecrets(secrets, opts.Env, a), opts.Env, a),
 			SecretHint: func(sel corev1.SecretKeySelector) string { return agenthost.KeyHint(a, sel, opts.Dir) },
-			Features: opts.Features,
+			Features:   opts.Features,
 			// Sub-agents run here too; r.agents is complete before a
 			// turn can delegate.
 			Delegates: delegates,

@@ -256,7 +256,7 @@ func TestCommandsAndBadInput(t *testing.T) {
 	g.Expect(agents.Agents[0].Ready).To(BeTrue())
 	g.Expect(agents.Agents[1].Ready).To(BeFalse())
 	g.Expect(agents.Agents[1].Reason).To(Equal("SecretNotFound"))
-	g.Expect(agents.Agents[1].Message).To(HaveSuffix("or provide a Secret manifest \"anthropic\" in "+e.dir+" or the environment variable PICOBOT_SECRET_ANTHROPIC_APIKEY, then restart"))
+	g.Expect(agents.Agents[1].Message).To(HaveSuffix("or provide a Secret manifest \"anthropic\" in " + e.dir + " or the environment variable PICOBOT_SECRET_ANTHROPIC_APIKEY, then restart"))
 	res, err = http.Get(e.http.URL + "/api/v1/health")
 	g.Expect(err).NotTo(HaveOccurred())
 	var health struct {

@@ -44,6 +44,7 @@ type look struct {
 	width     int
 	agent     string
 	toolsOpen bool
+	md        *markdown
 }
 
 // transcript is the conversation as shown.
@@ -179,8 +180,8 @@ const maxOpenLines = 20
 // lines draws the transcript at a width, as screen lines; toolsOpen shows
 // tool arguments and results in full instead of one line per call. Entries
 // are rendered once per look and kept, so a streamed delta re-renders one.
-func (t *transcript) lines(width int, agent string, toolsOpen bool) []string {
-	lk := look{width: max(width, 20), agent: agent, toolsOpen: toolsOpen}
+func (t *transcript) lines(width int, agent string, toolsOpen bool, md *markdown) []string {
+	lk := look{width: max(width, 20), agent: agent, toolsOpen: toolsOpen, md: md}
 	out := make([]string, 0, t.drawn+8)
 	for i := range t.entries {
 		e := &t.entries[i]
@@ -204,11 +205,10 @@ func (e *entry) render(lk look) string {
 	case entryUser:
 		return styleUser.Render("You") + "\n" + wrap(e.text, width) + "\n"
 	case entryAssistant:
-		text := e.text
 		if e.streaming {
-			text += "▍"
+			return styleAssistant.Render(lk.agent) + "\n" + wrap(e.text+"▍", width) + "\n"
 		}
-		return styleAssistant.Render(lk.agent) + "\n" + wrap(text, width) + "\n"
+		return styleAssistant.Render(lk.agent) + "\n" + lk.md.render(e.text, width) + "\n"
 	case entryTool:
 		return renderTool(*e, width, lk.toolsOpen)
 	case entryCommand:

@@ -5,6 +5,7 @@
 package tui
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,12 +44,16 @@ type Config struct {
 	// Explain turns an error into one line saying what to do (the error's
 	// text when nil).
 	Explain func(error) string
+	// MarkdownStyle is glamour's style for the agent's answers: "dark"
+	// (default), "light", "notty" (no colours), ...
+	MarkdownStyle string
 }
 
 // Model is the chat's bubbletea model.
 type Model struct {
 	cfg   Config
 	agent string
+	md    *markdown
 
 	picking bool
 	pick    int
@@ -101,7 +106,7 @@ func New(cfg Config) Model {
 	in.KeyMap.InsertNewline = key.NewBinding(key.WithKeys("alt+enter", "ctrl+j"))
 	in.FocusedStyle.CursorLine = in.FocusedStyle.Text
 	in.Focus()
-	m := Model{cfg: cfg, agent: cfg.Agent, input: in, width: 80, height: 24, loads: &atomic.Int64{}}
+	m := Model{cfg: cfg, agent: cfg.Agent, input: in, width: 80, height: 24, loads: &atomic.Int64{}, md: newMarkdown(cmp.Or(cfg.MarkdownStyle, "dark"))}
 	if m.agent == "" {
 		switch len(cfg.Agents) {
 		case 1:

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 		// (530 ms) and then ends by itself; a loaded machine may still be
 		// in it when the last test returns.
 		goleak.IgnoreAnyFunction("github.com/charmbracelet/bubbles/cursor.(*Model).BlinkCmd.func1"),
+		// The code highlighter's regexp engine keeps a coarse clock for
+		// match timeouts, which stops by itself a while after the last use.
+		goleak.IgnoreAnyFunction("github.com/dlclark/regexp2.runClock"),
 	)
 }
 
@@ -49,7 +52,7 @@ func TestTranscriptStreamsAndCollapsesTools(t *testing.T) {
 	} {
 		tr.apply(e)
 	}
-	view := ansi.Strip(strings.Join(tr.lines(60, "bot", false), "\n"))
+	view := ansi.Strip(strings.Join(tr.lines(60, "bot", false, nil), "\n"))
 	g.Expect(view).To(ContainSubstring("You\nwhat is 6*7?"))
 	g.Expect(view).To(ContainSubstring("bot\nLet me compute.\n"))
 	g.Expect(view).To(ContainSubstring(`  ▸ calculator {"expression":"6*7"} → 42` + "\n" + `  ▸ todo {"action":"list"} ✗ no such list`))
@@ -58,14 +61,14 @@ func TestTranscriptStreamsAndCollapsesTools(t *testing.T) {
 	g.Expect(view).NotTo(ContainSubstring("progress"))
 
 	tr.apply(client.Event{Kind: client.KindFinal, Text: "It is 42."})
-	view = ansi.Strip(strings.Join(tr.lines(60, "bot", true), "\n"))
+	view = ansi.Strip(strings.Join(tr.lines(60, "bot", true, nil), "\n"))
 	g.Expect(view).To(HaveSuffix("bot\nIt is 42."))
 	g.Expect(view).To(ContainSubstring("  ▾ calculator (c1)\n    arguments\n      {\"expression\":\"6*7\"}\n    result\n      42\n"))
 	g.Expect(view).To(ContainSubstring("    error\n      no such\n      list\n"))
 
 	// A collapsed tool line never wraps, however long its arguments.
 	tr.apply(client.Event{Kind: client.KindToolCall, CallID: "c3", Name: "web_fetch", Arguments: strings.Repeat("x", 500)})
-	last := strings.Split(ansi.Strip(strings.Join(tr.lines(40, "bot", false), "\n")), "\n")
+	last := strings.Split(ansi.Strip(strings.Join(tr.lines(40, "bot", false, nil), "\n")), "\n")
 	g.Expect(last[len(last)-1]).To(HavePrefix("  ▸ web_fetch xxx"))
 	g.Expect(ansi.StringWidth(last[len(last)-1])).To(Equal(40))
 }
@@ -79,8 +82,43 @@ func TestTranscriptFromHistory(t *testing.T) {
 		{Role: "tool", ToolCallID: "c1", Name: "calculator", Content: "expression is required", IsError: true},
 		{Role: "assistant", Content: "Sorry."},
 	})
-	view := ansi.Strip(strings.Join(tr.lines(80, "bot", false), "\n"))
+	view := ansi.Strip(strings.Join(tr.lines(80, "bot", false, nil), "\n"))
 	g.Expect(view).To(Equal("You\nhi\n\n  ▸ calculator {} ✗ expression is required\n\nbot\nSorry."))
+}
+
+// A finished answer is drawn as markdown; while it streams it is plain.
+func TestTranscriptDrawsMarkdown(t *testing.T) {
+	g := NewWithT(t)
+	answer := "## Plan\n\nIt is **42**, see `calc`.\n\n| city | km |\n|---|---|\n| Oslo | 12 |\n\n```go\nfmt.Println(42)\n```\n"
+	var tr transcript
+	tr.apply(client.Event{Kind: client.KindDelta, Text: answer})
+	md := newMarkdown("dark")
+	streaming := ansi.Strip(strings.Join(tr.lines(60, "bot", false, md), "\n"))
+	g.Expect(streaming).To(ContainSubstring("It is **42**"), "plain while streaming")
+
+	tr.apply(client.Event{Kind: client.KindFinal, Text: answer})
+	lines := tr.lines(60, "bot", false, md)
+	view := ansi.Strip(strings.Join(lines, "\n"))
+	g.Expect(view).To(HavePrefix("bot\n"))
+	g.Expect(view).To(MatchRegexp(`It is 42, see +calc`), "emphasis and code drawn, not shown as markup")
+	g.Expect(view).NotTo(ContainSubstring("|---|"), "a table drawn, not shown as markup")
+	g.Expect(view).NotTo(ContainSubstring("```"), "a fence drawn, not shown as markup")
+	g.Expect(view).To(MatchRegexp(`Oslo\s+│\s+12`))
+	g.Expect(view).To(ContainSubstring("fmt.Println(42)"))
+	for _, l := range lines {
+		g.Expect(ansi.StringWidth(l)).To(BeNumerically("<=", 60), "%q", l)
+		g.Expect(ansi.Strip(l)).NotTo(HaveSuffix(" "), "no padding to the margin")
+	}
+
+	// Plain words stay as they are, in line with the rest of the transcript.
+	var short transcript
+	short.apply(client.Event{Kind: client.KindFinal, Text: "Just words, nothing marked."})
+	g.Expect(ansi.Strip(strings.Join(short.lines(60, "bot", false, md), "\n"))).To(Equal("bot\nJust words, nothing marked."))
+
+	// Without colours (NO_COLOR) the markers stay, the table is still aligned.
+	plain := ansi.Strip(strings.Join(tr.lines(60, "bot", false, newMarkdown("notty")), "\n"))
+	g.Expect(plain).To(ContainSubstring("It is **42**"))
+	g.Expect(plain).To(MatchRegexp(`Oslo\s+\|\s+12`))
 }
 
 // driver runs a Model the way tea.Program does, without a terminal: every

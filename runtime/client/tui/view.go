@@ -20,7 +20,7 @@ func (m *Model) layout() {
 		h--
 	}
 	m.body = max(h, 0)
-	lines := m.log.lines(m.width, m.agent, m.toolsOpen)
+	lines := m.log.lines(m.width, m.agent, m.toolsOpen, m.md)
 	if m.scroll > 0 {
 		m.scroll += len(lines) - len(m.lines)
 	}

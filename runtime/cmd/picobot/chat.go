@@ -42,6 +42,7 @@ func runChat(ctx context.Context, args []string, stdin, stdout *os.File, stderr 
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
+	style := fs.String("style", markdownStyle(os.Getenv), "How answers' markdown is drawn: dark, light, notty (no colours), ascii, dracula, pink, tokyo-night ($GLAMOUR_STYLE; notty with $NO_COLOR).")
 	fs.Usage = func() {
 		_, _ = fmt.Fprint(fs.Output(), `Usage: picobot chat [flags]
 
@@ -74,7 +75,19 @@ Flags:
 	if err != nil && !errors.Is(err, errNoAgentChosen) {
 		return c.URL(), agents, err
 	}
-	cfg := tui.Config{Client: c, Agents: agents, Agent: agent, ChatID: cf.chat,
+	cfg := tui.Config{Client: c, Agents: agents, Agent: agent, ChatID: cf.chat, MarkdownStyle: *style,
 		Explain: func(err error) string { return explain(err, c.URL(), agents) }}
 	return c.URL(), agents, tui.Run(ctx, cfg, stdin, stdout)
+}
+
+// markdownStyle is the default of --style: $GLAMOUR_STYLE (glamour's own
+// variable), no colours when $NO_COLOR is set (no-color.org), else dark.
+func markdownStyle(env func(string) string) string {
+	switch {
+	case env("GLAMOUR_STYLE") != "":
+		return env("GLAMOUR_STYLE")
+	case env("NO_COLOR") != "":
+		return "notty"
+	}
+	return "dark"
 }

@@ -123,6 +123,14 @@ func TestChatInTerminal(t *testing.T) {
 	term.keys("C-o")
 	term.waitForText("▸ calculator")
 
+	// A finished answer is drawn as markdown, not shown as markup.
+	llm.Script(fakellm.Turn{Text: "Here: **bold words** and a table\n\n| city | km |\n|---|---|\n| Oslo | 12 |\n"})
+	term.typeLine("markdown please")
+	screen = term.waitFor("the markdown answer", func(s string) bool { return strings.Contains(s, "Oslo") && !strings.Contains(s, "is replying") })
+	g.Expect(screen).To(ContainSubstring("Here: bold words and a table"))
+	g.Expect(screen).NotTo(ContainSubstring("**"))
+	g.Expect(screen).To(MatchRegexp(`Oslo\s+│\s+12`))
+
 	// Alt+Enter makes a message of several lines.
 	llm.Script(fakellm.Turn{Text: "Two lines received."})
 	term.tmux("send-keys", "-t", "main", "-l", "first line")
