@@ -314,6 +314,11 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		cmd = m.sent(msg)
 	case eventMsg:
 		if msg.turn == m.turn {
+			if msg.ev.Kind == client.KindCommand {
+				// Links the gateway gives as paths (/dump's file) open
+				// only with its address in front.
+				msg.ev.Text = absoluteLinks(msg.ev.Text, m.cfg.Client.URL())
+			}
 			m.log.apply(msg.ev)
 			switch msg.ev.Kind {
 			case client.KindUsage:
@@ -429,6 +434,7 @@ func (m Model) submit() (Model, tea.Cmd, bool) {
 	}
 	m.log.add(entry{kind: kind, text: text})
 	m.sending = true
+	m.usage = "" // the line counts this turn's tokens, none if it fails
 	return m, m.send(text), false
 }
 
@@ -601,4 +607,10 @@ func (m *Model) describe(err error) string {
 		return m.cfg.Explain(err)
 	}
 	return err.Error()
+}
+
+// absoluteLinks puts base in front of the markdown links of text that are
+// paths of the gateway ("[name](/api/v1/artifacts/…)").
+func absoluteLinks(text, base string) string {
+	return strings.ReplaceAll(text, "](/", "]("+strings.TrimSuffix(base, "/")+"/")
 }

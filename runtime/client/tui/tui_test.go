@@ -244,6 +244,15 @@ func TestChatAgainstGateway(t *testing.T) {
 	g.Expect(d.view()).To(ContainSubstring(`▸ calculator {"function":"evaluate","expression":"6*7"} → 42`))
 	d.shows("│ New conversation (default)")
 	d.idle()
+	g.Expect(d.view()).To(MatchRegexp(`\d+ in / \d+ out tokens`))
+
+	// /dump's link opens from the terminal: the gateway's address in front.
+	d.say("/dump")
+	d.shows("Saved ")
+	d.idle()
+	entries := d.m.(Model).log.entries
+	g.Expect(entries[len(entries)-1].text).To(MatchRegexp(`\]\(http://127\.0\.0\.1:\d+/api/v1/artifacts/[^)]+\)$`))
+	g.Expect(d.view()).NotTo(ContainSubstring("out tokens"), "the token line is the last turn's, and /dump had none")
 
 	d.key(tea.KeyCtrlO)
 	g.Expect(d.view()).To(ContainSubstring("▾ calculator (call_1)"))
@@ -317,7 +326,7 @@ func TestChatReconnectsAfterTheGatewayWentAway(t *testing.T) {
 func TestChatShowsGatewayErrors(t *testing.T) {
 	g := NewWithT(t)
 	_, d := start(t, embeddedtest.Options{Keyless: "keyless"}, "keyless")
-	d.shows("● online")
+	d.shows("● not ready") // the gateway said so before the first message
 	d.say("hello")
 	d.shows("has no usable model")
 	d.shows("│ New conversation (default)") // the message was kept, and the error stays under it

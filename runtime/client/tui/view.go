@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/picobot/picobot/runtime/client"
 )
 
 // keyHelp is the footer when nothing else is to be said.
@@ -70,8 +72,11 @@ func (m Model) header() string {
 	}
 	left := styleHeader.Render(" PicoBot │ " + m.agent + " │ " + title + " ")
 	state := styleOnline.Render(" ● online ")
-	if m.conn == nil {
+	switch a, ok := m.agentInfo(); {
+	case m.conn == nil:
 		state = styleOffline.Render(" ○ offline ")
+	case ok && !a.Ready:
+		state = styleOffline.Render(" ● not ready ")
 	}
 	gap := m.width - ansi.StringWidth(left) - ansi.StringWidth(state)
 	if gap < 0 {
@@ -129,4 +134,14 @@ func pad(s string, width int) string {
 		return s + strings.Repeat(" ", width-w)
 	}
 	return s
+}
+
+// agentInfo is what the gateway said of the agent talked to.
+func (m Model) agentInfo() (client.Agent, bool) {
+	for _, a := range m.cfg.Agents {
+		if a.Name == m.agent {
+			return a, true
+		}
+	}
+	return client.Agent{}, false
 }
