@@ -85,6 +85,7 @@ build: ## Build the binaries into bin/.
 
 .PHONY: run
 run: ## Embedded mode: an example agent with the web UI on http://127.0.0.1:8080/ (model from OPENAI_API_KEY / ANTHROPIC_API_KEY).
+	@echo "run: building $(BIN)/picobot (a few minutes the first time, seconds after)..."
 	go build -buildvcs=auto -o $(BIN)/picobot ./runtime/cmd/picobot
 	hack/run-embedded.sh
 

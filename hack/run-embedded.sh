@@ -51,4 +51,24 @@ export PICOBOT_SECRET_MODEL_API_KEY_APIKEY=$key
 [ -n "$key" ] || echo "run: no OPENAI_API_KEY or ANTHROPIC_API_KEY set: the UI will say that no model is configured." >&2
 bin/picobot serve --dir "$demo" --addr "$addr" &
 pids+=($!)
+# Say where to go and what to try once the gateway answers.
+client=bin/picobot
+[ "$addr" = 127.0.0.1:8080 ] || client="PICOBOT_URL=http://$addr bin/picobot"
+command -v curl >/dev/null || sleep 1
+for _ in $(seq 1 300); do
+  command -v curl >/dev/null || break
+  curl -fsS "http://$addr/api/v1/health" >/dev/null 2>&1 && break
+  kill -0 "${pids[-1]}" 2>/dev/null || break
+  sleep 0.1
+done
+if ! command -v curl >/dev/null || curl -fsS "http://$addr/api/v1/health" >/dev/null 2>&1; then
+  cat >&2 <<EOF
+
+  PicoBot is running: open http://$addr/
+  Try:  "what is 6*7?" (a tool call) · "fetch https://example.com and summarise it" · /help
+  Terminal: $client chat      One message: $client ask "hello"      Check: bin/picobot health --dir $demo
+  The agent's manifest is $demo/agent.yaml (edit it and restart). Stop with Ctrl+C.
+
+EOF
+fi
 if [ -n "${RUN_SECONDS:-}" ]; then sleep "$RUN_SECONDS"; else wait "${pids[-1]}"; fi
