@@ -7,7 +7,8 @@
 #   or ANTHROPIC_API_KEY (+ optional ANTHROPIC_BASE_URL); PICOBOT_MODEL picks
 #   the model. The key is handed to picobot as PICOBOT_SECRET_MODEL_API_KEY_APIKEY
 #   and never written to disk. Without a key the UI says no model is
-#   configured. PICOBOT_FAKE_LLM=1 answers with a local scripted fake model.
+#   configured. PICOBOT_FAKE_LLM=1 answers with a local demo model that shows
+#   the agent's tools at work (runtime/provider/fakellm's Demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 demo=.picobot/demo
@@ -23,7 +24,7 @@ if [ -z "$key" ] && [ -n "${ANTHROPIC_API_KEY:-}" ]; then
 fi
 if [ "${PICOBOT_FAKE_LLM:-}" = 1 ]; then
   go build -o bin/fakellm ./hack/fakellm
-  bin/fakellm --addr 127.0.0.1:0 --reply "Hello! I am PicoBot's scripted fake model; set OPENAI_API_KEY for a real one." > "$demo/fakellm.out" 2>&1 &
+  bin/fakellm --addr 127.0.0.1:0 --demo > "$demo/fakellm.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 100); do grep -q "OpenAI base URL" "$demo/fakellm.out" 2>/dev/null && break; sleep 0.1; done
   provider=openai model=fake base=$(grep -o 'http://[^ ]*/v1' "$demo/fakellm.out" | head -1) key=fake
@@ -65,7 +66,7 @@ if ! command -v curl >/dev/null || curl -fsS "http://$addr/api/v1/health" >/dev/
   cat >&2 <<EOF
 
   PicoBot is running: open http://$addr/
-  Try:  "what is 6*7?" (a tool call) · "fetch https://example.com and summarise it" · /help
+  Try:  "what is 6*7?" · "fetch https://example.com" · "remember that I like tea" · /help
   Terminal: $client chat      One message: $client ask "hello"      Check: bin/picobot health --dir $demo
   The agent's manifest is $demo/agent.yaml (edit it and restart). Stop with Ctrl+C.
 

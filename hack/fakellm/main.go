@@ -4,6 +4,7 @@
 //
 //	go run ./hack/fakellm --addr 127.0.0.1:8089 --reply "Hello from the fake model"
 //	go run ./hack/fakellm --script turns.json   # then --reply, if given, forever
+//	go run ./hack/fakellm --demo                # shows an agent's tools at work (fakellm.Demo)
 //
 // A script is a JSON array of turns, e.g.
 //
@@ -37,13 +38,14 @@ func run() error {
 	reply := flag.String("reply", "", "text answered to every request once the script is used up")
 	script := flag.String("script", "", "JSON file with an array of turns, answered in order")
 	delay := flag.Duration("chunk-delay", 0, "delay between stream chunks of --reply answers")
+	demo := flag.Bool("demo", false, "once the script is used up, answer like a small model that shows the agent's tools at work (make run)")
 	flag.Parse()
 
 	turns, err := loadScript(*script)
 	if err != nil {
 		return err
 	}
-	if len(turns) == 0 && *reply == "" {
+	if len(turns) == 0 && *reply == "" && !*demo {
 		*reply = "Hello from the fake model."
 	}
 
@@ -53,13 +55,19 @@ func run() error {
 	}
 	defer s.Close()
 	s.Script(turns...)
-	if *reply != "" {
+	switch {
+	case *demo:
+		s.Respond(fakellm.Demo)
+	case *reply != "":
 		text, chunkDelay := *reply, *delay
 		s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: text, ChunkDelay: chunkDelay} })
 	}
 
 	fmt.Printf("fakellm serving %d scripted turn(s)", len(turns))
-	if *reply != "" {
+	switch {
+	case *demo:
+		fmt.Printf(", then the demo")
+	case *reply != "":
 		fmt.Printf(", then %q", *reply)
 	}
 	fmt.Printf("\n  OpenAI base URL:    %s\n  Anthropic base URL: %s\n", s.URL(), s.AnthropicURL())

@@ -466,3 +466,17 @@ func TestModelKeyFromTheProvidersVariable(t *testing.T) {
 		}
 	}
 }
+
+// make run's demo model (fakellm.Demo) drives a real tool through the
+// runtime and reports its result.
+func TestDemoModelShowsATool(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	e.s.Respond(fakellm.Demo)
+	c := dial(t, e)
+	fs := exchange(t, c, frame{"v": 1, "type": "send", "id": "d1", "agent": "assistant", "chat_id": "demo", "text": "what is 6*7?"})
+	g.Expect(event(fs, "tool_result")["content"]).To(Equal("42"))
+	g.Expect(event(fs, "final")["text"]).To(HavePrefix("The **calculator** tool returned:\n\n```\n42\n```"))
+	fs = exchange(t, c, frame{"v": 1, "type": "send", "id": "d2", "agent": "assistant", "chat_id": "demo", "text": "hello"})
+	g.Expect(event(fs, "final")["text"]).To(ContainSubstring("try `what is 6*7?`. `/help`"), "only the tools this agent has")
+}
