@@ -512,7 +512,8 @@
 
   function sessionRow(s) {
     const label = UI.dialogLabel(s);
-    const meta = [s.dialog_id, relTime(s.last_message_at), s.archived ? 'archived' : ''].filter(Boolean).join(' · ');
+    // The dialog id is for /switch, not for reading: it stays in the row's tooltip.
+    const meta = [relTime(s.last_message_at), s.archived ? 'archived' : ''].filter(Boolean).join(' · ');
     const badge = s.current && app.currentImplicit ? 'Your next message goes here' : '';
     const li = h('li', { class: 'session-row' + (s.current ? ' current' : '') + (s.archived ? ' archived' : ''), 'data-dialog-id': s.dialog_id });
     if (app.renaming === s.dialog_id) {
@@ -537,7 +538,7 @@
       'data-dialog-id': s.dialog_id,
       'data-session-id': s.id || null,
       'aria-current': s.current ? 'true' : null,
-      title: s.current ? 'Current conversation: ' + label : 'Switch to “' + label + '”',
+      title: (s.current ? 'Current conversation: ' + label : 'Switch to “' + label + '”') + ' (' + s.dialog_id + ')',
     }, h('span', { class: 'session-title' }, label), h('span', { class: 'session-meta' }, meta),
     badge ? h('span', { class: 'session-badge' }, badge) : null));
     li.append(h('div', { class: 'session-actions', role: 'group', 'aria-label': 'Actions for “' + label + '”' },

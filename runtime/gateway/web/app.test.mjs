@@ -475,6 +475,22 @@ test('historyToTurns groups messages into turns like live ones', () => {
   assert.equal(mid[0].quiet, true);
   assert.equal(mid[0].final, 'tail');
   assert.deepEqual(UI.historyToTurns(null), []);
+  // A stopped turn comes back stopped, without the stored marker.
+  const stopped = UI.historyToTurns([
+    { seq: 1, role: 'user', content: 'long story' },
+    { seq: 2, role: 'assistant', content: 'Once upon\n\n[stopped]\n\n![map](/api/v1/artifacts/m.png)' },
+    { seq: 3, role: 'user', content: 'again' },
+    { seq: 4, role: 'assistant', content: '[stopped]' },
+    { seq: 5, role: 'user', content: 'quote' },
+    { seq: 6, role: 'assistant', content: 'They wrote "[stopped]" there.' },
+  ]);
+  assert.equal(stopped[0].final, 'Once upon\n\n![map](/api/v1/artifacts/m.png)');
+  assert.equal(stopped[0].status, 'stopped');
+  assert.deepEqual(stopped[0].errors.map((e) => e.code), ['stopped']);
+  assert.equal(stopped[1].final, '');
+  assert.equal(stopped[1].status, 'stopped');
+  assert.equal(stopped[2].final, 'They wrote "[stopped]" there.');
+  assert.equal(stopped[2].status, 'done');
 });
 
 // ------------------------------------------------------------------ files

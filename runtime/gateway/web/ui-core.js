@@ -946,6 +946,8 @@
    * message opens a turn; assistant tool calls and tool results become its
    * items; an assistant message without tool calls is its final answer.
    */
+  const STOPPED_MARK = /(?:^|\n\n)\[stopped\](?=\n\n|$)/;
+
   function historyToTurns(messages) {
     const turns = [];
     let cur = null;
@@ -980,7 +982,15 @@
             }
             t.items = items;
           } else {
-            t.final = content;
+            // A turn the user stopped is stored with its partial text and
+            // the server's marker (runtime/session StoppedMarker, with the
+            // turn's files after it): shown as the live turn showed it.
+            const stopped = content.match(STOPPED_MARK);
+            t.final = stopped ? content.replace(STOPPED_MARK, '').replace(/^\n+|\n+$/g, '') : content;
+            if (stopped) {
+              t.status = 'stopped';
+              t.errors = t.errors.concat([{ code: 'stopped', message: 'Stopped; what was done so far is kept.' }]);
+            }
           }
           break;
         }

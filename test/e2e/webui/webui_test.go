@@ -427,6 +427,13 @@ func TestWebUI(t *testing.T) {
 		u.wait("the WebSocket to reconnect", `() => document.getElementById('conn-status').dataset.state === 'open'`)
 		u.wait("the history", `() => document.getElementById('messages').textContent.includes('are you there?')`)
 		g.Expect(u.eval(`() => document.querySelectorAll('#sessions li.session-row').length`).Int()).To(Equal(1))
+		// The stopped turn comes back as it was shown: its partial text and
+		// "Stopped", not the stored marker.
+		g.Expect(u.text("#messages")).NotTo(ContainSubstring("[stopped]"))
+		g.Expect(u.eval(`() => [...document.querySelectorAll('#messages .msg.error.stopped .error-title')].map((e) => e.textContent)`).String()).
+			To(ContainSubstring("Stopped"))
+		// The list shows titles and times, not the internal dialog ids.
+		g.Expect(u.text("#sessions .session-meta")).NotTo(MatchRegexp(`\bd_[a-z0-9]+\b|default`))
 	})
 
 	t.Run("375 px wide", func(t *testing.T) {
