@@ -405,3 +405,30 @@ func BenchmarkAppendAndLoadLast50(b *testing.B) {
 	st, _ := newStore(b)
 	storetest.BenchmarkAppendAndLoadLast50(b, st)
 }
+
+// TestIdleConnectionsKilledByTheServer terminates every pooled connection
+// while it is idle, as a PostgreSQL restart does: the next reads and
+// writes go out on fresh connections instead of failing with "terminating
+// connection due to administrator command" (a gateway answered 500 to the
+// first request after a restart), and each write happens once.
+func TestIdleConnectionsKilledByTheServer(t *testing.T) {
+	g := NewWithT(t)
+	st, db := newStore(t)
+	ctx := store.WithTenant(t.Context(), "t1")
+	sess, err := st.CreateSession(ctx, store.Session{Channel: "cli", ChatID: "me", DialogID: "default"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.pool.Stat().IdleConns()).To(BeNumerically(">", 0), "a connection waits in the pool")
+	for round := range 3 {
+		g.Expect(adminExec(t.Context(), db, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`)).To(Succeed())
+		_, err := st.GetSession(ctx, sess.ID)
+		g.Expect(err).NotTo(HaveOccurred(), "a read in round %d", round)
+		g.Expect(adminExec(t.Context(), db, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`)).To(Succeed())
+		_, err = st.AppendMessages(ctx, sess.ID, store.Message{ID: fmt.Sprintf("m%d", round), Role: llm.RoleUser, Content: "after"})
+		g.Expect(err).NotTo(HaveOccurred(), "a write in round %d", round)
+	}
+	msgs, err := st.LoadMessages(ctx, sess.ID, store.LoadOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(msgs).To(HaveLen(3), "each write once")
+}

@@ -25,18 +25,46 @@ func (s *Store) batch(ctx context.Context, build func(b *pgx.Batch, tenant strin
 	if err != nil {
 		return err
 	}
-	b := &pgx.Batch{}
-	b.Queue(sqlSetTenant, tenant)
-	build(b, tenant)
-	br := pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		return errors.Join(fmt.Errorf("failed to set tenant: %w", err), br.Close())
+	var br pgx.BatchResults
+	for attempt := 0; ; attempt++ {
+		b := &pgx.Batch{}
+		b.Queue(sqlSetTenant, tenant)
+		build(b, tenant)
+		br = pool.SendBatch(ctx, b)
+		_, err := br.Exec()
+		if err == nil {
+			break
+		}
+		err = errors.Join(fmt.Errorf("failed to set tenant: %w", err), br.Close())
+		if attempt == staleRetries || !staleConn(err) {
+			return err
+		}
 	}
 	if err := read(br); err != nil {
 		_ = br.Close() // reports err again
 		return err
 	}
 	return br.Close()
+}
+
+// staleRetries is how many times a batch is sent again on another pooled
+// connection when the first one turns out to have died while idle.
+const staleRetries = 2
+
+// staleConn reports whether err, read as the first result of a batch, says
+// that the pooled connection was dead before the server ran any of it: pgx
+// sent nothing (SafeToRetry), or the server had already begun terminating
+// it (PostgreSQL restarted or shut down: admin, crash or startup
+// shutdown, SQLSTATE 57P01-57P03) and answered that instead of a result.
+// Nothing of the batch ran then (its transaction commits only at its end),
+// so sending it again is safe, writes included. A connection lost after
+// the server answered is not this: the batch may have committed.
+func staleConn(err error) bool {
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03")
 }
 
 // beginBatch starts an explicit transaction scoped to ctx's tenant and runs
@@ -53,19 +81,28 @@ func (s *Store) beginBatch(ctx context.Context, build func(b *pgx.Batch, tenant 
 	if err != nil {
 		return nil, "", err
 	}
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
-	b.Queue(sqlSetTenant, tenant)
-	build(b, tenant)
-	br := pool.SendBatch(ctx, b)
-	tx := br.Tx()
+	var br pgx.BatchResults
+	var tx pgx.Tx
 	fail := func(err error) (pgx.Tx, string, error) {
 		_ = br.Close()
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, "", err
 	}
-	if _, err := br.Exec(); err != nil {
-		return fail(fmt.Errorf("failed to begin transaction: %w", err))
+	for attempt := 0; ; attempt++ {
+		b := &pgx.Batch{}
+		b.BeginTx(pgx.TxOptions{})
+		b.Queue(sqlSetTenant, tenant)
+		build(b, tenant)
+		br = pool.SendBatch(ctx, b)
+		tx = br.Tx()
+		_, err := br.Exec()
+		if err == nil {
+			break
+		}
+		if attempt == staleRetries || !staleConn(err) {
+			return fail(fmt.Errorf("failed to begin transaction: %w", err))
+		}
+		_, _, _ = fail(err)
 	}
 	if _, err := br.Exec(); err != nil {
 		return fail(fmt.Errorf("failed to set tenant: %w", err))
