@@ -1235,7 +1235,12 @@
   }
 
   async function onReconnected() {
-    if (app.agentsError || app.agents.length === 0) { await loadAgents(); return; }
+    // The gateway may have restarted with other agents, or an agent become
+    // (not) ready: the list is read again (the current agent stays chosen
+    // while it exists).
+    const before = app.agent;
+    await loadAgents();
+    if (app.agent !== before || app.agentsError || app.agents.length === 0) return; // selectAgent loaded the rest
     await refreshSessions();
     if (app.needsReload) {
       app.needsReload = false;

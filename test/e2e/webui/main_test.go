@@ -134,7 +134,13 @@ var servingRE = regexp.MustCompile(`PicoBot is serving (http://\S+)/`)
 // listens; it is stopped when the test ends.
 func serve(t testing.TB, dir string, env ...string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(picobotBin, "serve", "--dir", dir, "--addr", "127.0.0.1:0")
+	return serveAt(t, dir, "127.0.0.1:0", env...)
+}
+
+// serveAt is serve on the address addr.
+func serveAt(t testing.TB, dir, addr string, env ...string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(picobotBin, "serve", "--dir", dir, "--addr", addr)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
