@@ -949,16 +949,24 @@
       } else {
         rec.asst.setAttribute('aria-busy', turn.done ? 'false' : 'true');
         renderItems(turn, rec);
-        const html = answerText ? UI.renderMarkdown(answerText, mdOpts()) : '';
+        // A file a tool produced shows under its card; the answer (whose
+        // stored text links the turn's files again) shows it once.
+        const shown = new Set();
+        for (const item of turn.items) {
+          if (item.type !== 'tool' || !item.hasResult) continue;
+          for (const a of mergeArtifacts(UI.extractArtifacts(item.content), item.attachments)) shown.add(a.url);
+        }
+        const files = turn.attachments.filter((a) => !shown.has(a.url));
+        const html = answerText ? UI.renderMarkdown(answerText, Object.assign(mdOpts(), { shown })) : '';
         if (html !== rec.contentHtml) {
           rec.content.innerHTML = html; // renderMarkdown escapes all model text
           rec.contentHtml = html;
         }
         rec.content.hidden = html === '';
-        if (rec.fileCount !== turn.attachments.length) {
-          rec.files.replaceChildren(...turn.attachments.map(artifactEl));
-          rec.files.hidden = turn.attachments.length === 0;
-          rec.fileCount = turn.attachments.length;
+        if (rec.fileCount !== files.length) {
+          rec.files.replaceChildren(...files.map(artifactEl));
+          rec.files.hidden = files.length === 0;
+          rec.fileCount = files.length;
         }
         rec.asst.classList.toggle('streaming', !turn.done && turn.final == null && turn.stream !== '');
         rec.typing.hidden = turn.done || answerText !== '' || turn.final != null;

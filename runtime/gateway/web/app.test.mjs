@@ -546,3 +546,12 @@ test('approveFrame', () => {
     { v: 1, type: 'approve', agent: 'assistant', chat_id: 'tab', code: 'K7Q2', decision: 'deny', id: 'a-1' });
   assert.throws(() => UI.approveFrame('assistant', 'tab', 'K7Q2', 'maybe'), /unknown decision/);
 });
+
+test('an image already shown under a tool card is a link in the answer', () => {
+  const md = 'Here: ![chart](/api/v1/artifacts/c1) and ![other](/api/v1/artifacts/c2)';
+  const html = UI.renderMarkdown(md, { shown: new Set(['/api/v1/artifacts/c1']) });
+  assert.equal((html.match(/<img /g) || []).length, 1, html);
+  assert.match(html, /<a class="artifact-link" href="\/api\/v1\/artifacts\/c1"[^>]*>chart<\/a>/);
+  assert.match(html, /<img class="artifact-img" src="\/api\/v1\/artifacts\/c2"/);
+  assert.equal((UI.renderMarkdown(md).match(/<img /g) || []).length, 2, 'both images without shown');
+});

@@ -142,7 +142,9 @@
       const src = escapeHtml(withKey(url, opts.key));
       const img = '<img class="artifact-img" src="' + src + '" alt="' + escapeHtml(alt) + '" loading="lazy">';
       if (opts.noLinks) return img; // already inside a link
-      if (opts.noImages) return linkHtml(url, escapeHtml(alt || url.slice(url.lastIndexOf('/') + 1)), opts, 'artifact-link');
+      // opts.shown: images already on the page (under the turn's tool cards)
+      // become links, so each image shows once.
+      if (opts.noImages || (opts.shown && opts.shown.has(url))) return linkHtml(url, escapeHtml(alt || url.slice(url.lastIndexOf('/') + 1)), opts, 'artifact-link');
       return '<a class="artifact-link" href="' + src + '" target="_blank" rel="noopener">' + img + '</a>';
     }
     const href = safeUrl(url);
