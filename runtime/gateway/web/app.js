@@ -865,6 +865,36 @@
     r.done = turnDone;
   }
 
+  /** maxHighlight bounds the code highlight.js colours (bigger blocks stay plain). */
+  const maxHighlight = 100000;
+
+  /**
+   * decorateCode colours the code blocks of a finished answer (highlight.js,
+   * vendored; it reads the text and writes escaped spans) and gives each a
+   * Copy button. A streaming answer is left plain: it is redrawn per delta.
+   */
+  function decorateCode(root) {
+    for (const code of root.querySelectorAll('pre > code')) {
+      if (window.hljs && code.textContent.length <= maxHighlight) {
+        try { window.hljs.highlightElement(code); } catch (_) { /* stays plain */ }
+      }
+      const btn = h('button', { type: 'button', class: 'code-copy', 'aria-label': 'Copy code', title: 'Copy code' }, 'Copy');
+      btn.addEventListener('click', () => copyText(code.textContent, btn));
+      code.parentElement.append(btn);
+    }
+  }
+
+  /** copyText puts text on the clipboard and says so on btn. */
+  async function copyText(text, btn) {
+    try {
+      await navigator.clipboard.writeText(text);
+      btn.textContent = 'Copied';
+    } catch (_) {
+      btn.textContent = 'Copy failed';
+    }
+    setTimeout(() => { btn.textContent = 'Copy'; }, 2000);
+  }
+
   /** mergeArtifacts joins artifact lists, each url once. */
   function mergeArtifacts(...lists) {
     const seen = new Set();
@@ -958,9 +988,12 @@
         }
         const files = turn.attachments.filter((a) => !shown.has(a.url));
         const html = answerText ? UI.renderMarkdown(answerText, Object.assign(mdOpts(), { shown })) : '';
-        if (html !== rec.contentHtml) {
+        const finished = turn.done || turn.final != null;
+        if (html !== rec.contentHtml || finished !== rec.codeDone) {
           rec.content.innerHTML = html; // renderMarkdown escapes all model text
           rec.contentHtml = html;
+          rec.codeDone = finished;
+          if (finished) decorateCode(rec.content);
         }
         rec.content.hidden = html === '';
         if (rec.fileCount !== files.length) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-rod/rod"
 	"github.com/go-rod/rod/lib/input"
+	"github.com/go-rod/rod/lib/proto"
 	. "github.com/onsi/gomega"
 
 	"github.com/picobot/picobot/runtime/artifact"
@@ -110,6 +111,9 @@ func chartPNG(t testing.TB) []byte {
 	return b.Bytes()
 }
 
+// codeReply is an answer with a code block.
+const codeReply = "Like this:\n\n```go\nfunc main() {\n\treturn 42\n}\n```\n"
+
 // respond scripts the fake model by the last message it is sent.
 func respond(chartID, csvID string) func(fakellm.Recorded) fakellm.Turn {
 	return func(r fakellm.Recorded) fakellm.Turn {
@@ -140,6 +144,8 @@ func respond(chartID, csvID string) func(fakellm.Recorded) fakellm.Turn {
 		case strings.HasPrefix(text, "show me the chart"):
 			return fakellm.Turn{Text: fmt.Sprintf("Here is this week's chart:\n\n![Steps per day](/api/v1/artifacts/%s)\n\n"+
 				"The numbers are in [data.csv](/api/v1/artifacts/%s).", chartID, csvID)}
+		case strings.HasPrefix(text, "show me some code"):
+			return fakellm.Turn{Text: codeReply}
 		case strings.HasPrefix(text, "tell me a long story"):
 			return fakellm.Turn{Text: storyReply, ChunkDelay: 400 * time.Millisecond}
 		}
@@ -285,6 +291,24 @@ func TestWebUI(t *testing.T) {
 		g.Expect(file.MustText()).To(Equal("data.csv"))
 		g.Expect(*file.MustAttribute("href")).To(Equal("/api/v1/artifacts/" + csvID))
 		u.shot("image-artifact")
+	})
+
+	t.Run("code blocks are coloured and copied", func(t *testing.T) {
+		u.t = t
+		g := NewWithT(t)
+		g.Expect(proto.BrowserGrantPermissions{Permissions: []proto.BrowserPermissionType{
+			proto.BrowserPermissionTypeClipboardReadWrite, proto.BrowserPermissionTypeClipboardSanitizedWrite}}.Call(u.page.Browser())).To(Succeed())
+		u.send("show me some code")
+		u.waitLastTurn("done")
+		const block = "#messages .turn:last-child .content pre"
+		u.wait("the code to be coloured", `(sel) => document.querySelector(sel + ' code.hljs span.hljs-keyword') !== null`, block)
+		g.Expect(u.eval(`(sel) => [...document.querySelectorAll(sel + ' span.hljs-keyword')].map((e) => e.textContent).join(',')`, block).Str()).
+			To(Equal("func,return"))
+		g.Expect(u.text(block + " code")).To(Equal("func main() {\n\treturn 42\n}"), "the text is unchanged")
+		u.click(block + " button.code-copy")
+		u.wait("the button to say so", `(sel) => document.querySelector(sel + ' button.code-copy').textContent === 'Copied'`, block)
+		g.Expect(u.eval(`() => navigator.clipboard.readText()`).Str()).To(Equal("func main() {\n\treturn 42\n}"))
+		u.shot("code-block")
 	})
 
 	t.Run("no_model error and the health page", func(t *testing.T) {
