@@ -4,8 +4,8 @@
 # and the operator reconciling them. Ctrl-C stops everything.
 #
 # Model keys: OPENAI_API_KEY / ANTHROPIC_API_KEY go into the Secret the samples
-# reference; without them a placeholder is stored (the operator only checks that
-# the key exists; no model is called yet).
+# reference; without them a placeholder is stored, and the Agents say so
+# (ModelResolved=False, reason PlaceholderKey) instead of claiming to be Ready.
 # RUN_SECONDS=N stops after N seconds (for scripted runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -53,6 +53,10 @@ const (
 	ReasonSecretNotFound = "SecretNotFound"
 	// ReasonSecretKeyNotFound: the Secret exists but lacks the referenced key.
 	ReasonSecretKeyNotFound = "SecretKeyNotFound"
+	// ReasonPlaceholderKey: the referenced key holds a placeholder
+	// ("placeholder-…", "changeme", "<your key>", ...) instead of an API key,
+	// as samples and demos write when no key was given.
+	ReasonPlaceholderKey = "PlaceholderKey"
 	// ReasonInvalidNamespaceDefault: the picobot-defaults ConfigMap is malformed.
 	ReasonInvalidNamespaceDefault = "InvalidNamespaceDefault"
 

@@ -49,7 +49,50 @@ func CheckModelRef(ref picobotv1alpha1.ModelRef, secrets SecretLookup) (reason, 
 	if !hasKey(s, sel.Key) {
 		return picobotv1alpha1.ReasonSecretKeyNotFound, fmt.Sprintf("Secret %q has no key %q (API key of %s/%s)", sel.Name, sel.Key, ref.Provider, ref.Model)
 	}
+	if why := placeholder(keyValue(s, sel.Key)); why != "" {
+		return picobotv1alpha1.ReasonPlaceholderKey, fmt.Sprintf("Secret %q key %q (API key of %s/%s) %s, not an API key", sel.Name, sel.Key, ref.Provider, ref.Model, why)
+	}
 	return "", ""
+}
+
+// placeholderPrefixes start the values samples, charts and docs write where
+// a key goes (compared in lower case).
+var placeholderPrefixes = []string{"placeholder", "changeme", "change-me", "change_me", "your-", "your_", "<", "xxx", "todo", "replace"}
+
+// IsPlaceholderKey reports whether v is what samples and docs write where
+// an API key goes ("placeholder-set-OPENAI_API_KEY", "changeme", "<your
+// key>", ...). Such a value is no secret: the operator's cache, which drops
+// every other Secret value, keeps it so that this check still works there.
+// Empty is not reported: a stripped value is empty too.
+func IsPlaceholderKey(v string) bool {
+	t := strings.ToLower(strings.TrimSpace(v))
+	for _, p := range placeholderPrefixes {
+		if strings.HasPrefix(t, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// placeholder says why v is no API key, or "" when it may be one. A check
+// on the value's form only: whether a key works is for the provider to say.
+func placeholder(v string) string {
+	if !IsPlaceholderKey(v) {
+		return ""
+	}
+	shown := strings.TrimSpace(v)
+	if len(shown) > 40 {
+		shown = shown[:40] + "…"
+	}
+	return fmt.Sprintf("holds a placeholder (%q)", shown)
+}
+
+// keyValue is the value of key in data or stringData.
+func keyValue(s *corev1.Secret, key string) string {
+	if v, ok := s.Data[key]; ok {
+		return string(v)
+	}
+	return s.StringData[key]
 }
 
 func effectiveOf(ref picobotv1alpha1.ModelRef, src picobotv1alpha1.ModelSource, window int32) *picobotv1alpha1.EffectiveModel {

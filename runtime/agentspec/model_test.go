@@ -36,10 +36,14 @@ var (
 	manifest = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "manifest"}, StringData: map[string]string{"apiKey": "sk-2"}}
 	// other has a key of another name.
 	other = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Data: map[string][]byte{"token": []byte("t")}}
+	// demo holds what samples write when no key was given.
+	demo = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "demo"}, Data: map[string][]byte{
+		"openai": []byte("placeholder-set-OPENAI_API_KEY"), "empty": []byte(" \n"), "angle": []byte("<your OpenAI key>"),
+		"sk": []byte("sk-proj-TODOlooking-but-real")}}
 )
 
 func TestCheckModelRef(t *testing.T) {
-	lookup := secrets(llm, manifest, other)
+	lookup := secrets(llm, manifest, other, demo)
 	cases := []struct {
 		name    string
 		ref     picobotv1alpha1.ModelRef
@@ -53,6 +57,12 @@ func TestCheckModelRef(t *testing.T) {
 			reason: picobotv1alpha1.ReasonSecretNotFound, problem: `Secret "gone" (API key of anthropic/c) not found`},
 		{name: "key missing", ref: picobotv1alpha1.ModelRef{Provider: "openai", Model: "m", APIKeySecretRef: keyRef("other", "apiKey")},
 			reason: picobotv1alpha1.ReasonSecretKeyNotFound, problem: `Secret "other" has no key "apiKey" (API key of openai/m)`},
+		{name: "placeholder", ref: picobotv1alpha1.ModelRef{Provider: "openai", Model: "m", APIKeySecretRef: keyRef("demo", "openai")},
+			reason: picobotv1alpha1.ReasonPlaceholderKey, problem: `Secret "demo" key "openai" (API key of openai/m) holds a placeholder ("placeholder-set-OPENAI_API_KEY"), not an API key`},
+		{name: "empty (the operator's cache empties every value)", ref: picobotv1alpha1.ModelRef{Provider: "openai", Model: "m", APIKeySecretRef: keyRef("demo", "empty")}},
+		{name: "angle brackets", ref: picobotv1alpha1.ModelRef{Provider: "openai", Model: "m", APIKeySecretRef: keyRef("demo", "angle")},
+			reason: picobotv1alpha1.ReasonPlaceholderKey, problem: `Secret "demo" key "angle" (API key of openai/m) holds a placeholder ("<your OpenAI key>"), not an API key`},
+		{name: "a real-looking key with a placeholder word inside", ref: picobotv1alpha1.ModelRef{Provider: "openai", Model: "m", APIKeySecretRef: keyRef("demo", "sk")}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

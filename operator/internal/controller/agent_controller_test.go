@@ -89,8 +89,17 @@ func TestAgentModelFromSpecFollowsSecret(t *testing.T) {
 	a = expectCondition(t, ns, "assistant", picobotv1alpha1.ConditionModelResolved, metav1.ConditionFalse, picobotv1alpha1.ReasonSecretKeyNotFound)
 	g.Expect(cond(a, picobotv1alpha1.ConditionModelResolved).Message).To(ContainSubstring(`Secret "openai" has no key "apiKey"`))
 
-	// The key is added: the watch on Secrets brings the Agent to Ready.
+	// A placeholder where the key goes (what a demo writes without a key):
+	// not Ready either, and it says so.
 	s := &corev1.Secret{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "openai"}, s)).To(Succeed())
+	s.Data["apiKey"] = []byte("placeholder-set-OPENAI_API_KEY")
+	g.Expect(k8s.Update(ctx, s)).To(Succeed())
+	a = expectCondition(t, ns, "assistant", picobotv1alpha1.ConditionModelResolved, metav1.ConditionFalse, picobotv1alpha1.ReasonPlaceholderKey)
+	g.Expect(cond(a, picobotv1alpha1.ConditionModelResolved).Message).To(ContainSubstring(`holds a placeholder ("placeholder-set-OPENAI_API_KEY"), not an API key`))
+	g.Expect(cond(a, picobotv1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+
+	// The key is added: the watch on Secrets brings the Agent to Ready.
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "openai"}, s)).To(Succeed())
 	s.Data["apiKey"] = []byte("sk-live")
 	g.Expect(k8s.Update(ctx, s)).To(Succeed())

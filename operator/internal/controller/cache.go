@@ -13,6 +13,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/podspec"
+	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/cluster/published"
 )
 
@@ -20,7 +21,7 @@ const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 // StripSecretValues keeps a Secret's key names and drops its values before the
 // object enters the informer cache. The operator only checks that referenced keys
-// exist; holding no secret values keeps them out of its memory, heap dumps and
+// exist and are no placeholders (whose values it keeps); holding no secret values keeps them out of its memory, heap dumps and
 // logs, and keeps the cache small in clusters with many large Secrets. Of a
 // gateway API-key Secret it keeps the SHA-256 of the token (under
 // published.HashDataKey), which it publishes for the gateway.
@@ -30,11 +31,22 @@ func StripSecretValues(obj any) (any, error) {
 		return obj, nil
 	}
 	hash := apiKeyHash(s)
-	for k := range s.Data {
-		s.Data[k] = []byte{}
+	// A placeholder where a key goes is no secret: it stays, so the Agent
+	// can say its key is one (agentspec.IsPlaceholderKey).
+	for k, v := range s.Data {
+		if !agentspec.IsPlaceholderKey(string(v)) {
+			s.Data[k] = []byte{}
+		}
 	}
-	for k := range s.StringData {
-		s.Data[k] = []byte{}
+	for k, v := range s.StringData {
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+		if agentspec.IsPlaceholderKey(v) {
+			s.Data[k] = []byte(v)
+		} else {
+			s.Data[k] = []byte{}
+		}
 	}
 	s.StringData = nil
 	if hash != "" {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +13,8 @@ import (
 
 // keysChanged passes Secret and ConfigMap events that can change a referencing
 // object's status: creation, deletion, and updates that add or remove keys (or,
-// for the namespace defaults ConfigMap, change values). Periodic resyncs and
+// for the namespace defaults ConfigMap, change values; for a Secret, change
+// what the cache keeps of its values: placeholders, see StripSecretValues). Periodic resyncs and
 // value rotations of unrelated keys are dropped, so they cost no reconcile.
 type keysChanged struct{ predicate.Funcs }
 
@@ -23,7 +25,7 @@ func (keysChanged) Update(e event.UpdateEvent) bool {
 	switch o := e.ObjectOld.(type) {
 	case *corev1.Secret:
 		n, ok := e.ObjectNew.(*corev1.Secret)
-		return !ok || !sameKeys(o.Data, n.Data)
+		return !ok || !maps.EqualFunc(o.Data, n.Data, bytes.Equal)
 	case *corev1.ConfigMap:
 		n, ok := e.ObjectNew.(*corev1.ConfigMap)
 		if !ok {

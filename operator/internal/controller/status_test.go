@@ -177,10 +177,18 @@ func TestScheduleStatusPure(t *testing.T) {
 func TestKeysChangedPredicate(t *testing.T) {
 	g := NewWithT(t)
 	p := keysChanged{}
+	// The predicate sees Secrets as the cache holds them (StripSecretValues).
+	strip := func(s *corev1.Secret) *corev1.Secret { o, _ := StripSecretValues(s); return o.(*corev1.Secret) }
 	a := secret("ns", "s", "apiKey")
+	a.Data["apiKey"] = []byte("sk-1")
+	a = strip(a)
 	b := secret("ns", "s", "apiKey")
 	b.Data["apiKey"] = []byte("rotated")
+	b = strip(b)
 	g.Expect(p.Update(event.UpdateEvent{ObjectOld: a, ObjectNew: b})).To(BeFalse(), "value rotation changes no status")
+	ph := secret("ns", "s", "apiKey")
+	ph.Data["apiKey"] = []byte("placeholder-set-OPENAI_API_KEY")
+	g.Expect(p.Update(event.UpdateEvent{ObjectOld: strip(ph), ObjectNew: b})).To(BeTrue(), "a placeholder replaced by a key")
 	c := secret("ns", "s", "apiKey", "extra")
 	g.Expect(p.Update(event.UpdateEvent{ObjectOld: a, ObjectNew: c})).To(BeTrue())
 	g.Expect(p.Update(event.UpdateEvent{ObjectOld: a, ObjectNew: secret("ns", "s", "other")})).To(BeTrue())
@@ -209,6 +217,14 @@ func TestCacheTransformsDropValues(t *testing.T) {
 	g.Expect(got.StringData).To(BeNil())
 	g.Expect(got.Annotations).To(Equal(map[string]string{"keep": "me"}))
 	g.Expect(secretKeyPresent(got, "apiKey")).To(BeTrue())
+
+	// A placeholder is no secret and stays, so the Agent can say its key is one.
+	ph := secret("ns", "demo", "openai")
+	ph.Data["openai"] = []byte("placeholder-set-OPENAI_API_KEY")
+	ph.StringData = map[string]string{"anthropic": "<your key>", "real": "sk-ant-x"}
+	out, _ = StripSecretValues(ph)
+	g.Expect(out.(*corev1.Secret).Data).To(Equal(map[string][]byte{
+		"openai": []byte("placeholder-set-OPENAI_API_KEY"), "anthropic": []byte("<your key>"), "real": {}}))
 
 	d := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: picobotv1alpha1.NamespaceDefaultsConfigMap}, Data: map[string]string{"model": "m"}}
 	o := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Data: map[string]string{"big": "xxxxxxxx"}}
