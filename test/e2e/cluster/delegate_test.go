@@ -26,7 +26,7 @@ import (
 // delegateManifest is a tenant (%[1]s, gateway key %[2]s) whose Agent
 // "lead" may delegate to "researcher", which has a model key of its own
 // (Secret research-key) and its own tools; %[4]d and %[5]d are their warm
-// pools.
+// pools, %[6]s their idle timeout.
 const delegateManifest = tenantBase + `
 apiVersion: v1
 kind: Secret
@@ -47,7 +47,7 @@ spec:
   tools: {allow: [calculator, todo]}
   delegates:
   - {name: researcher, agentRef: {name: researcher}, description: finds facts}
-  runtime: {idleTimeout: 2m, warmPool: %[4]d}
+  runtime: {idleTimeout: %[6]s, warmPool: %[4]d}
 ---
 apiVersion: agents.picobot.io/v1alpha1
 kind: Agent
@@ -58,7 +58,7 @@ spec:
   instructions: You are researcher.
   model: {provider: openai, model: research-model, baseURL: %[3]s, apiKeySecretRef: {name: research-key, key: apiKey}}
   tools: {allow: [calculator, todo, web_fetch]}
-  runtime: {idleTimeout: 2m, warmPool: %[5]d}
+  runtime: {idleTimeout: %[6]s, warmPool: %[5]d}
 `
 
 var youAreRE = regexp.MustCompile(`^You are (\w+)\.`)
@@ -68,7 +68,16 @@ var youAreRE = regexp.MustCompile(`^You are (\w+)\.`)
 // with "Done: " and that result (so the chat's answer is the delegate
 // tool's), every other one by answer, given the agent named in the system
 // prompt and the last user message.
-func delegateTenant(t testing.TB, ns string, leadPool, researchPool int, answer func(agent, user string, r fakellm.Recorded) fakellm.Turn) gatewaytest.Client {
+func delegateTenant(t testing.TB, ns string, leadPool, researchPool int, idle string, answer func(agent, user string, r fakellm.Recorded) fakellm.Turn) gatewaytest.Client {
+	t.Helper()
+	return observedDelegateTenant(t, ns, leadPool, researchPool, idle, answer, func() {})
+}
+
+// observedDelegateTenant is delegateTenant whose onResult sees every tool
+// result coming back to a model.
+func observedDelegateTenant(t testing.TB, ns string, leadPool, researchPool int, idle string,
+	answer func(agent, user string, r fakellm.Recorded) fakellm.Turn, onResult func(),
+) gatewaytest.Client {
 	t.Helper()
 	st.llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
 		agent := ""
@@ -77,18 +86,35 @@ func delegateTenant(t testing.TB, ns string, leadPool, researchPool int, answer 
 		}
 		last := r.Messages[len(r.Messages)-1]
 		if len(last.ToolResults) > 0 {
+			onResult()
 			return fakellm.Turn{Text: "Done: " + last.ToolResults[0].Content}
 		}
 		if last.Role == "tool" {
+			onResult()
 			return fakellm.Turn{Text: "Done: " + last.Content}
 		}
 		return answer(agent, lastUser(r), r)
 	})
 	key := ns + "-key"
-	st.apply(t, fmt.Sprintf(delegateManifest, ns, key, st.llm.URL(), leadPool, researchPool))
+	st.apply(t, fmt.Sprintf(delegateManifest, ns, key, st.llm.URL(), leadPool, researchPool, idle))
 	st.waitReady(t, ns, "lead")
 	st.waitReady(t, ns, "researcher")
-	return gatewaytest.Client{URL: st.gatewayURL, Key: key}
+	c := gatewaytest.Client{URL: st.gatewayURL, Key: key}
+	// The gateway reads Agents through its cache: wait until it sees
+	// lead ready too.
+	NewWithT(t).Eventually(func(g Gomega) {
+		res, err := c.Request(http.MethodGet, "/api/v1/agents", nil, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		var list struct {
+			Agents []struct {
+				Name  string `json:"name"`
+				Ready bool   `json:"ready"`
+			} `json:"agents"`
+		}
+		g.Expect(json.Unmarshal(res.Body, &list)).To(Succeed(), string(res.Body))
+		g.Expect(list.Agents).To(ContainElement(MatchFields(IgnoreExtras, Fields{"Name": Equal("lead"), "Ready": BeTrue()})))
+	}, 60*time.Second, 100*time.Millisecond).Should(Succeed())
+	return c
 }
 
 // delegateCall is the lead model's delegate tool call with args.
@@ -114,7 +140,7 @@ func trySendLead(c gatewaytest.Client, id, chat, text string) (answer, sessionID
 	}
 	var out struct {
 		Text      string `json:"text"`
-		SessionID string `json:"session_id"`
+		SessionID string `json:"session"`
 	}
 	if res.Status != http.StatusOK || json.Unmarshal(res.Body, &out) != nil {
 		return "", "", fmt.Errorf("send %s: %d %s", id, res.Status, res.Body)
@@ -161,7 +187,7 @@ func TestClusterDelegateForeground(t *testing.T) {
 	needStack(t)
 	g := NewWithT(t)
 	ns := "tenant-delegate"
-	c := delegateTenant(t, ns, 1, 0, func(agent, user string, _ fakellm.Recorded) fakellm.Turn {
+	c := delegateTenant(t, ns, 1, 0, "2m", func(agent, user string, _ fakellm.Recorded) fakellm.Turn {
 		switch {
 		case agent == "researcher" && strings.Contains(user, "add 2 and 2"):
 			return fakellm.Turn{Text: "4"}
@@ -238,7 +264,7 @@ func TestClusterDelegateBatchKeepsRequestOrder(t *testing.T) {
 	g := NewWithT(t)
 	ns := "tenant-delegate-batch"
 	db, ctx := tenantStore(t, ns)
-	c := delegateTenant(t, ns, 1, 2, func(agent, user string, _ fakellm.Recorded) fakellm.Turn {
+	c := delegateTenant(t, ns, 1, 2, "2m", func(agent, user string, _ fakellm.Recorded) fakellm.Turn {
 		switch {
 		case agent == "researcher" && strings.Contains(user, "task A"):
 			for range 600 {
@@ -279,7 +305,7 @@ func blockingResearcher(t *testing.T, ns string) (c gatewaytest.Client, started 
 	t.Cleanup(release)
 	first := true
 	var mu sync.Mutex
-	c = delegateTenant(t, ns, 1, 1, func(agent, _ string, _ fakellm.Recorded) fakellm.Turn {
+	c = delegateTenant(t, ns, 1, 1, "2m", func(agent, _ string, _ fakellm.Recorded) fakellm.Turn {
 		if agent != "researcher" {
 			return delegateCall(`{"target":"researcher","task":"the long search"}`)
 		}
