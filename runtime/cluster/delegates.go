@@ -88,20 +88,31 @@ func (d *Delegates) Tools(ctx context.Context, agent string) ([]string, error) {
 	return agenthost.SubAgentTools(a.Status.EffectiveTools), nil
 }
 
-// Run implements delegate.Runner: it queues the task on the run's chat
-// stream, wakes a runtime of the target and waits for the outcome. ctx
-// ending stops the run's turn.
-func (d *Delegates) Run(ctx context.Context, req delegate.Request) (string, string, error) {
-	a, err := d.agent(ctx, req.Agent)
+// ready checks that a target Agent exists and can run tasks.
+func (d *Delegates) ready(ctx context.Context, name string) error {
+	a, err := d.agent(ctx, name)
 	if err != nil {
-		return "", "", err
+		return err
 	}
 	if c := meta.FindStatusCondition(a.Status.Conditions, picobotv1alpha1.ConditionReady); c == nil || c.Status != "True" {
 		why := "the operator has not reconciled it yet"
 		if c != nil {
 			why = c.Reason + ": " + c.Message
 		}
-		return "", "", fmt.Errorf("agent %s cannot run tasks now (%s)", req.Agent, why)
+		return fmt.Errorf("agent %s cannot run tasks now (%s): %w", name, why, errNotRunnable)
+	}
+	return nil
+}
+
+// errNotRunnable marks a target Agent that is not Ready.
+var errNotRunnable = errors.New("not ready")
+
+// Run implements delegate.Runner: it queues the task on the run's chat
+// stream, wakes a runtime of the target and waits for the outcome. ctx
+// ending stops the run's turn.
+func (d *Delegates) Run(ctx context.Context, req delegate.Request) (string, string, error) {
+	if err := d.ready(ctx, req.Agent); err != nil {
+		return "", "", err
 	}
 	rewake, timeout := d.Rewake, d.Timeout
 	if rewake <= 0 {
@@ -153,6 +164,17 @@ func (d *Delegates) Run(ctx context.Context, req delegate.Request) (string, stri
 				return "", sid, fmt.Errorf("the run of agent %q failed (%s): %s", req.Agent, e.Code, e.Message)
 			}
 		case <-tick.C:
+			// As the gateway does for a message: a target that can no
+			// longer run (its pods cannot start, it was deleted) fails the
+			// run rather than leave it waiting.
+			switch err := d.ready(ctx, req.Agent); {
+			case err == nil || ctx.Err() != nil:
+			case errors.Is(err, errNotRunnable) || errors.Is(err, delegate.ErrUnknownAgent):
+				d.stop(ctx, req.Agent, chat)
+				return "", "", err
+			default:
+				d.log().Warn("Could not check a delegate target; still waiting", "agent", req.Agent, "run", chat, "err", err)
+			}
 			d.ensureRuntime(ctx, req.Agent, chat)
 		case <-deadline.C:
 			d.stop(ctx, req.Agent, chat)

@@ -151,7 +151,7 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 	var mu sync.Mutex
 	var called time.Time
 	var calls []time.Duration
-	c := observedDelegateTenant(b, ns, 1, 1, "1s", func(agent, _ string, _ fakellm.Recorded) fakellm.Turn {
+	c := observedDelegateTenant(b, ns, delegateManifestFor(ns, 1, 1, "1s", "", ""), func(agent, _ string, _ fakellm.Recorded) fakellm.Turn {
 		if agent == "researcher" {
 			return fakellm.Turn{Text: "Paris"}
 		}

@@ -26,7 +26,8 @@ import (
 // delegateManifest is a tenant (%[1]s, gateway key %[2]s) whose Agent
 // "lead" may delegate to "researcher", which has a model key of its own
 // (Secret research-key) and its own tools; %[4]d and %[5]d are their warm
-// pools, %[6]s their idle timeout.
+// pools, %[6]s their idle timeout; %[7]s adds to researcher's spec and
+// %[8]s more documents.
 const delegateManifest = tenantBase + `
 apiVersion: v1
 kind: Secret
@@ -59,7 +60,7 @@ spec:
   model: {provider: openai, model: research-model, baseURL: %[3]s, apiKeySecretRef: {name: research-key, key: apiKey}}
   tools: {allow: [calculator, todo, web_fetch]}
   runtime: {idleTimeout: %[6]s, warmPool: %[5]d}
-`
+%[7]s%[8]s`
 
 var youAreRE = regexp.MustCompile(`^You are (\w+)\.`)
 
@@ -70,12 +71,17 @@ var youAreRE = regexp.MustCompile(`^You are (\w+)\.`)
 // prompt and the last user message.
 func delegateTenant(t testing.TB, ns string, leadPool, researchPool int, idle string, answer func(agent, user string, r fakellm.Recorded) fakellm.Turn) gatewaytest.Client {
 	t.Helper()
-	return observedDelegateTenant(t, ns, leadPool, researchPool, idle, answer, func() {})
+	return observedDelegateTenant(t, ns, delegateManifestFor(ns, leadPool, researchPool, idle, "", ""), answer, func() {})
 }
 
-// observedDelegateTenant is delegateTenant whose onResult sees every tool
-// result coming back to a model.
-func observedDelegateTenant(t testing.TB, ns string, leadPool, researchPool int, idle string,
+// delegateManifestFor is delegateManifest for tenant ns.
+func delegateManifestFor(ns string, leadPool, researchPool int, idle, researcherSpec, more string) string {
+	return fmt.Sprintf(delegateManifest, ns, ns+"-key", st.llm.URL(), leadPool, researchPool, idle, researcherSpec, more)
+}
+
+// observedDelegateTenant is delegateTenant with its own manifest, whose
+// onResult sees every tool result coming back to a model.
+func observedDelegateTenant(t testing.TB, ns, manifest string,
 	answer func(agent, user string, r fakellm.Recorded) fakellm.Turn, onResult func(),
 ) gatewaytest.Client {
 	t.Helper()
@@ -96,7 +102,7 @@ func observedDelegateTenant(t testing.TB, ns string, leadPool, researchPool int,
 		return answer(agent, lastUser(r), r)
 	})
 	key := ns + "-key"
-	st.apply(t, fmt.Sprintf(delegateManifest, ns, key, st.llm.URL(), leadPool, researchPool, idle))
+	st.apply(t, manifest)
 	st.waitReady(t, ns, "lead")
 	st.waitReady(t, ns, "researcher")
 	c := gatewaytest.Client{URL: st.gatewayURL, Key: key}
@@ -423,4 +429,60 @@ func TestClusterDelegateStopCancelsChild(t *testing.T) {
 	// The release channel is still open: only the stop can have ended the
 	// child's turn.
 	g.Eventually(func() int64 { return st.redis.Exists(context.Background(), running).Val() }, 30*time.Second, 100*time.Millisecond).Should(BeZero())
+}
+
+// analystAgent is a third Agent, which researcher may delegate to.
+const analystAgent = `---
+apiVersion: agents.picobot.io/v1alpha1
+kind: Agent
+metadata:
+  name: analyst
+  namespace: %[1]s
+spec:
+  instructions: You are analyst.
+  model: {provider: openai, model: analyst-model, baseURL: %[2]s, apiKeySecretRef: {name: research-key, key: apiKey}}
+  tools: {allow: [calculator]}
+  runtime: {idleTimeout: 2m, warmPool: 1}
+`
+
+// TestClusterDelegateNestedRunsCarryTheirDepth: lead delegates to
+// researcher, whose pod delegates on to analyst: the nested run is at depth
+// 2 (its depth came to researcher's pod in the queued message), is recorded
+// in the session of the run that delegated it naming that run as its
+// parent, and the answers come back up the chain.
+func TestClusterDelegateNestedRunsCarryTheirDepth(t *testing.T) {
+	needStack(t)
+	g := NewWithT(t)
+	ns := "tenant-delegate-chain"
+	manifest := delegateManifestFor(ns, 1, 1, "2m", "  delegates: [{name: analyst, agentRef: {name: analyst}}]\n", fmt.Sprintf(analystAgent, ns, st.llm.URL()))
+	c := observedDelegateTenant(t, ns, manifest, func(agent, _ string, _ fakellm.Recorded) fakellm.Turn {
+		switch agent {
+		case "analyst":
+			return fakellm.Turn{Text: "bedrock"}
+		case "researcher":
+			return delegateCall(`{"target":"analyst","task":"dig deeper"}`)
+		default:
+			return delegateCall(`{"target":"researcher","task":"dig"}`)
+		}
+	}, func() {})
+	st.waitReady(t, ns, "analyst")
+	answer, sid := sendLead(t, c, "n1", "chain", "How deep?")
+	outer := decodeResult(g, answer)
+	g.Expect(outer.Status).To(Equal("succeeded"), answer)
+	g.Expect(decodeResult(g, outer.Result)).To(MatchFields(IgnoreExtras, Fields{"Target": Equal("analyst"), "Status": Equal("succeeded"), "Result": Equal("bedrock")}))
+
+	db, ctx := tenantStore(t, ns)
+	runs, err := db.ListAgentRuns(ctx, store.AgentRunFilter{})
+	g.Expect(err).NotTo(HaveOccurred())
+	byAgent := map[string]store.AgentRun{}
+	for _, r := range runs {
+		byAgent[r.Agent] = r
+	}
+	g.Expect(byAgent).To(HaveLen(2))
+	g.Expect(byAgent["researcher"]).To(MatchFields(IgnoreExtras, Fields{"SessionID": Equal(sid), "ParentRunID": BeEmpty()}))
+	g.Expect(byAgent["researcher"].Input).To(ContainSubstring(`"depth":1`))
+	g.Expect(byAgent["analyst"]).To(MatchFields(IgnoreExtras, Fields{"ParentRunID": Equal(byAgent["researcher"].ID),
+		"SessionID": Equal("delegate:" + byAgent["researcher"].ID + ":default"), "Status": Equal(store.RunSucceeded)}))
+	g.Expect(byAgent["analyst"].Input).To(ContainSubstring(`"depth":2`))
+	g.Expect(requestsOf("analyst", "dig deeper")[0].Header.Get("Authorization")).To(Equal("Bearer sk-research"))
 }
