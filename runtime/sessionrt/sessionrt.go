@@ -317,10 +317,10 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 		r.cfg.Reporter.Done(ctx, c, m.ID, protocol.Outcome{}, &protocol.CodedError{Code: code, Err: err})
 		return false, nil
 	}
-	m0, tctx := r.cfg.Manager, ctx
+	mgr, tctx := r.cfg.Manager, ctx
 	if d := in.Delegation; d != nil {
 		once = true
-		if m0, tctx, err = r.delegatedTurn(ctx, c, *d); err != nil {
+		if mgr, tctx, err = r.delegatedTurn(ctx, c, *d); err != nil {
 			if ctx.Err() != nil {
 				return once, ctx.Err()
 			}
@@ -331,11 +331,11 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 			r.delegated.Delete(c)
 			// The run's session has nothing more to do: its lease goes
 			// now, also when the next owner is to resume it.
-			_ = m0.ReleaseAll(context.WithoutCancel(ctx))
+			_ = mgr.ReleaseAll(context.WithoutCancel(ctx))
 		}()
 	}
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
-	reply, err := r.handle(tctx, m0, c, m.ID, in.Text)
+	reply, err := r.handle(tctx, mgr, c, m.ID, in.Text)
 	end()
 	if err != nil && ctx.Err() != nil {
 		// Shutting down or the chat was lost mid-turn: whatever the error

@@ -142,7 +142,9 @@ func procStatusMB(tb testing.TB, pid int, names ...string) []float64 {
 // runs the sub-agent's turn and publishes its outcome; three model calls in
 // all, the run's session and its agent_runs record. It reports p50/p99 of
 // the whole turn (send to answer, through the gateway) and of the delegate
-// call alone (from the lead model's tool call to its result coming back).
+// call alone (from the lead model's tool call to its result coming back),
+// and for comparison a message sent straight to researcher's warm pod
+// through the gateway (plain-turn), what the delegated run costs at least.
 // Each sample is a new chat, so each one is a wake of each Agent.
 func BenchmarkDelegateRoundTrip(b *testing.B) {
 	needStack(b)
@@ -173,7 +175,7 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 			g.Expect(a.Status.ActiveSessions).To(HaveValue(BeZero()))
 		}
 	}
-	var turns []time.Duration
+	var turns, plain []time.Duration
 	for i := range max(b.N, 12) {
 		b.StopTimer()
 		g.Eventually(warm("lead"), 120*time.Second, 100*time.Millisecond).Should(Succeed())
@@ -183,6 +185,13 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 		answer, _ := sendLead(b, c, fmt.Sprintf("b%d", i), fmt.Sprintf("bench%d", i), "Where?")
 		turns = append(turns, time.Since(start))
 		g.Expect(answer).To(ContainSubstring(`"result": "Paris"`))
+		b.StopTimer()
+		g.Eventually(warm("researcher"), 120*time.Second, 100*time.Millisecond).Should(Succeed())
+		start = time.Now()
+		answer, _, err := trySend(c, "researcher", fmt.Sprintf("p%d", i), fmt.Sprintf("plain%d", i), "Where?")
+		plain = append(plain, time.Since(start))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(answer).To(Equal("Paris"))
 	}
 	b.StopTimer()
 	mu.Lock()
@@ -191,6 +200,8 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 	b.ReportMetric(float64(quantile(turns, 0.99).Milliseconds()), "ms-turn-p99")
 	b.ReportMetric(float64(quantile(calls, 0.50).Milliseconds()), "ms-delegate-p50")
 	b.ReportMetric(float64(quantile(calls, 0.99).Milliseconds()), "ms-delegate-p99")
+	b.ReportMetric(float64(quantile(plain, 0.50).Milliseconds()), "ms-plain-turn-p50")
+	b.ReportMetric(float64(quantile(plain, 0.99).Milliseconds()), "ms-plain-turn-p99")
 }
 
 // quantile is the q-quantile of d (nearest rank).

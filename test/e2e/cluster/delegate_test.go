@@ -140,7 +140,12 @@ func sendLead(t testing.TB, c gatewaytest.Client, id, chat, text string) (answer
 
 // trySendLead is sendLead for goroutines other than the test's.
 func trySendLead(c gatewaytest.Client, id, chat, text string) (answer, sessionID string, err error) {
-	res, err := c.Request(http.MethodPost, "/api/v1/send", map[string]string{"id": id, "agent": "lead", "chat_id": chat, "text": text}, nil)
+	return trySend(c, "lead", id, chat, text)
+}
+
+// trySend sends text to a chat of agent and returns the answer.
+func trySend(c gatewaytest.Client, agent, id, chat, text string) (answer, sessionID string, err error) {
+	res, err := c.Request(http.MethodPost, "/api/v1/send", map[string]string{"id": id, "agent": agent, "chat_id": chat, "text": text}, nil)
 	if err != nil {
 		return "", "", fmt.Errorf("send %s: %w", id, err)
 	}
