@@ -13,6 +13,9 @@ import (
 
 	. "github.com/onsi/gomega"
 	. "github.com/onsi/gomega/gstruct"
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
@@ -264,6 +267,22 @@ func TestClusterDelegateForeground(t *testing.T) {
 	answer, _ = sendLead(t, c, "m4", "widen", "WIDEN")
 	g.Expect(answer).To(ContainSubstring("allowed_tools can only narrow the tools of researcher, which does not have bash (it has calculator, web_fetch)"))
 	g.Expect(requestsOf("researcher", "list files")).To(BeEmpty())
+
+	// With its tenant's own Redis user, what lead's pods connect as, a task
+	// can be queued (and woken) for this tenant's researcher only: Redis
+	// refuses another tenant's chat and wake streams.
+	sec := &corev1.Secret{}
+	g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "picobot-runtime-connection"}, sec)).To(Succeed())
+	opt, err := redis.ParseURL(string(sec.Data["PICOBOT_REDIS_URL"]))
+	g.Expect(err).NotTo(HaveOccurred())
+	rdb := redis.NewClient(opt)
+	defer func() { _ = rdb.Close() }()
+	own := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: wake.ChatStream(ns, "researcher", protocol.ChannelDelegate, "probe"), Values: []any{"p", "x"}})
+	g.Expect(own.Err()).NotTo(HaveOccurred())
+	for _, key := range []string{wake.ChatStream("tenant-other", "researcher", protocol.ChannelDelegate, "probe"), wake.Stream("tenant-other", "researcher"), wake.Notices} {
+		err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: key, Values: []any{"p", "x"}}).Err()
+		g.Expect(err).To(MatchError(ContainSubstring("NOPERM")), key)
+	}
 }
 
 // TestClusterDelegateBatchKeepsRequestOrder: two tasks run at once in two
