@@ -389,16 +389,15 @@ func TestMCPEnvSecretMissing(t *testing.T) {
 	g.Expect(filepath.Join(f.dir, "workspaces", "gh", ".mcp")).To(BeADirectory(), "MCP servers work in a folder of the agent's")
 }
 
-// TestDelegateWithoutSubAgentRuns: a host that runs no sub-agents (a
-// cluster session pod, which must not read another Agent's model key)
-// still gives delegate to an Agent with delegate edges, and a call is
+// TestDelegateWithoutSubAgentRuns: a host that runs no sub-agents (one
+// given no Delegates runner) still gives delegate to an Agent with delegate edges, and a call is
 // answered with the host's reason, recorded nowhere.
 func TestDelegateWithoutSubAgentRuns(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
 	h := f.host()
 	h.Mode = agenthost.ModeCluster
-	h.DelegatesUnavailable = "cluster mode does not run sub-agents yet"
+	h.DelegatesUnavailable = "this host runs no sub-agents"
 	a := agentWith("lead", picobotv1alpha1.AgentSpec{
 		Model:     &picobotv1alpha1.ModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "m", BaseURL: f.llm.URL()}},
 		Delegates: []picobotv1alpha1.Delegate{{Name: "helper", AgentRef: corev1.LocalObjectReference{Name: "helper"}}},
@@ -412,7 +411,7 @@ func TestDelegateWithoutSubAgentRuns(t *testing.T) {
 	reqs := f.llm.Requests()
 	g.Expect(reqs).To(HaveLen(2))
 	last := reqs[1].Messages[len(reqs[1].Messages)-1]
-	g.Expect(last.Content + fmt.Sprint(last.ToolResults)).To(ContainSubstring("error: delegation is not available here: cluster mode does not run sub-agents yet"))
+	g.Expect(last.Content + fmt.Sprint(last.ToolResults)).To(ContainSubstring("error: delegation is not available here: this host runs no sub-agents"))
 	runs, err := f.store.ListAgentRuns(store.WithTenant(context.Background(), tenant), store.AgentRunFilter{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(runs).To(BeEmpty())

@@ -47,7 +47,24 @@ func (l *LocalDelegates) Tools(_ context.Context, agent string) ([]string, error
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(b.Loop.Tools.Names(), func(n string) bool { return n == subAgentTool }), nil
+	return SubAgentTools(b.Loop.Tools.Names()), nil
+}
+
+// SubAgentTools are the tools a sub-agent run of an agent with tools may
+// get: all but todo.
+func SubAgentTools(tools []string) []string {
+	return slices.DeleteFunc(slices.Clone(tools), func(n string) bool { return n == subAgentTool })
+}
+
+// SubAgent is the session config of one sub-agent run of b: its own tools
+// minus todo, narrowed to tools when not nil, and a system prompt that says
+// the answer goes back to the delegating agent. Both modes run delegated
+// tasks on it: in-process (LocalDelegates) and in the target's own session
+// pods (runtime/cluster).
+func (b *Built) SubAgent(tools []string) session.Config {
+	return b.Session.Derived(b.Loop.Tools.Filter(func(n string) bool {
+		return n != subAgentTool && (tools == nil || slices.Contains(tools, n))
+	}), subAgentInstructions)
 }
 
 // Run implements delegate.Runner.
@@ -60,9 +77,7 @@ func (l *LocalDelegates) Run(ctx context.Context, req delegate.Request) (string,
 	if err != nil {
 		return "", "", fmt.Errorf("failed to run a task of agent %q: %w", req.Agent, err)
 	}
-	cfg := b.Session.Derived(b.Loop.Tools.Filter(func(n string) bool {
-		return n != subAgentTool && (req.Tools == nil || slices.Contains(req.Tools, n))
-	}), subAgentInstructions)
+	cfg := b.SubAgent(req.Tools)
 	if l.Workspace != nil {
 		cfg.Workspace = l.Workspace(tenant, req.Agent)
 	}

@@ -52,6 +52,9 @@ type RuntimeConfig struct {
 	// (agenthost.Built.Complete); without it they are answered with an
 	// error.
 	Stateless func(ctx context.Context, req protocol.Stateless, stream bool, sink func(turn.Event)) (protocol.Outcome, error)
+	// Delegated runs the delegated tasks of the agent's sub-agent runs
+	// (SubAgentRuns); without it they are answered with an error.
+	Delegated func(ctx context.Context, d protocol.Delegation) (context.Context, *session.Manager, error)
 	// OnQuiet is called when the chat has gone quiet after messages were
 	// processed (the first empty poll after them), and when the runtime is
 	// ready and starts waiting for a wake; session pods return memory to
@@ -90,7 +93,7 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 	// A busy session is the lease of a dead owner that has not expired yet
 	// (this pod owns the chat): wait for it rather than fail the turn.
 	r.rt = sessionrt.New(sessionrt.Config{Tenant: cfg.Tenant, Agent: cfg.Agent, Consumer: cfg.Pod, Bus: cfg.Bus, Store: cfg.Store,
-		Manager: cfg.Manager, Owner: s, Reporter: s, IdleTimeout: cfg.IdleTimeout, Block: fetchBlock, BusyWait: cfg.LeaseTTL / 6,
+		Manager: cfg.Manager, Delegated: cfg.Delegated, Owner: s, Reporter: s, IdleTimeout: cfg.IdleTimeout, Block: fetchBlock, BusyWait: cfg.LeaseTTL / 6,
 		OnQuiet: cfg.OnQuiet, Drain: cfg.Drain, Log: cfg.Log})
 	return r
 }

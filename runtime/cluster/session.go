@@ -153,8 +153,8 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
 		// A sub-agent's model key is its own Agent's Secret, which this pod
-		// must not read: its runs belong in its own session pods.
-		DelegatesUnavailable: "cluster mode does not run sub-agents yet (only `picobot serve` does); do the task yourself",
+		// must not read: its runs go to its own session pods.
+		Delegates: &Delegates{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Kube: kube, Log: log},
 		SecretHint: func(sel corev1.SecretKeySelector) string {
 			return fmt.Sprintf("the operator passes Secret %q key %q to the pod as %s; check that the Secret exists", sel.Name, sel.Key, agenthost.SecretEnvName(sel.Name, sel.Key))
 		}}
@@ -170,6 +170,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	runs := localrun.New(func(name string) (localrun.Agent, bool) { return built.RunTarget(), name == agentName })
 	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
 		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, Stateless: built.Complete, Log: log, Drain: ctx.Done(),
+		Delegated: SubAgentRuns(svc.Store, agentName, built.SubAgent),
 		// A session pod spends most of its life waiting: warm for a wake,
 		// then for the user's next message. Start-up and each turn leave
 		// garbage and heap the Go runtime would hand back to the OS only

@@ -35,7 +35,16 @@ func TestInboundVersions(t *testing.T) {
 	g.Expect(in.Text).To(Equal("hi"))
 	_, err = DecodeInbound([]byte(`{"v":7,"id":"x","channel":"web","chat_key":"a/u"}`))
 	g.Expect(errors.Is(err, ErrUnknownVersion)).To(BeTrue())
-	g.Expect(err).To(MatchError(ContainSubstring("version 7 (this build reads up to 1)")))
+	g.Expect(err).To(MatchError(ContainSubstring("version 7 (this build reads up to 2)")))
+	// A delegated task is version 2, which a version-1 runtime refuses
+	// rather than run it without its narrowed tools and depth.
+	b, err = EncodeInbound(Inbound{ID: "r1", Channel: ChannelDelegate, ChatKey: "r1", Text: "task",
+		Delegation: &Delegation{RunID: "r1", ParentAgent: "lead", Depth: 2, Tools: []string{}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).To(ContainSubstring(`"v":2`))
+	in, err = DecodeInbound(b)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(in.Delegation).To(Equal(&Delegation{RunID: "r1", ParentAgent: "lead", Depth: 2, Tools: []string{}}), "an empty tools list stays a narrowing to none")
 	_, err = DecodeInbound([]byte(`{"id":"x","text":"hi"}`))
 	g.Expect(err).To(MatchError(ContainSubstring("no channel or chat_key")))
 }

@@ -17,8 +17,11 @@ import (
 // message. A change that old readers would misread bumps the version;
 // adding an optional field does not.
 const (
-	// InboundVersion is the version of Inbound.
-	InboundVersion = 1
+	// InboundVersion is the version of Inbound. Version 2 added
+	// Delegation, which a version-1 reader would drop (running a sub-agent's
+	// task with all of its tools and no depth): a message carrying it is
+	// stamped 2, every other message still 1, so older runtimes read them.
+	InboundVersion = 2
 	// FrameVersion is the version of Frame. Version 1 carried the turn
 	// event with Go field names ("ToolCall"); version 2 with the JSON tags
 	// of runtime/turn ("tool_call"), and turn.Event still reads version 1.
@@ -37,12 +40,37 @@ type Inbound struct {
 	// ChatKey is the chat as sessions know it (ChatKey).
 	ChatKey string `json:"chat_key"`
 	Text    string `json:"text"`
+	// Delegation, when set, makes the message a delegated task: the only
+	// message of a sub-agent run's chat (channel ChannelDelegate, chat key
+	// the run id).
+	Delegation *Delegation `json:"delegation,omitempty"`
 }
 
-// EncodeInbound returns the bus payload of a message, stamped with
-// InboundVersion.
+// Delegation is what the runtime of a sub-agent needs to know of the run it
+// serves, beyond the task's text: it travels in the queued message, so the
+// pod that takes the run over after another died knows it too.
+type Delegation struct {
+	// RunID is the run's agent_runs record (and its chat key).
+	RunID string `json:"run_id"`
+	// ParentAgent delegated the run from session ParentSession.
+	ParentAgent   string `json:"parent_agent"`
+	ParentSession string `json:"parent_session"`
+	// Depth is the run's depth in its delegation chain (1 for a task a
+	// root agent delegated): the sub-agent's own delegations count from it.
+	Depth int `json:"depth"`
+	// Tools, when not null, narrows the sub-agent's tools to these (an
+	// empty list to none).
+	Tools []string `json:"tools"`
+}
+
+// EncodeInbound returns the bus payload of a message, stamped with the
+// oldest version that carries it: InboundVersion with a Delegation, 1
+// without.
 func EncodeInbound(in Inbound) ([]byte, error) {
-	in.V = InboundVersion
+	in.V = 1
+	if in.Delegation != nil {
+		in.V = InboundVersion
+	}
 	b, err := json.Marshal(in)
 	if err != nil {
 		return nil, fmt.Errorf("failed to encode message %q: %w", in.ID, err)

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/picobot/picobot/runtime/approval"
@@ -91,9 +92,16 @@ type Config struct {
 	// Store lists a chat's dialogs for /stop.
 	Store store.Store
 	// Manager runs the turns (agenthost.Built.Manager).
-	Manager  *session.Manager
-	Owner    Owner
-	Reporter Reporter
+	Manager *session.Manager
+	// Delegated returns the manager and the context of a delegated task's
+	// turn (a message carrying a protocol.Delegation): the sub-agent's
+	// session config and the run's depth. An error answers the message
+	// with it (a run its delegating turn already gave up). Without it such
+	// messages are answered with an error: they must never run on Manager,
+	// whose tools the run may not have.
+	Delegated func(ctx context.Context, d protocol.Delegation) (context.Context, *session.Manager, error)
+	Owner     Owner
+	Reporter  Reporter
 	// IdleTimeout ends serving a chat after it had no message that long
 	// (DefaultIdleTimeout).
 	IdleTimeout time.Duration
@@ -148,6 +156,9 @@ type Runtime struct {
 	cfg Config
 	// approvals holds the exec approval requests of the running turns.
 	approvals *approval.Broker
+	// delegated holds the manager of each chat's running delegated turn
+	// (Chat -> *session.Manager), for Stop.
+	delegated sync.Map
 }
 
 // New returns a Runtime.
@@ -231,11 +242,16 @@ func (r *Runtime) serveHeld(ctx context.Context, c Chat) (served, lost bool, err
 	defer stopTaking()
 	var last time.Time
 	quiet := true
+	// A delegated run's chat has its one message: once it is answered
+	// there is nothing to wait for.
+	done := false
 	handle := func(_ context.Context, msgs []bus.Message) error {
 		for _, m := range msgs {
-			if err := r.process(held, c, m); err != nil {
+			once, err := r.process(held, c, m)
+			if err != nil {
 				return err
 			}
+			done = done || once
 		}
 		served, quiet, last = true, false, time.Now()
 		return nil
@@ -247,7 +263,7 @@ func (r *Runtime) serveHeld(ctx context.Context, c Chat) (served, lost bool, err
 				r.cfg.OnQuiet()
 			}
 		}
-		return !served || time.Since(last) >= r.cfg.IdleTimeout
+		return !served || done || time.Since(last) >= r.cfg.IdleTimeout
 	}
 	consumer := bus.NewConsumer(r.cfg.Bus, r.Stream(c), protocol.ChatGroup, r.cfg.Consumer, handle, bus.ConsumerOptions{
 		Batch: 1, Block: r.cfg.Block, ClaimMinIdle: time.Nanosecond, ClaimInterval: r.cfg.ClaimInterval,
@@ -283,12 +299,13 @@ func (r *Runtime) UntilDrain(ctx context.Context) (context.Context, context.Canc
 	return out, cancel
 }
 
-// process runs one message. It returns an error only to leave the message
-// pending: the runtime is shutting down or lost the chat mid-turn, and the
-// chat's next owner runs it.
-func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) error {
+// process runs one message; once reports a delegated task's (its chat has
+// no other). It returns an error only to leave the message pending: the
+// runtime is shutting down or lost the chat mid-turn, and the chat's next
+// owner runs it.
+func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool, err error) {
 	if m.Deliveries > r.cfg.MaxDeliveries {
-		return r.deadLetter(ctx, c, m)
+		return false, r.deadLetter(ctx, c, m)
 	}
 	in, err := protocol.DecodeInbound(m.Payload)
 	if err != nil {
@@ -298,20 +315,51 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) error {
 			code = protocol.CodeUnavailable
 		}
 		r.cfg.Reporter.Done(ctx, c, m.ID, protocol.Outcome{}, &protocol.CodedError{Code: code, Err: err})
-		return nil
+		return false, nil
+	}
+	mgr, tctx := r.cfg.Manager, ctx
+	if d := in.Delegation; d != nil {
+		once = true
+		if mgr, tctx, err = r.delegatedTurn(ctx, c, *d); err != nil {
+			if ctx.Err() != nil {
+				return once, ctx.Err()
+			}
+			r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, r.coded(c, err))
+			return once, nil
+		}
+		defer func() {
+			r.delegated.Delete(c)
+			// The run's session has nothing more to do: its lease goes
+			// now, also when the next owner is to resume it.
+			_ = mgr.ReleaseAll(context.WithoutCancel(ctx))
+		}()
 	}
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
-	reply, err := r.handle(ctx, c, m.ID, in.Text)
+	reply, err := r.handle(tctx, mgr, c, m.ID, in.Text)
 	end()
 	if err != nil && ctx.Err() != nil {
 		// Shutting down or the chat was lost mid-turn: whatever the error
 		// (a store call cut short need not say it was cancelled), the
 		// message stays pending and its next owner resumes it.
-		return ctx.Err()
+		return once, ctx.Err()
 	}
 	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate, Failed: reply.Failed}
 	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, r.coded(c, err))
-	return nil
+	return once, nil
+}
+
+// delegatedTurn returns the manager and context of a delegated task's turn,
+// and registers the manager for Stop.
+func (r *Runtime) delegatedTurn(ctx context.Context, c Chat, d protocol.Delegation) (*session.Manager, context.Context, error) {
+	if r.cfg.Delegated == nil {
+		return nil, nil, &protocol.CodedError{Code: protocol.CodeInternal, Err: errors.New("this runtime cannot run delegated tasks")}
+	}
+	tctx, m, err := r.cfg.Delegated(ctx, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.delegated.Store(c, m)
+	return m, tctx, nil
 }
 
 // deadLetter sets a message aside on the dead-letter stream and answers it
@@ -337,10 +385,10 @@ func (r *Runtime) deadLetter(ctx context.Context, c Chat, m bus.Message) error {
 // is back, rather than being answered with an error and dropped. The turn's
 // writes are idempotent (keyed by the message id), and a turn whose results
 // were not stored runs again.
-func (r *Runtime) handle(ctx context.Context, c Chat, msgID, text string) (session.Reply, error) {
+func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID, text string) (session.Reply, error) {
 	var backoff time.Duration
 	for {
-		reply, err := r.cfg.Manager.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, MessageID: msgID, Text: text,
+		reply, err := m.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, MessageID: msgID, Text: text,
 			Stream: true, Sink: func(e turn.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) },
 			Approver: approver{r: r, c: c, msgID: msgID}})
 		var wait time.Duration
@@ -427,8 +475,12 @@ func (r *Runtime) Stop(ctx context.Context, c Chat) (bool, error) {
 		return false, err
 	}
 	stopped := false
+	d, _ := r.delegated.Load(c)
 	for _, s := range list {
 		stopped = r.cfg.Manager.Stop(s.ID) || stopped
+		if m, ok := d.(*session.Manager); ok {
+			stopped = m.Stop(s.ID) || stopped
+		}
 	}
 	return stopped, nil
 }

@@ -301,14 +301,14 @@ func TestMessagesThisRuntimeCannotReadAreAnsweredAndDropped(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
 	f.llm.Script(fakellm.Turn{Text: "fine"})
-	f.queueRaw(t, "assistant/u1/newer", []byte(`{"v":2,"id":"assistant/u1/newer","channel":"web","chat_key":"assistant/u1","text":"hi"}`))
+	f.queueRaw(t, "assistant/u1/newer", []byte(`{"v":3,"id":"assistant/u1/newer","channel":"web","chat_key":"assistant/u1","text":"hi"}`))
 	f.queueRaw(t, "assistant/u1/garbage", []byte(`{"v":1,`))
 	// A message of the format before it was versioned (no "v") is read.
 	f.queueRaw(t, "assistant/u1/old", []byte(`{"id":"assistant/u1/old","channel":"web","chat_key":"assistant/u1","text":"hi"}`))
 	g.Expect(f.serve(t)).To(BeTrue())
 	got := f.outcomes(t, 3)
 	g.Expect(got[0].Code).To(Equal(protocol.CodeUnavailable))
-	g.Expect(got[0].Err).To(ContainSubstring("unknown wire format version 2 (this build reads up to 1)"))
+	g.Expect(got[0].Err).To(ContainSubstring("unknown wire format version 3 (this build reads up to 2)"))
 	g.Expect(got[1].Code).To(Equal(protocol.CodeBadRequest))
 	g.Expect(got[1].Err).To(ContainSubstring("malformed queued message"))
 	g.Expect(got[2].Code).To(BeEmpty())
@@ -457,4 +457,76 @@ func TestATurnStillRunningAtTheEndOfTheGraceIsLeftForTheNextOwner(t *testing.T) 
 	g.Eventually(served, 10*time.Second).Should(Receive())
 	g.Consistently(f.rep.outcome, 200*time.Millisecond).ShouldNot(Receive(), "no outcome: the message is not answered here")
 	g.Expect(f.pending(t)).To(Equal(1), "left pending for the chat's next owner")
+}
+
+// TestDelegatedTasksRunOnTheirOwnManager: a message carrying a delegation
+// runs on the manager Delegated returns (the sub-agent's), with the context
+// it returns; serving ends once it is answered, however long the idle
+// timeout; a delegation Delegated refuses is answered with its error, and
+// without Delegated none runs on the agent's own manager.
+func TestDelegatedTasksRunOnTheirOwnManager(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.llm.Script(fakellm.Turn{Text: "sub answer"})
+	p, err := provider.New(provider.Config{Provider: provider.OpenAI, Model: "sub-model", BaseURL: f.llm.URL(), APIKey: "k"})
+	g.Expect(err).NotTo(HaveOccurred())
+	type depthKey struct{}
+	var depth any
+	mainRan := false
+	sub := session.NewManager(session.Config{Store: f.st, Loop: &agent.Loop{Provider: p}, Agent: "assistant", System: "You run a delegated task.",
+		Timeline: session.StoreTimeline{Store: f.st}, Holder: "pod-a", Prompt: func(ctx context.Context, _ session.PromptInput) string {
+			depth = ctx.Value(depthKey{})
+			return ""
+		}})
+	var got []protocol.Delegation
+	cfg := f.rt.cfg
+	cfg.IdleTimeout = time.Hour
+	cfg.Delegated = func(ctx context.Context, d protocol.Delegation) (context.Context, *session.Manager, error) {
+		got = append(got, d)
+		if d.RunID == "gone" {
+			return nil, nil, &protocol.CodedError{Code: protocol.CodeStopped, Err: errors.New("run gone is cancelled")}
+		}
+		return context.WithValue(ctx, depthKey{}, d.Depth), sub, nil
+	}
+	cfg.Manager = session.NewManager(session.Config{Store: f.st, Loop: &agent.Loop{Provider: p}, Agent: "assistant",
+		Timeline: session.StoreTimeline{Store: f.st}, Holder: "pod-a", Prompt: func(context.Context, session.PromptInput) string {
+			mainRan = true
+			return ""
+		}})
+	f.rt = New(cfg)
+	queue := func(run string) {
+		f.chat = Chat{Channel: protocol.ChannelDelegate, Key: run}
+		payload, err := protocol.EncodeInbound(protocol.Inbound{ID: run, Channel: f.chat.Channel, ChatKey: run, Text: "the task",
+			Delegation: &protocol.Delegation{RunID: run, ParentAgent: "lead", Depth: 2, Tools: []string{"calculator"}}})
+		g.Expect(err).NotTo(HaveOccurred())
+		f.queueRaw(t, run, payload)
+	}
+
+	queue("r1")
+	g.Expect(f.serve(t)).To(BeTrue(), "served, and back at once: the run's chat has no other message")
+	out := f.outcomes(t, 1)[0]
+	g.Expect(out.Code).To(BeEmpty(), out.Err)
+	g.Expect(out.Out.Text).To(Equal("sub answer"))
+	g.Expect(out.Out.SessionID).To(Equal("delegate:r1:default"))
+	g.Expect(got).To(Equal([]protocol.Delegation{{RunID: "r1", ParentAgent: "lead", Depth: 2, Tools: []string{"calculator"}}}))
+	g.Expect(f.llm.Requests()).To(HaveLen(1))
+	g.Expect(f.llm.Requests()[0].System).To(Equal("You run a delegated task."), "the sub-agent's manager, not the agent's")
+	g.Expect(depth).To(Equal(2), "the turn ran with Delegated's context")
+
+	queue("gone")
+	g.Expect(f.serve(t)).To(BeTrue())
+	out = f.outcomes(t, 1)[0]
+	g.Expect(out.Code).To(Equal(protocol.CodeStopped))
+	g.Expect(out.Err).To(ContainSubstring("run gone is cancelled"))
+
+	cfg.Delegated = nil
+	f.rt = New(cfg)
+	queue("r3")
+	g.Expect(f.serve(t)).To(BeTrue())
+	out = f.outcomes(t, 1)[0]
+	g.Expect(out.Code).To(Equal(protocol.CodeInternal))
+	g.Expect(out.Err).To(ContainSubstring("cannot run delegated tasks"))
+	g.Expect(f.llm.Requests()).To(HaveLen(1), "neither refused run reached a model")
+	g.Expect(mainRan).To(BeFalse(), "no delegated task ran on the agent's own manager")
+	g.Expect(f.pending(t)).To(BeZero())
 }

@@ -31,6 +31,9 @@ type AgentReconciler struct {
 	MaxConcurrentReconciles int
 	// Runtime, when set, makes the reconciler keep session pods.
 	Runtime *RuntimeConfig
+	// wakes enqueues agents whose wakes no pod has claimed (wakeNotices,
+	// delegateTargets).
+	wakes chan event.TypedGenericEvent[*picobotv1alpha1.Agent]
 }
 
 // +kubebuilder:rbac:groups=agents.picobot.io,resources=agents,verbs=get;list;watch
@@ -66,6 +69,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	recordTransitions(r.Recorder, agent, changed, picobotv1alpha1.ConditionReady, picobotv1alpha1.ConditionStalled)
 	if s.runtime != nil && s.runtime.requeue > 0 {
+		r.delegateTargets(ctx, agent)
 		return ctrl.Result{RequeueAfter: s.runtime.requeue}, nil
 	}
 	return ctrl.Result{}, nil
@@ -91,6 +95,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.Runtime != nil {
 		wakes := make(chan event.TypedGenericEvent[*picobotv1alpha1.Agent], 1024)
+		r.wakes = wakes
 		if err := mgr.Add(wakeNotices(r.Runtime.Bus, wakes)); err != nil {
 			return err
 		}

@@ -479,6 +479,39 @@ func secretKeysOf(a *picobotv1alpha1.Agent, defaults *corev1.ConfigMap) []corev1
 	return out
 }
 
+// delegateTargets enqueues the delegate targets of a busy agent whose wake
+// streams hold wakes no pod has claimed. A session pod wakes the runtime of a
+// delegated run on the target's wake stream alone: its tenant's Redis user
+// cannot write the shared notice stream (wake.Notices). The delegating agent
+// is busy while it waits, so it is resynced every ResyncBusy, and with it a
+// cold target gets its pod within that.
+func (r *AgentReconciler) delegateTargets(ctx context.Context, a *picobotv1alpha1.Agent) {
+	if r.wakes == nil {
+		return
+	}
+	seen := map[string]bool{a.Name: true}
+	for _, d := range a.Spec.Delegates {
+		name := d.AgentRef.Name
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		target := &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: name}}
+		n, err := r.unclaimedWakes(ctx, target)
+		if err != nil {
+			log.FromContext(ctx).V(1).Info("Could not read a delegate target's wakes", "target", name, "err", err.Error())
+			continue
+		}
+		if n == 0 {
+			continue
+		}
+		select {
+		case r.wakes <- event.TypedGenericEvent[*picobotv1alpha1.Agent]{Object: target}:
+		default: // full: the target is enqueued already, or will be at the next pass
+		}
+	}
+}
+
 // wakeNotices feeds every wake to the agent controller, so a wake no warm pod
 // claims gets a pod at once rather than at the next resync. It runs on the
 // leader only, like the controller.

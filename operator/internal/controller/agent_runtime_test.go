@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/podspec"
@@ -227,4 +228,26 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 		cond: condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonImagePullFailed,
 			"session pod "+pods[0].Name+" cannot pull its image: not found")}))
 	g.Expect(e.pods(t)).To(HaveLen(4))
+}
+
+// TestDelegateTargetsWithUnclaimedWakesAreEnqueued: a session pod wakes the
+// runtime of a delegated run on the target's wake stream alone (its Redis
+// user cannot write the operator's notice stream); reconciling the busy
+// delegating agent enqueues each target, once, whose stream holds a wake no
+// pod claimed, and no other.
+func TestDelegateTargetsWithUnclaimedWakesAreEnqueued(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	wakes := make(chan event.TypedGenericEvent[*picobotv1alpha1.Agent], 8)
+	e.r.wakes = wakes
+	lead := e.agent.DeepCopy()
+	lead.Spec.Delegates = []picobotv1alpha1.Delegate{{Name: "r", AgentRef: corev1.LocalObjectReference{Name: "researcher"}},
+		{Name: "r2", AgentRef: corev1.LocalObjectReference{Name: "researcher"}}, {Name: "w", AgentRef: corev1.LocalObjectReference{Name: "writer"}}}
+	ns := lead.Namespace
+	g.Expect(wake.Queue(context.Background(), e.r.Runtime.Bus, wake.Wake{Tenant: ns, Agent: "researcher", Channel: "delegate", ChatKey: "run-1"})).To(Succeed())
+	e.r.delegateTargets(context.Background(), lead)
+	g.Expect(wakes).To(HaveLen(1))
+	got := <-wakes
+	g.Expect(got.Object.Namespace).To(Equal(ns))
+	g.Expect(got.Object.Name).To(Equal("researcher"))
 }

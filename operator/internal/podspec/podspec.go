@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -290,12 +291,20 @@ func ServiceAccount(a *picobotv1alpha1.Agent) *corev1.ServiceAccount {
 }
 
 // Role grants a session pod exactly what its runtime and tools need: read its
-// own Agent and the namespace defaults, watch skill ConfigMaps, and manage the
-// CronJobs and BrowserProfiles its tools create (the tools label them
-// agent-made; the label is what GitOps tools ignore).
+// own Agent and those its delegate edges name (the delegate tool reads a
+// target's readiness and effective tools), the namespace defaults, watch
+// skill ConfigMaps, and manage the CronJobs and BrowserProfiles its tools
+// create (the tools label them agent-made; the label is what GitOps tools
+// ignore).
 func Role(a *picobotv1alpha1.Agent) *rbacv1.Role {
+	agents := []string{a.Name}
+	for _, d := range a.Spec.Delegates {
+		if !slices.Contains(agents, d.AgentRef.Name) {
+			agents = append(agents, d.AgentRef.Name)
+		}
+	}
 	return &rbacv1.Role{ObjectMeta: meta(a, ServiceAccountName(a.Name)), Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"agents"}, ResourceNames: []string{a.Name}, Verbs: []string{"get", "watch"}},
+		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"agents"}, ResourceNames: agents, Verbs: []string{"get", "watch"}},
 		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"cronjobs", "browserprofiles"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},

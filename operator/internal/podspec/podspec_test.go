@@ -193,6 +193,11 @@ func TestRoleGrantsOnlyWhatTheToolsNeed(t *testing.T) {
 	g.Expect(verbs).To(HaveLen(6))
 	g.Expect(verbs["agents"]).To(ConsistOf("get", "watch"))
 	g.Expect(r.Rules[0].ResourceNames).To(Equal([]string{"helper"}))
+	// A lead also reads the Agents its delegate edges name, once each.
+	lead := agent()
+	lead.Spec.Delegates = []picobotv1alpha1.Delegate{{Name: "a", AgentRef: corev1.LocalObjectReference{Name: "researcher"}},
+		{Name: "b", AgentRef: corev1.LocalObjectReference{Name: "researcher"}}, {Name: "c", AgentRef: corev1.LocalObjectReference{Name: "helper"}}}
+	g.Expect(Role(lead).Rules[0].ResourceNames).To(Equal([]string{"helper", "researcher"}))
 	g.Expect(verbs["configmaps"]).NotTo(ContainElement("create"))
 	// One Secret only: the agent's browser endpoints, read-only.
 	g.Expect(verbs["secrets"]).To(Equal([]string{"get"}))

@@ -91,15 +91,34 @@ func Publish(ctx context.Context, b bus.Bus, w Wake) error {
 	if w.At.IsZero() {
 		w.At = time.Now()
 	}
+	if err := Queue(ctx, b, w); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	if err := b.Publish(ctx, Notices, bus.Message{ID: bus.NewID(), Payload: payload}); err != nil {
+		return fmt.Errorf("failed to notify the operator of a wake: %w", err)
+	}
+	return nil
+}
+
+// Queue queues a wake for the agent's pods without copying it to Notices,
+// which a session pod's tenant user cannot write: a session pod wakes the
+// runtime of its delegated runs with it. A warm pod claims the wake at once;
+// otherwise the operator finds it in the stream's lag (see Stream) when it
+// next looks at the agent.
+func Queue(ctx context.Context, b bus.Bus, w Wake) error {
+	if w.At.IsZero() {
+		w.At = time.Now()
+	}
 	payload, err := json.Marshal(w)
 	if err != nil {
 		return err
 	}
 	if err := b.Publish(ctx, Stream(w.Tenant, w.Agent), bus.Message{ID: bus.NewID(), Payload: payload}); err != nil {
 		return fmt.Errorf("failed to wake a runtime: %w", err)
-	}
-	if err := b.Publish(ctx, Notices, bus.Message{ID: bus.NewID(), Payload: payload}); err != nil {
-		return fmt.Errorf("failed to notify the operator of a wake: %w", err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,4 +133,83 @@ func procStatusMB(tb testing.TB, pid int, names ...string) []float64 {
 		}
 	}
 	return out
+}
+
+// BenchmarkDelegateRoundTrip measures, in cluster mode, a chat turn whose
+// model delegates one task to another Agent, with a fake model that answers
+// at once and a warm pod of each Agent waiting: the lead's pod queues the
+// run on the run's chat stream and wakes the researcher's warm pod, which
+// runs the sub-agent's turn and publishes its outcome; three model calls in
+// all, the run's session and its agent_runs record. It reports p50/p99 of
+// the whole turn (send to answer, through the gateway) and of the delegate
+// call alone (from the lead model's tool call to its result coming back),
+// and for comparison a message sent straight to researcher's warm pod
+// through the gateway (plain-turn), what the delegated run costs at least.
+// Each sample is a new chat, so each one is a wake of each Agent.
+func BenchmarkDelegateRoundTrip(b *testing.B) {
+	needStack(b)
+	g := NewWithT(b)
+	ns := "bench-delegate"
+	var mu sync.Mutex
+	var called time.Time
+	var calls []time.Duration
+	c := observedDelegateTenant(b, ns, delegateManifestFor(ns, 1, 1, "1s", "", ""), func(agent, _ string, _ fakellm.Recorded) fakellm.Turn {
+		if agent == "researcher" {
+			return fakellm.Turn{Text: "Paris"}
+		}
+		mu.Lock()
+		called = time.Now()
+		mu.Unlock()
+		return delegateCall(`{"target":"researcher","task":"Find the capital of France."}`)
+	}, func() {
+		// The result came back to lead's model: the delegate call ended.
+		mu.Lock()
+		calls = append(calls, time.Since(called))
+		mu.Unlock()
+	})
+	warm := func(name string) func(g Gomega) {
+		return func(g Gomega) {
+			a := &picobotv1alpha1.Agent{}
+			g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, a)).To(Succeed())
+			g.Expect(a.Status.WarmPods).To(HaveValue(Equal(int32(1))))
+			g.Expect(a.Status.ActiveSessions).To(HaveValue(BeZero()))
+		}
+	}
+	var turns, plain []time.Duration
+	for i := range max(b.N, 12) {
+		b.StopTimer()
+		g.Eventually(warm("lead"), 120*time.Second, 100*time.Millisecond).Should(Succeed())
+		g.Eventually(warm("researcher"), 120*time.Second, 100*time.Millisecond).Should(Succeed())
+		b.StartTimer()
+		start := time.Now()
+		answer, _ := sendLead(b, c, fmt.Sprintf("b%d", i), fmt.Sprintf("bench%d", i), "Where?")
+		turns = append(turns, time.Since(start))
+		g.Expect(answer).To(ContainSubstring(`"result": "Paris"`))
+		b.StopTimer()
+		g.Eventually(warm("researcher"), 120*time.Second, 100*time.Millisecond).Should(Succeed())
+		start = time.Now()
+		answer, _, err := trySend(c, "researcher", fmt.Sprintf("p%d", i), fmt.Sprintf("plain%d", i), "Where?")
+		plain = append(plain, time.Since(start))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(answer).To(Equal("Paris"))
+	}
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	b.ReportMetric(float64(quantile(turns, 0.50).Milliseconds()), "ms-turn-p50")
+	b.ReportMetric(float64(quantile(turns, 0.99).Milliseconds()), "ms-turn-p99")
+	b.ReportMetric(float64(quantile(calls, 0.50).Milliseconds()), "ms-delegate-p50")
+	b.ReportMetric(float64(quantile(calls, 0.99).Milliseconds()), "ms-delegate-p99")
+	b.ReportMetric(float64(quantile(plain, 0.50).Milliseconds()), "ms-plain-turn-p50")
+	b.ReportMetric(float64(quantile(plain, 0.99).Milliseconds()), "ms-plain-turn-p99")
+}
+
+// quantile is the q-quantile of d (nearest rank).
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*q))]
 }
