@@ -19,6 +19,10 @@ const subAgentTool = "todo"
 const subAgentInstructions = `## Delegated task
 Another agent handed you the task in the user message; it carries all the context you get (you do not see that agent's conversation). Do it with your tools, then answer with the result: your final answer is returned to that agent, nobody else reads it.`
 
+// backgroundInstructions follow subAgentInstructions in a background run.
+const backgroundInstructions = `
+This run is in the background: the other agent goes on meanwhile. If it must know something before your final answer, use emit_signal.`
+
 // LocalDelegates runs delegated tasks in this process (embedded mode): each
 // a fresh session of the target agent, built from its own manifest with its
 // own model and keys, whose tools are its own minus todo, narrowed to the
@@ -60,9 +64,18 @@ func (l *LocalDelegates) Run(ctx context.Context, req delegate.Request) (string,
 	if err != nil {
 		return "", "", fmt.Errorf("failed to run a task of agent %q: %w", req.Agent, err)
 	}
-	cfg := b.Session.Derived(b.Loop.Tools.Filter(func(n string) bool {
+	tools := b.Loop.Tools.Filter(func(n string) bool {
 		return n != subAgentTool && (req.Tools == nil || slices.Contains(req.Tools, n))
-	}), subAgentInstructions)
+	})
+	instructions := subAgentInstructions
+	if req.Mode == delegate.ModeBackground {
+		// Every background run, and nothing else, may signal its parent.
+		if err := tools.Register(delegate.NewSignal(b.Session.Store)); err != nil {
+			return "", "", fmt.Errorf("failed to give run %q emit_signal: %w", req.RunID, err)
+		}
+		instructions += backgroundInstructions
+	}
+	cfg := b.Session.Derived(tools, instructions)
 	if l.Workspace != nil {
 		cfg.Workspace = l.Workspace(tenant, req.Agent)
 	}

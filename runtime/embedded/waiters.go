@@ -145,6 +145,11 @@ func (r *Runtime) resumeUnfinished() {
 				r.log.Error("Could not look for unfinished turns", "agent", ta.agent, "tenant", ta.tenant, "err", err)
 			}
 			for _, u := range turns {
+				if u.Session.Channel == protocol.ChannelDelegate {
+					// A sub-agent run's turn: its run resumes it
+					// (resumeBackground) or died with its caller.
+					continue
+				}
 				r.requeue(ctx, ta, u)
 			}
 		}

@@ -77,6 +77,20 @@ type Config struct {
 	// Workspace returns the working folder of a session.
 	Workspace func(id ID) string
 	Clock     clock.WithTicker
+	// Signals, when set, hands turns the signals background runs sent to
+	// their session: every pending one joins the user message of the
+	// session's next turn, and steer ones reach a running turn between two
+	// tool batches (agent.Input.Steer). Optional.
+	Signals SignalSource
+}
+
+// SignalSource gives a session the signals waiting for it
+// (delegate.SignalInbox).
+type SignalSource interface {
+	// Take returns the session's pending signals as text (steer ones only
+	// when steerOnly; "" when none) and commit, which marks them consumed
+	// once the text is stored.
+	Take(ctx context.Context, sessionID string, steerOnly bool) (text string, commit func(context.Context) error, err error)
 }
 
 // Derived is c for runs of the same agent with other tools (a scheduled
@@ -86,6 +100,7 @@ func (c Config) Derived(tools *tool.Registry, instructions string) Config {
 	loop := *c.Loop
 	loop.Tools = tools
 	c.Loop = &loop
+	c.Signals = nil // signals go to the session that started a run, never to a run
 	if c.System != "" {
 		c.System += "\n\n"
 	}
@@ -271,9 +286,25 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *du
 		}
 		m.markLeased(sid)
 	}
-	stored, err := m.cfg.Store.AppendMessages(ctx, sid, store.Message{ID: in.MessageID, Role: llm.RoleUser, Content: in.Text})
+	text, commitSignals := in.Text, func(context.Context) error { return nil }
+	if m.cfg.Signals != nil {
+		sigs, commit, err := m.cfg.Signals.Take(ctx, sid, false)
+		if err != nil {
+			return nil, nil, fmt.Errorf("failed to read the signals of session %q: %w", sid, err)
+		}
+		if sigs != "" {
+			text, commitSignals = JoinSections(text, sigs), commit
+		}
+	}
+	stored, err := m.cfg.Store.AppendMessages(ctx, sid, store.Message{ID: in.MessageID, Role: llm.RoleUser, Content: text})
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to store message of session %q: %w", sid, err)
+	}
+	if !stored[0].Duplicate {
+		// Signals that joined a message stored before stay pending.
+		if err := commitSignals(ctx); err != nil {
+			return nil, nil, fmt.Errorf("failed to mark the signals of session %q consumed: %w", sid, err)
+		}
 	}
 	m.extendHistory(sid, stored, true)
 	t := &pending{id: id, sid: sid, messageID: in.MessageID, userAt: stored[0].CreatedAt}
@@ -339,6 +370,7 @@ func (m *Manager) run(ctx context.Context, t *pending, in Inbound) {
 		Env:        tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent, Approver: in.Approver},
 		Checkpoint: func(_ context.Context, msg llm.Message) error { return m.checkpoint(ctx, t, msg) },
 		StepsDone:  t.stepsDone,
+		Steer:      m.steer(t.sid),
 	})
 	stopHeartbeat()
 	t.userStopped = errors.Is(context.Cause(t.ctx), errStopped)
@@ -386,6 +418,21 @@ func (m *Manager) finish(ctx context.Context, t *pending) (Reply, error) {
 	}
 	reply.Text = t.out.Final
 	return reply, nil
+}
+
+// steer returns the turn's agent.Input.Steer: the session's pending steer
+// signals (nil without Config.Signals).
+func (m *Manager) steer(sid string) func(context.Context) (string, func(context.Context) error) {
+	if m.cfg.Signals == nil {
+		return nil
+	}
+	return func(ctx context.Context) (string, func(context.Context) error) {
+		text, commit, err := m.cfg.Signals.Take(ctx, sid, true)
+		if err != nil || text == "" {
+			return "", nil // a signal not read now is read at the next boundary or turn
+		}
+		return "[While you were working]\n" + text, commit
+	}
 }
 
 // heartbeat renews the session lease every third of its TTL until stopped; a
