@@ -357,3 +357,252 @@ func TestBackgroundRefusedToSubAgents(t *testing.T) {
 	g.Expect(answer).To(ContainSubstring("l2 did it"))
 	g.Expect(e.runs(tenantA, store.AgentRunFilter{Mode: store.RunBackground})).To(BeEmpty())
 }
+
+// TestSignalsSteerAndQueue: a background run sends a steer and a queue
+// signal while the parent's turn still runs. The steer one reaches that
+// turn at its next boundary between tool batches (with the calculator's
+// result); the queue one waits for the parent's next turn (the
+// continuation), and each is read once.
+func TestSignalsSteerAndQueue(t *testing.T) {
+	g := NewWithT(t)
+	proceed := make(chan struct{})
+	var e *bgEnv
+	var mu sync.Mutex
+	var calcResult string
+	e = startBackground(t, func(agent string, req fakellm.Recorded) fakellm.Turn {
+		last := lastMessage(req)
+		switch {
+		case agent == "researcher" && last.Role == "tool":
+			<-proceed
+			return fakellm.Turn{Text: "research done"}
+		case agent == "researcher":
+			return fakellm.Turn{ToolCalls: []fakellm.Call{
+				{ID: "s1", Name: delegate.SignalName, Args: `{"message":"STEER-1 the city is Lyon","delivery":"steer","kind":"finding"}`},
+				{ID: "s2", Name: delegate.SignalName, Args: `{"message":"QUEUE-1 half way"}`}}}
+		case strings.HasPrefix(last.Content, "[Background run "):
+			return fakellm.Turn{Text: "continued"}
+		case last.Role == "tool" && strings.Contains(last.Content, "started in the background"):
+			// Wait for both signals, then run one more tool batch.
+			for {
+				sigs, err := e.st.ListAgentSignals(tenantOf(tenantA), store.AgentSignalFilter{})
+				if err == nil && len(sigs) == 2 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "c1", Name: "calculator", Args: `{"function":"evaluate","expression":"1+1"}`}}}
+		case last.Role == "tool":
+			mu.Lock()
+			calcResult = last.Content
+			mu.Unlock()
+			return fakellm.Turn{Text: "noted"}
+		default:
+			return fakellm.Turn{ToolCalls: []fakellm.Call{delegateCall("d1", `{"target":"researcher","task":"find the city","mode":"background"}`)}}
+		}
+	})
+	answer, session := e.send(e.a, "signals", "Go")
+	g.Expect(answer).To(Equal("noted"))
+	mu.Lock()
+	g.Expect(calcResult).To(ContainSubstring("STEER-1 the city is Lyon"), "the steer signal joined the running turn")
+	g.Expect(calcResult).To(ContainSubstring("finding"))
+	g.Expect(calcResult).NotTo(ContainSubstring("QUEUE-1"), "a queue signal waits for the next turn")
+	mu.Unlock()
+
+	close(proceed)
+	runs := e.waitDelivered(tenantA, 1)
+	e.checkOnceEach(e.a, session, runs)
+	var continuation string
+	for _, m := range e.history(e.a, session) {
+		if c, _ := m["content"].(string); m["role"] == "user" && strings.HasPrefix(c, "[Background run ") {
+			continuation = c
+		}
+	}
+	g.Expect(continuation).To(ContainSubstring("QUEUE-1 half way"), "the queue signal came with the next turn")
+	g.Expect(continuation).NotTo(ContainSubstring("STEER-1"), "the steer signal was read once")
+	sigs, err := e.st.ListAgentSignals(tenantOf(tenantA), store.AgentSignalFilter{SessionID: session})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sigs).To(HaveLen(2))
+	for _, s := range sigs {
+		g.Expect(s.State).To(Equal(store.SignalConsumed))
+	}
+	// The stored tool result carries the steer signal, so a resumed turn
+	// sees what the model saw.
+	var stored bool
+	for _, m := range e.history(e.a, session) {
+		if c, _ := m["content"].(string); m["role"] == "tool" && strings.Contains(c, "STEER-1") {
+			stored = true
+		}
+	}
+	g.Expect(stored).To(BeTrue())
+}
+
+// TestAgentTask: every agent_task action, and who may see a run. The root
+// agent sees the runs of its own session (and their sub-runs); another
+// session of the same tenant, and the same chat of another tenant, get "not
+// found" for the same run id; a sub-agent sees its own subtree and not its
+// root's runs. cancel stops a running background run, supersedes its
+// unconsumed signals and leaves nothing to deliver.
+func TestAgentTask(t *testing.T) {
+	g := NewWithT(t)
+	release, emitNow := make(chan struct{}), make(chan struct{})
+	var emitOnce sync.Once
+	var rootRun string
+	var mu sync.Mutex
+	var e *bgEnv
+	e = startBackground(t, func(agent string, req fakellm.Recorded) fakellm.Turn {
+		last := lastMessage(req)
+		tools := 0
+		for _, m := range req.Messages {
+			if m.Role == "tool" {
+				tools++
+			}
+		}
+		switch {
+		case agent == "researcher" && strings.Contains(req.Messages[1].Content, "quick"):
+			return fakellm.Turn{Text: "quick result"}
+		case agent == "researcher" && last.Role == "tool":
+			<-release
+			return fakellm.Turn{Text: "too late"}
+		case agent == "researcher":
+			<-emitNow
+			return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "s1", Name: delegate.SignalName, Args: `{"message":"early news"}`}}}
+		case agent == "l2":
+			return fakellm.Turn{Text: "l2 done"}
+		case agent == "l1" && tools == 0:
+			return fakellm.Turn{ToolCalls: []fakellm.Call{delegateCall("n1", `{"target":"next","task":"go"}`)}}
+		case agent == "l1" && tools == 1:
+			var r delegate.Result
+			_ = json.Unmarshal([]byte(last.Content), &r)
+			return taskCall(fmt.Sprintf(`{"action":"get","run_id":%q}`, r.RunID))
+		case agent == "l1" && tools == 2:
+			mu.Lock()
+			id := rootRun
+			mu.Unlock()
+			return taskCall(fmt.Sprintf(`{"action":"get","run_id":%q}`, id))
+		case agent == "l1":
+			return fakellm.Turn{Text: req.Messages[len(req.Messages)-3].Content + "\n---\n" + last.Content}
+		case last.Role == "tool":
+			return fakellm.Turn{Text: last.Content}
+		case strings.HasPrefix(last.Content, "[Background run "):
+			return fakellm.Turn{Text: "continued"}
+		case strings.HasPrefix(last.Content, "TASK "):
+			// Signals may follow the first line (a queue signal joins the
+			// next user message).
+			args, _, _ := strings.Cut(strings.TrimPrefix(last.Content, "TASK "), "\n")
+			if strings.Contains(last.Content, "\nEMIT") {
+				// The run signals during the cancelling turn: a signal
+				// nobody has read yet when the cancel comes.
+				emitOnce.Do(func() {
+					close(emitNow)
+					for {
+						sigs, err := e.st.ListAgentSignals(tenantOf(tenantA), store.AgentSignalFilter{})
+						if err == nil && len(sigs) == 1 {
+							return
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+				})
+			}
+			return taskCall(args)
+		case strings.HasPrefix(last.Content, "QUICK"):
+			return fakellm.Turn{ToolCalls: []fakellm.Call{delegateCall("q", `{"target":"researcher","task":"quick","mode":"background"}`)}}
+		case strings.HasPrefix(last.Content, "SUBTREE"):
+			return fakellm.Turn{ToolCalls: []fakellm.Call{delegateCall("s", `{"target":"sub","task":"look around"}`)}}
+		default:
+			return fakellm.Turn{ToolCalls: []fakellm.Call{delegateCall("d1", `{"target":"researcher","task":"long","mode":"background"}`)}}
+		}
+	})
+	t.Cleanup(func() { // before the runtime stops (cleanups run last first)
+		close(release)
+		emitOnce.Do(func() { close(emitNow) })
+	})
+	task := func(c gatewaytest.Client, chat, args string) string {
+		answer, _ := e.send(c, chat, "TASK "+args)
+		return answer
+	}
+	answer, session := e.send(e.a, "owner", "START")
+	var started delegate.Result
+	g.Expect(json.Unmarshal([]byte(answer), &started)).To(Succeed(), answer)
+	r1 := started.RunID
+	mu.Lock()
+	rootRun = r1
+	mu.Unlock()
+
+	// get, list and get_result of a running run.
+	g.Expect(task(e.a, "owner", fmt.Sprintf(`{"action":"get","run_id":%q}`, r1))).To(And(
+		ContainSubstring(`"run_id": "`+r1+`"`), ContainSubstring(`"status": "running"`), ContainSubstring(`"mode": "background"`)))
+	g.Expect(task(e.a, "owner", `{"action":"list"}`)).To(ContainSubstring(r1))
+	g.Expect(task(e.a, "owner", fmt.Sprintf(`{"action":"get_result","run_id":%q}`, r1))).To(ContainSubstring("has not ended (running)"))
+	g.Expect(task(e.a, "owner", `{"action":"get"}`)).To(ContainSubstring("get needs run_id"))
+	g.Expect(task(e.a, "owner", `{"action":"list","cursor_id":"x"}`)).To(ContainSubstring("cursor_created_at and cursor_id go together"))
+	g.Expect(task(e.a, "owner", `{"action":"list","limit":500}`)).To(ContainSubstring("limit 500 is not between 1 and 100"))
+
+	// Authorization comes from the caller, not from knowing the id.
+	notFound := fmt.Sprintf("run %q not found", r1)
+	for _, action := range []string{"get", "get_result", "cancel"} {
+		args := fmt.Sprintf(`{"action":%q,"run_id":%q}`, action, r1)
+		g.Expect(task(e.a, "another-chat", args)).To(ContainSubstring(notFound), "another session of the tenant: %s", action)
+		g.Expect(task(e.b, "owner", args)).To(ContainSubstring(notFound), "the same chat of another tenant: %s", action)
+	}
+	g.Expect(task(e.a, "another-chat", `{"action":"list"}`)).NotTo(ContainSubstring(r1))
+	g.Expect(task(e.b, "owner", `{"action":"list"}`)).NotTo(ContainSubstring(r1))
+
+	// A sub-agent sees its own subtree only; the root sees the sub-run too.
+	answer, _ = e.send(e.a, "owner", "SUBTREE")
+	var sub delegate.Result
+	g.Expect(json.Unmarshal([]byte(answer), &sub)).To(Succeed(), answer)
+	mine, theirs, ok := strings.Cut(sub.Result, "\n---\n")
+	g.Expect(ok).To(BeTrue(), answer)
+	g.Expect(mine).To(And(ContainSubstring(`"agent": "l2"`), ContainSubstring(`"status": "succeeded"`)), "l1 sees the run it started")
+	g.Expect(theirs).To(ContainSubstring(notFound), "l1 does not see its root's run")
+	l2 := e.runs(tenantA, store.AgentRunFilter{Agent: "l2"})
+	g.Expect(l2).To(HaveLen(1))
+	g.Expect(task(e.a, "owner", fmt.Sprintf(`{"action":"get_result","run_id":%q}`, l2[0].ID))).To(ContainSubstring(`"result": "l2 done"`))
+
+	// cancel: the run stops, its signal is superseded, nothing is delivered.
+	g.Expect(task(e.a, "owner", fmt.Sprintf(`{"action":"cancel","run_id":%q}`+"\nEMIT", r1))).To(And(
+		ContainSubstring(`"status": "cancelled"`), ContainSubstring(`"superseded_signals": 1`), ContainSubstring(`"stopped_here": true`)))
+	g.Expect(task(e.a, "owner", fmt.Sprintf(`{"action":"cancel","run_id":%q}`, r1))).To(ContainSubstring("has already ended (cancelled)"))
+	g.Expect(task(e.a, "owner", fmt.Sprintf(`{"action":"get_result","run_id":%q}`, r1))).To(ContainSubstring(`"result": "cancelled with agent_task"`))
+	sigs, err := e.st.ListAgentSignals(tenantOf(tenantA), store.AgentSignalFilter{RunID: r1})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sigs[0].State).To(Equal(store.SignalSuperseded))
+	got, err := e.st.GetAgentRun(tenantOf(tenantA), r1)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Completion).To(Equal(store.CompletionClosed))
+
+	// list pages with the cursor pair, newest first, each run once.
+	for range 3 {
+		e.send(e.a, "owner", "QUICK")
+	}
+	e.waitDelivered(tenantA, 3)
+	seen := map[string]int{}
+	args := `{"action":"list","limit":2}`
+	for page := 0; ; page++ {
+		g.Expect(page).To(BeNumerically("<", 5))
+		var out struct {
+			Runs []struct {
+				RunID string `json:"run_id"`
+			} `json:"runs"`
+			Next *struct {
+				CreatedAt string `json:"created_at"`
+				ID        string `json:"id"`
+			} `json:"next_cursor"`
+		}
+		answer := task(e.a, "owner", args)
+		g.Expect(json.Unmarshal([]byte(answer), &out)).To(Succeed(), answer)
+		for _, r := range out.Runs {
+			seen[r.RunID]++
+		}
+		if out.Next == nil {
+			break
+		}
+		args = fmt.Sprintf(`{"action":"list","limit":2,"cursor_created_at":%q,"cursor_id":%q}`, out.Next.CreatedAt, out.Next.ID)
+	}
+	g.Expect(seen).To(HaveLen(5), "the long run, the sub run and three quick ones: %v", seen)
+	for id, n := range seen {
+		g.Expect(n).To(Equal(1), "run %s listed once", id)
+	}
+	g.Expect(e.continuationRequests()).NotTo(HaveKey(r1), "a cancelled run has no continuation")
+	g.Expect(session).NotTo(BeEmpty())
+}
