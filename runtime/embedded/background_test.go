@@ -606,3 +606,245 @@ func TestAgentTask(t *testing.T) {
 	g.Expect(e.continuationRequests()).NotTo(HaveKey(r1), "a cancelled run has no continuation")
 	g.Expect(session).NotTo(BeEmpty())
 }
+
+// TestBackgroundSurvivesRestart stops the server and starts it again on the
+// same state folder, once while the background run is running and once
+// while its continuation turn is running: either way the run ends, its
+// continuation runs to its answer exactly once and the completion is
+// delivered.
+func TestBackgroundSurvivesRestart(t *testing.T) {
+	for _, phase := range []string{"run", "continuation"} {
+		t.Run("during the "+phase, func(t *testing.T) {
+			g := NewWithT(t)
+			stuck := make(chan struct{}, 1)
+			release := make(chan struct{})
+			e := startBackground(t, func(agent string, req fakellm.Recorded) fakellm.Turn {
+				last := lastMessage(req)
+				_, continuation := continuationOf(req)
+				switch {
+				case agent == "researcher" && phase == "run", continuation && phase == "continuation":
+					stuck <- struct{}{}
+					<-release // until the test is over: the server stops meanwhile
+					return fakellm.Turn{Text: "from the first server"}
+				case agent == "researcher":
+					return fakellm.Turn{Text: "research result"}
+				case last.Role == "tool":
+					return fakellm.Turn{Text: "started"}
+				default:
+					return fakellm.Turn{ToolCalls: []fakellm.Call{delegateCall("d1", `{"target":"researcher","task":"survive","mode":"background"}`)}}
+				}
+			})
+			t.Cleanup(func() { close(release) })
+			_, session := e.send(e.a, "restart", "Go")
+			<-stuck
+			e.stop()
+			before := len(e.llm.Requests())
+			// What the stopped server left in its state folder.
+			state, err := embedded.OpenState(context.Background(), embedded.StateDir(e.dir, ""))
+			g.Expect(err).NotTo(HaveOccurred())
+			run, err := state.Store.ListAgentRuns(tenantOf(tenantA), store.AgentRunFilter{Mode: store.RunBackground})
+			state.Close()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(run).To(HaveLen(1))
+			if phase == "run" {
+				g.Expect(run[0].Status).To(Equal(store.RunRunning), "the stop left the run running")
+			} else {
+				g.Expect(run[0].Completion).To(Equal(store.CompletionReady), "the stop left the completion undelivered")
+			}
+
+			e.setRespond(func(agent string, req fakellm.Recorded) fakellm.Turn {
+				if agent == "researcher" {
+					return fakellm.Turn{Text: "research result"}
+				}
+				if id, ok := continuationOf(req); ok {
+					return fakellm.Turn{Text: "Processed " + id}
+				}
+				return fakellm.Turn{Text: "?"}
+			})
+			e.start()
+			done := e.waitDelivered(tenantA, 1)
+			g.Expect(done[0].Status).To(Equal(store.RunSucceeded))
+			g.Expect(done[0].Result).To(Equal("research result"))
+
+			// One continuation message, answered once; after the restart
+			// the model was asked for it once.
+			hist := e.history(e.a, session)
+			var users, replies int
+			for _, m := range hist {
+				c, _ := m["content"].(string)
+				if m["role"] == "user" && strings.HasPrefix(c, "[Background run ") {
+					users++
+				}
+				if m["role"] == "assistant" && c == "Processed "+done[0].ID {
+					replies++
+				}
+			}
+			g.Expect(users).To(Equal(1))
+			g.Expect(replies).To(Equal(1))
+			after := 0
+			for _, r := range e.llm.Requests()[before:] {
+				if _, ok := continuationOf(r); ok {
+					after++
+				}
+			}
+			g.Expect(after).To(Equal(1), "the continuation turn ran once after the restart")
+			// Nothing more comes: the server is stopped and started once more.
+			e.stop()
+			e.start()
+			g.Expect(e.runs(tenantA, store.AgentRunFilter{Completion: store.CompletionReady})).To(BeEmpty())
+			e.checkNoMoreContinuations(session, 1)
+		})
+	}
+}
+
+// checkNoMoreContinuations waits until the chat has had no turn in flight
+// (a probe message answered after everything queued before it) and checks
+// it still holds want continuation messages.
+func (e *bgEnv) checkNoMoreContinuations(session string, want int) {
+	e.t.Helper()
+	prev := e.respond
+	e.setRespond(func(agent string, req fakellm.Recorded) fakellm.Turn {
+		if strings.Contains(lastMessage(req).Content, "PROBE") {
+			return fakellm.Turn{Text: "probe"}
+		}
+		return prev(agent, req)
+	})
+	id, err := parseChat(session)
+	NewWithT(e.t).Expect(err).NotTo(HaveOccurred())
+	e.send(e.a, id, "PROBE")
+	n := 0
+	for _, m := range e.history(e.a, session) {
+		if c, _ := m["content"].(string); m["role"] == "user" && strings.HasPrefix(c, "[Background run ") {
+			n++
+		}
+	}
+	NewWithT(e.t).Expect(n).To(Equal(want), "continuation messages in the chat")
+}
+
+// parseChat returns the chat id of a web session "web:assistant/<chat>:<dialog>".
+func parseChat(session string) (string, error) {
+	_, rest, ok := strings.Cut(session, "assistant/")
+	if !ok {
+		return "", fmt.Errorf("not a web session of assistant: %q", session)
+	}
+	chat := rest[:strings.LastIndexByte(rest, ':')]
+	return chat, nil
+}
+
+// TestRunRetention: ended runs with their completion delivered are kept for
+// the retention and deleted at the next start past it.
+func TestRunRetention(t *testing.T) {
+	g := NewWithT(t)
+	e := startBackground(t, func(agent string, req fakellm.Recorded) fakellm.Turn {
+		switch {
+		case agent == "researcher":
+			return fakellm.Turn{Text: "done"}
+		case lastMessage(req).Role == "tool", strings.HasPrefix(lastMessage(req).Content, "[Background run "):
+			return fakellm.Turn{Text: "ok"}
+		default:
+			return fakellm.Turn{ToolCalls: []fakellm.Call{delegateCall("d1", `{"target":"researcher","task":"t","mode":"background"}`)}}
+		}
+	})
+	e.send(e.a, "retention", "Go")
+	e.waitDelivered(tenantA, 1)
+	e.stop()
+	e.start() // the default retention, 24 h
+	g.Expect(e.runs(tenantA, store.AgentRunFilter{})).To(HaveLen(1), "kept within the retention")
+	e.stop()
+	e.opts.RunRetention = time.Nanosecond
+	e.start()
+	g.Expect(e.runs(tenantA, store.AgentRunFilter{})).To(BeEmpty(), "deleted past the retention")
+}
+
+// fanOut50 is the model of a turn that starts 50 background runs at once:
+// seven delegate calls in one step, six batches of eight and one of two.
+func fanOut50(tag string) fakellm.Turn {
+	var calls []fakellm.Call
+	for c := range 7 {
+		n := 8
+		if c == 6 {
+			n = 2
+		}
+		var tasks []string
+		for i := range n {
+			tasks = append(tasks, fmt.Sprintf(`{"task":"%s task %d"}`, tag, c*8+i))
+		}
+		calls = append(calls, delegateCall(fmt.Sprintf("f%d", c), `{"target":"researcher","mode":"background","tasks":[`+strings.Join(tasks, ",")+`]}`))
+	}
+	return fakellm.Turn{ToolCalls: calls}
+}
+
+// fanOutModel answers fan-out turns; continued, when set, is told of each
+// continuation it answers.
+func fanOutModel(continued func()) func(agent string, req fakellm.Recorded) fakellm.Turn {
+	return func(agent string, req fakellm.Recorded) fakellm.Turn {
+		last := lastMessage(req)
+		if id, ok := continuationOf(req); ok {
+			if continued != nil {
+				continued()
+			}
+			return fakellm.Turn{Text: "Processed " + id}
+		}
+		switch {
+		case agent == "researcher":
+			return fakellm.Turn{Text: "result of " + last.Content[strings.LastIndex(last.Content, "\n")+1:]}
+		case last.Role == "tool":
+			return fakellm.Turn{Text: "all started"}
+		default:
+			return fanOut50(last.Content)
+		}
+	}
+}
+
+// TestBackgroundFanOut50Repeated starts 50 background runs at once, 20
+// times over: every run's completion is delivered, with exactly one
+// continuation turn each, none lost and none twice.
+func TestBackgroundFanOut50Repeated(t *testing.T) {
+	g := NewWithT(t)
+	e := startBackground(t, fanOutModel(nil))
+	for rep := range 20 {
+		answer, session := e.send(e.a, fmt.Sprintf("fan%d", rep), fmt.Sprintf("rep%d", rep))
+		g.Expect(answer).To(Equal("all started"))
+		g.Eventually(func() int {
+			return len(e.runs(tenantA, store.AgentRunFilter{SessionID: session, Completion: store.CompletionDelivered}))
+		}).WithTimeout(120*time.Second).WithPolling(10*time.Millisecond).Should(Equal(50), "rep %d", rep)
+		runs := e.runs(tenantA, store.AgentRunFilter{SessionID: session})
+		g.Expect(runs).To(HaveLen(50))
+		for _, r := range runs {
+			g.Expect(r.Status).To(Equal(store.RunSucceeded))
+		}
+		e.checkOnceEach(e.a, session, runs)
+		e.checkNoMoreContinuations(session, 50)
+	}
+}
+
+// BenchmarkBackgroundFanOut50 measures, in embedded mode with a model that
+// answers at once, the time from the message whose turn starts 50
+// background runs at once to the 50th continuation answer in the chat.
+func BenchmarkBackgroundFanOut50(b *testing.B) {
+	var mu sync.Mutex
+	count, all := 0, make(chan struct{}, 1)
+	e := startBackground(b, fanOutModel(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if count++; count == 50 {
+			all <- struct{}{}
+		}
+	}))
+	var took []time.Duration
+	for i := 0; b.Loop(); i++ {
+		mu.Lock()
+		count = 0
+		mu.Unlock()
+		start := time.Now()
+		e.send(e.a, fmt.Sprintf("bench%d", i), fmt.Sprintf("bench%d", i))
+		select {
+		case <-all:
+		case <-time.After(2 * time.Minute):
+			b.Fatal("the 50 continuations did not come")
+		}
+		took = append(took, time.Since(start))
+	}
+	b.ReportMetric(float64(percentile(took, 0.50).Milliseconds()), "ms-all50-p50")
+	b.ReportMetric(float64(percentile(took, 0.99).Milliseconds()), "ms-all50-p99")
+}
