@@ -206,7 +206,9 @@ func (e *bgEnv) continuationRequests() map[string]int {
 	return out
 }
 
-func delegateCall(id, args string) fakellm.Call { return fakellm.Call{ID: id, Name: delegate.Name, Args: args} }
+func delegateCall(id, args string) fakellm.Call {
+	return fakellm.Call{ID: id, Name: delegate.Name, Args: args}
+}
 
 func taskCall(args string) fakellm.Turn {
 	return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "t1", Name: delegate.TaskName, Args: args}}}

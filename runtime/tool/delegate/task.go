@@ -183,7 +183,8 @@ func (t *tasks) list(ctx context.Context, env tool.Env, a TaskArgs) (tool.Result
 	if a.CursorCreatedAt != "" {
 		at, err := time.Parse(time.RFC3339Nano, a.CursorCreatedAt)
 		if err != nil {
-			return tool.Errorf("error: cursor_created_at %q is not an RFC 3339 time: pass next_cursor.created_at as it came", a.CursorCreatedAt), nil
+			// Bad input goes back to the model, not up as a failure.
+			return tool.Errorf("error: cursor_created_at %q is not an RFC 3339 time (%v): pass next_cursor.created_at as it came", a.CursorCreatedAt, err), nil
 		}
 		f.CursorCreatedAt, f.CursorID = at, a.CursorID
 	}
