@@ -27,7 +27,8 @@ const sweepEvery = time.Hour
 type completions struct{ r *Runtime }
 
 // Ready implements delegate.Completions: it queues run's continuation on
-// its parent session's chat (the chat's current dialog).
+// its parent session's chat, for that session's dialog (the chat's current
+// one if it was deleted meanwhile).
 func (c completions) Ready(ctx context.Context, run store.AgentRun) error {
 	tenant, err := store.TenantFrom(ctx)
 	if err != nil {
@@ -43,7 +44,7 @@ func (c completions) Ready(ctx context.Context, run store.AgentRun) error {
 	}
 	chat := sessionrt.Chat{Channel: id.Channel, Key: id.ChatID}
 	return c.r.queue(ctx, a.byTenant[tenant], chat, protocol.Inbound{ID: delegate.ContinuationID(run.ID), Channel: chat.Channel,
-		ChatKey: chat.Key, Text: delegate.ContinuationText(run)})
+		ChatKey: chat.Key, DialogID: id.DialogID, Text: delegate.ContinuationText(run)})
 }
 
 // resumeBackground resumes, for every tenant, the background runs and

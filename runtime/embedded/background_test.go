@@ -850,3 +850,44 @@ func BenchmarkBackgroundFanOut50(b *testing.B) {
 	b.ReportMetric(float64(percentile(took, 0.50).Milliseconds()), "ms-all50-p50")
 	b.ReportMetric(float64(percentile(took, 0.99).Milliseconds()), "ms-all50-p99")
 }
+
+// TestContinuationGoesToTheStartingSession: the chat switches to a new
+// dialog while the run works; the continuation still goes to the session
+// that started the run.
+func TestContinuationGoesToTheStartingSession(t *testing.T) {
+	g := NewWithT(t)
+	release := make(chan struct{})
+	e := startBackground(t, func(agent string, req fakellm.Recorded) fakellm.Turn {
+		last := lastMessage(req)
+		switch {
+		case agent == "researcher":
+			<-release
+			return fakellm.Turn{Text: "found"}
+		case strings.HasPrefix(last.Content, "[Background run "):
+			return fakellm.Turn{Text: "continued"}
+		case last.Role == "tool":
+			return fakellm.Turn{Text: "started"}
+		case strings.Contains(last.Content, "hello"):
+			return fakellm.Turn{Text: "hi"}
+		default:
+			return fakellm.Turn{ToolCalls: []fakellm.Call{delegateCall("d1", `{"target":"researcher","task":"t","mode":"background"}`)}}
+		}
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	_, first := e.send(e.a, "dialogs", "Go")
+	e.send(e.a, "dialogs", "/new")
+	_, second := e.send(e.a, "dialogs", "hello")
+	g.Expect(second).NotTo(Equal(first))
+	close(release)
+	runs := e.waitDelivered(tenantA, 1)
+	e.checkOnceEach(e.a, first, runs)
+	for _, m := range e.history(e.a, second) {
+		g.Expect(m["content"]).NotTo(HavePrefix("[Background run "), "nothing of the run in the new dialog")
+	}
+}

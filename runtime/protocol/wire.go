@@ -37,6 +37,11 @@ type Inbound struct {
 	// ChatKey is the chat as sessions know it (ChatKey).
 	ChatKey string `json:"chat_key"`
 	Text    string `json:"text"`
+	// DialogID, when set, names the dialog of the chat the message is for
+	// (a background run's continuation goes to the session that started
+	// the run); otherwise, or when that dialog is gone, the chat's current
+	// dialog takes it.
+	DialogID string `json:"dialog_id,omitempty"`
 }
 
 // EncodeInbound returns the bus payload of a message, stamped with

@@ -174,6 +174,9 @@ func (m *Manager) lock(id string) func() {
 // Inbound is a user message from a channel.
 type Inbound struct {
 	Channel, ChatID string
+	// DialogID, when set, is the dialog the message is for; the chat's
+	// current dialog takes it when empty, or when that dialog was deleted.
+	DialogID string
 	// MessageID is the channel's id of the message: a redelivery with the same
 	// id is processed once. Generated when empty.
 	MessageID string
@@ -218,7 +221,7 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	if cmd, ok := ParseCommand(in.Text); ok {
 		return m.command(ctx, in, cmd)
 	}
-	id, err := m.Resolve(ctx, in.Channel, in.ChatID)
+	id, err := m.resolveFor(ctx, in)
 	if err != nil {
 		return Reply{}, err
 	}
@@ -234,6 +237,22 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	}
 	m.run(ctx, t, in)
 	return m.finish(ctx, t)
+}
+
+// resolveFor returns the session of a message: its dialog when it names
+// one that still exists, else the chat's current dialog.
+func (m *Manager) resolveFor(ctx context.Context, in Inbound) (ID, error) {
+	if in.DialogID != "" {
+		id := ID{Channel: in.Channel, ChatID: in.ChatID, DialogID: in.DialogID}
+		s, err := m.cfg.Store.GetSession(ctx, id.String())
+		switch {
+		case err == nil && s.DeletedAt == nil:
+			return id, nil
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return ID{}, fmt.Errorf("failed to get session %q: %w", id, err)
+		}
+	}
+	return m.Resolve(ctx, in.Channel, in.ChatID)
 }
 
 // pending is a model turn between its phases.
