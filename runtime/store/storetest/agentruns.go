@@ -142,6 +142,9 @@ func testAgentSignals(t *testing.T, newStore NewStore) {
 	}
 	g.Expect(list(store.AgentSignalFilter{SessionID: "web:c1:d1"})).To(gomega.Equal([]string{"s-1", "s-2", "s-3"}), "oldest first")
 	g.Expect(list(store.AgentSignalFilter{Delivery: store.SignalSteer})).To(gomega.Equal([]string{"s-2"}))
+	other, err := st.ListAgentSignals(ctxFor(t, tenantB), store.AgentSignalFilter{SessionID: "web:c1:d1"})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(other).To(gomega.BeEmpty(), "another tenant sees none of them")
 
 	n, err := st.MarkAgentSignals(ctx, []string{"s-2"}, "", store.SignalConsumed)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
