@@ -4,17 +4,22 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 
+	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -128,4 +133,73 @@ func TestBackgroundRunSurvivesKill(t *testing.T) {
 		}
 	}
 	g.Expect(continuations).To(Equal(1), "one continuation turn")
+}
+
+// TestBackgroundContinuationOverWebhookChannel: a chat platform's chat
+// starts a background run; its continuation's reply is delivered to the
+// platform like the chat's other replies, once.
+func TestBackgroundContinuationOverWebhookChannel(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	defer s.Close()
+	s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		last := r.Messages[len(r.Messages)-1]
+		switch {
+		case strings.HasPrefix(r.System, "You are researcher."):
+			return fakellm.Turn{Text: "the answer is 42"}
+		case strings.HasPrefix(last.Content, "[Background run "):
+			return fakellm.Turn{Text: "CONTINUED"}
+		case last.Role == "tool":
+			return fakellm.Turn{Text: "started"}
+		case strings.HasPrefix(last.Content, "probe"):
+			return fakellm.Turn{Text: "probed"}
+		default:
+			return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "d1", Name: "delegate",
+				Args: `{"target":"researcher","task":"find the answer","mode":"background"}`}}}
+		}
+	})
+	const secret = "hook-signing-secret"
+	var mu sync.Mutex
+	var got []string
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get(channel.HeaderPicoBotSignature) != channel.WebhookSignature(secret, r.Header.Get(channel.HeaderPicoBotTimestamp), body) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		var m struct {
+			Text string `json:"text"`
+		}
+		_ = json.Unmarshal(body, &m)
+		mu.Lock()
+		got = append(got, m.Text)
+		mu.Unlock()
+		_, _ = w.Write([]byte(`{"message_id":"r1"}`))
+	}))
+	defer receiver.Close()
+	dir := t.TempDir()
+	agents := fmt.Sprintf(backgroundAgents, s.URL())
+	agents = strings.Replace(agents, "  tools: {allow: [calculator]}\n  delegates:",
+		"  tools: {allow: [calculator]}\n  channels:\n  - {type: webhook, name: hook, secretRef: {name: hook-secret}}\n  delegates:", 1)
+	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(agents), 0o600)).To(Succeed())
+	hookSecret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: hook-secret}\nstringData: {signingSecret: %s, url: %s}\n", secret, receiver.URL)
+	g.Expect(os.WriteFile(filepath.Join(dir, "hook-secret.yaml"), []byte(hookSecret), 0o600)).To(Succeed())
+	p := serve(t, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test")
+
+	post := func(body string) {
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/hooks/default/assistant/hook", bytes.NewReader([]byte(body)))
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		req.Header.Set(channel.HeaderPicoBotTimestamp, ts)
+		req.Header.Set(channel.HeaderPicoBotSignature, channel.WebhookSignature(secret, ts, []byte(body)))
+		res, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = res.Body.Close()
+		g.Expect(res.StatusCode).To(Equal(http.StatusOK))
+	}
+	replies := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
+	post(`{"chat_id":"c-7","message_id":"m-1","text":"start a background run"}`)
+	g.Eventually(replies, 30*time.Second, 20*time.Millisecond).Should(ContainElements("started", "CONTINUED"))
+	post(`{"chat_id":"c-7","message_id":"m-2","text":"probe"}`)
+	g.Eventually(replies, 30*time.Second, 20*time.Millisecond).Should(ContainElement("probed"))
+	g.Expect(replies()).To(ConsistOf("started", "CONTINUED", "probed"), "the continuation's reply went out once")
 }
