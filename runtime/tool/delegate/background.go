@@ -215,31 +215,8 @@ func (b *BackgroundRuns) ready(ctx context.Context, run store.AgentRun) {
 // continuations of those whose completion is ready. It returns how many of
 // each it found.
 func (b *BackgroundRuns) Recover(ctx context.Context) (rerun, requeued int, err error) {
-	for {
-		runs, err := b.cfg.Store.ListAgentRuns(ctx, store.AgentRunFilter{Mode: store.RunBackground, Active: true, Limit: 1000})
-		if err != nil {
-			return rerun, requeued, err
-		}
-		started := 0
-		for _, r := range runs {
-			if b.activeHere(r.ID) {
-				continue
-			}
-			req, err := requestOf(r)
-			if err != nil {
-				b.recordBroken(ctx, r, err)
-				continue
-			}
-			if err := b.Start(ctx, req); err != nil {
-				return rerun, requeued, err
-			}
-			rerun++
-			started++
-		}
-		if len(runs) < 1000 || started == 0 {
-			break
-		}
-	}
+	// Ready ones first: a run started again below may be ready before
+	// this looks, and would be queued twice.
 	ready, err := b.cfg.Store.ListAgentRuns(ctx, store.AgentRunFilter{Mode: store.RunBackground, Completion: store.CompletionReady, Limit: 100_000})
 	if err != nil {
 		return rerun, requeued, err
@@ -247,6 +224,24 @@ func (b *BackgroundRuns) Recover(ctx context.Context) (rerun, requeued int, err 
 	for _, r := range ready {
 		b.ready(ctx, r)
 		requeued++
+	}
+	runs, err := b.cfg.Store.ListAgentRuns(ctx, store.AgentRunFilter{Mode: store.RunBackground, Active: true, Limit: 100_000})
+	if err != nil {
+		return rerun, requeued, err
+	}
+	for _, r := range runs {
+		if b.activeHere(r.ID) {
+			continue
+		}
+		req, err := requestOf(r)
+		if err != nil {
+			b.recordBroken(ctx, r, err)
+			continue
+		}
+		if err := b.Start(ctx, req); err != nil {
+			return rerun, requeued, err
+		}
+		rerun++
 	}
 	return rerun, requeued, nil
 }

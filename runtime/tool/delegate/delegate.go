@@ -23,6 +23,7 @@ import (
 	"sync"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
 )
@@ -207,6 +208,11 @@ func (d *delegator) run(ctx context.Context, env tool.Env, a Args) (tool.Result,
 		}
 		if d.cfg.Background == nil {
 			return tool.Errorf("error: background runs are not available here; delegate in the foreground (omit mode)"), nil
+		}
+		if env.SessionID == "" || strings.HasPrefix(env.SessionID, protocol.ChannelStateless+":") {
+			// A continuation needs a stored chat to run in.
+			return tool.Errorf("error: a background run reports back in a later turn of this chat, and this turn has no stored chat " +
+				"(a stateless request); delegate in the foreground (omit mode)"), nil
 		}
 		background = true
 	default:
