@@ -92,6 +92,12 @@ func (r *Runtime) sweepRuns() {
 // in the chat's history).
 func (p reporter) continuationDone(ctx context.Context, c sessionrt.Chat, runID string, out protocol.Outcome, cerr *protocol.CodedError) {
 	ctx = store.WithTenant(ctx, p.ta.tenant)
+	if cerr != nil && (cerr.Code == protocol.CodeBusy || cerr.Code == protocol.CodeUnavailable) {
+		// The turn did not run: the completion stays ready and is queued
+		// again at the next start.
+		p.r.log.Warn("A background run's continuation did not run", "run", runID, "code", cerr.Code, "err", cerr.Err)
+		return
+	}
 	if err := delegate.MarkDelivered(ctx, p.r.state.Store, runID); err != nil {
 		p.r.log.Error("Failed to mark a background run's completion delivered", "run", runID, "err", err)
 	}
