@@ -78,6 +78,14 @@ type Input struct {
 	// that calls one ends the turn (StopClientTools) without running the
 	// agent's calls of that step. Optional.
 	ClientTools []llm.ToolDef
+	// Steer, when set, is asked at the end of each tool batch — the safe
+	// boundary where the model is about to read the batch's results — for
+	// text to put before the model now (steer signals of background runs).
+	// The text joins the batch's last tool result before that result is
+	// checkpointed (a message of its own there would end the turn for
+	// readers of the stored history), and commit is called once it is
+	// stored. Optional.
+	Steer func(ctx context.Context) (text string, commit func(context.Context) error)
 }
 
 // Output is what a turn produced.
@@ -335,13 +343,28 @@ func (l *Loop) callTools(ctx context.Context, reg *tool.Registry, in Input, step
 	for i := range calls {
 		emit(turn.Event{Kind: turn.EventToolCall, Step: step, ToolCall: &calls[i]})
 	}
+	n := 0
 	return l.runTools(ctx, reg, in.Env, calls, func(c llm.ToolCall, r tool.Result) error {
+		n++
+		var commit func(context.Context) error
+		if n == len(calls) && in.Steer != nil && ctx.Err() == nil {
+			var text string
+			if text, commit = in.Steer(ctx); text != "" {
+				r.Content += "\n\n" + text
+			}
+		}
 		m := llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError}
 		out.add(m)
 		out.Artifacts = append(out.Artifacts, r.Artifacts...)
 		emit(turn.Event{Kind: turn.EventToolResult, Step: step, ToolResult: &turn.ToolResult{
 			CallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError, Artifacts: r.Artifacts}})
-		return checkpoint(ctx, in.Checkpoint, m)
+		if err := checkpoint(ctx, in.Checkpoint, m); err != nil {
+			return err
+		}
+		if commit != nil {
+			return commit(ctx)
+		}
+		return nil
 	})
 }
 

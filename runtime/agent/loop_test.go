@@ -380,3 +380,57 @@ func TestCompressionSummariesGoToTimeline(t *testing.T) {
 		})
 	}
 }
+
+// TestLoopSteerJoinsTheBatchBoundary: what Steer returns at the end of a
+// tool batch joins the batch's last result — after it is checkpointed with
+// it, commit runs — and the model reads it in its next call; a batch with
+// nothing to steer is left as it was.
+func TestLoopSteerJoinsTheBatchBoundary(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			g := NewWithT(t)
+			s := fakellm.New()
+			defer s.Close()
+			s.Script(
+				fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"a"}`}, {Name: "echo", Args: `{"text":"b"}`}}},
+				fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"c"}`}}},
+				fakellm.Turn{Text: "done"},
+			)
+			var asked, committed int
+			var checkpointed []string
+			l := &Loop{Provider: newProvider(t, s, proto), Tools: registry(t, echoTool())}
+			out, err := l.Run(context.Background(), Input{History: []llm.Message{user("go")},
+				Checkpoint: func(_ context.Context, m llm.Message) error {
+					checkpointed = append(checkpointed, m.Content)
+					return nil
+				},
+				Steer: func(context.Context) (string, func(context.Context) error) {
+					if asked++; asked > 1 {
+						return "", nil
+					}
+					return "[steer] stop at b", func(context.Context) error {
+						committed++
+						g.Expect(checkpointed).To(ContainElement("echo: b\n\n[steer] stop at b"), "stored before it is committed")
+						return nil
+					}
+				}})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out.Final).To(Equal("done"))
+			g.Expect(asked).To(Equal(2), "once per batch")
+			g.Expect(committed).To(Equal(1))
+			g.Expect(out.New[1].Content).To(Equal("echo: a"), "only the batch's last result carries it")
+			g.Expect(out.New[2].Content).To(Equal("echo: b\n\n[steer] stop at b"))
+			g.Expect(out.New[4].Content).To(Equal("echo: c"))
+			var results []string
+			for _, m := range s.Requests()[1].Messages {
+				for _, r := range m.ToolResults {
+					results = append(results, r.Content)
+				}
+				if m.Role == "tool" {
+					results = append(results, m.Content)
+				}
+			}
+			g.Expect(results).To(ContainElement("echo: b\n\n[steer] stop at b"), "the model read it")
+		})
+	}
+}

@@ -82,6 +82,13 @@ type Host struct {
 	// DelegatesUnavailable says why delegation does not work without
 	// Delegates.
 	DelegatesUnavailable string
+	// Background runs background delegations; nil answers mode background
+	// with an error saying it is not available here.
+	Background delegate.Background
+	// ActiveRuns registers the delegated runs in progress in this process
+	// (shared by delegate, agent_task and Background), so agent_task can
+	// stop them.
+	ActiveRuns *delegate.ActiveRuns
 	// Features add tools and prompt sections to every agent, in order.
 	Features []Feature
 	Log      *slog.Logger
@@ -363,8 +370,8 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 }
 
 // sessionTools are the tools over the host's sessions and sub-agents:
-// session_status, and delegate along the Agent's spec.delegates edges (the
-// policy denies it to an Agent without any).
+// session_status, and delegate and agent_task along the Agent's
+// spec.delegates edges (the policy denies them to an Agent without any).
 func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName string) []tool.Tool {
 	model := ""
 	if modelName != "" {
@@ -372,7 +379,9 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 	}
 	return []tool.Tool{
 		sessions.NewStatus(h.Store, model),
-		delegate.New(delegate.Config{Agent: a.Name, Edges: a.Spec.Delegates, Runner: h.Delegates, Unavailable: h.DelegatesUnavailable, Runs: h.Store}),
+		delegate.New(delegate.Config{Agent: a.Name, Edges: a.Spec.Delegates, Runner: h.Delegates, Unavailable: h.DelegatesUnavailable, Runs: h.Store,
+			Background: h.Background, Active: h.ActiveRuns}),
+		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns}),
 	}
 }
 
@@ -479,7 +488,13 @@ func (h *Host) session(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveMod
 	comp := &agent.Compressor{Window: window, Summarizer: prov}
 	loop := &agent.Loop{Provider: prov, Tools: reg, Compressor: comp}
 	ws := filepath.Join(h.StateDir, "workspaces")
-	return loop, session.Config{Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
+	var signals session.SignalSource
+	if len(a.Spec.Delegates) > 0 {
+		// Only an orchestrating agent starts background runs; the others'
+		// turns need not ask for signals.
+		signals = delegate.SignalInbox{Store: h.Store}
+	}
+	return loop, session.Config{Signals: signals, Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
 		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, LeaseTTL: h.LeaseTTL, Timeline: session.StoreTimeline{Store: h.Store},
 		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(m),
 		Workspace: func(id session.ID) string {

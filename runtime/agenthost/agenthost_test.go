@@ -403,7 +403,7 @@ func TestDelegateWithoutSubAgentRuns(t *testing.T) {
 		Delegates: []picobotv1alpha1.Delegate{{Name: "helper", AgentRef: corev1.LocalObjectReference{Name: "helper"}}},
 		Tools:     &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Profile: "minimal"}}})
 	b := build(t, h, a)
-	g.Expect(b.Info.Tools).To(Equal([]string{"delegate", "session_status"}))
+	g.Expect(b.Info.Tools).To(Equal([]string{"agent_task", "delegate", "session_status"}))
 	f.llm.Script(fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "d1", Name: "delegate", Args: `{"target":"helper","task":"x"}`}}},
 		fakellm.Turn{Text: "I will do it myself."})
 	_, err := say(b, "c1", "delegate it")

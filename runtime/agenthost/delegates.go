@@ -19,6 +19,10 @@ const subAgentTool = "todo"
 const subAgentInstructions = `## Delegated task
 Another agent handed you the task in the user message; it carries all the context you get (you do not see that agent's conversation). Do it with your tools, then answer with the result: your final answer is returned to that agent, nobody else reads it.`
 
+// backgroundInstructions follow subAgentInstructions in a background run.
+const backgroundInstructions = `
+This run is in the background: the other agent goes on meanwhile. If it must know something before your final answer, use emit_signal.`
+
 // LocalDelegates runs delegated tasks in this process (embedded mode): each
 // a fresh session of the target agent, built from its own manifest with its
 // own model and keys, whose tools are its own minus todo, narrowed to the
@@ -62,9 +66,24 @@ func SubAgentTools(tools []string) []string {
 // tasks on it: in-process (LocalDelegates) and in the target's own session
 // pods (runtime/cluster).
 func (b *Built) SubAgent(tools []string) session.Config {
-	return b.Session.Derived(b.Loop.Tools.Filter(func(n string) bool {
+	cfg, _ := b.subAgent(tools, false) // only a background run registers a tool, which can fail
+	return cfg
+}
+
+// subAgent is SubAgent; a background run also gets emit_signal (every
+// background run, and nothing else, may signal its parent).
+func (b *Built) subAgent(tools []string, background bool) (session.Config, error) {
+	reg := b.Loop.Tools.Filter(func(n string) bool {
 		return n != subAgentTool && (tools == nil || slices.Contains(tools, n))
-	}), subAgentInstructions)
+	})
+	instructions := subAgentInstructions
+	if background {
+		if err := reg.Register(delegate.NewSignal(b.Session.Store)); err != nil {
+			return session.Config{}, fmt.Errorf("failed to give the run emit_signal: %w", err)
+		}
+		instructions += backgroundInstructions
+	}
+	return b.Session.Derived(reg, instructions), nil
 }
 
 // Run implements delegate.Runner.
@@ -77,7 +96,10 @@ func (l *LocalDelegates) Run(ctx context.Context, req delegate.Request) (string,
 	if err != nil {
 		return "", "", fmt.Errorf("failed to run a task of agent %q: %w", req.Agent, err)
 	}
-	cfg := b.SubAgent(req.Tools)
+	cfg, err := b.subAgent(req.Tools, req.Mode == delegate.ModeBackground)
+	if err != nil {
+		return "", "", fmt.Errorf("failed to run %q: %w", req.RunID, err)
+	}
 	if l.Workspace != nil {
 		cfg.Workspace = l.Workspace(tenant, req.Agent)
 	}

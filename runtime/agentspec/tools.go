@@ -9,6 +9,9 @@ import (
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
+// orchestrationTools are the tools of an Agent with delegate edges.
+var orchestrationTools = []string{"delegate", "agent_task"}
+
 // ToolPolicy converts the Agent's tools settings into the shared policy
 // package's input, turning disabled features into denies so the effective set
 // shows what the model will really be offered.
@@ -31,14 +34,15 @@ func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
 	if m := a.Spec.Memory; m != nil && m.Enabled != nil && !*m.Enabled {
 		spec.Deny = append(spec.Deny, "group:memory")
 	}
-	// delegate follows the delegate edges: an Agent with none never gets it,
-	// one with some gets it even past a profile or allowlist that does not
-	// name it (the runtime injects it, as PicoBot does); a deny still wins.
+	// delegate and agent_task follow the delegate edges (orchestration): an
+	// Agent with none never gets them, one with some gets them even past a
+	// profile or allowlist that does not name them (the runtime injects
+	// them, as PicoBot does); a deny still wins.
 	switch {
 	case len(a.Spec.Delegates) == 0:
-		spec.Deny = append(spec.Deny, "delegate")
+		spec.Deny = append(spec.Deny, orchestrationTools...)
 	case len(spec.Allow) > 0 || !strings.EqualFold(strings.TrimSpace(string(spec.Profile)), string(policy.ProfileFull)) && spec.Profile != "":
-		spec.Allow = append(slices.Clip(spec.Allow), "delegate")
+		spec.Allow = append(slices.Clip(spec.Allow), orchestrationTools...)
 	}
 	return spec
 }

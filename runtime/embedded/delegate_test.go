@@ -221,7 +221,7 @@ func TestDelegateBatchKeepsRequestOrder(t *testing.T) {
 }
 
 // TestDelegateRefusals: allowed_tools narrows the sub-agent's tools and
-// cannot widen them; background runs, unknown targets, nesting deeper than
+// cannot widen them; unknown targets, nesting deeper than
 // three and more than eight tasks at once are refused with errors saying so.
 func TestDelegateRefusals(t *testing.T) {
 	nine := make([]string, 9)
@@ -229,12 +229,11 @@ func TestDelegateRefusals(t *testing.T) {
 		nine[i] = fmt.Sprintf(`{"task":"t%d"}`, i)
 	}
 	byUser := map[string]string{
-		"NARROW":     `{"target":"researcher","task":"add 2 and 2","allowed_tools":["calculator"]}`,
-		"WIDEN":      `{"target":"researcher","task":"list files","allowed_tools":["calculator","bash","exec"]}`,
-		"BACKGROUND": `{"target":"researcher","task":"later","mode":"background"}`,
-		"STRANGER":   `{"target":"hacker","task":"x"}`,
-		"FANOUT":     `{"target":"researcher","tasks":[` + strings.Join(nine, ",") + `]}`,
-		"DEEP":       `{"target":"deep","task":"dig"}`,
+		"NARROW":   `{"target":"researcher","task":"add 2 and 2","allowed_tools":["calculator"]}`,
+		"WIDEN":    `{"target":"researcher","task":"list files","allowed_tools":["calculator","bash","exec"]}`,
+		"STRANGER": `{"target":"hacker","task":"x"}`,
+		"FANOUT":   `{"target":"researcher","tasks":[` + strings.Join(nine, ",") + `]}`,
+		"DEEP":     `{"target":"deep","task":"dig"}`,
 	}
 	e := startDelegates(t, func(agent, user string, _ fakellm.Recorded) fakellm.Turn {
 		switch agent {
@@ -253,7 +252,6 @@ func TestDelegateRefusals(t *testing.T) {
 	cases := []struct{ user, want string }{
 		{"NARROW", `"status": "succeeded"`},
 		{"WIDEN", "allowed_tools can only narrow the tools of researcher, which does not have bash, exec (it has calculator, file_read)"},
-		{"BACKGROUND", "background runs are not available yet"},
 		{"STRANGER", `"hacker" is not one of your sub-agents; you may delegate to researcher, deep`},
 		{"FANOUT", "9 tasks in one call; at most 8 run at once"},
 		{"DEEP", "delegation depth limit reached: this run is 3 levels deep and runs nest at most 3"},

@@ -46,6 +46,7 @@ import (
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/runtime/tool/delegate"
 )
 
 // Channel is the channel name of WebSocket and REST clients of the gateway
@@ -86,6 +87,9 @@ type Options struct {
 	// Scheduler, when set, fires scheduled jobs in this process and gives
 	// agents the cron tools (scheduler.go).
 	Scheduler *SchedulerOptions
+	// RunRetention is how long ended delegate runs are kept
+	// (delegate.DefaultRetention when 0).
+	RunRetention time.Duration
 	// State is the runtime's store, bus and artifact blobs, chosen by the
 	// caller (picobot serve opens them with OpenState before the runtime,
 	// so the outbound dispatcher it hands to features exists first). Open
@@ -180,6 +184,8 @@ type Runtime struct {
 
 	tenants map[string]bool // tenants served
 	sched   *schedulerHost  // nil without Options.Scheduler
+	// background runs the agents' background delegations (background.go).
+	background *delegate.BackgroundRuns
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // tenantAgent.waiterKey -> the gateway calls waiting for it
@@ -277,6 +283,9 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		},
 		Workspace: func(tenant, agent string) func(session.ID) string { return workspaceFunc(opts.StateDir, tenant, agent) },
 	}
+	active := delegate.NewActiveRuns()
+	r.background = delegate.NewBackgroundRuns(r.ctx, delegate.BackgroundConfig{Runner: delegates, Store: st, Completions: completions{r},
+		Active: active, Retention: opts.RunRetention, Log: opts.Log.With("component", "background-runs")})
 	for i := range set.Agents {
 		a := &set.Agents[i]
 		host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: opts.Tenant, Store: st, Artifacts: r.state.Artifacts,
@@ -287,7 +296,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			Features:   opts.Features,
 			// Sub-agents run here too; r.agents is complete before a
 			// turn can delegate.
-			Delegates: delegates,
+			Delegates: delegates, Background: r.background, ActiveRuns: active,
 		}
 		built, err := host.Build(r.ctx, a)
 		if err != nil {
@@ -312,6 +321,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	r.resumeUnfinished()
+	r.resumeBackground()
 	return r, nil
 }
 
@@ -400,6 +410,9 @@ func SecretEnvName(name, key string) string { return agenthost.SecretEnvName(nam
 func (r *Runtime) Halt() {
 	r.cancel()
 	r.wg.Wait()
+	if r.background != nil {
+		r.background.Wait()
+	}
 }
 
 // Close stops the runtime (Halt) and closes its state.

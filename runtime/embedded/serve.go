@@ -9,6 +9,7 @@ import (
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool/delegate"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -97,7 +98,10 @@ func (p reporter) Event(_ context.Context, c sessionrt.Chat, msgID string, e tur
 }
 
 // Done implements sessionrt.Reporter.
-func (p reporter) Done(_ context.Context, c sessionrt.Chat, msgID string, out protocol.Outcome, err *protocol.CodedError) {
+func (p reporter) Done(ctx context.Context, c sessionrt.Chat, msgID string, out protocol.Outcome, err *protocol.CodedError) {
+	if runID, ok := delegate.ContinuationRun(msgID); ok {
+		p.continuationDone(ctx, c, runID, out, err)
+	}
 	w := p.r.waiter(p.ta.waiterKey(c, msgID))
 	if w == nil {
 		return

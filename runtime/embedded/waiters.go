@@ -145,6 +145,11 @@ func (r *Runtime) resumeUnfinished() {
 				r.log.Error("Could not look for unfinished turns", "agent", ta.agent, "tenant", ta.tenant, "err", err)
 			}
 			for _, u := range turns {
+				if u.Session.Channel == protocol.ChannelDelegate {
+					// A sub-agent run's turn: its run resumes it
+					// (resumeBackground) or died with its caller.
+					continue
+				}
 				r.requeue(ctx, ta, u)
 			}
 		}
@@ -154,7 +159,9 @@ func (r *Runtime) resumeUnfinished() {
 // requeue queues an unfinished turn's message on its chat's stream.
 func (r *Runtime) requeue(ctx context.Context, ta *tenantAgent, u session.UnfinishedTurn) {
 	chat := sessionrt.Chat{Channel: u.Session.Channel, Key: u.Session.ChatID}
-	in := protocol.Inbound{ID: u.MessageID, Channel: chat.Channel, ChatKey: chat.Key, Text: u.Text}
+	// In the dialog it started in, which need not be the chat's current one
+	// (a continuation's dialog, or a chat switched with /new meanwhile).
+	in := protocol.Inbound{ID: u.MessageID, Channel: chat.Channel, ChatKey: chat.Key, DialogID: u.Session.DialogID, Text: u.Text}
 	if err := r.queue(ctx, ta, chat, in); err != nil {
 		r.log.Error("Could not resume a turn", "session", u.Session.String(), "message", u.MessageID, "err", err)
 		return

@@ -44,6 +44,11 @@ type Inbound struct {
 	// message of a sub-agent run's chat (channel ChannelDelegate, chat key
 	// the run id).
 	Delegation *Delegation `json:"delegation,omitempty"`
+	// DialogID, when set, names the dialog of the chat the message is for
+	// (a background run's continuation goes to the session that started
+	// the run); otherwise, or when that dialog is gone, the chat's current
+	// dialog takes it.
+	DialogID string `json:"dialog_id,omitempty"`
 }
 
 // Delegation is what the runtime of a sub-agent needs to know of the run it

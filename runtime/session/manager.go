@@ -77,6 +77,20 @@ type Config struct {
 	// Workspace returns the working folder of a session.
 	Workspace func(id ID) string
 	Clock     clock.WithTicker
+	// Signals, when set, hands turns the signals background runs sent to
+	// their session: every pending one joins the user message of the
+	// session's next turn, and steer ones reach a running turn between two
+	// tool batches (agent.Input.Steer). Optional.
+	Signals SignalSource
+}
+
+// SignalSource gives a session the signals waiting for it
+// (delegate.SignalInbox).
+type SignalSource interface {
+	// Take returns the session's pending signals as text (steer ones only
+	// when steerOnly; "" when none) and commit, which marks them consumed
+	// once the text is stored.
+	Take(ctx context.Context, sessionID string, steerOnly bool) (text string, commit func(context.Context) error, err error)
 }
 
 // Derived is c for runs of the same agent with other tools (a scheduled
@@ -86,6 +100,7 @@ func (c Config) Derived(tools *tool.Registry, instructions string) Config {
 	loop := *c.Loop
 	loop.Tools = tools
 	c.Loop = &loop
+	c.Signals = nil // signals go to the session that started a run, never to a run
 	if c.System != "" {
 		c.System += "\n\n"
 	}
@@ -159,6 +174,9 @@ func (m *Manager) lock(id string) func() {
 // Inbound is a user message from a channel.
 type Inbound struct {
 	Channel, ChatID string
+	// DialogID, when set, is the dialog the message is for; the chat's
+	// current dialog takes it when empty, or when that dialog was deleted.
+	DialogID string
 	// MessageID is the channel's id of the message: a redelivery with the same
 	// id is processed once. Generated when empty.
 	MessageID string
@@ -205,7 +223,7 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	if cmd, ok := ParseCommand(in.Text); ok {
 		return m.command(ctx, in, cmd)
 	}
-	id, err := m.Resolve(ctx, in.Channel, in.ChatID)
+	id, err := m.resolveFor(ctx, in)
 	if err != nil {
 		return Reply{}, err
 	}
@@ -221,6 +239,22 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	}
 	m.run(ctx, t, in)
 	return m.finish(ctx, t)
+}
+
+// resolveFor returns the session of a message: its dialog when it names
+// one that still exists, else the chat's current dialog.
+func (m *Manager) resolveFor(ctx context.Context, in Inbound) (ID, error) {
+	if in.DialogID != "" {
+		id := ID{Channel: in.Channel, ChatID: in.ChatID, DialogID: in.DialogID}
+		s, err := m.cfg.Store.GetSession(ctx, id.String())
+		switch {
+		case err == nil && s.DeletedAt == nil:
+			return id, nil
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return ID{}, fmt.Errorf("failed to get session %q: %w", id, err)
+		}
+	}
+	return m.Resolve(ctx, in.Channel, in.ChatID)
 }
 
 // pending is a model turn between its phases.
@@ -273,9 +307,25 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *du
 		}
 		m.markLeased(sid)
 	}
-	stored, err := m.cfg.Store.AppendMessages(ctx, sid, store.Message{ID: in.MessageID, Role: llm.RoleUser, Content: in.Text})
+	text, commitSignals := in.Text, func(context.Context) error { return nil }
+	if m.cfg.Signals != nil {
+		sigs, commit, err := m.cfg.Signals.Take(ctx, sid, false)
+		if err != nil {
+			return nil, nil, fmt.Errorf("failed to read the signals of session %q: %w", sid, err)
+		}
+		if sigs != "" {
+			text, commitSignals = JoinSections(text, sigs), commit
+		}
+	}
+	stored, err := m.cfg.Store.AppendMessages(ctx, sid, store.Message{ID: in.MessageID, Role: llm.RoleUser, Content: text})
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to store message of session %q: %w", sid, err)
+	}
+	if !stored[0].Duplicate {
+		// Signals that joined a message stored before stay pending.
+		if err := commitSignals(ctx); err != nil {
+			return nil, nil, fmt.Errorf("failed to mark the signals of session %q consumed: %w", sid, err)
+		}
 	}
 	m.extendHistory(sid, stored, true)
 	t := &pending{id: id, sid: sid, messageID: in.MessageID, userAt: stored[0].CreatedAt}
@@ -341,6 +391,7 @@ func (m *Manager) run(ctx context.Context, t *pending, in Inbound) {
 		Env:        tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent, Approver: in.Approver},
 		Checkpoint: func(_ context.Context, msg llm.Message) error { return m.checkpoint(ctx, t, msg) },
 		StepsDone:  t.stepsDone,
+		Steer:      m.steer(t.sid),
 	})
 	stopHeartbeat()
 	t.userStopped = errors.Is(context.Cause(t.ctx), errStopped)
@@ -388,6 +439,21 @@ func (m *Manager) finish(ctx context.Context, t *pending) (Reply, error) {
 	}
 	reply.Text = t.out.Final
 	return reply, nil
+}
+
+// steer returns the turn's agent.Input.Steer: the session's pending steer
+// signals (nil without Config.Signals).
+func (m *Manager) steer(sid string) func(context.Context) (string, func(context.Context) error) {
+	if m.cfg.Signals == nil {
+		return nil
+	}
+	return func(ctx context.Context) (string, func(context.Context) error) {
+		text, commit, err := m.cfg.Signals.Take(ctx, sid, true)
+		if err != nil || text == "" {
+			return "", nil // a signal not read now is read at the next boundary or turn
+		}
+		return "[While you were working]\n" + text, commit
+	}
 }
 
 // heartbeat renews the session lease every third of its TTL until stopped; a

@@ -335,7 +335,7 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 		}()
 	}
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
-	reply, err := r.handle(tctx, mgr, c, m.ID, in.Text)
+	reply, err := r.handle(tctx, mgr, c, m.ID, in)
 	end()
 	if err != nil && ctx.Err() != nil {
 		// Shutting down or the chat was lost mid-turn: whatever the error
@@ -385,10 +385,10 @@ func (r *Runtime) deadLetter(ctx context.Context, c Chat, m bus.Message) error {
 // is back, rather than being answered with an error and dropped. The turn's
 // writes are idempotent (keyed by the message id), and a turn whose results
 // were not stored runs again.
-func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID, text string) (session.Reply, error) {
+func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID string, in protocol.Inbound) (session.Reply, error) {
 	var backoff time.Duration
 	for {
-		reply, err := m.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, MessageID: msgID, Text: text,
+		reply, err := m.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, DialogID: in.DialogID, MessageID: msgID, Text: in.Text,
 			Stream: true, Sink: func(e turn.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) },
 			Approver: approver{r: r, c: c, msgID: msgID}})
 		var wait time.Duration

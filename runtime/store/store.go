@@ -118,6 +118,21 @@ type Store interface {
 	UpdateAgentRun(ctx context.Context, id string, u AgentRunUpdate) (AgentRun, error)
 	// ListAgentRuns returns runs matching f, newest first.
 	ListAgentRuns(ctx context.Context, f AgentRunFilter) ([]AgentRun, error)
+	// DeleteAgentRuns removes the ended runs last updated before before
+	// whose completion slot has nothing left to deliver, with their
+	// signals, and the signals created before before; it returns how many
+	// runs it removed (retention).
+	DeleteAgentRuns(ctx context.Context, before time.Time) (int, error)
+
+	// CreateAgentSignal stores a signal of a background run to its parent
+	// session; ErrExists on a duplicate ID.
+	CreateAgentSignal(ctx context.Context, s AgentSignal) (AgentSignal, error)
+	// ListAgentSignals returns signals matching f, oldest first.
+	ListAgentSignals(ctx context.Context, f AgentSignalFilter) ([]AgentSignal, error)
+	// MarkAgentSignals moves the pending signals with the given ids, or
+	// (with runID set) every pending signal of that run, to state; it
+	// returns how many it moved.
+	MarkAgentSignals(ctx context.Context, ids []string, runID string, state SignalState) (int, error)
 
 	// CreateDelivery stores a new outbound delivery; ErrExists on a duplicate ID.
 	CreateDelivery(ctx context.Context, d Delivery) (Delivery, error)

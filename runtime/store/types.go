@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -293,6 +294,16 @@ type AgentRun struct {
 	Agent       string `json:"agent"`
 	SessionID   string `json:"session_id,omitempty"`
 	ParentRunID string `json:"parent_run_id,omitempty"`
+	// ParentAgent is the agent that delegated the run, in session SessionID.
+	ParentAgent string `json:"parent_agent,omitempty"`
+	// Mode is foreground (the default) or background.
+	Mode RunMode `json:"mode,omitempty"`
+	// Completion is the background run's reserved inbox slot in its parent
+	// session: reserved while it runs, ready once it ended (its outcome
+	// waits for the parent's continuation turn), delivered once that turn
+	// took it, closed when nothing is to be delivered (cancelled by the
+	// parent). Empty for foreground runs, whose caller waits for them.
+	Completion RunCompletion `json:"completion,omitempty"`
 	// Status defaults to queued on create.
 	Status    AgentRunStatus `json:"status"`
 	Input     string         `json:"input,omitempty"`
@@ -301,10 +312,51 @@ type AgentRun struct {
 	UpdatedAt time.Time      `json:"updated_at"`
 }
 
+// Terminal reports whether the run has ended.
+func (r AgentRun) Terminal() bool { return r.Status.Terminal() }
+
+// Terminal reports whether s is an end state.
+func (s AgentRunStatus) Terminal() bool {
+	return s == RunSucceeded || s == RunFailed || s == RunCancelled
+}
+
+// RunMode says whether a run's caller waits for it.
+type RunMode string
+
+// Run modes.
+const (
+	RunForeground RunMode = "foreground"
+	RunBackground RunMode = "background"
+)
+
+// RunCompletion is the state of a background run's completion slot.
+type RunCompletion string
+
+// Completion slot states.
+const (
+	CompletionNone      RunCompletion = ""
+	CompletionReserved  RunCompletion = "reserved"
+	CompletionReady     RunCompletion = "ready"
+	CompletionDelivered RunCompletion = "delivered"
+	CompletionClosed    RunCompletion = "closed"
+)
+
+// ErrRunFinished is returned by UpdateAgentRun with IfActive for a run that
+// has already ended (it exists: a missing run is ErrNotFound).
+var ErrRunFinished = errors.New("run has already finished")
+
 // AgentRunUpdate lists the agent run fields to change; nil fields stay.
 type AgentRunUpdate struct {
-	Status *AgentRunStatus
-	Result *string
+	Status     *AgentRunStatus
+	Result     *string
+	Completion *RunCompletion
+	// IfActive applies the update only to a queued or running run
+	// (ErrRunFinished otherwise): a run finishes once, whether it ends or
+	// is cancelled.
+	IfActive bool
+	// IfCompletion, when set, applies the update only while the run's
+	// completion slot is in that state (ErrRunFinished otherwise).
+	IfCompletion RunCompletion
 }
 
 // AgentRunFilter selects agent runs; empty fields match all.
@@ -313,6 +365,15 @@ type AgentRunFilter struct {
 	SessionID   string
 	ParentRunID string
 	Status      AgentRunStatus
+	Mode        RunMode
+	Completion  RunCompletion
+	// Active selects queued and running runs only.
+	Active bool
+	// CursorCreatedAt and CursorID, set together, page through the
+	// result: only runs after that one in the order (older, or as old
+	// with a smaller id) are returned.
+	CursorCreatedAt time.Time
+	CursorID        string
 	// Limit caps the result; 0 means DefaultListLimit.
 	Limit int
 }

@@ -179,7 +179,18 @@ func (r AgentRun) Validate() error {
 			return err
 		}
 	}
-	return noNUL("session_id", r.SessionID, "parent_run_id", r.ParentRunID, "input", r.Input, "result", r.Result)
+	if r.Mode != "" {
+		if err := oneOf("mode", r.Mode, RunForeground, RunBackground); err != nil {
+			return err
+		}
+	}
+	if r.Completion != "" {
+		if err := (AgentRunUpdate{Completion: &r.Completion}).Validate(); err != nil {
+			return err
+		}
+	}
+	return noNUL("session_id", r.SessionID, "parent_run_id", r.ParentRunID, "parent_agent", r.ParentAgent,
+		"input", r.Input, "result", r.Result)
 }
 
 // Validate checks the values an agent run update sets.
@@ -187,6 +198,13 @@ func (u AgentRunUpdate) Validate() error {
 	if u.Status != nil {
 		if err := oneOf("status", *u.Status, RunQueued, RunRunning, RunSucceeded, RunFailed, RunCancelled); err != nil {
 			return err
+		}
+	}
+	for _, c := range []*RunCompletion{u.Completion, &u.IfCompletion} {
+		if c != nil && *c != "" {
+			if err := oneOf("completion", *c, CompletionReserved, CompletionReady, CompletionDelivered, CompletionClosed); err != nil {
+				return err
+			}
 		}
 	}
 	if u.Result != nil {

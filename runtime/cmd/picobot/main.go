@@ -24,6 +24,7 @@ import (
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
+	"github.com/picobot/picobot/runtime/tool/delegate"
 )
 
 func main() {
@@ -117,8 +118,12 @@ mode: SQLite, an in-process bus and a local folder).
 	key := fs.String("api-key", os.Getenv("PICOBOT_API_KEY"), "API key clients must send (default $PICOBOT_API_KEY; none on loopback when empty).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for chat platform webhooks (default $PICOBOT_PUBLIC_URL; without it Telegram bots poll).")
 	grace := fs.Duration("shutdown-grace", 25*time.Second, "On SIGTERM/SIGINT, how long running turns may take to finish before they are cut short (they resume at the next start).")
+	retention := fs.Duration("run-retention", delegate.DefaultRetention, "How long ended sub-agent (delegate) runs are kept before they are deleted.")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *retention <= 0 {
+		return fmt.Errorf("--run-retention %s is not a positive duration", *retention)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -146,7 +151,7 @@ mode: SQLite, an in-process bus and a local folder).
 		health: healthService(*dir, embedded.StateDir(*dir, *stateDir), browser.DefaultBin, os.Getenv)})
 	defer closeFeatures()
 	owner := func(channel string) string { return rt.ChannelOwner(channel) }
-	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
+	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats, RunRetention: *retention,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {
 		state.Close()

@@ -178,31 +178,72 @@ RETURNING ` + cronRunColumns
 ORDER BY scheduled_time DESC LIMIT $3`
 )
 
-const agentRunColumns = `tenant, id, agent, session_id, parent_run_id, status, input, result, created_at, updated_at`
+const agentRunColumns = `tenant, id, agent, session_id, parent_run_id, status, input, result, created_at, updated_at,
+	mode, parent_agent, completion`
 
 const (
 	sqlCreateAgentRun = `INSERT INTO agent_runs (tenant, id, agent, session_id, parent_run_id, status, input, result,
-	created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now())
+	created_at, updated_at, mode, parent_agent, completion)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now(), $9, $10, $11)
 RETURNING ` + agentRunColumns
 
 	sqlGetAgentRun = `SELECT ` + agentRunColumns + ` FROM agent_runs WHERE tenant = $1 AND id = $2`
 
+	// $6 IfActive, $7 IfCompletion.
 	sqlUpdateAgentRun = `UPDATE agent_runs SET
 	status = COALESCE($3, status),
 	result = COALESCE($4, result),
+	completion = COALESCE($5, completion),
 	updated_at = now()
 WHERE tenant = $1 AND id = $2
+	AND (NOT $6 OR status IN ('queued', 'running'))
+	AND ($7 = '' OR completion = $7)
 RETURNING ` + agentRunColumns
 
+	// $9 and $10 are the cursor (created_at, id); $9 NULL for none.
 	sqlListAgentRuns = `SELECT ` + agentRunColumns + ` FROM agent_runs
 WHERE tenant = $1
 	AND ($2 = '' OR agent = $2)
 	AND ($3 = '' OR session_id = $3)
 	AND ($4 = '' OR parent_run_id = $4)
 	AND ($5 = '' OR status = $5)
+	AND ($7 = '' OR mode = $7)
+	AND ($8 = '' OR completion = $8)
+	AND (NOT $11 OR status IN ('queued', 'running'))
+	AND ($9::timestamptz IS NULL OR (created_at, id) < ($9, $10))
 ORDER BY created_at DESC, id DESC
 LIMIT $6`
+
+	sqlDeleteAgentRuns = `DELETE FROM agent_runs
+WHERE tenant = $1 AND updated_at < $2 AND status IN ('succeeded', 'failed', 'cancelled')
+	AND completion IN ('', 'delivered', 'closed')`
+
+	sqlDeleteAgentSignals = `DELETE FROM agent_signals s
+WHERE s.tenant = $1 AND (s.created_at < $2 OR NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.tenant = $1 AND r.id = s.run_id))`
+)
+
+const agentSignalColumns = `tenant, id, run_id, session_id, delivery, kind, body, state, created_at, updated_at`
+
+const (
+	sqlCreateAgentSignal = `INSERT INTO agent_signals (tenant, id, run_id, session_id, delivery, kind, body, state,
+	created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now())
+RETURNING ` + agentSignalColumns
+
+	sqlListAgentSignals = `SELECT ` + agentSignalColumns + ` FROM agent_signals
+WHERE tenant = $1
+	AND ($2 = '' OR session_id = $2)
+	AND ($3 = '' OR run_id = $3)
+	AND ($4 = '' OR delivery = $4)
+	AND ($5 = '' OR state = $5)
+ORDER BY created_at, id
+LIMIT $6`
+
+	// $2 is the ids (NULL for any), $3 a run id ('' for any).
+	sqlMarkAgentSignals = `UPDATE agent_signals SET state = $4, updated_at = now()
+WHERE tenant = $1 AND state = 'pending'
+	AND ($2::text[] IS NULL OR id = ANY($2))
+	AND ($3 = '' OR run_id = $3)`
 )
 
 const deliveryColumns = `tenant, id, channel, chat_id, session_id, status, attempts, last_error, created_at, delivered_at`

@@ -2,7 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/internal/memindex"
@@ -107,8 +111,11 @@ func (s *Store) CreateAgentRun(ctx context.Context, r store.AgentRun) (store.Age
 	if r.Status == "" {
 		r.Status = store.RunQueued
 	}
+	if r.Mode == "" {
+		r.Mode = store.RunForeground
+	}
 	out, err := one(ctx, s, scanAgentRun, sqlCreateAgentRun, r.ID, r.Agent, r.SessionID, r.ParentRunID,
-		string(r.Status), r.Input, r.Result)
+		string(r.Status), r.Input, r.Result, string(r.Mode), r.ParentAgent, string(r.Completion))
 	if err != nil {
 		return store.AgentRun{}, fmt.Errorf("failed to create agent run %q: %w", r.ID, err)
 	}
@@ -129,7 +136,13 @@ func (s *Store) UpdateAgentRun(ctx context.Context, id string, u store.AgentRunU
 	if err := u.Validate(); err != nil {
 		return store.AgentRun{}, fmt.Errorf("failed to update agent run %q: %w", id, err)
 	}
-	out, err := one(ctx, s, scanAgentRun, sqlUpdateAgentRun, id, (*string)(u.Status), u.Result)
+	out, err := one(ctx, s, scanAgentRun, sqlUpdateAgentRun, id, (*string)(u.Status), u.Result, (*string)(u.Completion),
+		u.IfActive, string(u.IfCompletion))
+	if errors.Is(err, store.ErrNotFound) && (u.IfActive || u.IfCompletion != "") {
+		if _, gerr := s.GetAgentRun(ctx, id); gerr == nil {
+			err = store.ErrRunFinished
+		}
+	}
 	if err != nil {
 		return store.AgentRun{}, fmt.Errorf("failed to update agent run %q: %w", id, err)
 	}
@@ -138,12 +151,75 @@ func (s *Store) UpdateAgentRun(ctx context.Context, id string, u store.AgentRunU
 
 // ListAgentRuns implements store.Store.
 func (s *Store) ListAgentRuns(ctx context.Context, f store.AgentRunFilter) ([]store.AgentRun, error) {
+	var cursor *time.Time
+	if !f.CursorCreatedAt.IsZero() {
+		cursor = &f.CursorCreatedAt
+	}
 	out, err := many(ctx, s, scanAgentRun, sqlListAgentRuns, f.Agent, f.SessionID, f.ParentRunID, string(f.Status),
-		store.ListLimit(f.Limit))
+		store.ListLimit(f.Limit), string(f.Mode), string(f.Completion), cursor, f.CursorID, f.Active)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list agent runs: %w", err)
 	}
 	return out, nil
+}
+
+// DeleteAgentRuns implements store.Store.
+func (s *Store) DeleteAgentRuns(ctx context.Context, before time.Time) (int, error) {
+	var n int64
+	err := s.batch(ctx, func(b *pgx.Batch, tenant string) {
+		b.Queue(sqlDeleteAgentRuns, tenant, before)
+		b.Queue(sqlDeleteAgentSignals, tenant, before)
+	}, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		_, err = br.Exec()
+		return err
+	})
+	if err = classify(err); err != nil {
+		return 0, fmt.Errorf("failed to delete agent runs: %w", err)
+	}
+	return int(n), nil
+}
+
+// CreateAgentSignal implements store.Store.
+func (s *Store) CreateAgentSignal(ctx context.Context, sig store.AgentSignal) (store.AgentSignal, error) {
+	if err := sig.Validate(); err != nil {
+		return store.AgentSignal{}, fmt.Errorf("failed to create agent signal %q: %w", sig.ID, err)
+	}
+	if sig.State == "" {
+		sig.State = store.SignalPending
+	}
+	out, err := one(ctx, s, scanAgentSignal, sqlCreateAgentSignal, sig.ID, sig.RunID, sig.SessionID,
+		string(sig.Delivery), sig.Kind, sig.Body, string(sig.State))
+	if err != nil {
+		return store.AgentSignal{}, fmt.Errorf("failed to create agent signal %q: %w", sig.ID, err)
+	}
+	return out, nil
+}
+
+// ListAgentSignals implements store.Store.
+func (s *Store) ListAgentSignals(ctx context.Context, f store.AgentSignalFilter) ([]store.AgentSignal, error) {
+	out, err := many(ctx, s, scanAgentSignal, sqlListAgentSignals, f.SessionID, f.RunID, string(f.Delivery),
+		string(f.State), store.ListLimit(f.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list agent signals: %w", err)
+	}
+	return out, nil
+}
+
+// MarkAgentSignals implements store.Store.
+func (s *Store) MarkAgentSignals(ctx context.Context, ids []string, runID string, state store.SignalState) (int, error) {
+	if err := (store.AgentSignal{ID: "x", RunID: "x", SessionID: "x", Body: "x", Delivery: store.SignalQueue, State: state}).Validate(); err != nil {
+		return 0, fmt.Errorf("failed to mark agent signals: %w", err)
+	}
+	tag, err := exec(ctx, s, sqlMarkAgentSignals, ids, runID, string(state))
+	if err != nil {
+		return 0, fmt.Errorf("failed to mark agent signals: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // CreateDelivery implements store.Store.

@@ -75,11 +75,23 @@ func scanAgentRun(row pgx.CollectableRow) (store.AgentRun, error) {
 		r      store.AgentRun
 		status string
 	)
+	var mode, completion string
 	err := row.Scan(&r.Tenant, &r.ID, &r.Agent, &r.SessionID, &r.ParentRunID, &status, &r.Input, &r.Result,
-		&r.CreatedAt, &r.UpdatedAt)
-	r.Status = store.AgentRunStatus(status)
+		&r.CreatedAt, &r.UpdatedAt, &mode, &r.ParentAgent, &completion)
+	r.Status, r.Mode, r.Completion = store.AgentRunStatus(status), store.RunMode(mode), store.RunCompletion(completion)
 	r.CreatedAt, r.UpdatedAt = utc(r.CreatedAt), utc(r.UpdatedAt)
 	return r, err
+}
+
+func scanAgentSignal(row pgx.CollectableRow) (store.AgentSignal, error) {
+	var (
+		s               store.AgentSignal
+		delivery, state string
+	)
+	err := row.Scan(&s.Tenant, &s.ID, &s.RunID, &s.SessionID, &delivery, &s.Kind, &s.Body, &state, &s.CreatedAt, &s.UpdatedAt)
+	s.Delivery, s.State = store.SignalDelivery(delivery), store.SignalState(state)
+	s.CreatedAt, s.UpdatedAt = utc(s.CreatedAt), utc(s.UpdatedAt)
+	return s, err
 }
 
 func scanDelivery(row pgx.CollectableRow) (store.Delivery, error) {

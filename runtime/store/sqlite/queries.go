@@ -163,33 +163,74 @@ RETURNING ` + cronRunColumns
 ORDER BY scheduled_time DESC LIMIT ?3`
 )
 
-const agentRunColumns = `tenant, id, agent, session_id, parent_run_id, status, input, result, created_at, updated_at`
+const agentRunColumns = `tenant, id, agent, session_id, parent_run_id, status, input, result, created_at, updated_at,
+	mode, parent_agent, completion`
 
 const (
 	// ?9 is now.
 	sqlCreateAgentRun = `INSERT INTO agent_runs (tenant, id, agent, session_id, parent_run_id, status, input, result,
-	created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+	created_at, updated_at, mode, parent_agent, completion)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11, ?12)
 RETURNING ` + agentRunColumns
 
 	sqlGetAgentRun = `SELECT ` + agentRunColumns + ` FROM agent_runs WHERE tenant = ?1 AND id = ?2`
 
-	// ?5 is now.
+	// ?5 is now; ?7 IfActive, ?8 IfCompletion.
 	sqlUpdateAgentRun = `UPDATE agent_runs SET
 	status = COALESCE(?3, status),
 	result = COALESCE(?4, result),
+	completion = COALESCE(?6, completion),
 	updated_at = ?5
 WHERE tenant = ?1 AND id = ?2
+	AND (NOT ?7 OR status IN ('queued', 'running'))
+	AND (?8 = '' OR completion = ?8)
 RETURNING ` + agentRunColumns
 
+	// ?9 and ?10 are the cursor (created_at, id); ?9 = 0 for none.
 	sqlListAgentRuns = `SELECT ` + agentRunColumns + ` FROM agent_runs
 WHERE tenant = ?1
 	AND (?2 = '' OR agent = ?2)
 	AND (?3 = '' OR session_id = ?3)
 	AND (?4 = '' OR parent_run_id = ?4)
 	AND (?5 = '' OR status = ?5)
+	AND (?7 = '' OR mode = ?7)
+	AND (?8 = '' OR completion = ?8)
+	AND (NOT ?11 OR status IN ('queued', 'running'))
+	AND (?9 = 0 OR created_at < ?9 OR (created_at = ?9 AND id < ?10))
 ORDER BY created_at DESC, id DESC
 LIMIT ?6`
+
+	sqlDeleteAgentRuns = `DELETE FROM agent_runs
+WHERE tenant = ?1 AND updated_at < ?2 AND status IN ('succeeded', 'failed', 'cancelled')
+	AND completion IN ('', 'delivered', 'closed')`
+
+	sqlDeleteAgentSignals = `DELETE FROM agent_signals
+WHERE tenant = ?1 AND (created_at < ?2 OR NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.tenant = ?1 AND r.id = run_id))`
+)
+
+const agentSignalColumns = `tenant, id, run_id, session_id, delivery, kind, body, state, created_at, updated_at`
+
+const (
+	// ?9 is now.
+	sqlCreateAgentSignal = `INSERT INTO agent_signals (tenant, id, run_id, session_id, delivery, kind, body, state,
+	created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+RETURNING ` + agentSignalColumns
+
+	sqlListAgentSignals = `SELECT ` + agentSignalColumns + ` FROM agent_signals
+WHERE tenant = ?1
+	AND (?2 = '' OR session_id = ?2)
+	AND (?3 = '' OR run_id = ?3)
+	AND (?4 = '' OR delivery = ?4)
+	AND (?5 = '' OR state = ?5)
+ORDER BY created_at, id
+LIMIT ?6`
+
+	// ?2 is a JSON array of ids (or null), ?3 a run id ('' for any); ?5 is now.
+	sqlMarkAgentSignals = `UPDATE agent_signals SET state = ?4, updated_at = ?5
+WHERE tenant = ?1 AND state = 'pending'
+	AND (?2 IS NULL OR id IN (SELECT value FROM json_each(?2)))
+	AND (?3 = '' OR run_id = ?3)`
 )
 
 const deliveryColumns = `tenant, id, channel, chat_id, session_id, status, attempts, last_error, created_at, delivered_at`

@@ -3,6 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -119,8 +121,11 @@ func (s *Store) CreateAgentRun(ctx context.Context, r store.AgentRun) (store.Age
 	if r.Status == "" {
 		r.Status = store.RunQueued
 	}
+	if r.Mode == "" {
+		r.Mode = store.RunForeground
+	}
 	out, err := one(ctx, s, true, scanAgentRun, sqlCreateAgentRun, r.ID, r.Agent, r.SessionID, r.ParentRunID,
-		string(r.Status), r.Input, r.Result, s.now())
+		string(r.Status), r.Input, r.Result, s.now(), string(r.Mode), r.ParentAgent, string(r.Completion))
 	if err != nil {
 		return store.AgentRun{}, fmt.Errorf("failed to create agent run %q: %w", r.ID, err)
 	}
@@ -141,7 +146,13 @@ func (s *Store) UpdateAgentRun(ctx context.Context, id string, u store.AgentRunU
 	if err := u.Validate(); err != nil {
 		return store.AgentRun{}, fmt.Errorf("failed to update agent run %q: %w", id, err)
 	}
-	out, err := one(ctx, s, true, scanAgentRun, sqlUpdateAgentRun, id, (*string)(u.Status), u.Result, s.now())
+	out, err := one(ctx, s, true, scanAgentRun, sqlUpdateAgentRun, id, (*string)(u.Status), u.Result, s.now(),
+		(*string)(u.Completion), u.IfActive, string(u.IfCompletion))
+	if errors.Is(err, store.ErrNotFound) && (u.IfActive || u.IfCompletion != "") {
+		if _, gerr := s.GetAgentRun(ctx, id); gerr == nil {
+			err = store.ErrRunFinished
+		}
+	}
 	if err != nil {
 		return store.AgentRun{}, fmt.Errorf("failed to update agent run %q: %w", id, err)
 	}
@@ -150,12 +161,83 @@ func (s *Store) UpdateAgentRun(ctx context.Context, id string, u store.AgentRunU
 
 // ListAgentRuns implements store.Store.
 func (s *Store) ListAgentRuns(ctx context.Context, f store.AgentRunFilter) ([]store.AgentRun, error) {
+	var cursor int64
+	if !f.CursorCreatedAt.IsZero() {
+		cursor = micros(f.CursorCreatedAt)
+	}
 	out, err := many(ctx, s, scanAgentRun, sqlListAgentRuns, f.Agent, f.SessionID, f.ParentRunID, string(f.Status),
-		store.ListLimit(f.Limit))
+		store.ListLimit(f.Limit), string(f.Mode), string(f.Completion), cursor, f.CursorID, f.Active)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list agent runs: %w", err)
 	}
 	return out, nil
+}
+
+// DeleteAgentRuns implements store.Store.
+func (s *Store) DeleteAgentRuns(ctx context.Context, before time.Time) (int, error) {
+	var n int64
+	err := s.write(ctx, func(tx *txn, tenant string) error {
+		res, err := tx.ExecContext(ctx, sqlDeleteAgentRuns, tenant, micros(before))
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, sqlDeleteAgentSignals, tenant, micros(before))
+		return err
+	})
+	if err = classify(err); err != nil {
+		return 0, fmt.Errorf("failed to delete agent runs: %w", err)
+	}
+	return int(n), nil
+}
+
+// CreateAgentSignal implements store.Store.
+func (s *Store) CreateAgentSignal(ctx context.Context, sig store.AgentSignal) (store.AgentSignal, error) {
+	if err := sig.Validate(); err != nil {
+		return store.AgentSignal{}, fmt.Errorf("failed to create agent signal %q: %w", sig.ID, err)
+	}
+	if sig.State == "" {
+		sig.State = store.SignalPending
+	}
+	out, err := one(ctx, s, true, scanAgentSignal, sqlCreateAgentSignal, sig.ID, sig.RunID, sig.SessionID,
+		string(sig.Delivery), sig.Kind, sig.Body, string(sig.State), s.now())
+	if err != nil {
+		return store.AgentSignal{}, fmt.Errorf("failed to create agent signal %q: %w", sig.ID, err)
+	}
+	return out, nil
+}
+
+// ListAgentSignals implements store.Store.
+func (s *Store) ListAgentSignals(ctx context.Context, f store.AgentSignalFilter) ([]store.AgentSignal, error) {
+	out, err := many(ctx, s, scanAgentSignal, sqlListAgentSignals, f.SessionID, f.RunID, string(f.Delivery),
+		string(f.State), store.ListLimit(f.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list agent signals: %w", err)
+	}
+	return out, nil
+}
+
+// MarkAgentSignals implements store.Store.
+func (s *Store) MarkAgentSignals(ctx context.Context, ids []string, runID string, state store.SignalState) (int, error) {
+	if err := (store.AgentSignal{ID: "x", RunID: "x", SessionID: "x", Body: "x", Delivery: store.SignalQueue, State: state}).Validate(); err != nil {
+		return 0, fmt.Errorf("failed to mark agent signals: %w", err)
+	}
+	var list any
+	if ids != nil {
+		b, err := json.Marshal(ids)
+		if err != nil {
+			return 0, fmt.Errorf("failed to mark agent signals: %w", err)
+		}
+		list = string(b)
+	}
+	res, err := exec(ctx, s, sqlMarkAgentSignals, list, runID, string(state), s.now())
+	if err != nil {
+		return 0, fmt.Errorf("failed to mark agent signals: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
 }
 
 // CreateDelivery implements store.Store.

@@ -88,11 +88,24 @@ func scanAgentRun(row scanner) (store.AgentRun, error) {
 		status           string
 		created, updated int64
 	)
+	var mode, completion string
 	err := row.Scan(&r.Tenant, &r.ID, &r.Agent, &r.SessionID, &r.ParentRunID, &status, &r.Input, &r.Result,
-		&created, &updated)
-	r.Status = store.AgentRunStatus(status)
+		&created, &updated, &mode, &r.ParentAgent, &completion)
+	r.Status, r.Mode, r.Completion = store.AgentRunStatus(status), store.RunMode(mode), store.RunCompletion(completion)
 	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
 	return r, err
+}
+
+func scanAgentSignal(row scanner) (store.AgentSignal, error) {
+	var (
+		s                store.AgentSignal
+		delivery, state  string
+		created, updated int64
+	)
+	err := row.Scan(&s.Tenant, &s.ID, &s.RunID, &s.SessionID, &delivery, &s.Kind, &s.Body, &state, &created, &updated)
+	s.Delivery, s.State = store.SignalDelivery(delivery), store.SignalState(state)
+	s.CreatedAt, s.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return s, err
 }
 
 func scanDelivery(row scanner) (store.Delivery, error) {

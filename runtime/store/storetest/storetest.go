@@ -44,6 +44,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"CronJobs", testCronJobs},
 		{"Tasks", testTasks},
 		{"AgentRuns", testAgentRuns},
+		{"BackgroundRuns", testBackgroundRuns},
+		{"AgentSignals", testAgentSignals},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},
 		{"TenantIsolation", testTenantIsolation},

@@ -4,9 +4,13 @@
 // keys and tools — that sees only the task and the context the caller wrote,
 // never the caller's history. Every run is recorded in agent_runs.
 //
-// This slice runs foreground delegations only: the call waits for its runs
-// (a batch runs concurrently and answers in request order), and cancelling
-// the calling turn (/stop) cancels them.
+// A foreground delegation waits for its runs (a batch runs concurrently and
+// answers in request order), and cancelling the calling turn (/stop) cancels
+// them. A background delegation (the root agent only) records each run with
+// a reserved completion slot in the calling session and returns at once;
+// when a run ends, the session gets a continuation turn that processes its
+// result (background.go). agent_task (task.go) reads and cancels runs, and
+// background runs talk to their parent with emit_signal (signal.go).
 package delegate
 
 import (
@@ -19,6 +23,7 @@ import (
 	"sync"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
 )
@@ -52,6 +57,9 @@ type Request struct {
 	Text string
 	// Tools, when not nil, is the narrowed tool set of the run.
 	Tools []string
+	// Mode is ModeBackground for a background run (which gets emit_signal);
+	// empty or ModeForeground otherwise.
+	Mode string
 }
 
 // Runner runs delegated tasks as sessions of their target Agents.
@@ -80,6 +88,12 @@ type Config struct {
 	// Unavailable says why delegation does not work here (with Runner nil).
 	Unavailable string
 	Runs        RunStore
+	// Background starts background runs; nil answers mode background with
+	// an error saying it is not available here.
+	Background Background
+	// Active registers the runs in progress in this process, so agent_task
+	// can cancel them; a private registry when nil.
+	Active *ActiveRuns
 	// MaxDepth and MaxFanOut default to DefaultMaxDepth and DefaultMaxFanOut.
 	MaxDepth, MaxFanOut int
 }
@@ -98,7 +112,7 @@ type Args struct {
 	Target       string   `json:"target,omitempty" jsonschema:"the sub-agent to hand the task to (one of your delegates)"`
 	Task         string   `json:"task,omitempty" jsonschema:"a clear, self-contained, checkable task (single delegation)"`
 	Context      string   `json:"context,omitempty" jsonschema:"explicit facts the sub-agent needs; it does not see this conversation"`
-	Mode         string   `json:"mode,omitempty" jsonschema:"foreground (default): wait for the result; background is not available yet"`
+	Mode         string   `json:"mode,omitempty" jsonschema:"foreground (default): wait for the result; background: return at once with the run ids, each result comes back later in a turn of its own"`
 	Tasks        []Item   `json:"tasks,omitempty" jsonschema:"several tasks run concurrently; results come back in this order (target, context and allowed_tools default to the call's)"`
 	AllowedTools []string `json:"allowed_tools,omitempty" jsonschema:"narrow the sub-agent's tools to these (never widen)"`
 	PlanItemID   string   `json:"plan_item_id,omitempty" jsonschema:"the todo plan item this run works on"`
@@ -109,7 +123,8 @@ type Result struct {
 	Target     string `json:"target"`
 	RunID      string `json:"run_id,omitempty"`
 	PlanItemID string `json:"plan_item_id,omitempty"`
-	// Status is succeeded, failed or cancelled.
+	// Status is succeeded, failed or cancelled; running for a background
+	// run just started.
 	Status string `json:"status"`
 	Result string `json:"result,omitempty"`
 	Error  string `json:"error,omitempty"`
@@ -123,6 +138,9 @@ func New(cfg Config) tool.Tool {
 	if cfg.MaxFanOut <= 0 {
 		cfg.MaxFanOut = DefaultMaxFanOut
 	}
+	if cfg.Active == nil {
+		cfg.Active = NewActiveRuns()
+	}
 	d := &delegator{cfg: cfg}
 	return tool.New(Name, d.description(), d.run, tool.Enum("mode", ModeForeground, ModeBackground))
 }
@@ -132,7 +150,8 @@ type delegator struct{ cfg Config }
 func (d *delegator) description() string {
 	var b strings.Builder
 	b.WriteString("Hand self-contained tasks to a sub-agent and wait for its answer. It sees only task and context, never this conversation. " +
-		"tasks[] runs several at once (results in request order). Sub-agents:")
+		"tasks[] runs several at once (results in request order). mode background returns at once with run ids; each run's result comes " +
+		"back later as a message of its own, which you then process. Sub-agents:")
 	for _, e := range d.cfg.Edges {
 		b.WriteString(" " + e.Name)
 		if e.Description != "" {
@@ -180,11 +199,24 @@ func (d *delegator) run(ctx context.Context, env tool.Env, a Args) (tool.Result,
 		return *res, nil
 	}
 	depth := Depth(ctx)
-	if a.Mode == ModeBackground {
+	background := false
+	switch a.Mode {
+	case "", ModeForeground:
+	case ModeBackground:
 		if depth > 0 {
 			return tool.Errorf("error: a sub-agent delegates in the foreground only; omit mode or set foreground"), nil
 		}
-		return tool.Errorf("error: background runs are not available yet; delegate in the foreground (omit mode)"), nil
+		if d.cfg.Background == nil {
+			return tool.Errorf("error: background runs are not available here; delegate in the foreground (omit mode)"), nil
+		}
+		if env.SessionID == "" || strings.HasPrefix(env.SessionID, protocol.ChannelStateless+":") {
+			// A continuation needs a stored chat to run in.
+			return tool.Errorf("error: a background run reports back in a later turn of this chat, and this turn has no stored chat " +
+				"(a stateless request); delegate in the foreground (omit mode)"), nil
+		}
+		background = true
+	default:
+		return tool.Errorf("error: mode %q is not foreground or background", a.Mode), nil
 	}
 	if depth+1 > d.cfg.MaxDepth {
 		return tool.Errorf("error: delegation depth limit reached: this run is %d levels deep and runs nest at most %d; do the task yourself", depth, d.cfg.MaxDepth), nil
@@ -207,6 +239,12 @@ func (d *delegator) run(ctx context.Context, env tool.Env, a Args) (tool.Result,
 		reqs[i] = req
 	}
 	out := make([]Result, len(items))
+	if background {
+		for i := range items {
+			out[i] = d.startOne(ctx, env, items[i], reqs[i])
+		}
+		return encode(out, len(items) > 1)
+	}
 	var wg sync.WaitGroup
 	for i := range items {
 		wg.Go(func() { out[i] = d.runOne(ctx, env, items[i], reqs[i], depth) })
@@ -303,17 +341,21 @@ func taskText(parent string, it Item) string {
 // runOne records, runs and finishes one run.
 func (d *delegator) runOne(ctx context.Context, env tool.Env, it Item, req Request, depth int) Result {
 	res := Result{Target: strings.TrimSpace(it.Target), RunID: req.RunID, PlanItemID: it.PlanItemID}
-	input, _ := json.Marshal(map[string]any{"mode": ModeForeground, "parent_agent": req.Parent, "target": res.Target,
-		"task": it.Task, "context": it.Context, "allowed_tools": it.AllowedTools, "plan_item_id": it.PlanItemID, "depth": depth + 1})
 	wctx := context.WithoutCancel(ctx)
 	if _, err := d.cfg.Runs.CreateAgentRun(wctx, store.AgentRun{ID: req.RunID, Agent: req.Agent, SessionID: env.SessionID,
-		ParentRunID: runOf(ctx), Status: store.RunRunning, Input: string(input)}); err != nil {
+		ParentRunID: runOf(ctx), ParentAgent: req.Parent, Mode: store.RunForeground, Status: store.RunRunning,
+		Input: runInput(ModeForeground, req, it, depth+1)}); err != nil {
 		res.Status, res.Error = string(store.RunFailed), fmt.Sprintf("failed to record the run: %v", err)
 		return res
 	}
-	answer, _, err := d.cfg.Runner.Run(WithRun(WithDepth(ctx, depth+1), req.RunID), req)
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer d.cfg.Active.Add(req.RunID, cancel)()
+	answer, _, err := d.cfg.Runner.Run(WithRun(WithDepth(rctx, depth+1), req.RunID), req)
 	status, text := store.RunSucceeded, answer
 	switch {
+	case errors.Is(context.Cause(rctx), ErrCancelledByTask):
+		status, text = store.RunCancelled, "cancelled with agent_task"
+		res.Error = text
 	case ctx.Err() != nil: // the child's turn ended with ours, whatever it said
 		status, text = store.RunCancelled, "cancelled: the delegating turn was stopped"
 		res.Error = text
@@ -324,10 +366,61 @@ func (d *delegator) runOne(ctx context.Context, env tool.Env, it Item, req Reque
 		res.Result = answer
 	}
 	res.Status = string(status)
-	if _, err := d.cfg.Runs.UpdateAgentRun(wctx, req.RunID, store.AgentRunUpdate{Status: &status, Result: &text}); err != nil {
+	_, err = d.cfg.Runs.UpdateAgentRun(wctx, req.RunID, store.AgentRunUpdate{Status: &status, Result: &text, IfActive: true})
+	switch {
+	case errors.Is(err, store.ErrRunFinished): // agent_task cancelled it first
+		res.Status, res.Result, res.Error = string(store.RunCancelled), "", "cancelled with agent_task"
+	case err != nil:
 		res.Error = strings.TrimSpace(res.Error + "; failed to record the outcome: " + err.Error())
 	}
 	return res
+}
+
+// startOne records a background run with its completion slot reserved in
+// the calling session and starts it.
+func (d *delegator) startOne(ctx context.Context, env tool.Env, it Item, req Request) Result {
+	res := Result{Target: strings.TrimSpace(it.Target), RunID: req.RunID, PlanItemID: it.PlanItemID}
+	req.Mode = ModeBackground
+	wctx := context.WithoutCancel(ctx)
+	if _, err := d.cfg.Runs.CreateAgentRun(wctx, store.AgentRun{ID: req.RunID, Agent: req.Agent, SessionID: env.SessionID,
+		ParentAgent: req.Parent, Mode: store.RunBackground, Status: store.RunRunning, Completion: store.CompletionReserved,
+		Input: runInput(ModeBackground, req, it, 1)}); err != nil {
+		res.Status, res.Error = string(store.RunFailed), fmt.Sprintf("failed to record the run: %v", err)
+		return res
+	}
+	if err := d.cfg.Background.Start(wctx, req); err != nil {
+		status, text, closed := store.RunFailed, "failed to start: "+err.Error(), store.CompletionClosed
+		_, _ = d.cfg.Runs.UpdateAgentRun(wctx, req.RunID, store.AgentRunUpdate{Status: &status, Result: &text, Completion: &closed, IfActive: true})
+		res.Status, res.Error = string(status), text
+		return res
+	}
+	res.Status = string(store.RunRunning)
+	res.Result = "started in the background: its result comes back as a message of its own; agent_task get shows its state"
+	return res
+}
+
+// runInput is a run's recorded input: enough to run it again (a background
+// run the process died in) and to show what it was asked.
+func runInput(mode string, req Request, it Item, depth int) string {
+	b, _ := json.Marshal(runRecord{Mode: mode, ParentAgent: req.Parent, Target: strings.TrimSpace(it.Target), Task: it.Task,
+		Context: it.Context, AllowedTools: it.AllowedTools, Tools: req.Tools, PlanItemID: it.PlanItemID, Depth: depth, Text: req.Text})
+	return string(b)
+}
+
+// runRecord is the JSON of AgentRun.Input.
+type runRecord struct {
+	Mode         string   `json:"mode"`
+	ParentAgent  string   `json:"parent_agent"`
+	Target       string   `json:"target"`
+	Task         string   `json:"task"`
+	Context      string   `json:"context,omitempty"`
+	AllowedTools []string `json:"allowed_tools,omitempty"`
+	// Tools is the run's narrowed tool set (null: the target's own).
+	Tools      []string `json:"tools"`
+	PlanItemID string   `json:"plan_item_id,omitempty"`
+	Depth      int      `json:"depth"`
+	// Text is the run's user message.
+	Text string `json:"text,omitempty"`
 }
 
 // encode answers one run with its result object and a batch with the
@@ -343,7 +436,7 @@ func encode(out []Result, batch bool) (tool.Result, error) {
 	}
 	failed := 0
 	for _, r := range out {
-		if r.Status != string(store.RunSucceeded) {
+		if r.Status != string(store.RunSucceeded) && r.Status != string(store.RunRunning) {
 			failed++
 		}
 	}

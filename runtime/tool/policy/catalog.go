@@ -42,14 +42,15 @@ const groupPrefix = "group:"
 // policy controls: what it resolves to is what the model receives (Agent
 // status and /api/v1/agents show it), so a tool joins it together with its
 // implementation. complete_scheduled_run is not in it: every scheduled run
-// gets it and no chat does, whatever the policy.
+// gets it and no chat does, whatever the policy; nor is emit_signal, which
+// every background delegate run gets and nothing else does.
 var builtinGroups = []struct {
 	name  string
 	tools []string
 }{
 	{GroupRuntime, []string{"exec", "bash", "process", "pty"}},
 	{GroupFS, []string{"file_read", "file_write", "file_edit", "file_search", "content_search", "apply_patch"}},
-	{GroupSessions, []string{"chat_manager", "delegate", "session_status"}},
+	{GroupSessions, []string{"chat_manager", "delegate", "agent_task", "session_status"}},
 	{GroupMemory, []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}},
 	{GroupWeb, []string{"http_request", "web_fetch"}},
 	{GroupUI, []string{"browser", "browser_profiles"}},

@@ -105,7 +105,10 @@ spec:
 		})
 	}
 	g.Expect(status["minimal"]).To(Equal([]string{"session_status"}))
-	g.Expect(status["lead"]).To(Equal([]string{"delegate", "session_status"}))
+	g.Expect(status["lead"]).To(Equal([]string{"agent_task", "delegate", "session_status"}))
+	for name, tools := range status {
+		g.Expect(tools).NotTo(ContainElement("emit_signal"), "%s: emit_signal is for background runs only", name)
+	}
 }
 
 func sorted(s []string) []string {
