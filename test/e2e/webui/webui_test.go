@@ -304,7 +304,7 @@ func TestWebUI(t *testing.T) {
 		u.wait("the code to be coloured", `(sel) => document.querySelector(sel + ' code.hljs span.hljs-keyword') !== null`, block)
 		g.Expect(u.eval(`(sel) => [...document.querySelectorAll(sel + ' span.hljs-keyword')].map((e) => e.textContent).join(',')`, block).Str()).
 			To(Equal("func,return"))
-		g.Expect(u.text(block + " code")).To(Equal("func main() {\n\treturn 42\n}"), "the text is unchanged")
+		g.Expect(u.text(block+" code")).To(Equal("func main() {\n\treturn 42\n}"), "the text is unchanged")
 		u.click(block + " button.code-copy")
 		u.wait("the button to say so", `(sel) => document.querySelector(sel + ' button.code-copy').textContent === 'Copied'`, block)
 		g.Expect(u.eval(`() => navigator.clipboard.readText()`).Str()).To(Equal("func main() {\n\treturn 42\n}"))
