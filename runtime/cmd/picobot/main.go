@@ -23,6 +23,7 @@ import (
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
+	"github.com/picobot/picobot/runtime/sandbox/warm"
 )
 
 func main() {
@@ -100,6 +101,8 @@ func serve(args []string) error {
 	key := fs.String("api-key", os.Getenv("PICOBOT_API_KEY"), "API key clients must send (default $PICOBOT_API_KEY; none on loopback when empty).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for chat platform webhooks (default $PICOBOT_PUBLIC_URL; without it Telegram bots poll).")
 	grace := fs.Duration("shutdown-grace", 25*time.Second, "On SIGTERM/SIGINT, how long running turns may take to finish before they are cut short (they resume at the next start).")
+	warmMax := fs.Int("warm-sandboxes", warm.DefaultMax, "Most warm tool sandboxes kept at once, one per session workspace (0 starts every program through its own sandbox launcher).")
+	warmIdle := fs.Duration("warm-sandbox-idle", warm.DefaultIdle, "How long a warm tool sandbox with no program running is kept.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -129,7 +132,11 @@ func serve(args []string) error {
 		health: healthService(*dir, embedded.StateDir(*dir, *stateDir), browser.DefaultBin, os.Getenv)})
 	defer closeFeatures()
 	owner := func(channel string) string { return rt.ChannelOwner(channel) }
-	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
+	wcfg := warm.Config{Max: *warmMax, Idle: *warmIdle}
+	if *warmMax <= 0 {
+		wcfg.Max = -1
+	}
+	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats, WarmSandbox: wcfg,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {
 		state.Close()

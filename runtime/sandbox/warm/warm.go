@@ -236,7 +236,7 @@ func (p *Pool) Close() {
 
 // Check is the health check of warm sandboxes: they need namespaces.
 func (p *Pool) Check() health.Check {
-	c := health.Check{Name: "warm sandboxes", OK: p.on}
+	c := health.Check{Name: "warm tool sandboxes", OK: p.on}
 	switch {
 	case p.on:
 		c.Message = fmt.Sprintf("each session's programs start from a warm sandbox of its workspace (up to %d, closed after %s idle)", p.cfg.Max, p.cfg.Idle)

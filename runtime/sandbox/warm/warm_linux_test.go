@@ -377,7 +377,7 @@ func TestIdleSandboxesAreReaped(t *testing.T) {
 	_, _, _ = proc.Wait()
 	proc.Close()
 	release()
-	g.Expect(sandboxtest.Marked(mark)).To(HaveLen(1))
+	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).Should(HaveLen(1))
 	pids := p.Pids()
 	clk.Step(30 * time.Second)
 	g.Expect(p.Len()).To(Equal(1))
@@ -426,7 +426,7 @@ func TestThePoolIsBounded(t *testing.T) {
 	r1()
 	r2()
 	// Closing the pool ends what its sandboxes still run.
-	g.Expect(sandboxtest.Marked(m1)).To(HaveLen(1))
+	g.Eventually(func() []int { return sandboxtest.Marked(m1) }).WithTimeout(10 * time.Second).Should(HaveLen(1))
 	p.Close()
 	g.Expect(p.Len()).To(BeZero())
 	g.Eventually(func() []int { return append(sandboxtest.Marked(m1), sandboxtest.Marked(m2)...) }).WithTimeout(10 * time.Second).Should(BeEmpty())
