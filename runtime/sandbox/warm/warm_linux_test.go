@@ -188,6 +188,7 @@ func TestHostileProgramsAreRefusedInTheWarmSandbox(t *testing.T) {
 		{"server descriptors", "ls -l /proc/1/fd/", "socket"},
 		{"server control socket", "echo x > /proc/1/fd/0", ""},
 		{"kill the server", "kill -KILL 1; sleep 0.2; kill -0 1 && exit 1", ""},
+		{"terminate the server", "kill -TERM 1", ""},
 		{"signal runtime", "kill -0 " + pid, ""},
 		{"other session", "cat " + b.other + "/secret.txt", "other-session-data"},
 		{"state folder", "cat " + b.state + "/secret.yaml", "agent-secret"},
