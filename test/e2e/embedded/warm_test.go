@@ -80,7 +80,7 @@ func TestWarmSandboxes(t *testing.T) {
 	g.Expect(warmServers(state)).To(HaveLen(1))
 
 	two := turn("tab2", "m2", 0,
-		call("bash", map[string]any{"command": `ls -a /tmp; cat `+state+`/workspaces/*/*/*/s1-ws-file; ls ..; cat /proc/[0-9]*/cmdline | tr '\0' ' '; ` + init1}))
+		call("bash", map[string]any{"command": `ls -a /tmp; cat ` + state + `/workspaces/*/*/*/s1-ws-file; ls ..; cat /proc/[0-9]*/cmdline | tr '\0' ' '; ` + init1}))
 	t.Logf("the second session saw:\n%s", two[0])
 	g.Expect(two[0]).NotTo(ContainSubstring("s1-tmp"))
 	g.Expect(two[0]).NotTo(ContainSubstring("s1-ws\n"))
