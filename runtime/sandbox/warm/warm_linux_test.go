@@ -451,4 +451,14 @@ func TestWithoutNamespacesProgramsStartTheUsualWay(t *testing.T) {
 	} else {
 		g.Expect(New(Config{}).Check()).To(HaveField("OK", false))
 	}
+	// A kernel that refuses namespaces (landlock-only): programs start
+	// the usual way, and health says why and how to fix it.
+	ll := New(Config{})
+	ll.on = false
+	c, _, err = ll.Acquire(spec(b.ws))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c).To(BeNil())
+	g.Expect(ll.Check()).To(And(HaveField("OK", false), HaveField("Message", HavePrefix("off: without namespaces")),
+		HaveField("Fix", ContainSubstring("user namespaces"))))
+	g.Expect(ll.Len()).To(BeZero())
 }
