@@ -39,6 +39,12 @@ type Config struct {
 	// Tools builds the tools the server runs itself (the file tools), for
 	// an Agent that may also reach readOnly and readWrite; nil runs none.
 	Tools func(readOnly, readWrite []string) []tool.Tool
+	// KillDescendants makes a kill of a program (SIGKILL: the runtime's
+	// kill, or its connection closed) reach the processes it started that
+	// left its process group and session (setsid) too, found by parentage:
+	// a warm sandbox outlives its programs, where the launcher's namespace
+	// ended with each.
+	KillDescendants bool
 	// ReadWrite are folders every program may write besides its request's
 	// (a warm sandbox's private /tmp, which Landlock sees as a place of
 	// its own, not as the workspace folder it is bound from).
@@ -208,7 +214,9 @@ func listen(path string) (*net.UnixListener, error) {
 	return l, nil
 }
 
-// handle serves one connection: one program.
+// handle serves one connection: one program. check says whether the peer
+// must be one allowed (a connection passed over the control socket is the
+// runtime's by construction).
 func (s *Server) handle(conn *net.UnixConn, check bool) {
 	defer func() { _ = conn.Close() }()
 	// The request is read before the peer is checked: closing a socket
@@ -219,11 +227,13 @@ func (s *Server) handle(conn *net.UnixConn, check bool) {
 		_ = send(conn, message{Type: typeError, Error: err.Error()})
 		return
 	}
-	if err := s.authorizeIf(check, conn); err != nil {
-		closeAll(fds)
-		s.cfg.Log.Warn("Exec server refused a connection", "err", err)
-		_ = send(conn, message{Type: typeError, Error: err.Error()})
-		return
+	if check {
+		if err := s.authorize(conn); err != nil {
+			closeAll(fds)
+			s.cfg.Log.Warn("Exec server refused a connection", "err", err)
+			_ = send(conn, message{Type: typeError, Error: err.Error()})
+			return
+		}
 	}
 	if req.Tool != nil {
 		closeAll(fds)
@@ -268,13 +278,6 @@ func (s *Server) control(conn *net.UnixConn, p *proc) {
 			s.signal(p, syscall.Signal(m.Signal))
 		}
 	}
-}
-
-func (s *Server) authorizeIf(check bool, conn *net.UnixConn) error {
-	if !check {
-		return nil
-	}
-	return s.authorize(conn)
 }
 
 // authorize checks the peer's user (SO_PEERCRED): the runtime container's.
@@ -467,6 +470,12 @@ func (s *Server) signal(p *proc, sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !p.reaped {
+		if sig == syscall.SIGKILL && s.cfg.KillDescendants {
+			// Found before the group dies: then they are orphans.
+			for _, d := range sandbox.Descendants(p.pid) {
+				_ = syscall.Kill(d, sig)
+			}
+		}
 		killGroup(p, sig)
 	}
 }

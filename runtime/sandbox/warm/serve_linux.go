@@ -39,7 +39,7 @@ func serve(workspace string) error {
 		// The launcher bound the workspace's temporary folder on /tmp.
 		rw = []string{"/tmp"}
 	}
-	srv, err := execserver.New(execserver.Config{Workspace: workspace, ReadWrite: rw,
+	srv, err := execserver.New(execserver.Config{Workspace: workspace, ReadWrite: rw, KillDescendants: true,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err

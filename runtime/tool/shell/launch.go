@@ -181,9 +181,24 @@ func (l warmLauncher) through(spec sandbox.Spec, start func(c *execserver.Client
 	return nil, nil, false, nil
 }
 
+// shellChild makes `shell -c command` run command as the shell's child:
+// under the warm sandbox's server the program leads its own process group
+// (under the launcher it does not: the launcher does), and a shell would
+// exec a lone command in its place, so `setsid cmd` (which forks when it
+// leads a group) would end at once and its child race the group's kill.
+// As under the launcher, the command then runs as long as it runs, in a
+// session of its own if it asks for one. (A command killed by a signal
+// shows as the shell's exit code 128+n, as in a terminal.)
+func shellChild(argv []string) []string {
+	if len(argv) == 3 && argv[1] == "-c" {
+		return []string{argv[0], "-c", "{ " + argv[2] + "\n}"}
+	}
+	return argv
+}
+
 func (l warmLauncher) start(spec sandbox.Spec, argv []string, stdin, out *os.File) (program, error) {
 	prog, _, ok, err := l.through(spec, func(c *execserver.Client) (*execserver.Process, *os.File, error) {
-		p, err := c.Start(request(spec, argv), stdin, out, out)
+		p, err := c.Start(request(spec, shellChild(argv)), stdin, out, out)
 		return p, nil, err
 	})
 	if !ok {
@@ -194,7 +209,7 @@ func (l warmLauncher) start(spec sandbox.Spec, argv []string, stdin, out *os.Fil
 
 func (l warmLauncher) startTTY(spec sandbox.Spec, argv []string, cols, rows int) (program, *os.File, error) {
 	prog, master, ok, err := l.through(spec, func(c *execserver.Client) (*execserver.Process, *os.File, error) {
-		return c.StartTTY(request(spec, argv), uint16(cols), uint16(rows))
+		return c.StartTTY(request(spec, shellChild(argv)), uint16(cols), uint16(rows))
 	})
 	if !ok {
 		return localLauncher{}.startTTY(spec, argv, cols, rows)

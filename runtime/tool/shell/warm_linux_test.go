@@ -62,6 +62,17 @@ func TestShellToolsRunInTheWarmSandbox(t *testing.T) {
 	kill := h.call("process", map[string]any{"action": "kill", "sessionId": "p1"})
 	g.Expect(kill.Content).To(ContainSubstring("killed p1: exited (killed by signal SIGKILL)"))
 
+	// A command that leaves for a session of its own runs on as the
+	// program, as under the launcher (setsid does not fork and end).
+	mark := "picobot-shell-warm-setsid-" + strconv.Itoa(os.Getpid())
+	res = h.call("exec", map[string]any{"command": "PICOBOT_TEST_MARK=" + mark + " setsid sleep 300", "background": true})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	waitMarked(g, mark)
+	g.Consistently(func() string { return h.call("process", map[string]any{"action": "poll", "sessionId": "p2"}).Content }).
+		WithTimeout(time.Second).Should(ContainSubstring("status: running"))
+	h.call("process", map[string]any{"action": "kill", "sessionId": "p2"})
+	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).Should(BeEmpty())
+
 	// pty: an interactive shell on a terminal the server opened.
 	id := h.spawnBash(g, "s1")
 	h.call("pty", map[string]any{"action": "write", "session_id": id, "data": "echo $((6*7)) $COLUMNS; head -c 20 /proc/1/cmdline; echo\r"})
@@ -76,7 +87,7 @@ func TestAWarmSandboxThatDiedIsReplacedOnTheNextCall(t *testing.T) {
 	g := NewWithT(t)
 	h, pool := warmHarness(t, warm.Config{})
 	mark := "picobot-shell-warm-" + strconv.Itoa(os.Getpid())
-	res := h.call("exec", map[string]any{"command": "PICOBOT_TEST_MARK=" + mark + " setsid sleep 300", "background": true})
+	res := h.call("exec", map[string]any{"command": "PICOBOT_TEST_MARK=" + mark + " sleep 300", "background": true})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
 	waitMarked(g, mark)
 	pids := pool.Pids()

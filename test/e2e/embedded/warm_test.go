@@ -74,7 +74,7 @@ func TestWarmSandboxes(t *testing.T) {
 
 	one := turn("tab1", "m1", 0,
 		call("bash", map[string]any{"command": "echo s1-tmp > /tmp/s1-tmp-file; echo s1-ws > s1-ws-file; " + init1}),
-		call("exec", map[string]any{"command": sandboxtest.MarkEnv + "=" + mark + " setsid sleep 300", "background": true}))
+		call("exec", map[string]any{"command": sandboxtest.MarkEnv + "=" + mark + " setsid sleep 300 & sleep 300", "background": true}))
 	g.Expect(one[0]).To(Equal("picobot-warm-sandbox\n[exit code 0]"))
 	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).Should(HaveLen(1))
 	g.Expect(warmServers(state)).To(HaveLen(1))
@@ -114,7 +114,7 @@ func TestWarmSandboxes(t *testing.T) {
 	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).Should(BeEmpty())
 	one = turn("tab1", "m3", 2,
 		call("bash", map[string]any{"command": "cat /tmp/s1-tmp-file s1-ws-file; " + init1}),
-		call("exec", map[string]any{"command": sandboxtest.MarkEnv + "=" + mark + " setsid sleep 300", "background": true}))
+		call("exec", map[string]any{"command": sandboxtest.MarkEnv + "=" + mark + " setsid sleep 300 & sleep 300", "background": true}))
 	g.Expect(one).To(HaveLen(4))
 	g.Expect(one[2]).To(Equal("s1-tmp\ns1-ws\npicobot-warm-sandbox\n[exit code 0]"))
 	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).Should(HaveLen(1))
