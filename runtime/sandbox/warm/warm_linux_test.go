@@ -255,12 +255,13 @@ func TestSessionsWarmSandboxesAreApart(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("sleep 300"))
 }
 
-// escaped starts, in the warm sandbox of ws, a program that leaves a
-// descendant behind in a session of its own (setsid) and keeps running;
-// both carry mark.
+// escaped starts, in the warm sandbox of ws, a program that leaves an
+// orphan behind in a session of its own (a double fork and setsid, so
+// neither its process group nor its parentage leads to it) and keeps
+// running; both carry mark.
 func escaped(t *testing.T, p *Pool, ws, mark string) (*execserver.Process, func()) {
 	t.Helper()
-	proc, r, release := start(t, p, spec(ws, sandboxtest.MarkEnv+"="+mark), "setsid sleep 300 & echo ready; sleep 300; true")
+	proc, r, release := start(t, p, spec(ws, sandboxtest.MarkEnv+"="+mark), "(setsid sleep 300 &); echo ready; sleep 300; true")
 	line, _ := bufio.NewReader(r).ReadString('\n')
 	_ = r.Close()
 	if line != "ready\n" {
