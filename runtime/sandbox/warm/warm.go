@@ -189,6 +189,11 @@ func (p *Pool) Discard(c *execserver.Client) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, b := range p.boxes {
+		select {
+		case <-b.ready: // client is set
+		default:
+			continue
+		}
 		if b.client == c {
 			p.dropLocked(b)
 			return
