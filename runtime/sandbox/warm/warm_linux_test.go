@@ -463,3 +463,48 @@ func TestWithoutNamespacesProgramsStartTheUsualWay(t *testing.T) {
 		HaveField("Fix", ContainSubstring("user namespaces"))))
 	g.Expect(ll.Len()).To(BeZero())
 }
+
+func TestConcurrentFirstProgramsShareOneSandbox(t *testing.T) {
+	needNamespaces(t)
+	g := NewWithT(t)
+	b := newBox(t)
+	p := New(Config{})
+	defer p.Close()
+	const n = 8
+	outs := make(chan string, n)
+	for i := range n {
+		go func() {
+			// (run's t.Fatalf belongs to the test's goroutine.)
+			c, release, err := p.Acquire(spec(b.ws))
+			if err != nil || c == nil {
+				outs <- fmt.Sprintf("no warm sandbox: %v", err)
+				return
+			}
+			defer release()
+			r, w, _ := os.Pipe()
+			proc, err := c.Start(request(spec(b.ws), "echo", strconv.Itoa(i)), nil, w, w)
+			_ = w.Close()
+			if err != nil {
+				_ = r.Close()
+				outs <- err.Error()
+				return
+			}
+			out, _ := io.ReadAll(r)
+			_ = r.Close()
+			_, _, _ = proc.Wait()
+			proc.Close()
+			outs <- string(out)
+		}()
+	}
+	got := map[string]bool{}
+	for range n {
+		var out string
+		g.Eventually(outs).WithTimeout(30 * time.Second).Should(Receive(&out))
+		got[out] = true
+	}
+	g.Expect(got).To(HaveLen(n))
+	for i := range n {
+		g.Expect(got).To(HaveKey(strconv.Itoa(i) + "\n"))
+	}
+	g.Expect(p.Pids()).To(HaveLen(1))
+}
