@@ -91,7 +91,10 @@ type Host struct {
 	ActiveRuns *delegate.ActiveRuns
 	// Features add tools and prompt sections to every agent, in order.
 	Features []Feature
-	Log      *slog.Logger
+	// WarmSandboxes, when set, start the shell tools' programs from a warm
+	// sandbox of their session's workspace (embedded mode, package warm).
+	WarmSandboxes shell.WarmSandboxes
+	Log           *slog.Logger
 }
 
 // Feature adds capabilities to an agent (runtime/feature).
@@ -331,7 +334,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err != nil {
 		return fail(err)
 	}
-	tools, err := builtinTools(a, pol, prov, providerName, modelName)
+	tools, err := builtinTools(a, pol, prov, providerName, modelName, h.WarmSandboxes)
 	if err != nil {
 		return fail(err)
 	}
@@ -389,8 +392,9 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 // model chain and the file and shell tools confined to what the Agent's
 // spec.tools.fs.allowedPaths opens, the shell tools under its exec approval
 // policy (spec.tools.exec) with the TCP ports of spec.tools.network, exec in
-// the foreground when process is denied.
-func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, prov llm.Provider, providerName, modelName string) (*builtin.Set, error) {
+// the foreground when process is denied, and from a warm sandbox of their
+// session's workspace when the host keeps them.
+func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, prov llm.Provider, providerName, modelName string, warm shell.WarmSandboxes) (*builtin.Set, error) {
 	var fsSpec *picobotv1alpha1.FSToolsSpec
 	if a.Spec.Tools != nil {
 		fsSpec = a.Spec.Tools.FS
@@ -403,6 +407,9 @@ func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, prov llm.Provider
 	shellOpts = append(shellOpts, shell.WithApprovals(execPolicy), shell.WithPorts(agentspec.AllowedPorts(a)...))
 	if !policy.Allowed(pol, "process") {
 		shellOpts = append(shellOpts, shell.ExecForeground())
+	}
+	if warm != nil {
+		shellOpts = append(shellOpts, shell.WithWarmSandboxes(warm))
 	}
 	return builtin.New(builtin.Config{LLMTask: &llmtask.Config{DefaultProvider: providerName, DefaultModel: modelName,
 		Resolve: func(string, string) (llm.Provider, error) { return prov, nil }}, FS: fsOpts, Shell: shellOpts})

@@ -42,6 +42,7 @@ import (
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/sandbox"
+	"github.com/picobot/picobot/runtime/sandbox/warm"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
@@ -90,6 +91,10 @@ type Options struct {
 	// RunRetention is how long ended delegate runs are kept
 	// (delegate.DefaultRetention when 0).
 	RunRetention time.Duration
+	// WarmSandbox configures the warm sandboxes the shell tools' programs
+	// start from, one per session workspace (package warm; defaults when
+	// zero, off with a negative Max).
+	WarmSandbox warm.Config
 	// State is the runtime's store, bus and artifact blobs, chosen by the
 	// caller (picobot serve opens them with OpenState before the runtime,
 	// so the outbound dispatcher it hands to features exists first). Open
@@ -186,6 +191,8 @@ type Runtime struct {
 	sched   *schedulerHost  // nil without Options.Scheduler
 	// background runs the agents' background delegations (background.go).
 	background *delegate.BackgroundRuns
+	// warm keeps the warm sandboxes of the sessions' workspaces.
+	warm *warm.Pool
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // tenantAgent.waiterKey -> the gateway calls waiting for it
@@ -256,6 +263,11 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel, tenants: map[string]bool{opts.Tenant: true},
 		waiters: map[string]*waiter{}, serving: map[string]bool{}}
 	r.Service = dialog.Service{Store: st, Manager: r.manager, Tenant: r.checkTenant}
+	wcfg := opts.WarmSandbox
+	if wcfg.Log == nil {
+		wcfg.Log = opts.Log
+	}
+	r.warm = warm.New(wcfg)
 	for _, t := range opts.Tenants {
 		if err := checkTenant(t); err != nil {
 			r.Close()
@@ -297,6 +309,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			// Sub-agents run here too; r.agents is complete before a
 			// turn can delegate.
 			Delegates: delegates, Background: r.background, ActiveRuns: active,
+			WarmSandboxes: r.warm,
 		}
 		built, err := host.Build(r.ctx, a)
 		if err != nil {
@@ -426,6 +439,8 @@ func (r *Runtime) Close() {
 			}
 		}
 	}
+	// After the agents, whose tools have ended their programs.
+	r.warm.Close()
 	r.state.Close()
 }
 
@@ -621,7 +636,7 @@ func (r *Runtime) Health(ctx context.Context) []gateway.Check {
 		c.Name = "tool sandbox: " + c.Name
 		checks = append(checks, c)
 	}
-	return checks
+	return append(checks, r.warm.Check())
 }
 
 func check(name string, ok bool, msg, fix string) gateway.Check {

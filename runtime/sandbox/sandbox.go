@@ -92,6 +92,11 @@ type childSpec struct {
 	// Probe makes the launcher report what it could set up (a Report as
 	// JSON on stdout) instead of running a program.
 	Probe bool `json:"probe,omitempty"`
+	// Self runs the runtime's own executable (argv[0] is then only the
+	// program's name) and replaces the launcher with it even in
+	// namespaces, where it becomes the namespace's init: a warm sandbox's
+	// exec server (SelfCommand), which reaps what it starts itself.
+	Self bool `json:"self,omitempty"`
 }
 
 // Report says which layers of the sandbox this machine gives.

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -51,6 +52,35 @@ func command(spec Spec, ns bool, name string, args ...string) (*Cmd, error) {
 		ExtraFiles: []*os.File{w}}
 	cmd.SysProcAttr = sysProcAttr(ns)
 	return &Cmd{Cmd: cmd, statusR: r, statusW: w}, nil
+}
+
+// SelfCommand returns a command that runs the runtime's own executable,
+// with name as its os.Args[0] and args after it, in the sandbox spec
+// describes, as Command does, but as the init of the sandbox's namespaces
+// (where it gets them) rather than its child: a warm sandbox's exec server
+// (package warm), which reaps and kills what it starts itself. The
+// launcher's Landlock rules (the exec server's own, beneath each program's)
+// open the executable to read and run besides spec's paths. It fails where
+// Probe found no namespaces: without a PID namespace to end with it, what
+// the server started would outlive it.
+func SelfCommand(spec Spec, name string, args ...string) (*Cmd, error) {
+	if !Probe().Namespaces {
+		return nil, errors.New("failed to start a warm sandbox: the kernel gives no namespaces")
+	}
+	// The launcher opens the rule's path itself: /proc/self/exe is then
+	// its executable, this one, wherever it lies (even under a /tmp the
+	// launcher's own /tmp hides, or replaced on disk since).
+	spec.ReadOnly = append(slices.Clip(spec.ReadOnly), self)
+	if err := spec.prepare(); err != nil {
+		return nil, err
+	}
+	arg, err := childSpec{Spec: spec, Namespaces: true, Self: true}.encode()
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: self, Args: append([]string{argv0, arg, name}, args...), Env: spec.Env, Dir: spec.Workspace}
+	cmd.SysProcAttr = sysProcAttr(true)
+	return &Cmd{Cmd: cmd}, nil
 }
 
 // statusFD is where the launcher finds the status pipe (the first of
@@ -169,6 +199,9 @@ func launch(specArg string, argv []string) error {
 	// may have cleared the one set at fork.
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0)
 	syscall.CloseOnExec(statusFD) // the program never sees the status pipe
+	if cs.Self {
+		return syscall.Exec(self, argv, os.Environ())
+	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		return fmt.Errorf("failed to find %q: %w", argv[0], err)

@@ -24,6 +24,7 @@ import (
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
+	"github.com/picobot/picobot/runtime/sandbox/warm"
 	"github.com/picobot/picobot/runtime/tool/delegate"
 )
 
@@ -119,6 +120,8 @@ mode: SQLite, an in-process bus and a local folder).
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for chat platform webhooks (default $PICOBOT_PUBLIC_URL; without it Telegram bots poll).")
 	grace := fs.Duration("shutdown-grace", 25*time.Second, "On SIGTERM/SIGINT, how long running turns may take to finish before they are cut short (they resume at the next start).")
 	retention := fs.Duration("run-retention", delegate.DefaultRetention, "How long ended sub-agent (delegate) runs are kept before they are deleted.")
+	warmMax := fs.Int("warm-sandboxes", warm.DefaultMax, "Most warm tool sandboxes kept at once, one per session workspace (0 starts every program through its own sandbox launcher).")
+	warmIdle := fs.Duration("warm-sandbox-idle", warm.DefaultIdle, "How long a warm tool sandbox with no program running is kept.")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -151,7 +154,12 @@ mode: SQLite, an in-process bus and a local folder).
 		health: healthService(*dir, embedded.StateDir(*dir, *stateDir), browser.DefaultBin, os.Getenv)})
 	defer closeFeatures()
 	owner := func(channel string) string { return rt.ChannelOwner(channel) }
-	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats, RunRetention: *retention,
+	wcfg := warm.Config{Max: *warmMax, Idle: *warmIdle}
+	if *warmMax <= 0 {
+		wcfg.Max = -1
+	}
+	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
+		RunRetention: *retention, WarmSandbox: wcfg,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {
 		state.Close()

@@ -13,12 +13,75 @@ import (
 // holds no connection: each program has its own.
 type Client struct {
 	socket string
+	// ctl, when set, is the control socket of a server serving it
+	// (Server.ServeControl): a connection is one end of a new socketpair,
+	// the other end passed over ctl.
+	ctl *net.UnixConn
 }
+
+// ErrUnavailable is in the error of a start or tool call that the server
+// never answered (it could not be reached, or went away before it said
+// whether the program started): nothing of the request runs on.
+var ErrUnavailable = errors.New("the exec server is unavailable")
 
 // NewClient returns a client of the server at socket.
 func NewClient(socket string) *Client { return &Client{socket: socket} }
 
-// Socket is the server's socket path.
+// NewControlClient returns a client of the server serving the other end of
+// ctl (Server.ServeControl); the caller keeps and closes ctl. Only who holds
+// ctl reaches the server: there is no socket path to connect to.
+func NewControlClient(ctl *net.UnixConn) *Client {
+	return &Client{ctl: ctl}
+}
+
+// dial opens a connection to the server: one program or tool call.
+func (c *Client) dial() (*net.UnixConn, error) {
+	if c.ctl == nil {
+		conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: c.socket, Net: "unixpacket"})
+		if err != nil {
+			return nil, fmt.Errorf("failed to reach the sandbox container's exec server at %q: %w: %w", c.socket, ErrUnavailable, err)
+		}
+		return conn, nil
+	}
+	// Under ForkLock, as os/exec wants: no program forked meanwhile
+	// inherits the pair before it is close-on-exec.
+	syscall.ForkLock.RLock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, fmt.Errorf("failed to create a connection to the exec server: %w", err)
+	}
+	err = send(c.ctl, message{Type: typeConnect}, fds[1])
+	_ = syscall.Close(fds[1])
+	if err != nil {
+		_ = syscall.Close(fds[0])
+		return nil, fmt.Errorf("failed to reach the warm sandbox's exec server: %w: %w", ErrUnavailable, err)
+	}
+	return fdConn(fds[0])
+}
+
+// fdConn makes a connected socket's descriptor a *net.UnixConn, which then
+// owns it.
+func fdConn(fd int) (*net.UnixConn, error) {
+	f := os.NewFile(uintptr(fd), "exec-server-conn")
+	defer func() { _ = f.Close() }()
+	fc, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("failed to use an exec server connection: %w", err)
+	}
+	conn, ok := fc.(*net.UnixConn)
+	if !ok {
+		_ = fc.Close()
+		return nil, fmt.Errorf("failed to use an exec server connection: a %T, not a Unix socket", fc)
+	}
+	return conn, nil
+}
+
+// Socket is the server's socket path ("" for a control client).
 func (c *Client) Socket() string { return c.socket }
 
 // Process is a program the server started. Wait for it, then Close.
@@ -78,19 +141,22 @@ func (c *Client) start(req Request, fds ...int) (*Process, []int, error) {
 	if len(req.Argv) == 0 {
 		return nil, nil, errors.New("failed to start a program: no program named")
 	}
-	conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: c.socket, Net: "unixpacket"})
+	conn, err := c.dial()
 	if err != nil {
-		return nil, nil, fmt.Errorf("failed to reach the sandbox container's exec server at %q: %w", c.socket, err)
+		return nil, nil, err
 	}
 	if err := send(conn, req, fds...); err != nil {
 		_ = conn.Close()
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		return nil, nil, err
 	}
 	var m message
 	got, err := receive(conn, &m)
 	if err != nil {
 		_ = conn.Close()
-		return nil, nil, fmt.Errorf("failed to start %q in the sandbox container: %w", req.Argv[0], err)
+		return nil, nil, fmt.Errorf("failed to start %q in the sandbox container: %w: %w", req.Argv[0], ErrUnavailable, err)
 	}
 	if m.Type != typeStarted {
 		_ = conn.Close()

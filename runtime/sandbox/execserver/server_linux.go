@@ -39,7 +39,17 @@ type Config struct {
 	// Tools builds the tools the server runs itself (the file tools), for
 	// an Agent that may also reach readOnly and readWrite; nil runs none.
 	Tools func(readOnly, readWrite []string) []tool.Tool
-	Log   *slog.Logger
+	// KillDescendants makes a kill of a program (SIGKILL: the runtime's
+	// kill, or its connection closed) reach the processes it started that
+	// left its process group and session (setsid) too, found by parentage:
+	// a warm sandbox outlives its programs, where the launcher's namespace
+	// ended with each.
+	KillDescendants bool
+	// ReadWrite are folders every program may write besides its request's
+	// (a warm sandbox's private /tmp, which Landlock sees as a place of
+	// its own, not as the workspace folder it is bound from).
+	ReadWrite []string
+	Log       *slog.Logger
 }
 
 // Server starts programs for the runtime container. Every program is
@@ -81,8 +91,8 @@ type proc struct {
 
 // New returns a server; Serve listens.
 func New(cfg Config) (*Server, error) {
-	if cfg.Socket == "" || cfg.Workspace == "" {
-		return nil, errors.New("failed to configure the exec server: a socket and a workspace folder are required")
+	if cfg.Workspace == "" {
+		return nil, errors.New("failed to configure the exec server: a workspace folder is required")
 	}
 	ws, err := filepath.Abs(cfg.Workspace)
 	if err != nil {
@@ -98,46 +108,93 @@ func New(cfg Config) (*Server, error) {
 // Serve listens on the socket and starts programs until ctx ends; then it
 // kills every program it started.
 func (s *Server) Serve(ctx context.Context) error {
-	// The programs run as this server's user. Non-dumpable, the server's
-	// /proc/<pid> files (environ, mem) are closed to them, and so are a
-	// program's own between its fork and its exec: the child shares the
-	// server's memory, environment block included, until exec gives it a
-	// dumpable image of its own. (A race the secrets test caught under
-	// load: a program read another one's /proc/<pid>/environ mid-fork.)
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("failed to make the exec server non-dumpable: %w", err)
+	if s.cfg.Socket == "" {
+		return errors.New("failed to serve: the exec server has no socket to listen on")
+	}
+	if err := s.becomeParent(); err != nil {
+		return err
 	}
 	l, err := listen(s.cfg.Socket)
 	if err != nil {
 		return err
 	}
-	if os.Getpid() != 1 {
-		// Orphans of the programs come to us, not to the host's init.
-		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-			_ = l.Close()
-			return fmt.Errorf("failed to become a child subreaper: %w", err)
-		}
-	}
-	go s.reap()
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
 	s.cfg.Log.Info("Exec server is serving", "socket", s.cfg.Socket, "workspace", s.cfg.Workspace, "uid", s.uid)
-	for {
-		conn, err := l.AcceptUnix()
-		if err != nil {
-			if ctx.Err() == nil {
-				s.cfg.Log.Error("Exec server stopped accepting", "err", err)
-			}
-			break
-		}
-		s.wg.Go(func() { s.handle(conn) })
-	}
-	s.killAll()
-	s.wg.Wait()
+	s.serve(ctx, l.AcceptUnix, true)
 	if ctx.Err() != nil {
 		return nil
 	}
 	return fmt.Errorf("failed to accept on %q", s.cfg.Socket)
+}
+
+// ServeControl serves the connections the runtime passes over ctl, one end
+// of a socketpair it made (Client from NewControlClient), until the runtime
+// closes its end (or dies) or ctx ends; then it kills every program it
+// started. Holding ctl is what lets a caller start programs: there is no
+// socket path, and no peer check (the programs run as the server's user,
+// and so does the runtime that started it: a warm sandbox).
+func (s *Server) ServeControl(ctx context.Context, ctl *net.UnixConn) error {
+	if err := s.becomeParent(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = ctl.Close() })
+	defer stop()
+	s.serve(ctx, func() (*net.UnixConn, error) {
+		for {
+			var m message
+			fds, err := receive(ctl, &m)
+			if err != nil {
+				return nil, err
+			}
+			if m.Type != typeConnect || len(fds) != 1 {
+				closeAll(fds)
+				s.cfg.Log.Warn("Exec server ignored a control message", "type", m.Type, "descriptors", len(fds))
+				continue
+			}
+			return fdConn(fds[0])
+		}
+	}, false)
+	return nil
+}
+
+// becomeParent readies the process to start programs. The programs run as
+// this server's user. Non-dumpable, the server's /proc/<pid> files
+// (environ, mem) are closed to them, and so are a program's own between its
+// fork and its exec: the child shares the server's memory, environment
+// block included, until exec gives it a dumpable image of its own. (A race
+// the secrets test caught under load: a program read another one's
+// /proc/<pid>/environ mid-fork.) Orphans of the programs come to the
+// server, not to the host's init.
+func (s *Server) becomeParent() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("failed to make the exec server non-dumpable: %w", err)
+	}
+	if os.Getpid() != 1 {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("failed to become a child subreaper: %w", err)
+		}
+	}
+	go s.reap()
+	return nil
+}
+
+// serve handles the connections accept returns until it fails, then kills
+// every program and waits for the handlers. check says whether a
+// connection's peer must be checked (authorize).
+func (s *Server) serve(ctx context.Context, accept func() (*net.UnixConn, error), check bool) {
+	for {
+		conn, err := accept()
+		if err != nil {
+			if ctx.Err() == nil && check {
+				s.cfg.Log.Error("Exec server stopped accepting", "err", err)
+			}
+			break
+		}
+		s.wg.Go(func() { s.handle(conn, check) })
+	}
+	s.killAll()
+	s.wg.Wait()
 }
 
 // listen replaces a stale socket and opens the new one to the pod's shared
@@ -157,8 +214,10 @@ func listen(path string) (*net.UnixListener, error) {
 	return l, nil
 }
 
-// handle serves one connection: one program.
-func (s *Server) handle(conn *net.UnixConn) {
+// handle serves one connection: one program. check says whether the peer
+// must be one allowed (a connection passed over the control socket is the
+// runtime's by construction).
+func (s *Server) handle(conn *net.UnixConn, check bool) {
 	defer func() { _ = conn.Close() }()
 	// The request is read before the peer is checked: closing a socket
 	// with unread data would reset it before the refusal is read.
@@ -168,11 +227,13 @@ func (s *Server) handle(conn *net.UnixConn) {
 		_ = send(conn, message{Type: typeError, Error: err.Error()})
 		return
 	}
-	if err := s.authorize(conn); err != nil {
-		closeAll(fds)
-		s.cfg.Log.Warn("Exec server refused a connection", "err", err)
-		_ = send(conn, message{Type: typeError, Error: err.Error()})
-		return
+	if check {
+		if err := s.authorize(conn); err != nil {
+			closeAll(fds)
+			s.cfg.Log.Warn("Exec server refused a connection", "err", err)
+			_ = send(conn, message{Type: typeError, Error: err.Error()})
+			return
+		}
 	}
 	if req.Tool != nil {
 		closeAll(fds)
@@ -298,7 +359,8 @@ func (s *Server) check(req Request, nfds int) (sandbox.Spec, string, error) {
 	if !filepath.IsAbs(ws) || !within(ws, s.cfg.Workspace) {
 		return sandbox.Spec{}, "", fmt.Errorf("workspace %q is not inside the sandbox's workspace folder %q", req.Workspace, s.cfg.Workspace)
 	}
-	spec := sandbox.Spec{Workspace: ws, ReadOnly: req.ReadOnly, ReadWrite: req.ReadWrite, AllowedPorts: req.AllowedPorts, Env: req.Env}
+	spec := sandbox.Spec{Workspace: ws, ReadOnly: req.ReadOnly, ReadWrite: slices.Concat(req.ReadWrite, s.cfg.ReadWrite),
+		AllowedPorts: req.AllowedPorts, Env: req.Env}
 	if err := spec.Prepare(); err != nil {
 		return sandbox.Spec{}, "", err
 	}
@@ -408,6 +470,12 @@ func (s *Server) signal(p *proc, sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !p.reaped {
+		if sig == syscall.SIGKILL && s.cfg.KillDescendants {
+			// Found before the group dies: then they are orphans.
+			for _, d := range sandbox.Descendants(p.pid) {
+				_ = syscall.Kill(d, sig)
+			}
+		}
 		killGroup(p, sig)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 
@@ -49,9 +48,9 @@ func (c *Client) CallTool(ctx context.Context, req Request) (tool.Result, error)
 		return tool.Result{}, errors.New("failed to call a tool in the sandbox container: no tool named")
 	}
 	name := req.Tool.Name
-	conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: c.socket, Net: "unixpacket"})
+	conn, err := c.dial()
 	if err != nil {
-		return tool.Result{}, fmt.Errorf("failed to reach the sandbox container's exec server at %q: %w", c.socket, err)
+		return tool.Result{}, err
 	}
 	defer func() { _ = conn.Close() }()
 	// The server ends the call when the connection closes.

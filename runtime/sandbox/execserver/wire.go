@@ -37,6 +37,15 @@
 // server kills the program's process group; when the program ends, the
 // server kills what is left of its group (background jobs end with the
 // command, as in the runtime's own launcher) and reports the status.
+//
+// A warm sandbox (embedded mode, package warm) has no socket path: the
+// runtime holds one end of a socketpair whose other end is the server's
+// (ServeControl), and a connection is a new socketpair, one end of which
+// travels over the control socket:
+//
+//	runtime -> server  connect {}                                             + the connection's far end
+//
+// after which the connection speaks the protocol above.
 package execserver
 
 import (
@@ -110,6 +119,7 @@ type message struct {
 }
 
 const (
+	typeConnect = "connect"
 	typeStarted = "started"
 	typeError   = "error"
 	typeExited  = "exited"

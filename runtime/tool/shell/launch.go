@@ -1,7 +1,9 @@
 package shell
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"syscall"
 
@@ -135,3 +137,93 @@ func (s serverProgram) wait() (syscall.WaitStatus, bool, error) {
 }
 
 func (s serverProgram) kill() { _ = s.p.Signal(syscall.SIGKILL) }
+
+// WarmSandboxes hands out the exec servers of warm sandboxes, one per
+// session workspace (package warm's Pool).
+type WarmSandboxes interface {
+	// Acquire returns a client of the exec server of spec's warm sandbox
+	// and release, to call once the program started through it ended; a
+	// nil client says to start the program through the launcher.
+	Acquire(spec sandbox.Spec) (c *execserver.Client, release func(), err error)
+	// Discard ends the sandbox of c, whose server did not answer.
+	Discard(c *execserver.Client)
+}
+
+// warmLauncher starts programs through the exec server of their
+// workspace's warm sandbox; where there is none to be had, or it cannot be
+// started, through the runtime's own launcher, as before.
+type warmLauncher struct{ w WarmSandboxes }
+
+// through tries the warm sandbox of spec; a server that died under the
+// call (it never answered, so nothing of the program runs on) is discarded
+// and a new one tried once. ok false: start through the launcher.
+func (l warmLauncher) through(spec sandbox.Spec, start func(c *execserver.Client) (*execserver.Process, *os.File, error)) (
+	prog program, master *os.File, ok bool, err error) {
+	for try := 0; try < 2; try++ {
+		c, release, err := l.w.Acquire(spec)
+		if err != nil {
+			slog.Warn("Warm sandbox unavailable; the program starts through the launcher", "workspace", spec.Workspace, "err", err)
+			return nil, nil, false, nil
+		}
+		if c == nil {
+			return nil, nil, false, nil
+		}
+		p, master, err := start(c)
+		if err == nil {
+			return warmProgram{serverProgram{p}, release}, master, true, nil
+		}
+		release()
+		if !errors.Is(err, execserver.ErrUnavailable) {
+			return nil, nil, true, err
+		}
+		l.w.Discard(c)
+	}
+	return nil, nil, false, nil
+}
+
+// shellChild makes `shell -c command` run command as the shell's child:
+// under the warm sandbox's server the program leads its own process group
+// (under the launcher it does not: the launcher does), and a shell would
+// exec a lone command in its place, so `setsid cmd` (which forks when it
+// leads a group) would end at once and its child race the group's kill.
+// As under the launcher, the command then runs as long as it runs, in a
+// session of its own if it asks for one. (A command killed by a signal
+// shows as the shell's exit code 128+n, as in a terminal.)
+func shellChild(argv []string) []string {
+	if len(argv) == 3 && argv[1] == "-c" {
+		return []string{argv[0], "-c", "{ " + argv[2] + "\n}"}
+	}
+	return argv
+}
+
+func (l warmLauncher) start(spec sandbox.Spec, argv []string, stdin, out *os.File) (program, error) {
+	prog, _, ok, err := l.through(spec, func(c *execserver.Client) (*execserver.Process, *os.File, error) {
+		p, err := c.Start(request(spec, shellChild(argv)), stdin, out, out)
+		return p, nil, err
+	})
+	if !ok {
+		return localLauncher{}.start(spec, argv, stdin, out)
+	}
+	return prog, err
+}
+
+func (l warmLauncher) startTTY(spec sandbox.Spec, argv []string, cols, rows int) (program, *os.File, error) {
+	prog, master, ok, err := l.through(spec, func(c *execserver.Client) (*execserver.Process, *os.File, error) {
+		return c.StartTTY(request(spec, shellChild(argv)), uint16(cols), uint16(rows))
+	})
+	if !ok {
+		return localLauncher{}.startTTY(spec, argv, cols, rows)
+	}
+	return prog, master, err
+}
+
+// warmProgram is a program of a warm sandbox, which release lets go of.
+type warmProgram struct {
+	serverProgram
+	release func()
+}
+
+func (w warmProgram) wait() (syscall.WaitStatus, bool, error) {
+	defer w.release()
+	return w.serverProgram.wait()
+}

@@ -9,7 +9,10 @@
 // Landlock confining them to the workspace, because the model can read
 // whatever a program prints and a prompt-injected page can choose what runs.
 // In a cluster-mode session pod they start in the sandbox container instead,
-// through its exec server (PICOBOT_SANDBOX_SOCKET, package execserver).
+// through its exec server (PICOBOT_SANDBOX_SOCKET, package execserver); in
+// embedded mode through the exec server of a warm sandbox of the session's
+// workspace (WithWarmSandboxes, package warm), which the first program of
+// the session starts through the launcher.
 package shell
 
 import (
@@ -44,6 +47,7 @@ type config struct {
 	// end (the process tool is denied).
 	approvals  approval.Policy
 	foreground bool
+	warm       WarmSandboxes
 }
 
 func newConfig(opts []Option) config {
@@ -59,8 +63,16 @@ func newConfig(opts []Option) config {
 			}
 		}
 	}
+	if _, local := c.launch.(localLauncher); local && c.warm != nil {
+		c.launch = warmLauncher{c.warm}
+	}
 	return c
 }
+
+// WithWarmSandboxes starts programs through the exec server of a warm
+// sandbox of their workspace (embedded mode, package warm) instead of a
+// launcher each; an exec server socket (cluster mode) goes first.
+func WithWarmSandboxes(w WarmSandboxes) Option { return func(c *config) { c.warm = w } }
 
 // WithExecServer starts programs through the exec server of the sandbox
 // container listening on socket (cluster mode) instead of the runtime's own
