@@ -249,7 +249,11 @@ func TestJobsNamingNoAgentRunOnTheRootAgent(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	st := schedulertest.Open(t, pg.NewDatabase(t))
-	day := time.Now().UTC().Truncate(24 * time.Hour)
+	// Yesterday: the CronJobs, created now, are younger than the fake clock's
+	// 03:29:30, so no tick before it counts as missed. (Today's 03:29:30
+	// would be later than their creation between midnight and 03:29 UTC,
+	// and the 03:29 tick would be caught up.)
+	day := time.Now().UTC().Truncate(24 * time.Hour).Add(-24 * time.Hour)
 	clk := clocktesting.NewFakeClock(day.Add(3*time.Hour + 29*time.Minute + 30*time.Second))
 	runner := &schedulertest.Runner{Now: clk.Now}
 	g.Expect(k8s.Create(ctx, &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "assistant"}})).To(Succeed())

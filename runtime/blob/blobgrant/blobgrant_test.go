@@ -407,6 +407,15 @@ func TestTokensRefused(t *testing.T) {
 		NewWithT(t).Expect(err).NotTo(HaveOccurred())
 		tok := token(t, tenantA, "picobot-agent-gone", remoteblob.Audience)
 		NewWithT(t).Expect(cs.CoreV1().ServiceAccounts(tenantA).Delete(ctx, "picobot-agent-gone", metav1.DeleteOptions{})).To(Succeed())
+		// The API server looks ServiceAccounts up through its own cache: a
+		// TokenReview may pass for a moment after the delete. The service's
+		// first question waits until the API server says no (it would keep
+		// a yes for its cache TTL).
+		NewWithT(t).Eventually(func() bool {
+			r, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+				Spec: authenticationv1.TokenReviewSpec{Token: tok, Audiences: []string{remoteblob.Audience}}}, metav1.CreateOptions{})
+			return err == nil && !r.Status.Authenticated
+		}).WithTimeout(30 * time.Second).Should(BeTrue())
 		code, body := ask(t, tok, remoteblob.GrantRequest{Op: remoteblob.OpGet, Key: key})
 		NewWithT(t).Expect(code).To(Equal(http.StatusUnauthorized), "%s", body)
 	})
