@@ -54,26 +54,8 @@ type box struct {
 }
 
 func newBox(t *testing.T) box {
-	t.Helper()
-	root, err := os.MkdirTemp("/var/tmp", "picobot-sandbox-test-")
-	if err != nil {
-		t.Fatalf("failed to create test folder: %v", err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	b := box{root: root, ws: filepath.Join(root, "workspaces", "s1"), other: filepath.Join(root, "workspaces", "s2"),
-		state: filepath.Join(root, "agent")}
-	for _, d := range []string{b.ws, b.other, b.state} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for p, v := range map[string]string{filepath.Join(b.other, "secret.txt"): "other-session-data",
-		filepath.Join(b.state, "secret.yaml"): "stringData: {key: agent-secret}"} {
-		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b
+	b := sandboxtest.NewBox(t, "picobot-sandbox-test-")
+	return box{root: b.Root, ws: b.WS, other: b.Other, state: b.State}
 }
 
 // run runs a bash script in the sandbox and returns its combined output and

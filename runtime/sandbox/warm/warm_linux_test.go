@@ -63,26 +63,8 @@ type testBox struct {
 }
 
 func newBox(t *testing.T) testBox {
-	t.Helper()
-	root, err := os.MkdirTemp("/var/tmp", "picobot-warm-test-")
-	if err != nil {
-		t.Fatalf("failed to create test folder: %v", err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	b := testBox{root: root, ws: filepath.Join(root, "workspaces", "s1"), other: filepath.Join(root, "workspaces", "s2"),
-		state: filepath.Join(root, "agent")}
-	for _, d := range []string{b.ws, b.other, b.state} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for p, v := range map[string]string{filepath.Join(b.other, "secret.txt"): "other-session-data",
-		filepath.Join(b.state, "secret.yaml"): "stringData: {key: agent-secret}"} {
-		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b
+	b := sandboxtest.NewBox(t, "picobot-warm-test-")
+	return testBox{root: b.Root, ws: b.WS, other: b.Other, state: b.State}
 }
 
 func spec(ws string, extraEnv ...string) sandbox.Spec {
