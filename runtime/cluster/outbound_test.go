@@ -59,9 +59,11 @@ func tenantBus(t *testing.T, admin *redis.Client, tenant string) *redisbus.Bus {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = users.Drop(context.Background(), tenant) })
-	opts := *admin.Options()
-	opts.Username, opts.Password = users.UserName(tenant), "pw-"+tenant
-	b := redisbus.New(redis.NewClient(&opts), redisbus.Options{})
+	// Options of their own: a copy of the admin client's would share its
+	// live maintenance-notification settings, which go-redis updates while
+	// the relay's connections start (a data race).
+	opts := &redis.Options{Addr: admin.Options().Addr, Username: users.UserName(tenant), Password: "pw-" + tenant}
+	b := redisbus.New(redis.NewClient(opts), redisbus.Options{})
 	t.Cleanup(func() { _ = b.Close(); _ = b.Client().Close() })
 	return b
 }
