@@ -382,6 +382,8 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 	}
 	return []tool.Tool{
 		sessions.NewStatus(h.Store, model),
+		sessions.NewList(h.Store, time.Now),
+		sessions.NewHistory(h.Store),
 		delegate.New(delegate.Config{Agent: a.Name, Edges: a.Spec.Delegates, Runner: h.Delegates, Unavailable: h.DelegatesUnavailable, Runs: h.Store,
 			Background: h.Background, Active: h.ActiveRuns}),
 		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns}),

@@ -51,8 +51,10 @@ type MemoryFilter struct {
 
 // SessionFilter selects sessions for ListSessions. Empty fields match all.
 type SessionFilter struct {
-	Channel         string
-	ChatID          string
+	Channel string
+	ChatID  string
+	// Agent keeps the sessions of one agent.
+	Agent           string
 	IncludeArchived bool
 	IncludeDeleted  bool
 	// Limit caps the result; 0 means DefaultListLimit.

@@ -44,6 +44,7 @@ WHERE tenant = $1
 	AND ($3 = '' OR chat_id = $3)
 	AND ($4::boolean OR archived_at IS NULL)
 	AND ($5::boolean OR deleted_at IS NULL)
+	AND ($7 = '' OR agent = $7)
 ORDER BY last_message_at DESC, id DESC
 LIMIT $6`
 

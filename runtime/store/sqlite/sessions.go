@@ -39,7 +39,7 @@ func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error
 // ListSessions implements store.Store.
 func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error) {
 	out, err := many(ctx, s, scanSession, sqlListSessions, f.Channel, f.ChatID, f.IncludeArchived, f.IncludeDeleted,
-		store.ListLimit(f.Limit))
+		store.ListLimit(f.Limit), f.Agent)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list sessions: %w", err)
 	}

@@ -170,7 +170,11 @@ func testListSessions(newStore NewStore) func(t *testing.T) {
 		oldest := mk("web", "c1", "d1", 1*time.Second)
 		middle := mk("web", "c1", "d2", 2*time.Second)
 		newest := mk("web", "c2", "d1", 3*time.Second)
-		other := mk("feishu", "c1", "d1", 4*time.Second)
+		other := func() store.Session {
+			s := newSession("feishu", "c1", "d1")
+			s.CreatedAt, s.Agent = t0.Add(4*time.Second), "assistant"
+			return mustCreateSession(ctx, t, st, s)
+		}()
 		archived := mk("web", "c1", "d3", 5*time.Second)
 		deleted := mk("web", "c1", "d4", 6*time.Second)
 		g := gomega.NewWithT(t)
@@ -203,6 +207,9 @@ func testListSessions(newStore NewStore) func(t *testing.T) {
 			{name: "limit", filter: store.SessionFilter{Limit: 2},
 				want: []string{oldest.ID, other.ID}},
 			{name: "no match", filter: store.SessionFilter{Channel: "slack"}, want: []string{}},
+			{name: "by agent", filter: store.SessionFilter{Agent: "assistant"}, want: []string{other.ID}},
+			{name: "by agent and channel", filter: store.SessionFilter{Agent: "helper", Channel: "web"},
+				want: []string{oldest.ID, newest.ID, middle.ID}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

@@ -50,7 +50,7 @@ var builtinGroups = []struct {
 }{
 	{GroupRuntime, []string{"exec", "bash", "process", "pty"}},
 	{GroupFS, []string{"file_read", "file_write", "file_edit", "file_search", "content_search", "apply_patch"}},
-	{GroupSessions, []string{"chat_manager", "delegate", "agent_task", "session_status"}},
+	{GroupSessions, []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history"}},
 	{GroupMemory, []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}},
 	{GroupWeb, []string{"http_request", "web_fetch"}},
 	{GroupUI, []string{"browser", "browser_profiles"}},

@@ -17,7 +17,7 @@ import (
 var (
 	tRuntime    = []string{"exec", "bash", "process", "pty"}
 	tFS         = []string{"file_read", "file_write", "file_edit", "file_search", "content_search", "apply_patch"}
-	tSessions   = []string{"chat_manager", "delegate", "agent_task", "session_status"}
+	tSessions   = []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history"}
 	tMemory     = []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}
 	tWeb        = []string{"http_request", "web_fetch"}
 	tUI         = []string{"browser", "browser_profiles"}
@@ -59,7 +59,7 @@ func TestCatalog(t *testing.T) {
 	c := DefaultCatalog()
 
 	g.Expect(c.Tools()).To(Equal(tAll))
-	g.Expect(c.Tools()).To(HaveLen(40))
+	g.Expect(c.Tools()).To(HaveLen(42))
 	g.Expect(c.Groups()).To(Equal(map[string][]string{
 		GroupRuntime:    set(tRuntime),
 		GroupFS:         set(tFS),

@@ -1,5 +1,7 @@
-// Package sessions holds the tools that look at sessions: session_status
-// (OpenClaw's session tool of the same name).
+// Package sessions holds the tools that look at an agent's sessions:
+// session_status, sessions_list and sessions_history (OpenClaw's session
+// tools of the same names). Each sees only the calling agent's sessions in
+// its tenant: another agent's or tenant's session reads as missing.
 package sessions
 
 import (
