@@ -299,6 +299,18 @@ func heartbeat(t *testing.T, p *remote.Provider, active func(browser.Key) bool) 
 func (e *browserEnv) serve(t *testing.T, p *remote.Provider, ns string, key browser.Key, name string) (*corev1.Pod, browser.Endpoint) {
 	t.Helper()
 	res := ask(p, key)
+	// A session that gets its answer before any pod exists was refused:
+	// say why instead of waiting for a pod that will not come.
+	NewWithT(t).Eventually(func(g Gomega) {
+		select {
+		case r := <-res:
+			t.Fatalf("the session got %+v, %v before its browser pod existed", r.ep, r.err)
+		default:
+		}
+		var list corev1.PodList
+		g.Expect(e.c.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels(podspec.BrowserSelector(name)))).To(Succeed())
+		g.Expect(list.Items).NotTo(BeEmpty())
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed(), "browser pod %s/%s", ns, name)
 	pod, token := e.fakeKubelet(t, ns, name)
 	var r endpointResult
 	NewWithT(t).Eventually(res).WithTimeout(eventually).Should(Receive(&r))
