@@ -439,10 +439,20 @@
    * (`list`) when connected, else over REST (GET /api/v1/dialogs, the same
    * list). It reports whether the list was updated.
    */
-  async function refreshSessions() {
-    if (!app.agent) return false;
-    const agent = app.agent;
-    const token = ++app.sessionsToken;
+  function refreshSessions() {
+    if (!app.agent) return Promise.resolve(false);
+    const p = fetchSessions(app.agent, ++app.sessionsToken);
+    app.sessionsLatest = p;
+    return p;
+  }
+
+  /**
+   * fetchSessions is one refreshSessions call. One that a newer call
+   * superseded waits for that one instead of answering at once: a caller
+   * that loads the history next (selectAgent, while the WebSocket's first
+   * open refreshes the list too) then sees the current dialog applied.
+   */
+  async function fetchSessions(agent, token) {
     let r;
     try {
       if (wsOpen()) r = await control('list');
@@ -453,7 +463,8 @@
       }
       return false;
     }
-    if (token !== app.sessionsToken || agent !== app.agent) return false;
+    if (agent !== app.agent) return false;
+    if (token !== app.sessionsToken) return app.sessionsLatest;
     applyDialogs(r.current || '', Array.isArray(r.dialogs) ? r.dialogs : Array.isArray(r.sessions) ? r.sessions : []);
     return true;
   }
