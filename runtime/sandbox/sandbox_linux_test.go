@@ -3,7 +3,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	. "github.com/onsi/gomega"
@@ -263,22 +261,10 @@ func holder() {
 }
 
 func TestProgramsDieWithTheRuntime(t *testing.T) {
-	g := NewWithT(t)
 	b := newBox(t)
-	cmd := exec.Command("/proc/self/exe", "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "PICOBOT_TEST_HOLDER="+b.ws)
-	stdout, err := cmd.StdoutPipe()
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(cmd.Start()).To(Succeed())
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	g.Expect(line).To(Equal("ready\n"))
 	// The launcher (the namespace's init), bash and both sleeps, the setsid
 	// one in a session of its own.
-	g.Eventually(func() []int { return sandboxtest.Marked(b.ws) }).WithTimeout(10 * time.Second).Should(HaveLen(4))
-
-	g.Expect(cmd.Process.Kill()).To(Succeed())
-	_ = cmd.Wait()
-	g.Eventually(func() []int { return sandboxtest.Marked(b.ws) }).WithTimeout(10 * time.Second).Should(BeEmpty())
+	sandboxtest.ProgramsDieWithTheirHolder(t, b.ws, 4)
 }
 
 // sealed is the test binary as a server that seals its environment: it

@@ -5,12 +5,15 @@
 package sandboxtest
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // MarkEnv is the variable that marks a test's processes.
@@ -81,4 +84,43 @@ func NewBox(t testing.TB, prefix string) Box {
 		}
 	}
 	return b
+}
+
+// ProgramsDieWithTheirHolder starts this test binary again as a holder (its
+// TestMain runs sandboxed programs in workspace ws when PICOBOT_TEST_HOLDER
+// names it and prints "ready"), waits for want marked processes, kills the
+// holder with -9 and requires that none of them survives it.
+func ProgramsDieWithTheirHolder(t *testing.T, ws string, want int) {
+	t.Helper()
+	cmd := exec.Command("/proc/self/exe", "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "PICOBOT_TEST_HOLDER="+ws)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		_ = cmd.Process.Kill()
+		t.Fatalf("the holder said %q, want ready", line)
+	}
+	waitMarked := func(what string, ok func(n int) bool) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			n := len(Marked(ws))
+			if ok(n) {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%s: %d marked processes", what, n)
+			}
+		}
+	}
+	waitMarked(fmt.Sprintf("waiting for %d programs", want), func(n int) bool { return n == want })
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitMarked("programs left after the holder was killed", func(n int) bool { return n == 0 })
 }

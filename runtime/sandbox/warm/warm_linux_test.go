@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -324,21 +323,9 @@ func holder(ws string) {
 
 func TestProgramsDieWithTheRuntime(t *testing.T) {
 	needNamespaces(t)
-	g := NewWithT(t)
 	b := newBox(t)
-	cmd := exec.Command("/proc/self/exe", "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "PICOBOT_TEST_HOLDER="+b.ws)
-	stdout, err := cmd.StdoutPipe()
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(cmd.Start()).To(Succeed())
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	g.Expect(line).To(Equal("ready\n"))
 	// bash and both sleeps, the setsid one in a session of its own.
-	g.Eventually(func() []int { return sandboxtest.Marked(b.ws) }).WithTimeout(10 * time.Second).Should(HaveLen(3))
-
-	g.Expect(cmd.Process.Kill()).To(Succeed())
-	_ = cmd.Wait()
-	g.Eventually(func() []int { return sandboxtest.Marked(b.ws) }).WithTimeout(10 * time.Second).Should(BeEmpty())
+	sandboxtest.ProgramsDieWithTheirHolder(t, b.ws, 3)
 }
 
 func TestIdleSandboxesAreReaped(t *testing.T) {
