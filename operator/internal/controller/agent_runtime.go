@@ -282,7 +282,12 @@ func createProblem(err error) (c metav1.Condition, ok bool) {
 }
 
 // unclaimedWakes is the wake stream's lag for the pods' group: wakes no pod
-// has read yet.
+// has read yet. Redis reports the lag as unknown (go-redis: -1) when it
+// cannot count the entries after the group's position (entries deleted
+// there, or a position moved without its count, as the crash campaign met
+// after Redis restarts); those entries are then counted, up to maxUnclaimed.
+// An unknown lag taken as -1 cancelled a warm pod, and with a warm pool of
+// one no pod was ever created again.
 func (r *AgentReconciler) unclaimedWakes(ctx context.Context, a *picobotv1alpha1.Agent) (int32, error) {
 	stream := wake.Stream(a.Namespace, a.Name)
 	groups, err := r.Runtime.Redis.XInfoGroups(ctx, stream).Result()
@@ -293,9 +298,17 @@ func (r *AgentReconciler) unclaimedWakes(ctx context.Context, a *picobotv1alpha1
 		return 0, fmt.Errorf("failed to read wake stream: %w", err)
 	}
 	for _, g := range groups {
-		if g.Name == wake.GroupPods {
+		if g.Name != wake.GroupPods {
+			continue
+		}
+		if g.Lag >= 0 {
 			return int32(min(g.Lag, maxUnclaimed)), nil
 		}
+		unread, err := r.Runtime.Redis.XRangeN(ctx, stream, "("+g.LastDeliveredID, "+", maxUnclaimed).Result()
+		if err != nil {
+			return 0, fmt.Errorf("failed to count the unread wakes: %w", err)
+		}
+		return int32(len(unread)), nil
 	}
 	n, err := r.Runtime.Redis.XLen(ctx, stream).Result()
 	return int32(min(n, maxUnclaimed)), err

@@ -251,3 +251,35 @@ func TestDelegateTargetsWithUnclaimedWakesAreEnqueued(t *testing.T) {
 	g.Expect(got.Object.Namespace).To(Equal(ns))
 	g.Expect(got.Object.Name).To(Equal("researcher"))
 }
+
+// TestWakesAreCountedWhenRedisCannotTellTheLag: Redis reports a group's lag
+// as unknown (nil) when it cannot count the entries after the group's
+// position (entries deleted there, or a position set without its count; the
+// crash campaign met it after Redis restarts). The wakes after the position
+// are counted instead: an unknown lag read as -1 cancelled a pod of the warm
+// pool, and with one warm pod no pod was ever created again.
+func TestWakesAreCountedWhenRedisCannotTellTheLag(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns, stream := e.agent.Namespace, wake.Stream(e.agent.Namespace, e.agent.Name)
+	for _, chat := range []string{"chat-1", "chat-2", "chat-3"} {
+		g.Expect(wake.Publish(ctx, e.r.Runtime.Bus, wake.Wake{Tenant: ns, Agent: e.agent.Name, Channel: "web", ChatKey: chat})).To(Succeed())
+	}
+	wakes, err := e.rdb.XRange(ctx, stream, "-", "+").Result()
+	g.Expect(err).NotTo(HaveOccurred())
+	// The pods' group stands after the second wake, its read count unknown.
+	g.Expect(e.rdb.XGroupCreateMkStream(ctx, stream, wake.GroupPods, "0").Err()).To(Succeed())
+	g.Expect(e.rdb.Do(ctx, "XGROUP", "SETID", stream, wake.GroupPods, wakes[1].ID).Err()).To(Succeed())
+	groups, err := e.rdb.XInfoGroups(ctx, stream).Result()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(groups).To(HaveLen(1))
+	g.Expect(groups[0].Lag).To(Equal(int64(-1)), "Redis must report the lag as unknown for this test to mean anything")
+
+	n, err := e.r.unclaimedWakes(ctx, e.agent)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n).To(Equal(int32(1)))
+	// 0 active + 2 warm + 1 unclaimed = 3 pods.
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(3))
+}

@@ -154,7 +154,7 @@ func planPool(in poolInput) poolPlan {
 	planRegistry(&plan, in, live)
 	// The re-wakes join the stream's lag once applied; counting them here
 	// gives their chats pods in this pass.
-	unclaimed := in.Unclaimed + int32(len(plan.Rewake))
+	unclaimed := max(in.Unclaimed, 0) + int32(len(plan.Rewake))
 	demand := min(unclaimed, maxUnclaimed)
 	if in.MaxSessions != nil && plan.Active+demand > *in.MaxSessions {
 		demand = max(0, *in.MaxSessions-plan.Active)

@@ -49,6 +49,8 @@ func TestPlanPool(t *testing.T) {
 			Pods:     []poolPod{running("p1")},
 			Registry: map[string]string{"p1": "warm"}, Unclaimed: 2, WarmPool: 1, CanRun: true},
 			poolPlan{Create: 2, Warm: 1, Requeue: true}},
+		{"an unknown wake count (negative) takes no pod from the warm pool", poolInput{Unclaimed: -1, WarmPool: 1, CanRun: true},
+			poolPlan{Create: 1}},
 		{"pending wakes get pods up to maxSessions", poolInput{
 			Pods:     []poolPod{busyPod("p1", "web", "c1")},
 			Registry: map[string]string{"p1": "busy web c1"}, Unclaimed: 5, WarmPool: 1, MaxSessions: ptrTo[int32](3), CanRun: true},
