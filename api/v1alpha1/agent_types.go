@@ -545,7 +545,10 @@ type AgentSpec struct {
 	// content_search, apply_patch), group:sessions, group:memory, group:web,
 	// group:ui (browser, browser_profiles), group:automation (cron_*, bot_task,
 	// bot_agenda), group:messaging (send_message), group:skills, group:system,
-	// group:picobot (every built-in tool). status.effectiveTools shows the result.
+	// group:picobot (every built-in tool; group:openclaw is its OpenClaw name;
+	// OpenClaw's group:nodes selects nothing here). OpenClaw's read, write and
+	// edit name file_read, file_write and file_edit, and mcp__<server>__<tool>
+	// names mcp_<server>_<tool>. status.effectiveTools shows the result.
 	// +optional
 	Tools *ToolsSpec `json:"tools,omitempty"`
 

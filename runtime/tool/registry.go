@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
 // Registry holds the tools of one agent. It is immutable after construction
@@ -46,9 +47,14 @@ func (r *Registry) Register(t Tool) error {
 	return nil
 }
 
-// Get returns the tool named name (case-insensitive).
+// Get returns the tool named name (case-insensitive) or by one of its
+// aliases (policy.Canonical: a model may call an MCP tool
+// mcp__<server>__<tool>, the spelling other agents use).
 func (r *Registry) Get(name string) (Tool, bool) {
 	t, ok := r.tools[strings.ToLower(name)]
+	if !ok {
+		t, ok = r.tools[policy.Canonical(name)]
+	}
 	return t, ok
 }
 

@@ -139,3 +139,32 @@ func TestSchemaHasNoNullTypeArrays(t *testing.T) {
 	g.Expect(r.Execute(context.Background(), Env{}, llm.ToolCall{Name: "opt", Arguments: `{"n": null}`}).IsError).To(BeFalse(), "null means absent")
 	g.Expect(r.Execute(context.Background(), Env{}, llm.ToolCall{Name: "opt", Arguments: `{"n": "x"}`}).IsError).To(BeTrue())
 }
+
+// TestExecuteAcceptsOtherSpellingsOfAToolName: a model used to other agents
+// calls an MCP tool mcp__<server>__<tool> (ours: mcp_<server>_<tool>) or
+// a file tool by OpenClaw's name; both reach the tool, and a name that is
+// no alias of a registered tool stays unknown.
+func TestExecuteAcceptsOtherSpellingsOfAToolName(t *testing.T) {
+	g := NewWithT(t)
+	echo := func(name string) Tool {
+		return New(name, "Echo.", func(_ context.Context, _ Env, a struct {
+			Text string `json:"text"`
+		}) (Result, error) {
+			return Text(name + ": " + a.Text), nil
+		})
+	}
+	r, err := NewRegistry(echo("mcp_files_read_file"), echo("file_read"))
+	g.Expect(err).NotTo(HaveOccurred())
+	for call, want := range map[string]string{
+		"mcp__files__read_file": "mcp_files_read_file: hi",
+		"MCP__Files__Read_File": "mcp_files_read_file: hi",
+		"read":                  "file_read: hi",
+	} {
+		res := r.Execute(context.Background(), Env{}, llm.ToolCall{ID: "1", Name: call, Arguments: `{"text":"hi"}`})
+		g.Expect(res.IsError).To(BeFalse(), call)
+		g.Expect(res.Content).To(Equal(want), call)
+	}
+	res := r.Execute(context.Background(), Env{}, llm.ToolCall{ID: "1", Name: "mcp__files__write_file", Arguments: `{}`})
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(res.Content).To(ContainSubstring(`unknown tool "mcp__files__write_file"`))
+}

@@ -32,7 +32,36 @@ const (
 	// GroupPicoBot holds every built-in tool (but no caller-supplied extras such
 	// as MCP tools), so a policy can say "all of ours, none of theirs".
 	GroupPicoBot = "group:picobot"
+	// GroupOpenClaw is OpenClaw's name of GroupPicoBot, so that a policy
+	// copied from OpenClaw resolves to the same tools.
+	GroupOpenClaw = "group:openclaw"
+	// GroupNodes is OpenClaw's group of paired-device tools, which PicoBot
+	// does not have: it is accepted and selects nothing (an allow list of
+	// nothing else is ignored with a warning, as for unknown tools).
+	GroupNodes = "group:nodes"
 )
+
+// toolAliases are OpenClaw's names of tools PicoBot has under its own
+// names, so that a policy copied from OpenClaw resolves to the same tools.
+var toolAliases = map[string]string{"read": "file_read", "write": "file_write", "edit": "file_edit"}
+
+// Canonical returns PicoBot's name of a tool named by an alias: OpenClaw's
+// read, write and edit, and mcp__<server>__<tool> (the spelling Claude's
+// tools and dsh use) for the MCP tool registered as mcp_<server>_<tool>.
+// Other names are returned trimmed and lower-cased; '*' passes through, so
+// mcp__<server>__* becomes the pattern mcp_<server>_*.
+func Canonical(name string) string {
+	n := strings.ToLower(strings.TrimSpace(name))
+	if a, ok := toolAliases[n]; ok {
+		return a
+	}
+	if rest, ok := strings.CutPrefix(n, "mcp__"); ok {
+		if server, tool, ok := strings.Cut(rest, "__"); ok && server != "" && tool != "" {
+			return "mcp_" + server + "_" + tool
+		}
+	}
+	return n
+}
 
 // groupPrefix marks a policy entry as a group reference rather than a tool name.
 const groupPrefix = "group:"
@@ -211,6 +240,8 @@ func newCatalogData(extra []string) *catalogData {
 		byName[g.name] = s
 	}
 	byName[GroupPicoBot] = picobot
+	byName[GroupOpenClaw] = picobot
+	byName[GroupNodes] = d.newSet()
 	for name := range byName {
 		d.groups = append(d.groups, name)
 	}

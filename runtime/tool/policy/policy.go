@@ -198,6 +198,9 @@ func (d *catalogData) match(dst bitset, entry string) bool {
 		return g.count() > 0
 	}
 	e = strings.ToLower(e) // allocates only for upper-case input
+	if _, ok := d.index[e]; !ok {
+		e = Canonical(e) // an alias (OpenClaw's names, mcp__server__tool)
+	}
 	star := strings.IndexByte(e, '*')
 	switch {
 	case e == "*":

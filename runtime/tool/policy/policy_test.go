@@ -72,6 +72,8 @@ func TestCatalog(t *testing.T) {
 		GroupSkills:     set(tSkills),
 		GroupSystem:     set(tSystem),
 		GroupPicoBot:    tAll,
+		GroupOpenClaw:   tAll,
+		GroupNodes:      {},
 	}))
 
 	// The zero Catalog is the default one.
@@ -122,6 +124,15 @@ func TestResolve(t *testing.T) {
 		{name: "profile plus allow is additive", catalog: slack, spec: Spec{Profile: ProfileMessaging, Allow: []string{"slack"}}, want: set(tMessaging2, []string{"slack"})},
 		{name: "profile plus allow group is additive", spec: Spec{Profile: ProfileMinimal, Allow: []string{"group:web"}}, want: set([]string{"session_status"}, tWeb)},
 		{name: "allow star with a profile grants all", catalog: mcp, spec: Spec{Profile: ProfileMinimal, Allow: []string{"*"}}, want: set(tAll, mcpTools)},
+
+		// OpenClaw's and other agents' spellings.
+		{name: "OpenClaw's file tool names", spec: Spec{Allow: []string{"read", "Write", "edit"}}, want: []string{"file_edit", "file_read", "file_write"}},
+		{name: "group:openclaw is every built-in tool", catalog: mcp, spec: Spec{Allow: []string{"group:openclaw"}}, want: tAll},
+		{name: "group:nodes selects nothing and says so", spec: Spec{Allow: []string{"group:nodes"}}, want: tAll,
+			warnings: []string{`allow list names only unknown tools ["group:nodes"]; ignored so core tools stay available`}},
+		{name: "mcp__server__tool names an MCP tool", catalog: mcp, spec: Spec{Allow: []string{"mcp__github__create_issue"}}, want: []string{"mcp_github_create_issue"}},
+		{name: "mcp__server__* is a pattern", catalog: mcp, spec: Spec{Profile: ProfileMinimal, Allow: []string{"mcp__github__*"}, Deny: []string{"MCP__GitHub__List_PRs"}},
+			want: []string{"mcp_github_create_issue", "session_status"}},
 
 		// Deny.
 		{name: "deny wins over allow", spec: Spec{Allow: []string{"group:runtime"}, Deny: []string{"bash"}}, want: []string{"exec", "process", "pty"}},
@@ -327,7 +338,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestResolveErrors(t *testing.T) {
-	const groups = "group:automation, group:fs, group:memory, group:messaging, group:picobot, group:runtime, group:sessions, group:skills, group:system, group:ui, group:web"
+	const groups = "group:automation, group:fs, group:memory, group:messaging, group:nodes, group:openclaw, group:picobot, group:runtime, group:sessions, group:skills, group:system, group:ui, group:web"
 	cases := []struct {
 		name string
 		spec Spec
