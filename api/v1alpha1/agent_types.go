@@ -137,6 +137,26 @@ type ToolsSpec struct {
 	// refuses such requests with a 400 naming "tools".
 	// +optional
 	ClientTools *bool `json:"clientTools,omitempty"`
+
+	// llmTask configures the llm_task tool.
+	// +optional
+	LLMTask *LLMTaskSpec `json:"llmTask,omitempty"`
+}
+
+// LLMTaskSpec configures the llm_task tool: a JSON-only model call made on
+// the Agent's own model endpoints (its model and fallbacks; a provider
+// override takes that provider's endpoint and key, with the model asked
+// for).
+type LLMTaskSpec struct {
+	// allowedModels lists the "provider/model" strings llm_task may call;
+	// when set, any other is refused. Unset: any model of a provider the
+	// Agent has an endpoint for.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9-]+/.+$`
+	AllowedModels []string `json:"allowedModels,omitempty"`
 }
 
 // FSToolsSpec is where the file and shell tools may reach besides the

@@ -126,6 +126,16 @@ func TestCreateValidation(t *testing.T) {
 			a.Spec.Model.BaseURL = "ftp://models.local"
 			return a
 		}, "spec.model.baseURL: Invalid value: \"ftp://models.local\": baseURL must be an http:// or https:// URL"},
+		{"llm_task allowed model without a provider", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{LLMTask: &picobotv1alpha1.LLMTaskSpec{AllowedModels: []string{"gpt-5.2"}}}
+			return a
+		}, "spec.tools.llmTask.allowedModels[0]: Invalid value: \"gpt-5.2\": spec.tools.llmTask.allowedModels[0] in body should match '^[a-z0-9-]+/.+$'"},
+		{"llm_task allowed models ok", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{LLMTask: &picobotv1alpha1.LLMTaskSpec{AllowedModels: []string{"openai/gpt-5.2", "anthropic/claude-sonnet-4-5"}}}
+			return a
+		}, ""},
 		{"baseURL ok", func() client.Object {
 			a := validAgent()
 			a.Spec.Model.BaseURL = "http://vllm.models.svc:8000/v1"

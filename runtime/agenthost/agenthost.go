@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -334,7 +335,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err != nil {
 		return fail(err)
 	}
-	tools, err := builtinTools(a, pol, prov, providerName, modelName, h.WarmSandboxes)
+	tools, err := builtinTools(a, pol, h.llmTask(a, prov, providerName, modelName), h.WarmSandboxes)
 	if err != nil {
 		return fail(err)
 	}
@@ -396,7 +397,7 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 // policy (spec.tools.exec) with the TCP ports of spec.tools.network, exec in
 // the foreground when process is denied, and from a warm sandbox of their
 // session's workspace when the host keeps them.
-func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, prov llm.Provider, providerName, modelName string, warm shell.WarmSandboxes) (*builtin.Set, error) {
+func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, llmTask llmtask.Config, warm shell.WarmSandboxes) (*builtin.Set, error) {
 	var fsSpec *picobotv1alpha1.FSToolsSpec
 	if a.Spec.Tools != nil {
 		fsSpec = a.Spec.Tools.FS
@@ -413,8 +414,55 @@ func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, prov llm.Provider
 	if warm != nil {
 		shellOpts = append(shellOpts, shell.WithWarmSandboxes(warm))
 	}
-	return builtin.New(builtin.Config{LLMTask: &llmtask.Config{DefaultProvider: providerName, DefaultModel: modelName,
-		Resolve: func(string, string) (llm.Provider, error) { return prov, nil }}, FS: fsOpts, Shell: shellOpts})
+	return builtin.New(builtin.Config{LLMTask: &llmTask, FS: fsOpts, Shell: shellOpts})
+}
+
+// llmTask configures llm_task on the agent's own model endpoints: its
+// effective model (prov, with its fallbacks) by default; another model of
+// the same provider on that provider's endpoint; another provider on the
+// endpoint and key of the first of the agent's models (spec.model and its
+// fallbacks) with that provider. A provider the agent has no endpoint for
+// is refused: the model never chooses where a request goes.
+func (h *Host) llmTask(a *picobotv1alpha1.Agent, prov llm.Provider, providerName, modelName string) llmtask.Config {
+	var refs []picobotv1alpha1.ModelRef
+	if m := a.Spec.Model; m != nil {
+		refs = append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...)
+	}
+	cfg := llmtask.Config{DefaultProvider: providerName, DefaultModel: modelName}
+	if t := a.Spec.Tools; t != nil && t.LLMTask != nil {
+		cfg.AllowedModels = t.LLMTask.AllowedModels
+	}
+	cfg.Resolve = func(provName, model string) (llm.Provider, error) {
+		if provName == providerName && model == modelName {
+			return prov, nil
+		}
+		known := []string{providerName}
+		for _, ref := range refs {
+			if string(ref.Provider) != provName {
+				known = append(known, string(ref.Provider))
+				continue
+			}
+			key := ""
+			if ref.APIKeySecretRef != nil {
+				if key = h.secretValue(ref.APIKeySecretRef); key == "" {
+					continue // its key is missing: as unusable as for the chain
+				}
+			}
+			p, err := provider.New(provider.Config{Provider: provName, Model: model, BaseURL: ref.BaseURL, APIKey: key})
+			if err != nil {
+				return nil, err
+			}
+			return provider.Retry(p, provider.RetryPolicy{}), nil
+		}
+		if provName == providerName {
+			// The effective model came from the namespace default: its
+			// endpoint serves the other model.
+			return prov, nil
+		}
+		slices.Sort(known)
+		return nil, fmt.Errorf("this agent has no endpoint for provider %q (its models use %s)", provName, strings.Join(slices.Compact(known), ", "))
+	}
+	return cfg
 }
 
 // connectMCP connects the agent's MCP servers and returns their tools. One

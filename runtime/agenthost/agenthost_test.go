@@ -416,3 +416,59 @@ func TestDelegateWithoutSubAgentRuns(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(runs).To(BeEmpty())
 }
+
+// TestLLMTaskUsesTheAgentsEndpoints: llm_task's provider override goes to
+// the endpoint and key of the agent's model of that provider (here its
+// Anthropic fallback) with the model asked for; a provider the agent has no
+// endpoint for, and a model outside spec.tools.llmTask.allowedModels, are
+// refused as tool errors the model reads.
+func TestLLMTaskUsesTheAgentsEndpoints(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	b := build(t, f.host(secret("llm", "apiKey", "sk-main"), secret("backup", "key", "sk-backup")), agentWith("helper", picobotv1alpha1.AgentSpec{
+		Model: &picobotv1alpha1.ModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "main-model", BaseURL: f.llm.URL(),
+			APIKeySecretRef: keyRef("llm", "apiKey")},
+			Fallbacks: []picobotv1alpha1.ModelRef{{Provider: "anthropic", Model: "backup-model", BaseURL: f.llm.AnthropicURL(),
+				APIKeySecretRef: keyRef("backup", "key")}}},
+		Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Allow: []string{"llm_task"}},
+			LLMTask: &picobotv1alpha1.LLMTaskSpec{AllowedModels: []string{"anthropic/claude-task", "google/gemini-x", "openai/main-model"}}},
+	}))
+	call := func(provider, model string) fakellm.Turn {
+		args := fmt.Sprintf(`{"prompt":"Classify.","provider":%q,"model":%q}`, provider, model)
+		return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "llm_task", Args: args}}}
+	}
+	f.llm.Script(call("anthropic", "claude-task"), fakellm.Turn{Text: `{"label":"ok"}`}, fakellm.Turn{Text: "done"})
+	_, err := say(b, "c1", "go")
+	g.Expect(err).NotTo(HaveOccurred())
+	reqs := f.llm.Requests()
+	g.Expect(reqs).To(HaveLen(3))
+	task := reqs[1]
+	g.Expect(task.Protocol).To(Equal(fakellm.ProtocolAnthropic))
+	g.Expect(task.Model).To(Equal("claude-task"))
+	g.Expect(task.Header.Get("X-Api-Key")).To(Equal("sk-backup"))
+	g.Expect(task.Tools).To(BeEmpty())
+	g.Expect(lastToolResult(reqs[2])).To(MatchJSON(`{"label":"ok"}`))
+
+	for _, tc := range []struct{ provider, model, want string }{
+		{"google", "gemini-x", `this agent has no endpoint for provider "google" (its models use anthropic, openai)`},
+		{"openai", "gpt-other", `model "openai/gpt-other" is not allowed for llm_task; allowed: anthropic/claude-task, google/gemini-x, openai/main-model`},
+	} {
+		before := len(f.llm.Requests())
+		f.llm.Script(call(tc.provider, tc.model), fakellm.Turn{Text: "done"})
+		_, err := say(b, "c1", "again")
+		g.Expect(err).NotTo(HaveOccurred())
+		reqs := f.llm.Requests()
+		g.Expect(reqs).To(HaveLen(before+2), "no model call for a refused llm_task")
+		g.Expect(lastToolResult(reqs[len(reqs)-1])).To(ContainSubstring(tc.want))
+	}
+}
+
+// lastToolResult is the content of the last tool message of a request.
+func lastToolResult(r fakellm.Recorded) string {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role == "tool" {
+			return r.Messages[i].Content
+		}
+	}
+	return ""
+}
