@@ -40,6 +40,7 @@ import (
 	"github.com/picobot/picobot/runtime/tool/policy"
 	"github.com/picobot/picobot/runtime/tool/sessions"
 	"github.com/picobot/picobot/runtime/tool/shell"
+	"github.com/picobot/picobot/runtime/tool/todo"
 )
 
 // Mode says where an agent runs.
@@ -335,7 +336,11 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err != nil {
 		return fail(err)
 	}
-	tools, err := builtinTools(a, pol, h.llmTask(a, prov, providerName, modelName), h.WarmSandboxes)
+	var plans todo.Store
+	if h.Store != nil {
+		plans = todo.Persistent(h.Store)
+	}
+	tools, err := builtinTools(a, pol, h.llmTask(a, prov, providerName, modelName), plans, h.WarmSandboxes)
 	if err != nil {
 		return fail(err)
 	}
@@ -392,12 +397,13 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 }
 
 // builtinTools returns the built-in tools, their llm_task on the agent's own
-// model chain and the file and shell tools confined to what the Agent's
+// model endpoints (llmTask), todo's plans in plans (in memory when nil) and
+// the file and shell tools confined to what the Agent's
 // spec.tools.fs.allowedPaths opens, the shell tools under its exec approval
 // policy (spec.tools.exec) with the TCP ports of spec.tools.network, exec in
 // the foreground when process is denied, and from a warm sandbox of their
 // session's workspace when the host keeps them.
-func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, llmTask llmtask.Config, warm shell.WarmSandboxes) (*builtin.Set, error) {
+func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, llmTask llmtask.Config, plans todo.Store, warm shell.WarmSandboxes) (*builtin.Set, error) {
 	var fsSpec *picobotv1alpha1.FSToolsSpec
 	if a.Spec.Tools != nil {
 		fsSpec = a.Spec.Tools.FS
@@ -414,7 +420,7 @@ func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, llmTask llmtask.C
 	if warm != nil {
 		shellOpts = append(shellOpts, shell.WithWarmSandboxes(warm))
 	}
-	return builtin.New(builtin.Config{LLMTask: &llmTask, FS: fsOpts, Shell: shellOpts})
+	return builtin.New(builtin.Config{LLMTask: &llmTask, TodoStore: plans, FS: fsOpts, Shell: shellOpts})
 }
 
 // llmTask configures llm_task on the agent's own model endpoints: its

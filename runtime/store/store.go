@@ -134,6 +134,13 @@ type Store interface {
 	// returns how many it moved.
 	MarkAgentSignals(ctx context.Context, ids []string, runID string, state SignalState) (int, error)
 
+	// GetSessionPlan returns the session's todo plan as the todo tool
+	// stored it (JSON); ErrNotFound when it has none.
+	GetSessionPlan(ctx context.Context, sessionID string) ([]byte, error)
+	// PutSessionPlan replaces the session's todo plan (JSON, at most
+	// MaxPlanBytes).
+	PutSessionPlan(ctx context.Context, sessionID string, plan []byte) error
+
 	// CreateDelivery stores a new outbound delivery; ErrExists on a duplicate ID.
 	CreateDelivery(ctx context.Context, d Delivery) (Delivery, error)
 	// GetDelivery returns a delivery by ID.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -277,6 +278,22 @@ func ValidateLease(sessionID, holder string, ttl time.Duration) error {
 	}
 	if ttl < time.Millisecond {
 		return invalid("lease ttl %v is shorter than 1ms", ttl)
+	}
+	return nil
+}
+
+// MaxPlanBytes bounds a stored todo plan (a plan holds at most 100 items).
+const MaxPlanBytes = 256 << 10
+
+// ValidatePlan checks a todo plan before it is stored.
+func ValidatePlan(sessionID string, plan []byte) error {
+	switch {
+	case sessionID == "":
+		return fmt.Errorf("%w: empty session id", ErrInvalid)
+	case len(plan) > MaxPlanBytes:
+		return fmt.Errorf("%w: the plan has %d bytes, more than %d", ErrInvalid, len(plan), MaxPlanBytes)
+	case !json.Valid(plan):
+		return fmt.Errorf("%w: the plan is not JSON", ErrInvalid)
 	}
 	return nil
 }

@@ -286,3 +286,9 @@ RETURNING ` + artifactColumns
 	sqlListArtifacts  = `SELECT ` + artifactColumns + ` FROM artifacts WHERE tenant = $1 AND session_id = $2 ORDER BY created_at, id`
 	sqlDeleteArtifact = `DELETE FROM artifacts WHERE tenant = $1 AND id = $2`
 )
+
+const (
+	sqlGetSessionPlan = `SELECT plan FROM session_plans WHERE tenant = $1 AND session_id = $2`
+	sqlPutSessionPlan = `INSERT INTO session_plans (tenant, session_id, plan, updated_at) VALUES ($1, $2, $3, now())
+ON CONFLICT (tenant, session_id) DO UPDATE SET plan = excluded.plan, updated_at = excluded.updated_at`
+)

@@ -310,3 +310,27 @@ func (s *Store) DeleteArtifact(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// GetSessionPlan implements store.Store.
+func (s *Store) GetSessionPlan(ctx context.Context, sessionID string) ([]byte, error) {
+	plan, err := one(ctx, s, func(row pgx.CollectableRow) ([]byte, error) {
+		var p string
+		err := row.Scan(&p)
+		return []byte(p), err
+	}, sqlGetSessionPlan, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("failed to get the plan of session %q: %w", sessionID, err)
+	}
+	return plan, nil
+}
+
+// PutSessionPlan implements store.Store.
+func (s *Store) PutSessionPlan(ctx context.Context, sessionID string, plan []byte) error {
+	if err := store.ValidatePlan(sessionID, plan); err != nil {
+		return fmt.Errorf("failed to store the plan of session %q: %w", sessionID, err)
+	}
+	if _, err := exec(ctx, s, sqlPutSessionPlan, sessionID, string(plan)); err != nil {
+		return fmt.Errorf("failed to store the plan of session %q: %w", sessionID, err)
+	}
+	return nil
+}

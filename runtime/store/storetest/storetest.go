@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"AgentRuns", testAgentRuns},
 		{"BackgroundRuns", testBackgroundRuns},
 		{"AgentSignals", testAgentSignals},
+		{"SessionPlans", testSessionPlans},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},
 		{"TenantIsolation", testTenantIsolation},

@@ -2,8 +2,13 @@ package todo
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/picobot/picobot/runtime/store"
 )
 
 // PlanStatus is the state of a plan.
@@ -87,4 +92,42 @@ func (s *MemoryStore) Put(_ context.Context, sessionID string, plan Plan) error 
 	defer s.mu.Unlock()
 	s.plans[sessionID] = plan
 	return nil
+}
+
+// PlanStore is where Persistent keeps plans: the store's session plans
+// (store.Store), in PostgreSQL or SQLite, scoped to the tenant in ctx.
+type PlanStore interface {
+	GetSessionPlan(ctx context.Context, sessionID string) ([]byte, error)
+	PutSessionPlan(ctx context.Context, sessionID string, plan []byte) error
+}
+
+// Persistent returns a Store keeping plans in s: they survive a restart
+// and, in cluster mode, the session moving to another pod.
+func Persistent(s PlanStore) Store { return persistent{s} }
+
+type persistent struct{ s PlanStore }
+
+// Get implements Store.
+func (p persistent) Get(ctx context.Context, sessionID string) (Plan, bool, error) {
+	raw, err := p.s.GetSessionPlan(ctx, sessionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return Plan{}, false, nil
+	}
+	if err != nil {
+		return Plan{}, false, err
+	}
+	var plan Plan
+	if err := json.Unmarshal(raw, &plan); err != nil {
+		return Plan{}, false, fmt.Errorf("failed to read the plan of session %q: %w", sessionID, err)
+	}
+	return plan, true, nil
+}
+
+// Put implements Store.
+func (p persistent) Put(ctx context.Context, sessionID string, plan Plan) error {
+	raw, err := json.Marshal(plan)
+	if err != nil {
+		return fmt.Errorf("failed to encode the plan of session %q: %w", sessionID, err)
+	}
+	return p.s.PutSessionPlan(ctx, sessionID, raw)
 }

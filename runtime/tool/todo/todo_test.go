@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
 
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/store/sqlite"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/todo"
 	"github.com/picobot/picobot/runtime/tool/todo/todotest"
@@ -198,5 +201,46 @@ func TestDescription(t *testing.T) {
 }
 
 func TestMemoryStore(t *testing.T) {
-	todotest.StoreConformance(t, func(*testing.T) todo.Store { return todo.NewMemoryStore() })
+	todotest.StoreConformance(t, context.Background(), func(*testing.T) todo.Store { return todo.NewMemoryStore() })
+}
+
+// TestPersistentStore: plans kept in the SQLite store pass the same suite
+// and survive the store being closed and opened again (a restart); the
+// PostgreSQL store's session plans pass the store's conformance suite.
+func TestPersistentStore(t *testing.T) {
+	ctx := store.WithTenant(context.Background(), "team")
+	todotest.StoreConformance(t, ctx, func(t *testing.T) todo.Store {
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "picobot.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return todo.Persistent(st)
+	})
+
+	g := NewWithT(t)
+	path := filepath.Join(t.TempDir(), "picobot.db")
+	st, err := sqlite.Open(context.Background(), path)
+	g.Expect(err).NotTo(HaveOccurred())
+	r, err := tool.NewRegistry(todo.New(todo.Persistent(st)))
+	g.Expect(err).NotTo(HaveOccurred())
+	env := tool.Env{SessionID: "web:c1:d1"}
+	res := r.Execute(ctx, env, llm.ToolCall{Name: "todo", Arguments: `{"action":"create","title":"ship","items":["build","release"]}`})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	res = r.Execute(ctx, env, llm.ToolCall{Name: "todo", Arguments: `{"action":"update","item_id":1,"status":"done"}`})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(st.Close()).To(Succeed())
+
+	st, err = sqlite.Open(context.Background(), path)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = st.Close() }()
+	r, err = tool.NewRegistry(todo.New(todo.Persistent(st)))
+	g.Expect(err).NotTo(HaveOccurred())
+	res = r.Execute(ctx, env, llm.ToolCall{Name: "todo", Arguments: `{"action":"view"}`})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(res.Content).To(ContainSubstring("ship"))
+	g.Expect(res.Content).To(ContainSubstring("[done] build"))
+	// Another tenant's session of the same id has no plan.
+	res = r.Execute(store.WithTenant(context.Background(), "other"), env, llm.ToolCall{Name: "todo", Arguments: `{"action":"view"}`})
+	g.Expect(res.Content).NotTo(ContainSubstring("ship"))
 }
