@@ -54,8 +54,8 @@ func braveResults(query string, n int) map[string]any {
 			"url":         fmt.Sprintf("https://example.com/%d", i+1),
 			"description": fmt.Sprintf("The <strong>%s</strong> page number %d &amp; more.", query, i+1),
 			"page_age":    "2026-09-01T00:00:00", "age": "3 months ago", "language": "en", "family_friendly": true,
-			"profile":     map[string]any{"name": "Example", "url": "https://example.com", "long_name": "example.com", "img": "https://imgs.search.brave.com/x"},
-			"meta_url":    map[string]any{"scheme": "https", "netloc": "example.com", "hostname": "example.com", "favicon": "https://imgs.search.brave.com/f", "path": fmt.Sprintf("› %d", i+1)},
+			"profile":        map[string]any{"name": "Example", "url": "https://example.com", "long_name": "example.com", "img": "https://imgs.search.brave.com/x"},
+			"meta_url":       map[string]any{"scheme": "https", "netloc": "example.com", "hostname": "example.com", "favicon": "https://imgs.search.brave.com/f", "path": fmt.Sprintf("› %d", i+1)},
 			"extra_snippets": []string{"another snippet"},
 		}
 	}
