@@ -70,10 +70,11 @@ func (b *brave) Search(ctx context.Context, query string, count int) ([]SearchRe
 	}
 	u.RawQuery = url.Values{"q": {query}, "count": {strconv.Itoa(count)}}.Encode()
 	header := http.Header{"Accept": {"application/json"}, "X-Subscription-Token": {b.key}, "User-Agent": {b.ua}}
-	resp, body, err := searchGet(ctx, b.guard, u.String(), header)
+	resp, err := searchGet(ctx, b.guard, u.String(), header)
 	if err != nil {
 		return nil, err
 	}
+	body := resp.body
 	if resp.StatusCode != http.StatusOK {
 		var e braveError
 		detail := ""
@@ -154,10 +155,11 @@ type searxngResponse struct {
 func (s *searxng) Search(ctx context.Context, query string, count int) ([]SearchResult, error) {
 	target := s.search + "?" + url.Values{"q": {query}, "format": {"json"}}.Encode()
 	header := http.Header{"Accept": {"application/json"}, "User-Agent": {s.ua}}
-	resp, body, err := searchGet(ctx, s.guard, target, header)
+	resp, err := searchGet(ctx, s.guard, target, header)
 	if err != nil {
 		return nil, err
 	}
+	body := resp.body
 	if resp.StatusCode == http.StatusForbidden {
 		return nil, &SearchError{Status: resp.StatusCode, Message: "SearXNG refused the JSON format (HTTP 403 Forbidden): its settings.yml must list json in search.formats. The agent's owner must fix the instance; do not retry."}
 	}
@@ -183,33 +185,41 @@ func (s *searxng) Search(ctx context.Context, query string, count int) ([]Search
 	return out, nil
 }
 
+// answer is a search service's answer, read in full.
+type answer struct {
+	StatusCode int
+	Status     string
+	Header     http.Header
+	body       []byte
+}
+
 // searchGet sends a GET through guard and reads a bounded body. Redirects
 // are not followed (a search API does not redirect; one that does is
 // misconfigured).
-func searchGet(ctx context.Context, guard *netguard.Guard, target string, header http.Header) (*http.Response, []byte, error) {
+func searchGet(ctx context.Context, guard *netguard.Guard, target string, header http.Header) (*answer, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("failed to build request: %w", err)
+		return nil, fmt.Errorf("failed to build request: %w", err)
 	}
 	req.Header = header
 	resp, err := guard.Client(searchTimeout).Do(req)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, more, err := readLimited(resp.Body, maxSearchBytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("failed to read the answer: %w", err)
+		return nil, fmt.Errorf("failed to read the answer: %w", err)
 	}
 	if more && resp.StatusCode == http.StatusOK {
-		return nil, nil, &SearchError{Status: resp.StatusCode, Message: fmt.Sprintf("the answer is larger than %d MiB, which no search result page is.", maxSearchBytes>>20)}
+		return nil, &SearchError{Status: resp.StatusCode, Message: fmt.Sprintf("the answer is larger than %d MiB, which no search result page is.", maxSearchBytes>>20)}
 	}
-	return resp, body, nil
+	return &answer{StatusCode: resp.StatusCode, Status: resp.Status, Header: resp.Header, body: body}, nil
 }
 
 // statusError words a non-200 answer: what the status means for the model
 // (retry later, or do not retry), with the service's own detail.
-func statusError(service string, resp *http.Response, detail string, auth bool, authHint string) error {
+func statusError(service string, resp *answer, detail string, auth bool, authHint string) error {
 	msg := fmt.Sprintf("%s answered HTTP %s", service, resp.Status)
 	if detail != "" {
 		msg += " (" + detail + ")"
@@ -235,13 +245,13 @@ func statusError(service string, resp *http.Response, detail string, auth bool, 
 }
 
 // decodeJSON decodes body into v, explaining what came instead of JSON.
-func decodeJSON(resp *http.Response, body []byte, v any) error {
+func decodeJSON(resp *answer, body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
 		mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 		if mt == "" {
 			mt = "no content type"
 		}
-		return fmt.Errorf("a body that is not its JSON format (%s, %d bytes: %v). Try again later; if it persists the agent's owner must check spec.tools.webSearch", mt, len(body), err)
+		return fmt.Errorf("a body that is not its JSON format (%s, %d bytes: %w). Try again later; if it persists the agent's owner must check spec.tools.webSearch", mt, len(body), err)
 	}
 	return nil
 }
