@@ -230,7 +230,10 @@ func statusError(service string, resp *answer, detail string, auth bool, authHin
 	case code == http.StatusTooManyRequests:
 		msg += ": the search rate limit is reached."
 		if ra := resp.Header.Get("Retry-After"); ra != "" {
-			msg += " Retry after " + ra + " seconds."
+			if _, err := strconv.Atoi(ra); err == nil {
+				ra += " seconds"
+			}
+			msg += " Retry after " + ra + "."
 		} else {
 			msg += " Wait before searching again."
 		}

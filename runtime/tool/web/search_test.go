@@ -115,7 +115,7 @@ func newSearchBackend(t *testing.T) *searchBackend {
 			w.Header().Set("X-RateLimit-Limit", "1, 2000")
 			w.Header().Set("X-RateLimit-Remaining", "0, 1500")
 			w.Header().Set("X-RateLimit-Reset", "1, 1419704")
-			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Retry-After", "2")
 			writeJSON(w, http.StatusTooManyRequests, braveErrorBody("RATE_LIMITED", "Request rate limit exceeded for plan.", 429))
 			return
 		case "server down":
@@ -364,7 +364,7 @@ func TestWebSearchErrors(t *testing.T) {
 		{"query too long", brave, map[string]any{"query": strings.Repeat("a", 401)}, []string{"query is 401 characters long; web_search takes at most 400"}, false},
 		{"bad key (422)", badKey, map[string]any{"query": "x"}, []string{"error: web_search (brave) failed: Brave Search answered HTTP 422 Unprocessable Entity (SUBSCRIPTION_TOKEN_INVALID: The provided subscription token is invalid.)", "spec.tools.webSearch.apiKeySecretRef", "Do not retry"}, true},
 		{"unauthorized (401)", brave, map[string]any{"query": "unauthorized"}, []string{"HTTP 401 Unauthorized (UNAUTHORIZED: Unauthorized.)", "its owner must fix it"}, true},
-		{"rate limited (429)", brave, map[string]any{"query": "rate limited"}, []string{"HTTP 429 Too Many Requests (RATE_LIMITED: Request rate limit exceeded for plan.): the search rate limit is reached. Retry after 1 seconds."}, true},
+		{"rate limited (429)", brave, map[string]any{"query": "rate limited"}, []string{"HTTP 429 Too Many Requests (RATE_LIMITED: Request rate limit exceeded for plan.): the search rate limit is reached. Retry after 2 seconds."}, true},
 		{"server error (503)", brave, map[string]any{"query": "server down"}, []string{"Brave Search answered HTTP 503 Service Unavailable: the search service failed. Try again later."}, true},
 		{"not JSON", brave, map[string]any{"query": "not json"}, []string{"Brave Search answered with a body that is not its JSON format (text/html, 37 bytes"}, true},
 		{"SearXNG rate limited", searx, map[string]any{"query": "too many"}, []string{"SearXNG answered HTTP 429 Too Many Requests: the search rate limit is reached. Wait before searching again."}, true},
