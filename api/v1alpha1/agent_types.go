@@ -141,6 +141,12 @@ type ToolsSpec struct {
 	// llmTask configures the llm_task tool.
 	// +optional
 	LLMTask *LLMTaskSpec `json:"llmTask,omitempty"`
+
+	// webSearch offers the model web_search (group:web) on the search
+	// backend it names. Without it the tool is not declared at all, so
+	// agents that do not search pay nothing for it in their requests.
+	// +optional
+	WebSearch *WebSearchSpec `json:"webSearch,omitempty"`
 }
 
 // LLMTaskSpec configures the llm_task tool: a JSON-only model call made on
@@ -157,6 +163,58 @@ type LLMTaskSpec struct {
 	// +kubebuilder:validation:items:MaxLength=256
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9-]+/.+$`
 	AllowedModels []string `json:"allowedModels,omitempty"`
+}
+
+// WebSearchProvider is the search backend web_search queries.
+// +kubebuilder:validation:Enum=brave;searxng
+type WebSearchProvider string
+
+// Web search backends.
+const (
+	// WebSearchBrave is the Brave Search API (api.search.brave.com), which
+	// needs a subscription key.
+	WebSearchBrave WebSearchProvider = "brave"
+	// WebSearchSearXNG is a SearXNG instance's JSON API, self-hosted in the
+	// cluster or beside picobot serve.
+	WebSearchSearXNG WebSearchProvider = "searxng"
+)
+
+// WebSearchSpec chooses web_search's backend and how many results a search
+// returns when the model does not say.
+// +kubebuilder:validation:XValidation:rule="self.provider != 'searxng' || has(self.baseURL)",message="baseURL is required with provider searxng"
+// +kubebuilder:validation:XValidation:rule="self.provider == 'searxng' || !has(self.baseURL)",message="baseURL is used only with provider searxng"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'brave' || has(self.apiKeySecretRef)",message="apiKeySecretRef is required with provider brave"
+// +kubebuilder:validation:XValidation:rule="self.provider == 'brave' || !has(self.apiKeySecretRef)",message="apiKeySecretRef is used only with provider brave"
+type WebSearchSpec struct {
+	// provider is brave (the Brave Search API) or searxng (a SearXNG
+	// instance with its JSON format enabled).
+	// +required
+	Provider WebSearchProvider `json:"provider"`
+
+	// baseURL is the SearXNG instance, e.g.
+	// "http://searxng.search.svc:8080"; searches go to <baseURL>/search.
+	// The host named here may be a private or loopback address (the model
+	// cannot change it); cloud metadata addresses stay refused.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/\\\\s?#]+(/[^?#\\\\s]*)?$')",message="baseURL must be an http:// or https:// URL without query or fragment"
+	BaseURL string `json:"baseURL,omitempty"`
+
+	// apiKeySecretRef selects the key of a Secret in the Agent's namespace
+	// that holds the Brave Search subscription token. Like the model's key
+	// it reaches the session pods as an environment variable of the runtime
+	// container and never the model's context, the logs or a tool's
+	// programs.
+	// +optional
+	APIKeySecretRef *corev1.SecretKeySelector `json:"apiKeySecretRef,omitempty"`
+
+	// count is how many results a search returns when the model gives no
+	// count (1-10).
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	Count *int32 `json:"count,omitempty"`
 }
 
 // FSToolsSpec is where the file and shell tools may reach besides the

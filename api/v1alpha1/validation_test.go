@@ -444,6 +444,65 @@ func TestCreateValidation(t *testing.T) {
 			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Exec: &picobotv1alpha1.ExecToolsSpec{ApprovalTimeout: picobotv1alpha1.NewDuration(2 * time.Hour)}}
 			return a
 		}, `spec.tools.exec.approvalTimeout: Invalid value: "2h0m0s": approvalTimeout must be a duration such as 30s or 2m, from 1s to 1h`},
+		{"web search on brave", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchBrave,
+				APIKeySecretRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "search"}, Key: "apiKey"}, Count: ptr(int32(10))}}
+			return a
+		}, ""},
+		{"web search on searxng", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG,
+				BaseURL: "http://searxng.search.svc:8080/", Count: ptr(int32(1))}}
+			return a
+		}, ""},
+		{"web search unknown provider", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: "google"}}
+			return a
+		}, `spec.tools.webSearch.provider: Unsupported value: "google": supported values: "brave", "searxng"`},
+		{"web search brave without key", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchBrave}}
+			return a
+		}, "spec.tools.webSearch: Invalid value: apiKeySecretRef is required with provider brave"},
+		{"web search brave with baseURL", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchBrave, BaseURL: "https://proxy.example.com",
+				APIKeySecretRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "search"}, Key: "apiKey"}}}
+			return a
+		}, "spec.tools.webSearch: Invalid value: baseURL is used only with provider searxng"},
+		{"web search searxng without baseURL", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG}}
+			return a
+		}, "spec.tools.webSearch: Invalid value: baseURL is required with provider searxng"},
+		{"web search searxng with a key", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG, BaseURL: "http://searxng:8080",
+				APIKeySecretRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "search"}, Key: "apiKey"}}}
+			return a
+		}, "spec.tools.webSearch: Invalid value: apiKeySecretRef is used only with provider brave"},
+		{"web search baseURL not http", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG, BaseURL: "searxng:8080"}}
+			return a
+		}, `spec.tools.webSearch.baseURL: Invalid value: "searxng:8080": baseURL must be an http:// or https:// URL without query or fragment`},
+		{"web search baseURL with a query", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG, BaseURL: "http://searxng/?format=json"}}
+			return a
+		}, `baseURL must be an http:// or https:// URL without query or fragment`},
+		{"web search count 0", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG, BaseURL: "http://searxng", Count: ptr(int32(0))}}
+			return a
+		}, "spec.tools.webSearch.count: Invalid value: 0: spec.tools.webSearch.count in body should be greater than or equal to 1"},
+		{"web search count 11", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG, BaseURL: "http://searxng", Count: ptr(int32(11))}}
+			return a
+		}, "spec.tools.webSearch.count: Invalid value: 11: spec.tools.webSearch.count in body should be less than or equal to 10"},
 		{"profile without label", func() client.Object {
 			p := validProfile()
 			p.Spec.Label = ""

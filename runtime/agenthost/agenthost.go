@@ -253,8 +253,8 @@ var channelKeys = map[picobotv1alpha1.ChannelType][]string{
 	"webhook":  {"signingSecret", "url"},
 }
 
-// referencedKeys lists the secretKeyRefs of an agent's models, channels and
-// MCP servers.
+// referencedKeys lists the secretKeyRefs of an agent's models, channels, MCP
+// servers and web search backend.
 func referencedKeys(a *picobotv1alpha1.Agent) []corev1.SecretKeySelector {
 	var out []corev1.SecretKeySelector
 	if m := a.Spec.Model; m != nil {
@@ -278,6 +278,9 @@ func referencedKeys(a *picobotv1alpha1.Agent) []corev1.SecretKeySelector {
 				out = append(out, *e.ValueFrom.SecretKeyRef)
 			}
 		}
+	}
+	if t := a.Spec.Tools; t != nil && t.WebSearch != nil && t.WebSearch.APIKeySecretRef != nil {
+		out = append(out, *t.WebSearch.APIKeySecretRef)
 	}
 	return out
 }
@@ -340,7 +343,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if h.Store != nil {
 		plans = todo.Persistent(h.Store)
 	}
-	tools, err := builtinTools(a, pol, h.llmTask(a, prov, providerName, modelName), plans, h.WarmSandboxes)
+	tools, err := builtinTools(a, pol, h.llmTask(a, prov, providerName, modelName), plans, h.WarmSandboxes, h.webSearch(a))
 	if err != nil {
 		return fail(err)
 	}
@@ -403,7 +406,8 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 // policy (spec.tools.exec) with the TCP ports of spec.tools.network, exec in
 // the foreground when process is denied, and from a warm sandbox of their
 // session's workspace when the host keeps them.
-func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, llmTask llmtask.Config, plans todo.Store, warm shell.WarmSandboxes) (*builtin.Set, error) {
+func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, llmTask llmtask.Config, plans todo.Store, warm shell.WarmSandboxes,
+	search *builtin.WebSearchConfig) (*builtin.Set, error) {
 	var fsSpec *picobotv1alpha1.FSToolsSpec
 	if a.Spec.Tools != nil {
 		fsSpec = a.Spec.Tools.FS
@@ -420,7 +424,7 @@ func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, llmTask llmtask.C
 	if warm != nil {
 		shellOpts = append(shellOpts, shell.WithWarmSandboxes(warm))
 	}
-	return builtin.New(builtin.Config{LLMTask: &llmTask, TodoStore: plans, FS: fsOpts, Shell: shellOpts})
+	return builtin.New(builtin.Config{LLMTask: &llmTask, TodoStore: plans, FS: fsOpts, Shell: shellOpts, WebSearch: search})
 }
 
 // llmTask configures llm_task on the agent's own model endpoints: its
@@ -469,6 +473,27 @@ func (h *Host) llmTask(a *picobotv1alpha1.Agent, prov llm.Provider, providerName
 		return nil, fmt.Errorf("this agent has no endpoint for provider %q (its models use %s)", provName, strings.Join(slices.Compact(known), ", "))
 	}
 	return cfg
+}
+
+// webSearch is web_search's backend from the Agent's spec.tools.webSearch
+// (nil without one), with the key read like the model's: from the Secret
+// in cluster mode (the operator passes it to the pod), from a Secret
+// manifest or PICOBOT_SECRET_ variable in embedded mode.
+func (h *Host) webSearch(a *picobotv1alpha1.Agent) *builtin.WebSearchConfig {
+	if a.Spec.Tools == nil || a.Spec.Tools.WebSearch == nil {
+		return nil
+	}
+	c := &builtin.WebSearchConfig{Spec: *a.Spec.Tools.WebSearch}
+	if sel := c.Spec.APIKeySecretRef; sel != nil {
+		c.APIKey = h.secretValue(sel)
+		if c.APIKey == "" {
+			c.MissingKey = fmt.Sprintf("No Brave Search key: Secret %q has no key %q.", sel.Name, sel.Key)
+			if h.SecretHint != nil {
+				c.MissingKey += " " + h.SecretHint(*sel) + "."
+			}
+		}
+	}
+	return c
 }
 
 // connectMCP connects the agent's MCP servers and returns their tools. One

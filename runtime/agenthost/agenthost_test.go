@@ -62,8 +62,10 @@ func TestEnvSecrets(t *testing.T) {
 			{Name: "tg", Type: "telegram", SecretRef: &corev1.LocalObjectReference{Name: "tg"}},
 			{Name: "sl", Type: "slack", SecretRef: &corev1.LocalObjectReference{Name: "sl"}}},
 		MCPServers: []picobotv1alpha1.MCPServer{{Name: "gh", Transport: "stdio", Command: "gh-mcp", Env: []corev1.EnvVar{secretEnv("gh", "TOKEN")}}},
+		Tools:      &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchBrave, APIKeySecretRef: keyRef("search", "apiKey")}},
 	}}
 	env := map[string]string{
+		"PICOBOT_SECRET_SEARCH_APIKEY":    "BSA-env",
 		"PICOBOT_SECRET_LLM_APIKEY":       "sk-env",
 		"PICOBOT_SECRET_LLM_OTHER":        "not referenced",
 		"PICOBOT_SECRET_BACKUP_KEY":       "sk-backup",
@@ -87,6 +89,7 @@ func TestEnvSecrets(t *testing.T) {
 	g.Expect(data("tg")).To(Equal(map[string][]byte{"token": []byte("tg-token")}), "only the channel's keys that are set")
 	g.Expect(data("sl")).To(Equal(map[string][]byte{"botToken": []byte("xoxb"), "signingSecret": []byte("shh")}))
 	g.Expect(data("gh")).To(Equal(map[string][]byte{"TOKEN": []byte("ghp")}))
+	g.Expect(data("search")).To(Equal(map[string][]byte{"apiKey": []byte("BSA-env")}), "the web search key, as session pods and picobot serve get it")
 	g.Expect(lookup("stranger")).To(BeNil(), "a Secret the agent does not reference")
 
 	// Without a given Secret the model's key comes from the environment too,

@@ -9,6 +9,9 @@ import (
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
+// WebSearchTool is the tool spec.tools.webSearch turns on.
+const WebSearchTool = "web_search"
+
 // orchestrationTools are the tools of an Agent with delegate edges.
 var orchestrationTools = []string{"delegate", "agent_task"}
 
@@ -33,6 +36,11 @@ func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
 	}
 	if m := a.Spec.Memory; m != nil && m.Enabled != nil && !*m.Enabled {
 		spec.Deny = append(spec.Deny, "group:memory")
+	}
+	// web_search needs a backend: without spec.tools.webSearch it is not
+	// offered (nor declared, so requests do not grow by its schema).
+	if a.Spec.Tools == nil || a.Spec.Tools.WebSearch == nil {
+		spec.Deny = append(spec.Deny, WebSearchTool)
 	}
 	// delegate and agent_task follow the delegate edges (orchestration): an
 	// Agent with none never gets them, one with some gets them even past a

@@ -85,6 +85,34 @@ func AllowPrefixes(prefixes ...netip.Prefix) Option {
 	return func(g *Guard) { g.allow = append(g.allow, prefixes...) }
 }
 
+// TrustHosts lets connections to the named hosts (as a URL's host writes
+// them: a name, or an IP address without brackets) reach private, shared,
+// loopback and other local addresses, though never a cloud metadata address.
+// It exists for endpoints an Agent's author configures, such as a self-hosted
+// search server in the cluster or beside picobot serve: the model cannot
+// choose their host, only what is sent to it. Every other host is judged as
+// usual by the same Guard, and in cluster mode the session pods'
+// NetworkPolicy still decides what they can reach.
+func TrustHosts(hosts ...string) Option {
+	return func(g *Guard) {
+		if g.trusted == nil {
+			g.trusted = map[string]bool{}
+		}
+		for _, h := range hosts {
+			g.trusted[trustKey(h)] = true
+		}
+	}
+}
+
+// trustKey is the form of a host TrustHosts and the checks compare.
+func trustKey(host string) string {
+	host = strings.TrimRight(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap().String()
+	}
+	return host
+}
+
 // WithLocalAddrs replaces the source of this host's own addresses (by default
 // net.InterfaceAddrs), which the Guard refuses like a blocked range. The Guard
 // reads it at most once every few seconds; tests use it to make an address
@@ -102,6 +130,7 @@ func WithDialTimeout(d time.Duration) Option { return func(g *Guard) { g.dialTim
 type Guard struct {
 	resolver    Resolver
 	allow       []netip.Prefix
+	trusted     map[string]bool
 	blocked     []blockedRange
 	readLocal   func() ([]netip.Addr, error)
 	local       *localAddrs
@@ -222,6 +251,12 @@ func (g *Guard) checkHost(host string) (string, error) {
 	if host == "" {
 		return "", refused("the URL has no host")
 	}
+	if key := trustKey(host); g.trusted[key] {
+		if ip, err := netip.ParseAddr(key); err == nil && g.metadata(ip) {
+			return "", refused("%s is a cloud metadata address", ip)
+		}
+		return key, nil
+	}
 	if ip, err := netip.ParseAddr(host); err == nil {
 		if ip.Zone() != "" {
 			return "", refused("%s has an IPv6 zone, which is only meaningful on the local network", host)
@@ -295,7 +330,7 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 	}
 	var errs []error
 	for _, ip := range ips {
-		d := &net.Dialer{Timeout: g.dialTimeout, KeepAlive: 30 * time.Second, Control: g.control(host)}
+		d := &net.Dialer{Timeout: g.dialTimeout, KeepAlive: 30 * time.Second, Control: g.control(host, g.trusted[norm])}
 		conn, err := d.DialContext(ctx, network, netip.AddrPortFrom(ip, uint16(port)).String())
 		if err == nil {
 			return conn, nil
@@ -343,8 +378,9 @@ func (g *Guard) lookup(ctx context.Context, network, host string) ([]netip.Addr,
 }
 
 // control is the net.Dialer Control hook: the last point before connect(2),
-// holding the exact remote address.
-func (g *Guard) control(host string) func(network, address string, _ syscall.RawConn) error {
+// holding the exact remote address. A trusted host (TrustHosts) may reach
+// any address but a cloud metadata one.
+func (g *Guard) control(host string, trusted bool) func(network, address string, _ syscall.RawConn) error {
 	return func(_, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
@@ -352,6 +388,12 @@ func (g *Guard) control(host string) func(network, address string, _ syscall.Raw
 		}
 		ip := ap.Addr()
 		why := g.classify(ip)
+		if trusted {
+			why = ""
+			if g.metadata(ip) {
+				why = "a cloud metadata address"
+			}
+		}
 		if why == "" {
 			return nil
 		}
@@ -360,6 +402,18 @@ func (g *Guard) control(host string) func(network, address string, _ syscall.Raw
 		}
 		return refused("%s resolved to %s, which is %s", host, ip, why)
 	}
+}
+
+// metadata reports whether ip is a cloud metadata address, which not even a
+// trusted host may reach.
+func (g *Guard) metadata(ip netip.Addr) bool {
+	ip = ip.WithZone("").Unmap()
+	for _, b := range g.blocked {
+		if b.what == whatMetadata && b.prefix.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // Client returns an HTTP client that dials only through the Guard, uses no

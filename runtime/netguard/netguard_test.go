@@ -387,3 +387,52 @@ func TestAllowPrefixesIsExact(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(u).To(Equal(&url.URL{Scheme: "http", Host: "127.0.0.1:8080", Path: "/"}))
 }
+
+// TrustHosts opens exactly the named hosts to local addresses, never to a
+// cloud metadata address, and leaves every other host judged as usual.
+func TestTrustHosts(t *testing.T) {
+	srv, hits := countingServer(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	g := New(WithResolver(fakeDNS(map[string][]string{
+		"search.test":   {"127.0.0.1"},
+		"other.test":    {"127.0.0.1"},
+		"meta.test":     {"169.254.169.254"},
+		"searxng.local": {"127.0.0.1"},
+	})), WithDialTimeout(2*time.Second), TrustHosts("Search.Test.", "127.0.0.1", "meta.test", "searxng.local", "169.254.169.254"))
+	defer g.CloseIdleConnections()
+
+	cases := []struct {
+		url, refusal string
+	}{
+		{fmt.Sprintf("http://search.test:%d/", port), ""},
+		{fmt.Sprintf("http://127.0.0.1:%d/", port), ""},
+		{fmt.Sprintf("http://searxng.local:%d/", port), ""},
+		{fmt.Sprintf("http://other.test:%d/", port), "refused: other.test resolved to 127.0.0.1, which is a loopback address"},
+		{fmt.Sprintf("http://127.0.0.2:%d/", port), "refused: 127.0.0.2 is a loopback address"},
+		{fmt.Sprintf("http://meta.test:%d/", port), "refused: meta.test resolved to 169.254.169.254, which is a cloud metadata address"},
+		{"http://169.254.169.254/latest/meta-data/", "refused: 169.254.169.254 is a cloud metadata address"},
+	}
+	want := int64(0)
+	for _, tc := range cases {
+		t.Run(tc.url, func(t *testing.T) {
+			g1 := NewWithT(t)
+			u, err := g.CheckURL(tc.url)
+			if err == nil {
+				var resp *http.Response
+				resp, err = g.Client(5 * time.Second).Get(u.String())
+				if resp != nil {
+					_ = resp.Body.Close()
+				}
+			}
+			if tc.refusal == "" {
+				g1.Expect(err).NotTo(HaveOccurred())
+				want++
+				return
+			}
+			re, ok := AsRefused(err)
+			g1.Expect(ok).To(BeTrue(), "error %v should be a RefusedError", err)
+			g1.Expect(re.Error()).To(Equal(tc.refusal))
+		})
+	}
+	NewWithT(t).Expect(hits.Load()).To(Equal(want))
+}

@@ -6,6 +6,10 @@ import (
 	"net/netip"
 )
 
+// whatMetadata is the reason of the cloud metadata ranges, which
+// TrustHosts does not open.
+const whatMetadata = "a cloud metadata address"
+
 // blockedRange is one address range outbound requests may not reach, with the
 // words used to explain a refusal.
 type blockedRange struct {
@@ -39,10 +43,10 @@ func defaultBlocked() []blockedRange {
 	}
 	return []blockedRange{
 		// Cloud metadata services (AWS, GCP, Azure, Alibaba, AWS IPv6).
-		r("169.254.169.254/32", "a cloud metadata address"),
-		r("169.254.170.2/32", "a cloud metadata address"),
-		r("100.100.100.200/32", "a cloud metadata address"),
-		r("fd00:ec2::254/128", "a cloud metadata address"),
+		r("169.254.169.254/32", whatMetadata),
+		r("169.254.170.2/32", whatMetadata),
+		r("100.100.100.200/32", whatMetadata),
+		r("fd00:ec2::254/128", whatMetadata),
 
 		// IPv4.
 		r("255.255.255.255/32", "a broadcast address"),

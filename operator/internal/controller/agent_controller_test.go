@@ -220,6 +220,11 @@ func TestAgentToolPolicy(t *testing.T) {
 				ByProvider: map[string]picobotv1alpha1.ToolPolicy{"anthropic": {Allow: []string{"group:fs"}}, "openai": {Profile: "minimal"}}},
 			status: metav1.ConditionTrue, reason: picobotv1alpha1.ReasonResolved,
 			exactly: []string{"apply_patch", "content_search", "file_edit", "file_read", "file_search", "file_write"}},
+		{name: "web_search with a backend", tools: picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Allow: []string{"group:web"}},
+			WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG, BaseURL: "http://searxng:8080"}},
+			status: metav1.ConditionTrue, reason: picobotv1alpha1.ReasonResolved, exactly: []string{"http_request", "web_fetch", "web_search"}},
+		{name: "no web_search without a backend", tools: picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Allow: []string{"group:web"}}},
+			status: metav1.ConditionTrue, reason: picobotv1alpha1.ReasonResolved, exactly: []string{"http_request", "web_fetch"}},
 		{name: "unknown group is an error", tools: picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Allow: []string{"group:nope"}}},
 			status: metav1.ConditionFalse, reason: picobotv1alpha1.ReasonInvalidToolPolicy, message: `unknown group "group:nope"`},
 	}
@@ -294,6 +299,29 @@ func TestAgentReferences(t *testing.T) {
 	g.Expect(k8s.Create(ctx, self)).To(Succeed())
 	got = expectCondition(t, ns, "narcissus", picobotv1alpha1.ConditionReferencesResolved, metav1.ConditionFalse, picobotv1alpha1.ReasonInvalidReference)
 	g.Expect(cond(got, picobotv1alpha1.ConditionReferencesResolved).Message).To(Equal(`delegate "me" refers to the Agent itself`))
+}
+
+// The Brave key's Secret is a reference like a channel's: missing, the
+// Agent says so (its session pods could not start without it), and its
+// appearing is noticed through the Secret index.
+func TestAgentWebSearchKeyIsAReference(t *testing.T) {
+	needAPIServer(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	g.Expect(k8s.Create(ctx, secret(ns, "k", "apiKey"))).To(Succeed())
+	a := openAIAgent(ns, "searcher", "k")
+	a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchBrave,
+		APIKeySecretRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "search"}, Key: "apiKey"}}}
+	g.Expect(k8s.Create(ctx, a)).To(Succeed())
+	got := expectCondition(t, ns, "searcher", picobotv1alpha1.ConditionReferencesResolved, metav1.ConditionFalse, picobotv1alpha1.ReasonReferenceNotFound)
+	g.Expect(cond(got, picobotv1alpha1.ConditionReferencesResolved).Message).To(Equal(`Not found: Secret "search"`))
+	g.Expect(got.Status.EffectiveTools).To(ContainElement("web_search"))
+	g.Expect(k8s.Create(ctx, secret(ns, "search", "apiKey"))).To(Succeed())
+	expectCondition(t, ns, "searcher", picobotv1alpha1.ConditionReady, metav1.ConditionTrue, picobotv1alpha1.ReasonReady)
+
+	keys := secretKeysOf(a, nil)
+	g.Expect(keys).To(ContainElement(*a.Spec.Tools.WebSearch.APIKeySecretRef), "the session pods get the key in their environment")
 }
 
 func TestAgentSpecChangeUpdatesObservedGeneration(t *testing.T) {

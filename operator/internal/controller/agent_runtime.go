@@ -464,8 +464,8 @@ func podFailure(p *corev1.Pod) string {
 func ptrTo[T any](v T) *T { return &v }
 
 // secretKeysOf lists the Secret keys a session pod of a needs in its
-// environment: the model chain's keys (including the namespace default's)
-// and the MCP servers' secretKeyRefs.
+// environment: the model chain's keys (including the namespace default's),
+// the MCP servers' secretKeyRefs and the web search key.
 func secretKeysOf(a *picobotv1alpha1.Agent, defaults *corev1.ConfigMap) []corev1.SecretKeySelector {
 	var out []corev1.SecretKeySelector
 	if m := a.Spec.Model; m != nil {
@@ -487,6 +487,9 @@ func secretKeysOf(a *picobotv1alpha1.Agent, defaults *corev1.ConfigMap) []corev1
 				out = append(out, *e.ValueFrom.SecretKeyRef)
 			}
 		}
+	}
+	if t := a.Spec.Tools; t != nil && t.WebSearch != nil && t.WebSearch.APIKeySecretRef != nil {
+		out = append(out, *t.WebSearch.APIKeySecretRef)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name+"/"+out[i].Key < out[j].Name+"/"+out[j].Key })
 	return out

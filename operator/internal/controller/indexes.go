@@ -44,7 +44,7 @@ func agentSecretNames(a *picobotv1alpha1.Agent) []string {
 }
 
 // agentCredentialSecretNames lists the Secrets an Agent needs besides model API
-// keys: channel credentials and MCP server headers.
+// keys: channel credentials, MCP server headers and the web search key.
 func agentCredentialSecretNames(a *picobotv1alpha1.Agent) []string {
 	var names []string
 	for _, c := range a.Spec.Channels {
@@ -56,6 +56,9 @@ func agentCredentialSecretNames(a *picobotv1alpha1.Agent) []string {
 		if s.HeadersSecretRef != nil {
 			names = append(names, s.HeadersSecretRef.Name)
 		}
+	}
+	if t := a.Spec.Tools; t != nil && t.WebSearch != nil && t.WebSearch.APIKeySecretRef != nil {
+		names = append(names, t.WebSearch.APIKeySecretRef.Name)
 	}
 	return names
 }

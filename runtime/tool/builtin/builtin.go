@@ -1,9 +1,11 @@
 // Package builtin assembles the core tools of a runtime (files, patch, shell,
-// processes, terminals, web, calculator, todo, llm_task) and narrows them to
+// processes, terminals, web, calculator, todo, llm_task, and web_search when
+// the Agent configures a backend) and narrows them to
 // an agent's effective tool set.
 package builtin
 
 import (
+	"fmt"
 	"os"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -41,6 +43,25 @@ type Config struct {
 	ExecServer string
 	// TodoStore keeps todo plans; in memory when nil.
 	TodoStore todo.Store
+	// WebSearch enables web_search on the Agent's backend; nil leaves it
+	// out.
+	WebSearch *WebSearchConfig
+}
+
+// WebSearchConfig is web_search's backend: the Agent's spec.tools.webSearch
+// and the key its apiKeySecretRef selects.
+type WebSearchConfig struct {
+	Spec picobotv1alpha1.WebSearchSpec
+	// APIKey is the Brave Search subscription token; "" when the Secret
+	// does not provide it, and every search then says MissingKey.
+	APIKey string
+	// MissingKey says what is missing and how to provide it.
+	MissingKey string
+	// GuardOptions come before the guard's own (tests add a resolver).
+	GuardOptions []netguard.Option
+	// Options apply to the tool and its backend (tests: a clock, a local
+	// Brave endpoint).
+	Options []web.Option
 }
 
 // Set is the core tools plus the managers that own background processes and
@@ -49,6 +70,8 @@ type Set struct {
 	Registry *tool.Registry
 	procs    *shell.ProcessManager
 	ptys     *shell.PTYManager
+	// searchGuard is web_search's own guard (SearXNG's trusts its host).
+	searchGuard *netguard.Guard
 }
 
 // AllowedPaths turns an Agent's spec.tools.fs into the options of the file
@@ -90,13 +113,52 @@ func New(cfg Config) (*Set, error) {
 	if cfg.LLMTask != nil {
 		tools = append(tools, llmtask.New(*cfg.LLMTask))
 	}
+	var searchGuard *netguard.Guard
+	if cfg.WebSearch != nil {
+		var t tool.Tool
+		t, searchGuard = webSearch(guard, *cfg.WebSearch)
+		tools = append(tools, t)
+	}
 	reg, err := tool.NewRegistry(tools...)
 	if err != nil {
 		procs.Close()
 		ptys.Close()
 		return nil, err
 	}
-	return &Set{Registry: reg, procs: procs, ptys: ptys}, nil
+	return &Set{Registry: reg, procs: procs, ptys: ptys, searchGuard: searchGuard}, nil
+}
+
+// webSearch builds web_search on the configured backend, and the guard it
+// made for it (nil when it uses guard). A backend that cannot work (no key,
+// an unusable base URL) still yields the tool, which then answers every
+// call with why, so the model can tell the user rather than miss a tool.
+func webSearch(guard *netguard.Guard, c WebSearchConfig) (tool.Tool, *netguard.Guard) {
+	count := 0
+	if c.Spec.Count != nil {
+		count = int(*c.Spec.Count)
+	}
+	name := string(c.Spec.Provider)
+	var p web.SearchProvider
+	var own *netguard.Guard
+	switch c.Spec.Provider {
+	case picobotv1alpha1.WebSearchBrave:
+		if c.APIKey == "" {
+			p = web.Unavailable(name, c.MissingKey+" The agent's owner must provide it; do not retry.")
+		} else {
+			p = web.NewBrave(guard, c.APIKey, c.Options...)
+		}
+	case picobotv1alpha1.WebSearchSearXNG:
+		own = web.SearXNGGuard(c.Spec.BaseURL, c.GuardOptions...)
+		sp, err := web.NewSearXNG(own, c.Spec.BaseURL, c.Options...)
+		if err != nil {
+			p = web.Unavailable(name, err.Error()+". The agent's owner must fix spec.tools.webSearch.baseURL; do not retry.")
+		} else {
+			p = sp
+		}
+	default:
+		p = web.Unavailable(name, fmt.Sprintf("spec.tools.webSearch.provider %q is not brave or searxng.", name))
+	}
+	return web.NewSearch(p, count, c.Options...), own
 }
 
 // FileTools are the tools the sandbox container runs for the runtime (the
@@ -142,4 +204,7 @@ func (s *Set) CloseSession(id string) {
 func (s *Set) Close() {
 	s.procs.Close()
 	s.ptys.Close()
+	if s.searchGuard != nil {
+		s.searchGuard.CloseIdleConnections()
+	}
 }

@@ -81,7 +81,7 @@ var builtinGroups = []struct {
 	{GroupFS, []string{"file_read", "file_write", "file_edit", "file_search", "content_search", "apply_patch"}},
 	{GroupSessions, []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history"}},
 	{GroupMemory, []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}},
-	{GroupWeb, []string{"http_request", "web_fetch"}},
+	{GroupWeb, []string{"http_request", "web_fetch", "web_search"}},
 	{GroupUI, []string{"browser", "browser_profiles"}},
 	{GroupAutomation, []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda"}},
 	{GroupMessaging, []string{"send_message"}},

@@ -19,7 +19,7 @@ var (
 	tFS         = []string{"file_read", "file_write", "file_edit", "file_search", "content_search", "apply_patch"}
 	tSessions   = []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history"}
 	tMemory     = []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}
-	tWeb        = []string{"http_request", "web_fetch"}
+	tWeb        = []string{"http_request", "web_fetch", "web_search"}
 	tUI         = []string{"browser", "browser_profiles"}
 	tAutomation = []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda"}
 	tMessaging  = []string{"send_message"}
@@ -59,7 +59,7 @@ func TestCatalog(t *testing.T) {
 	c := DefaultCatalog()
 
 	g.Expect(c.Tools()).To(Equal(tAll))
-	g.Expect(c.Tools()).To(HaveLen(42))
+	g.Expect(c.Tools()).To(HaveLen(43))
 	g.Expect(c.Groups()).To(Equal(map[string][]string{
 		GroupRuntime:    set(tRuntime),
 		GroupFS:         set(tFS),

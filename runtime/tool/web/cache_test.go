@@ -9,10 +9,10 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-func TestPageCacheIsBoundedLRU(t *testing.T) {
+func TestTTLCacheIsBoundedLRU(t *testing.T) {
 	g := NewWithT(t)
 	clk := testingclock.NewFakePassiveClock(time.Unix(0, 0))
-	c := newPageCache(clk, 15*time.Minute, 3)
+	c := newTTLCache[page](clk, 15*time.Minute, 3)
 	for i := range 3 {
 		c.put(fmt.Sprint(i), page{text: fmt.Sprint(i)})
 	}
@@ -33,7 +33,7 @@ func TestPageCacheIsBoundedLRU(t *testing.T) {
 	g.Expect(ok).To(BeFalse(), "entries expire after the TTL")
 	g.Expect(c.len()).To(Equal(2))
 
-	off := newPageCache(clk, 0, 3)
+	off := newTTLCache[page](clk, 0, 3)
 	off.put("a", page{})
 	_, _, ok = off.get("a")
 	g.Expect(ok).To(BeFalse(), "a zero TTL disables the cache")

@@ -35,7 +35,7 @@ const (
 // as is), cached per URL and mode for 15 minutes.
 func NewFetch(guard *netguard.Guard, opts ...Option) tool.Tool {
 	cfg := newConfig(opts)
-	f := &fetcher{guard: guard, cfg: cfg, cache: newPageCache(cfg.clock, cfg.cacheTTL, cfg.cacheSize)}
+	f := &fetcher{guard: guard, cfg: cfg, cache: newTTLCache[page](cfg.clock, cfg.cacheTTL, cfg.cacheSize)}
 	return tool.New("web_fetch",
 		"Fetch a public web page and return its readable content: HTML as markdown (or plain text with extractMode=text), "+
 			"JSON pretty-printed, other text as is; at most 50,000 characters. Results are cached for 15 minutes. "+
@@ -50,7 +50,7 @@ func NewFetch(guard *netguard.Guard, opts ...Option) tool.Tool {
 type fetcher struct {
 	guard *netguard.Guard
 	cfg   config
-	cache *pageCache
+	cache *ttlCache[page]
 }
 
 func (f *fetcher) run(ctx context.Context, _ tool.Env, args fetchArgs) (tool.Result, error) {

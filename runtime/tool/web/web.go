@@ -1,11 +1,13 @@
 // Package web holds the tools that reach the internet on the model's behalf:
-// http_request (any method, raw answer) and web_fetch (a page turned into
-// readable markdown or text). Every request goes through a netguard.Guard, so
-// neither tool can reach loopback, private or metadata addresses, and neither
-// follows redirects on its own: a redirect is reported and the model calls
-// again with the new URL, which is checked like any other. What comes back is
-// written by strangers, so it is handed to the model inside explicit
-// untrusted-content markers.
+// http_request (any method, raw answer), web_fetch (a page turned into
+// readable markdown or text) and web_search (the top results of a search
+// backend the Agent configures: Brave Search or SearXNG). Every request goes
+// through a netguard.Guard, so no tool can reach loopback, private or
+// metadata addresses (web_search's own SearXNG host aside, which the Agent's
+// author chose), and none follows redirects on its own: a redirect is
+// reported and the model calls again with the new URL, which is checked like
+// any other. What comes back is written by strangers, so it is handed to the
+// model inside explicit untrusted-content markers.
 package web
 
 import (
@@ -70,18 +72,20 @@ func WrapUntrusted(source, content string) string {
 type Option func(*config)
 
 type config struct {
-	clock     clock.PassiveClock
-	userAgent string
-	cacheTTL  time.Duration
-	cacheSize int
+	clock         clock.PassiveClock
+	userAgent     string
+	cacheTTL      time.Duration
+	cacheSize     int
+	braveEndpoint string
 }
 
 func newConfig(opts []Option) config {
 	c := config{
-		clock:     clock.RealClock{},
-		userAgent: "PicoBot/1.0 (+https://github.com/picobot/picobot)",
-		cacheTTL:  15 * time.Minute,
-		cacheSize: 256,
+		clock:         clock.RealClock{},
+		userAgent:     "PicoBot/1.0 (+https://github.com/picobot/picobot)",
+		cacheTTL:      15 * time.Minute,
+		cacheSize:     256,
+		braveEndpoint: BraveEndpoint,
 	}
 	for _, opt := range opts {
 		opt(&c)
@@ -89,7 +93,7 @@ func newConfig(opts []Option) config {
 	return c
 }
 
-// WithClock sets the clock web_fetch's cache ages entries by (tests use a fake
+// WithClock sets the clock web_fetch's and web_search's caches age entries by (tests use a fake
 // one to step past the TTL).
 func WithClock(c clock.PassiveClock) Option { return func(cfg *config) { cfg.clock = c } }
 

@@ -267,12 +267,21 @@ func BenchmarkServeRSS100Sessions(b *testing.B) {
 // model with an agent's default tool set (every built-in tool and feature
 // `picobot serve` gives an agent without a tool policy): request bytes and
 // about 4 bytes per token.
-func BenchmarkHelloBytes(b *testing.B) {
+func BenchmarkHelloBytes(b *testing.B) { helloBytes(b) }
+
+// BenchmarkHelloBytesWithWebSearch is BenchmarkHelloBytes for an agent with
+// spec.tools.webSearch, the only agents web_search is declared to: what the
+// tool costs those who configure it.
+func BenchmarkHelloBytesWithWebSearch(b *testing.B) {
+	helloBytes(b, "  tools: {webSearch: {provider: searxng, baseURL: \"http://127.0.0.1:9\"}}\n")
+}
+
+func helloBytes(b *testing.B, spec ...string) {
 	s := fakellm.New()
 	defer s.Close()
 	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "hi"} })
 	dir := b.TempDir()
-	writeAgent(b, dir, s.URL())
+	writeAgent(b, dir, s.URL(), spec...)
 	p := serve(b, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test", "HOME="+b.TempDir())
 	defer p.stop()
 	for i := 0; i < b.N; i++ {
