@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -35,6 +36,7 @@ import (
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/builtin"
 	"github.com/picobot/picobot/runtime/tool/delegate"
+	"github.com/picobot/picobot/runtime/tool/imagetool"
 	"github.com/picobot/picobot/runtime/tool/llmtask"
 	"github.com/picobot/picobot/runtime/tool/policy"
 	"github.com/picobot/picobot/runtime/tool/sessions"
@@ -188,7 +190,7 @@ func ProviderKeyEnv(p picobotv1alpha1.ModelProvider) string { return providerKey
 // whose key sel is, if it is one.
 func ModelKeyProvider(a *picobotv1alpha1.Agent, sel corev1.SecretKeySelector) (picobotv1alpha1.ModelProvider, bool) {
 	if m := a.Spec.Model; m != nil {
-		for _, ref := range append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...) {
+		for _, ref := range agentspec.ModelRefs(m) {
 			if k := ref.APIKeySecretRef; k != nil && k.Name == sel.Name && k.Key == sel.Key {
 				return ref.Provider, true
 			}
@@ -256,7 +258,7 @@ var channelKeys = map[picobotv1alpha1.ChannelType][]string{
 func referencedKeys(a *picobotv1alpha1.Agent) []corev1.SecretKeySelector {
 	var out []corev1.SecretKeySelector
 	if m := a.Spec.Model; m != nil {
-		for _, ref := range append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...) {
+		for _, ref := range agentspec.ModelRefs(m) {
 			if ref.APIKeySecretRef != nil {
 				out = append(out, *ref.APIKeySecretRef)
 			}
@@ -357,6 +359,13 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err := register(h.sessionTools(a, providerName, modelName)); err != nil {
 		return fail(err)
 	}
+	imageTool, err := h.imageTool(a, res.Ref)
+	if err != nil {
+		return fail(err)
+	}
+	if err := register(imageTool); err != nil {
+		return fail(err)
+	}
 
 	view := &feature.Agent{Spec: a, Provider: prov, ProviderName: providerName, ModelName: modelName, Policy: pol,
 		Host: &feature.Host{Mode: h.Mode, Tenant: h.Tenant, Store: h.Store, StateDir: h.StateDir, Kube: h.Kube, Log: h.Log}}
@@ -368,6 +377,9 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	b.Info = info
 
 	b.Loop, b.Session = h.session(a, res.Effective, prov, reg, prompts, b.MCP)
+	if res.Ref != nil {
+		b.Loop.Images.Accept = agentspec.AcceptsImages(*res.Ref)
+	}
 	b.Manager = session.NewManager(b.Session)
 	return b, nil
 }
@@ -388,6 +400,43 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 			Background: h.Background, Active: h.ActiveRuns}),
 		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns}),
 	}
+}
+
+// imageTool returns the image tool on the agent's image model (and its
+// fallbacks), or on its own model when that accepts images; none when no
+// model of the agent can see images or none of them has its key, so the
+// tool is not declared to a model that could not use it.
+func (h *Host) imageTool(a *picobotv1alpha1.Agent, chosen *picobotv1alpha1.ModelRef) ([]tool.Tool, error) {
+	refs := agentspec.ImageModelRefs(a.Spec.Model, chosen)
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	if a.Spec.Model != nil && a.Spec.Model.ImageModel != nil {
+		// The image model is there to see images, whatever its vision
+		// field says.
+		for i := range refs {
+			refs[i].Vision = ptr.To(true)
+		}
+	}
+	var usable []picobotv1alpha1.ModelRef
+	for _, ref := range refs {
+		if ref.APIKeySecretRef == nil || h.secretValue(ref.APIKeySecretRef) != "" {
+			usable = append(usable, ref)
+		}
+	}
+	if len(usable) == 0 {
+		return nil, nil
+	}
+	p, err := h.models(usable)
+	if err != nil {
+		return nil, fmt.Errorf("failed to build the image model: %w", err)
+	}
+	var fsSpec *picobotv1alpha1.FSToolsSpec
+	if a.Spec.Tools != nil {
+		fsSpec = a.Spec.Tools.FS
+	}
+	fsOpts, _ := builtin.AllowedPaths(fsSpec)
+	return []tool.Tool{imagetool.New(imagetool.Config{Provider: p, Model: string(usable[0].Provider) + "/" + usable[0].Model, FS: fsOpts})}, nil
 }
 
 // builtinTools returns the built-in tools, their llm_task on the agent's own
@@ -551,7 +600,16 @@ func (h *Host) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel
 		}
 		refs = all[start:]
 	}
+	return h.models(refs)
+}
+
+// models builds a chain of models, each with retry; a model without a key
+// is skipped. A model that does not accept images, after one that does,
+// gets the images of its requests as notes instead: the loop sent them for
+// the first.
+func (h *Host) models(refs []picobotv1alpha1.ModelRef) (llm.Provider, error) {
 	var named []provider.Named
+	images := len(refs) > 0 && agentspec.AcceptsImages(refs[0])
 	for _, ref := range refs {
 		key := ""
 		if ref.APIKeySecretRef != nil {
@@ -564,7 +622,11 @@ func (h *Host) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel
 		if err != nil {
 			return nil, err
 		}
-		named = append(named, provider.Named{Name: string(ref.Provider) + "/" + ref.Model, Provider: provider.Retry(p, provider.RetryPolicy{})})
+		p = provider.Retry(p, provider.RetryPolicy{})
+		if images && !agentspec.AcceptsImages(ref) {
+			p = provider.TextOnly(p)
+		}
+		named = append(named, provider.Named{Name: string(ref.Provider) + "/" + ref.Model, Provider: p})
 	}
 	if len(named) == 0 {
 		return nil, errors.New("no usable model")
