@@ -25,7 +25,7 @@ import (
 
 // testPNG encodes a w x h PNG of seeded noise, which compresses about as
 // badly as a photo, so its size is that of a real picture.
-func testPNG(t *testing.T, w, h int) []byte {
+func testPNG(t testing.TB, w, h int) []byte {
 	t.Helper()
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	rnd := rand.New(rand.NewPCG(1, 2))

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -359,7 +358,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err := register(h.sessionTools(a, providerName, modelName)); err != nil {
 		return fail(err)
 	}
-	imageTool, err := h.imageTool(a, res.Ref)
+	imageTool, err := h.imageTool(a)
 	if err != nil {
 		return fail(err)
 	}
@@ -403,40 +402,38 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 }
 
 // imageTool returns the image tool on the agent's image model (and its
-// fallbacks), or on its own model when that accepts images; none when no
-// model of the agent can see images or none of them has its key, so the
-// tool is not declared to a model that could not use it.
-func (h *Host) imageTool(a *picobotv1alpha1.Agent, chosen *picobotv1alpha1.ModelRef) ([]tool.Tool, error) {
-	refs := agentspec.ImageModelRefs(a.Spec.Model, chosen)
+// fallbacks), or on those of its models that accept images; none when no
+// model of the agent can see images, so the tool is not declared to a model
+// that could not use it (the policy denies it then, and the operator's
+// status says so too). When none of those models has its key, the tool
+// says so when called.
+func (h *Host) imageTool(a *picobotv1alpha1.Agent) ([]tool.Tool, error) {
+	refs := agentspec.ImageModelRefs(a.Spec.Model)
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	if a.Spec.Model != nil && a.Spec.Model.ImageModel != nil {
-		// The image model is there to see images, whatever its vision
-		// field says.
-		for i := range refs {
-			refs[i].Vision = ptr.To(true)
-		}
-	}
 	var usable []picobotv1alpha1.ModelRef
+	var problems []string
 	for _, ref := range refs {
 		if ref.APIKeySecretRef == nil || h.secretValue(ref.APIKeySecretRef) != "" {
 			usable = append(usable, ref)
+			continue
 		}
+		problems = append(problems, fmt.Sprintf("%s/%s has no API key (Secret %q, key %q)", ref.Provider, ref.Model, ref.APIKeySecretRef.Name, ref.APIKeySecretRef.Key))
 	}
-	if len(usable) == 0 {
-		return nil, nil
-	}
-	p, err := h.models(usable)
-	if err != nil {
-		return nil, fmt.Errorf("failed to build the image model: %w", err)
+	var p llm.Provider = noModel{agent: a.Name, reason: "no usable image model: " + strings.Join(problems, "; ")}
+	if len(usable) > 0 {
+		var err error
+		if p, err = h.models(usable); err != nil {
+			return nil, fmt.Errorf("failed to build the image model: %w", err)
+		}
 	}
 	var fsSpec *picobotv1alpha1.FSToolsSpec
 	if a.Spec.Tools != nil {
 		fsSpec = a.Spec.Tools.FS
 	}
 	fsOpts, _ := builtin.AllowedPaths(fsSpec)
-	return []tool.Tool{imagetool.New(imagetool.Config{Provider: p, Model: string(usable[0].Provider) + "/" + usable[0].Model, FS: fsOpts})}, nil
+	return []tool.Tool{imagetool.New(imagetool.Config{Provider: p, Model: string(refs[0].Provider) + "/" + refs[0].Model, FS: fsOpts})}, nil
 }
 
 // builtinTools returns the built-in tools, their llm_task on the agent's own

@@ -7,15 +7,18 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/utils/ptr"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
 // The image tool is offered only to an agent with a model that can see
@@ -34,14 +37,18 @@ func TestImageToolOnlyWithAModelThatSees(t *testing.T) {
 		name       string
 		model      picobotv1alpha1.ModelSpec
 		tool, sees bool
+		answer     string
 	}{
 		{name: "a text-only model", model: picobotv1alpha1.ModelSpec{ModelRef: main("test-model", nil)}},
 		{name: "vision: false wins over the table", model: picobotv1alpha1.ModelSpec{ModelRef: main("gpt-4o", ptr.To(false))}},
 		{name: "vision: true", model: picobotv1alpha1.ModelSpec{ModelRef: main("test-model", ptr.To(true))}, tool: true, sees: true},
 		{name: "a vision model the table knows", model: picobotv1alpha1.ModelSpec{ModelRef: main("gpt-4.1-mini", nil)}, tool: true, sees: true},
 		{name: "a text-only model with an image model", model: picobotv1alpha1.ModelSpec{ModelRef: main("test-model", nil), ImageModel: eye}, tool: true},
-		{name: "an image model without its key", model: picobotv1alpha1.ModelSpec{ModelRef: main("test-model", nil),
-			ImageModel: &picobotv1alpha1.ImageModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "eye", APIKeySecretRef: keyRef("missing", "k")}}}},
+		{name: "an image model without its key (the tool says so)", model: picobotv1alpha1.ModelSpec{ModelRef: main("test-model", nil),
+			ImageModel: &picobotv1alpha1.ImageModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "eye", APIKeySecretRef: keyRef("missing", "k")}}}, tool: true,
+			answer: `error: the image model openai/eye did not answer: agent seer has no usable model: no usable image model: openai/eye has no API key (Secret "missing", key "k")`},
+		{name: "a vision fallback of a text-only model", model: picobotv1alpha1.ModelSpec{ModelRef: main("test-model", nil),
+			Fallbacks: []picobotv1alpha1.ModelRef{main("claude-sonnet-4-5", nil)}}, tool: true},
 		{name: "an image model whose fallback has its key", model: picobotv1alpha1.ModelSpec{ModelRef: main("test-model", nil),
 			ImageModel: &picobotv1alpha1.ImageModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "eye", APIKeySecretRef: keyRef("missing", "k")},
 				Fallbacks: []picobotv1alpha1.ModelRef{eye.ModelRef}}}, tool: true},
@@ -58,6 +65,17 @@ func TestImageToolOnlyWithAModelThatSees(t *testing.T) {
 				g.Expect(ok).To(BeFalse())
 			}
 			g.Expect(b.Loop.Images.Accept).To(Equal(tc.sees))
+			// The operator's status says the same of image.
+			res, err := policy.Resolve(policy.DefaultCatalog(), agentspec.ToolPolicy(agentWith("seer", picobotv1alpha1.AgentSpec{Model: &tc.model})), "openai", tc.model.Model)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(slices.Contains(res.Tools, "image")).To(Equal(tc.tool))
+			if tc.answer != "" {
+				ws := t.TempDir()
+				g.Expect(os.WriteFile(filepath.Join(ws, "dot.png"), grayPNG(t), 0o600)).To(Succeed())
+				out := b.Loop.Tools.Execute(context.Background(), tool.Env{Workspace: ws}, llm.ToolCall{ID: "c", Name: "image", Arguments: `{"image":"dot.png"}`})
+				g.Expect(out.IsError).To(BeTrue())
+				g.Expect(out.Content).To(Equal(tc.answer))
+			}
 		})
 	}
 
@@ -81,9 +99,7 @@ func TestImageToolUsesTheImageModel(t *testing.T) {
 			BaseURL: f.llm.AnthropicURL(), APIKeySecretRef: keyRef("eye", "apiKey")}},
 	}}))
 	ws := t.TempDir()
-	var buf bytes.Buffer
-	g.Expect(png.Encode(&buf, image.NewGray(image.Rect(0, 0, 8, 8)))).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(ws, "dot.png"), buf.Bytes(), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(ws, "dot.png"), grayPNG(t), 0o600)).To(Succeed())
 
 	f.llm.Script(fakellm.Turn{Text: "A grey square."})
 	res := b.Loop.Tools.Execute(context.Background(), tool.Env{Workspace: ws}, llm.ToolCall{ID: "c1", Name: "image", Arguments: `{"image":"dot.png"}`})
@@ -95,4 +111,11 @@ func TestImageToolUsesTheImageModel(t *testing.T) {
 	g.Expect(reqs[0].Model).To(Equal("eye-model"))
 	g.Expect(reqs[0].Header.Get("X-Api-Key")).To(Equal("sk-eye"), "the image model's own key")
 	g.Expect(reqs[0].Messages[0].Images).To(Equal(1))
+}
+
+func grayPNG(t *testing.T) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	NewWithT(t).Expect(png.Encode(&buf, image.NewGray(image.Rect(0, 0, 8, 8)))).To(Succeed())
+	return buf.Bytes()
 }

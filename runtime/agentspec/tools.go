@@ -34,6 +34,10 @@ func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
 	if m := a.Spec.Memory; m != nil && m.Enabled != nil && !*m.Enabled {
 		spec.Deny = append(spec.Deny, "group:memory")
 	}
+	// image needs a model that can see images (ImageModelRefs).
+	if len(ImageModelRefs(a.Spec.Model)) == 0 {
+		spec.Deny = append(spec.Deny, "image")
+	}
 	// delegate and agent_task follow the delegate edges (orchestration): an
 	// Agent with none never gets them, one with some gets them even past a
 	// profile or allowlist that does not name them (the runtime injects

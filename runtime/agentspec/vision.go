@@ -49,23 +49,28 @@ func AcceptsImages(ref picobotv1alpha1.ModelRef) bool {
 }
 
 // ImageModelRefs are the models the image tool may ask, in order: the
-// Agent's spec.model.imageModel and its fallbacks when set, else the
-// effective main model (chosen, with the fallbacks after it) when it accepts
-// images; nil when no model can see images, and the image tool is then not
-// offered.
-func ImageModelRefs(spec *picobotv1alpha1.ModelSpec, chosen *picobotv1alpha1.ModelRef) []picobotv1alpha1.ModelRef {
-	if spec != nil && spec.ImageModel != nil {
-		return append([]picobotv1alpha1.ModelRef{spec.ImageModel.ModelRef}, spec.ImageModel.Fallbacks...)
-	}
-	if chosen == nil || !AcceptsImages(*chosen) {
+// Agent's spec.model.imageModel and its fallbacks when set (taken to accept
+// images whatever their vision field says: that is what they are for), else
+// those of spec.model and its fallbacks that accept images; nil when none
+// can see images, and the image tool is then not offered. It is decided from
+// the spec alone, so the operator's status.effectiveTools and the runtime
+// agree; an Agent on the namespace default model gets no image tool.
+func ImageModelRefs(spec *picobotv1alpha1.ModelSpec) []picobotv1alpha1.ModelRef {
+	if spec == nil {
 		return nil
 	}
-	refs := []picobotv1alpha1.ModelRef{*chosen}
-	if spec != nil {
-		for _, fb := range spec.Fallbacks {
-			if AcceptsImages(fb) && fb != *chosen {
-				refs = append(refs, fb)
-			}
+	if spec.ImageModel != nil {
+		refs := append([]picobotv1alpha1.ModelRef{spec.ImageModel.ModelRef}, spec.ImageModel.Fallbacks...)
+		sees := true
+		for i := range refs {
+			refs[i].Vision = &sees
+		}
+		return refs
+	}
+	var refs []picobotv1alpha1.ModelRef
+	for _, ref := range append([]picobotv1alpha1.ModelRef{spec.ModelRef}, spec.Fallbacks...) {
+		if AcceptsImages(ref) {
+			refs = append(refs, ref)
 		}
 	}
 	return refs
