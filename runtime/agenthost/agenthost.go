@@ -358,7 +358,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err := register(h.sessionTools(a, providerName, modelName)); err != nil {
 		return fail(err)
 	}
-	imageTool, err := h.imageTool(a)
+	imageTool, err := h.imageTool(a, tools)
 	if err != nil {
 		return fail(err)
 	}
@@ -407,7 +407,7 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 // that could not use it (the policy denies it then, and the operator's
 // status says so too). When none of those models has its key, the tool
 // says so when called.
-func (h *Host) imageTool(a *picobotv1alpha1.Agent) ([]tool.Tool, error) {
+func (h *Host) imageTool(a *picobotv1alpha1.Agent, tools *builtin.Set) ([]tool.Tool, error) {
 	refs := agentspec.ImageModelRefs(a.Spec.Model)
 	if len(refs) == 0 {
 		return nil, nil
@@ -428,12 +428,11 @@ func (h *Host) imageTool(a *picobotv1alpha1.Agent) ([]tool.Tool, error) {
 			return nil, fmt.Errorf("failed to build the image model: %w", err)
 		}
 	}
-	var fsSpec *picobotv1alpha1.FSToolsSpec
-	if a.Spec.Tools != nil {
-		fsSpec = a.Spec.Tools.FS
-	}
-	fsOpts, _ := builtin.AllowedPaths(fsSpec)
-	return []tool.Tool{imagetool.New(imagetool.Config{Provider: p, Model: string(refs[0].Provider) + "/" + refs[0].Model, FS: fsOpts})}, nil
+	// Workspace images are read with the agent's own file_read (built
+	// whatever the policy says of it), which in cluster mode runs in the
+	// sandbox container with the Agent's allowedPaths.
+	fileRead, _ := tools.Registry.Get("file_read")
+	return []tool.Tool{imagetool.New(imagetool.Config{Provider: p, Model: string(refs[0].Provider) + "/" + refs[0].Model, FileRead: fileRead})}, nil
 }
 
 // builtinTools returns the built-in tools, their llm_task on the agent's own

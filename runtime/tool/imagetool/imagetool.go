@@ -6,6 +6,7 @@ package imagetool
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/url"
@@ -48,6 +49,10 @@ type Config struct {
 	Guard *netguard.Guard
 	// FS confines workspace paths as the file tools' options do.
 	FS []fs.Option
+	// FileRead, when set, is the file_read tool workspace images are read
+	// with instead (in cluster mode the sandbox container's, so the
+	// runtime never opens a path the model chose).
+	FileRead tool.Tool
 	// Timeout bounds one answer (2 minutes when zero).
 	Timeout time.Duration
 }
@@ -145,9 +150,38 @@ func (r *runner) load(ctx context.Context, env tool.Env, src string, maxBytes in
 		}
 		return llm.Image{MediaType: img.MediaType, Data: img.Data}, img.URL, tool.Result{}, true
 	}
+	if r.cfg.FileRead != nil {
+		return r.readWith(ctx, env, src, maxBytes)
+	}
 	data, mt, res, ok := fs.ReadImage(env, src, maxBytes, r.cfg.FS...)
 	if !ok {
 		return llm.Image{}, "", res, false
 	}
 	return llm.Image{MediaType: mt, Data: data}, filepath.Clean(src), tool.Result{}, true
+}
+
+// readWith reads a workspace image with the file_read tool, which returns
+// an image file as an artifact.
+func (r *runner) readWith(ctx context.Context, env tool.Env, src string, maxBytes int64) (llm.Image, string, tool.Result, bool) {
+	raw, err := json.Marshal(fs.ReadArgs{Path: src})
+	if err != nil {
+		return llm.Image{}, "", tool.Errorf("error: cannot read %s: %v", src, err), false
+	}
+	res, err := r.cfg.FileRead.Run(ctx, env, raw)
+	switch {
+	case err != nil:
+		return llm.Image{}, "", tool.Errorf("error: cannot read %s: %v", src, err), false
+	case res.IsError:
+		return llm.Image{}, "", res, false
+	}
+	for _, a := range res.Artifacts {
+		if _, ok := fs.ImageType(a.Data); !ok {
+			continue
+		}
+		if int64(len(a.Data)) > maxBytes {
+			return llm.Image{}, "", tool.Errorf("error: %s is larger than %d bytes (%.1f MB), the limit for images.", src, maxBytes, float64(maxBytes)/(1<<20)), false
+		}
+		return llm.Image{MediaType: a.MediaType, Data: a.Data}, filepath.Clean(src), tool.Result{}, true
+	}
+	return llm.Image{}, "", tool.Errorf("error: %s is not a PNG, JPEG, GIF or WebP image.", src), false
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/fs"
 	"github.com/picobot/picobot/runtime/tool/imagetool"
 )
 
@@ -249,4 +250,37 @@ func TestImageRefusals(t *testing.T) {
 		g.Expect(res.Content).To(HavePrefix("error: the image model openai/eye-model did not answer: "))
 		g.Expect(res.Content).To(ContainSubstring("model cannot read images"))
 	})
+}
+
+// With the agent's file_read (the sandbox container's in cluster mode),
+// workspace images are read through it, with the same limits and errors.
+func TestImageReadsWithFileRead(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, provider.Anthropic)
+	p, err := provider.New(provider.Config{Provider: provider.Anthropic, Model: "eye-model", BaseURL: h.llm.AnthropicURL(), APIKey: "sk-eye"})
+	g.Expect(err).NotTo(HaveOccurred())
+	reg, err := tool.NewRegistry(imagetool.New(imagetool.Config{Provider: p, Model: "anthropic/eye-model", Guard: h.guard, FileRead: fs.NewFileRead()}))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(filepath.Join(h.env.Workspace, "notes.txt"), []byte("text\n"), 0o600)).To(Succeed())
+	run := func(args string) tool.Result {
+		return reg.Execute(context.Background(), h.env, llm.ToolCall{ID: "c", Name: "image", Arguments: args})
+	}
+
+	h.llm.Script(fakellm.Turn{Text: "A dot."})
+	res := run(`{"image":"dot.png"}`)
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	data, _ := imagePart(t, provider.Anthropic, h.llm.Requests()[0].Body)
+	g.Expect(data).To(Equal(base64.StdEncoding.EncodeToString(h.pic)))
+
+	for args, want := range map[string]string{
+		`{"image":"big.png","maxBytesMb":1}`: "error: big.png is larger than 1048576 bytes (1.0 MB), the limit for images.",
+		`{"image":"notes.txt"}`:              "error: notes.txt is not a PNG, JPEG, GIF or WebP image.",
+		`{"image":"missing.png"}`:            "error: ",
+		`{"image":"../../etc/hostname"}`:     "error: ",
+	} {
+		res := run(args)
+		g.Expect(res.IsError).To(BeTrue(), args)
+		g.Expect(res.Content).To(HavePrefix(want), args)
+	}
+	g.Expect(h.llm.Requests()).To(HaveLen(1))
 }
