@@ -45,6 +45,16 @@ type ModelRef struct {
 	// endpoints that need no key.
 	// +optional
 	APIKeySecretRef *corev1.SecretKeySelector `json:"apiKeySecretRef,omitempty"`
+
+	// vision says whether the model accepts images: true sends it the
+	// images tools return (a browser screenshot, an image file_read reads,
+	// an MCP server's image content) as image parts, false sends a short
+	// text note instead. Unset, PicoBot decides from the model name (a
+	// table of known vision models: gpt-4o, gpt-4.1, gpt-5, o3, o4, Claude
+	// 3 and later, Gemini, ...); set it for a self-hosted model the table
+	// does not know.
+	// +optional
+	Vision *bool `json:"vision,omitempty"`
 }
 
 // ModelSpec is the Agent's primary model plus what to use when it is unusable.
@@ -65,6 +75,26 @@ type ModelSpec struct {
 	// +kubebuilder:validation:Minimum=1024
 	// +kubebuilder:validation:Maximum=10000000
 	ContextWindow *int32 `json:"contextWindow,omitempty"`
+
+	// imageModel is the model the image tool asks about images, with its
+	// own fallbacks; it is taken to accept images whatever its vision
+	// field says. Without it the image tool uses the agent's model when
+	// that accepts images, and is not offered when it does not.
+	// +optional
+	ImageModel *ImageModelSpec `json:"imageModel,omitempty"`
+}
+
+// ImageModelSpec is the model the image tool uses, plus what to use when it
+// is unusable.
+type ImageModelSpec struct {
+	ModelRef `json:",inline"`
+
+	// fallbacks are tried in order when the image model is unusable (its
+	// Secret is missing) or, at run time, when it keeps failing.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Fallbacks []ModelRef `json:"fallbacks,omitempty"`
 }
 
 // ToolProfile is a base tool allowlist applied before allow/deny.

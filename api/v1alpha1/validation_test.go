@@ -141,6 +141,33 @@ func TestCreateValidation(t *testing.T) {
 			a.Spec.Model.BaseURL = "http://vllm.models.svc:8000/v1"
 			return a
 		}, ""},
+		{"image model and vision", func() client.Object {
+			a := validAgent()
+			yes, no := true, false
+			a.Spec.Model.Vision = &no
+			a.Spec.Model.ImageModel = &picobotv1alpha1.ImageModelSpec{
+				ModelRef:  picobotv1alpha1.ModelRef{Provider: "anthropic", Model: "claude-sonnet-4-5", Vision: &yes},
+				Fallbacks: []picobotv1alpha1.ModelRef{{Provider: "openai", Model: "gpt-4o"}}}
+			return a
+		}, ""},
+		{"image model with an unknown provider", func() client.Object {
+			a := validAgent()
+			a.Spec.Model.ImageModel = &picobotv1alpha1.ImageModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "gemini", Model: "g"}}
+			return a
+		}, `spec.model.imageModel.provider: Unsupported value: "gemini"`},
+		{"image model baseURL not http", func() client.Object {
+			a := validAgent()
+			a.Spec.Model.ImageModel = &picobotv1alpha1.ImageModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "gpt-4o", BaseURL: "vllm:8000"}}
+			return a
+		}, "spec.model.imageModel.baseURL: Invalid value: \"vllm:8000\": baseURL must be an http:// or https:// URL"},
+		{"too many image model fallbacks", func() client.Object {
+			a := validAgent()
+			a.Spec.Model.ImageModel = &picobotv1alpha1.ImageModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "gpt-4o"}}
+			for range 9 {
+				a.Spec.Model.ImageModel.Fallbacks = append(a.Spec.Model.ImageModel.Fallbacks, picobotv1alpha1.ModelRef{Provider: "openai", Model: "gpt-4o"})
+			}
+			return a
+		}, "spec.model.imageModel.fallbacks: Too many: 9: must have at most 8 items"},
 		{"fallback baseURL not http", func() client.Object {
 			a := validAgent()
 			a.Spec.Model.Fallbacks = []picobotv1alpha1.ModelRef{{Provider: "anthropic", Model: "claude", BaseURL: "localhost:80"}}

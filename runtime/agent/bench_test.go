@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/fs"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -98,5 +101,67 @@ func BenchmarkCompressFastTrim(b *testing.B) {
 		if _, _, err := c.Compress(context.Background(), "", history, nil, false); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkImageTurn runs turns where the model reads a 104 KB PNG with
+// file_read and answers, on a model that accepts images: p50/p99 of the
+// turn and of the loop's own time, and the bytes of the follow-up request
+// that carries the image.
+func BenchmarkImageTurn(b *testing.B) {
+	pic := testPNG(b, 320, 240)
+	for _, proto := range protocols {
+		b.Run(proto, func(b *testing.B) {
+			ws := b.TempDir()
+			if err := os.WriteFile(filepath.Join(ws, "shot.png"), pic, 0o600); err != nil {
+				b.Fatal(err)
+			}
+			s := fakellm.New()
+			defer s.Close()
+			s.SetRequestLimit(2)
+			s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+				for _, m := range r.Messages {
+					if len(m.ToolResults) > 0 {
+						return fakellm.Turn{Text: "Stripes."}
+					}
+				}
+				return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "file_read", Args: `{"path":"shot.png"}`}}}
+			})
+			base := s.URL()
+			if proto == provider.Anthropic {
+				base = s.AnthropicURL()
+			}
+			p, err := provider.New(provider.Config{Provider: proto, Model: "m", BaseURL: base, APIKey: "k"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tp := &timedProvider{Provider: p}
+			reg, err := tool.NewRegistry(fs.NewFileRead())
+			if err != nil {
+				b.Fatal(err)
+			}
+			l := &Loop{Provider: tp, Tools: reg, Images: Images{Accept: true}}
+			in := Input{System: "You are helpful.", History: []llm.Message{user("what is in shot.png?")}, Env: tool.Env{Workspace: ws}}
+			var total, own []time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				tp.spent = 0
+				start := time.Now()
+				out, err := l.Run(context.Background(), in)
+				d := time.Since(start)
+				if err != nil || out.Final != "Stripes." {
+					b.Fatalf("turn failed: %v %q", err, out.Final)
+				}
+				total = append(total, d)
+				own = append(own, d-tp.spent)
+			}
+			reqs := s.Requests()
+			b.ReportMetric(float64(len(reqs[len(reqs)-1].Body)), "bytes-request-with-image")
+			b.ReportMetric(float64(percentile(total, 0.50).Microseconds()), "us-turn-p50")
+			b.ReportMetric(float64(percentile(total, 0.99).Microseconds()), "us-turn-p99")
+			b.ReportMetric(float64(percentile(own, 0.50).Microseconds()), "us-loop-p50")
+			b.ReportMetric(float64(percentile(own, 0.99).Microseconds()), "us-loop-p99")
+		})
 	}
 }

@@ -45,6 +45,10 @@ type Loop struct {
 	Compressor *Compressor
 	// MaxTokens caps each model answer (provider default when 0).
 	MaxTokens int
+	// Images decides whether the images tools return (screenshots, image
+	// files, MCP image content) reach the model as image parts; the zero
+	// value sends a note in their place.
+	Images Images
 }
 
 // Input is one turn.
@@ -188,7 +192,7 @@ func (l *Loop) newTurnRun(in Input) *turnRun {
 // callModel makes the step's model call. retry says that the call failed
 // in a way the turn recovers from and is to be made again.
 func (t *turnRun) callModel(ctx context.Context) (resp *llm.Response, retry bool, err error) {
-	req := llm.Request{System: t.system, Messages: t.out.History, Tools: t.defs, MaxTokens: t.l.MaxTokens}
+	req := llm.Request{System: t.system, Messages: t.l.Images.limit(t.out.History), Tools: t.defs, MaxTokens: t.l.MaxTokens}
 	t.in.Settings.Apply(&req)
 	t.partial.Reset()
 	resp, err = t.l.Provider.Complete(ctx, req, t.onDelta)
@@ -354,6 +358,7 @@ func (l *Loop) callTools(ctx context.Context, reg *tool.Registry, in Input, step
 			}
 		}
 		m := llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: r.Content, IsError: r.IsError}
+		l.Images.attach(&m, r.Artifacts)
 		out.add(m)
 		out.Artifacts = append(out.Artifacts, r.Artifacts...)
 		emit(turn.Event{Kind: turn.EventToolResult, Step: step, ToolResult: &turn.ToolResult{

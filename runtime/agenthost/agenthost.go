@@ -36,6 +36,7 @@ import (
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/builtin"
 	"github.com/picobot/picobot/runtime/tool/delegate"
+	"github.com/picobot/picobot/runtime/tool/imagetool"
 	"github.com/picobot/picobot/runtime/tool/llmtask"
 	"github.com/picobot/picobot/runtime/tool/policy"
 	"github.com/picobot/picobot/runtime/tool/sessions"
@@ -190,7 +191,7 @@ func ProviderKeyEnv(p picobotv1alpha1.ModelProvider) string { return providerKey
 // whose key sel is, if it is one.
 func ModelKeyProvider(a *picobotv1alpha1.Agent, sel corev1.SecretKeySelector) (picobotv1alpha1.ModelProvider, bool) {
 	if m := a.Spec.Model; m != nil {
-		for _, ref := range append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...) {
+		for _, ref := range agentspec.ModelRefs(m) {
 			if k := ref.APIKeySecretRef; k != nil && k.Name == sel.Name && k.Key == sel.Key {
 				return ref.Provider, true
 			}
@@ -258,7 +259,7 @@ var channelKeys = map[picobotv1alpha1.ChannelType][]string{
 func referencedKeys(a *picobotv1alpha1.Agent) []corev1.SecretKeySelector {
 	var out []corev1.SecretKeySelector
 	if m := a.Spec.Model; m != nil {
-		for _, ref := range append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...) {
+		for _, ref := range agentspec.ModelRefs(m) {
 			if ref.APIKeySecretRef != nil {
 				out = append(out, *ref.APIKeySecretRef)
 			}
@@ -366,6 +367,13 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err := register(h.sessionTools(a, providerName, modelName)); err != nil {
 		return fail(err)
 	}
+	imageTool, err := h.imageTool(a, tools)
+	if err != nil {
+		return fail(err)
+	}
+	if err := register(imageTool); err != nil {
+		return fail(err)
+	}
 
 	view := &feature.Agent{Spec: a, Provider: prov, ProviderName: providerName, ModelName: modelName, Policy: pol,
 		Host: &feature.Host{Mode: h.Mode, Tenant: h.Tenant, Store: h.Store, StateDir: h.StateDir, Kube: h.Kube, Log: h.Log}}
@@ -377,6 +385,9 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	b.Info = info
 
 	b.Loop, b.Session = h.session(a, res.Effective, prov, reg, prompts, b.MCP)
+	if res.Ref != nil {
+		b.Loop.Images.Accept = agentspec.AcceptsImages(*res.Ref)
+	}
 	b.Manager = session.NewManager(b.Session)
 	return b, nil
 }
@@ -397,6 +408,40 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 			Background: h.Background, Active: h.ActiveRuns}),
 		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns}),
 	}
+}
+
+// imageTool returns the image tool on the agent's image model (and its
+// fallbacks), or on those of its models that accept images; none when no
+// model of the agent can see images, so the tool is not declared to a model
+// that could not use it (the policy denies it then, and the operator's
+// status says so too). When none of those models has its key, the tool
+// says so when called.
+func (h *Host) imageTool(a *picobotv1alpha1.Agent, tools *builtin.Set) ([]tool.Tool, error) {
+	refs := agentspec.ImageModelRefs(a.Spec.Model)
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	var usable []picobotv1alpha1.ModelRef
+	var problems []string
+	for _, ref := range refs {
+		if ref.APIKeySecretRef == nil || h.secretValue(ref.APIKeySecretRef) != "" {
+			usable = append(usable, ref)
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("%s/%s has no API key (Secret %q, key %q)", ref.Provider, ref.Model, ref.APIKeySecretRef.Name, ref.APIKeySecretRef.Key))
+	}
+	var p llm.Provider = noModel{agent: a.Name, reason: "no usable image model: " + strings.Join(problems, "; ")}
+	if len(usable) > 0 {
+		var err error
+		if p, err = h.models(usable); err != nil {
+			return nil, fmt.Errorf("failed to build the image model: %w", err)
+		}
+	}
+	// Workspace images are read with the agent's own file_read (built
+	// whatever the policy says of it), which in cluster mode runs in the
+	// sandbox container with the Agent's allowedPaths.
+	fileRead, _ := tools.Registry.Get("file_read")
+	return []tool.Tool{imagetool.New(imagetool.Config{Provider: p, Model: string(refs[0].Provider) + "/" + refs[0].Model, FileRead: fileRead})}, nil
 }
 
 // builtinTools returns the built-in tools, their llm_task on the agent's own
@@ -630,7 +675,16 @@ func (h *Host) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel
 		}
 		refs = all[start:]
 	}
+	return h.models(refs)
+}
+
+// models builds a chain of models, each with retry; a model without a key
+// is skipped. A model that does not accept images, after one that does,
+// gets the images of its requests as notes instead: the loop sent them for
+// the first.
+func (h *Host) models(refs []picobotv1alpha1.ModelRef) (llm.Provider, error) {
 	var named []provider.Named
+	images := len(refs) > 0 && agentspec.AcceptsImages(refs[0])
 	for _, ref := range refs {
 		key := ""
 		if ref.APIKeySecretRef != nil {
@@ -643,7 +697,11 @@ func (h *Host) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel
 		if err != nil {
 			return nil, err
 		}
-		named = append(named, provider.Named{Name: string(ref.Provider) + "/" + ref.Model, Provider: provider.Retry(p, provider.RetryPolicy{})})
+		p = provider.Retry(p, provider.RetryPolicy{})
+		if images && !agentspec.AcceptsImages(ref) {
+			p = provider.TextOnly(p)
+		}
+		named = append(named, provider.Named{Name: string(ref.Provider) + "/" + ref.Model, Provider: p})
 	}
 	if len(named) == 0 {
 		return nil, errors.New("no usable model")

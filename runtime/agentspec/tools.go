@@ -42,6 +42,10 @@ func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
 	if a.Spec.Tools == nil || a.Spec.Tools.WebSearch == nil {
 		spec.Deny = append(spec.Deny, WebSearchTool)
 	}
+	// image needs a model that can see images (ImageModelRefs).
+	if len(ImageModelRefs(a.Spec.Model)) == 0 {
+		spec.Deny = append(spec.Deny, "image")
+	}
 	// delegate and agent_task follow the delegate edges (orchestration): an
 	// Agent with none never gets them, one with some gets them even past a
 	// profile or allowlist that does not name them (the runtime injects

@@ -11,6 +11,9 @@ import (
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
+// seer is a model that accepts images, so the image tool is not denied.
+var seer = &picobotv1alpha1.ModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "gpt-4o"}}
+
 func TestToolPolicy(t *testing.T) {
 	delegates := []picobotv1alpha1.Delegate{{Name: "ops", AgentRef: corev1.LocalObjectReference{Name: "ops"}}}
 	cases := []struct {
@@ -60,6 +63,7 @@ func TestToolPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			a := &picobotv1alpha1.Agent{Spec: tc.spec}
+			a.Spec.Model = seer // image has its own test (TestImageModelRefs)
 			g.Expect(agentspec.ToolPolicy(a)).To(Equal(tc.want))
 		})
 	}
@@ -73,7 +77,7 @@ func TestToolPolicyLeavesTheAgentAlone(t *testing.T) {
 	deny[0] = "bash"
 	a := &picobotv1alpha1.Agent{Spec: picobotv1alpha1.AgentSpec{
 		Tools:   &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Deny: deny}},
-		Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}}}
+		Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}, Model: seer}}
 	first := agentspec.ToolPolicy(a)
 	second := agentspec.ToolPolicy(a)
 	g.Expect(first.Deny).To(Equal([]string{"bash", policy.GroupUI, "web_search", "delegate", "agent_task"}))

@@ -77,6 +77,24 @@ func TestCreateValidationMatchesAPIServer(t *testing.T) {
 		{"too many fallbacks", agentHeader + "  model:\n    provider: openai\n    model: gpt-5.2\n    fallbacks:\n" +
 			strings.Repeat("    - {provider: openai, model: m}\n", 9),
 			"spec.model.fallbacks: Too many: 9: must have at most 8 items"},
+		{"image model and vision", agentHeader + `  model:
+    provider: openai
+    model: gpt-5.2
+    vision: false
+    imageModel:
+      provider: anthropic
+      model: claude-sonnet-4-5
+      vision: true
+      fallbacks: [{provider: openai, model: gpt-4o}]
+`, ""},
+		{"image model with an unknown provider", agentHeader + "  model:\n    provider: openai\n    model: gpt-5.2\n    imageModel: {provider: gemini, model: g}\n",
+			`spec.model.imageModel.provider: Unsupported value: "gemini"`},
+		{"image model baseURL not http", agentHeader + "  model:\n    provider: openai\n    model: gpt-5.2\n    imageModel: {provider: openai, model: gpt-4o, baseURL: \"vllm:8000\"}\n",
+			"spec.model.imageModel.baseURL: Invalid value: \"vllm:8000\": baseURL must be an http:// or https:// URL"},
+		{"too many image model fallbacks", agentHeader + "  model:\n    provider: openai\n    model: gpt-5.2\n    imageModel:\n      provider: openai\n      model: gpt-4o\n      fallbacks:\n" +
+			strings.Repeat("      - {provider: openai, model: m}\n", 9),
+			"spec.model.imageModel.fallbacks: Too many: 9: must have at most 8 items"},
+		{"vision not a boolean", agentHeader + "  model: {provider: openai, model: gpt-5.2, vision: sometimes}\n", "spec.model.vision"},
 		{"context window too small", agentHeader + "  model: {provider: openai, model: gpt-5.2, contextWindow: 10}\n",
 			"spec.model.contextWindow: Invalid value: 10: spec.model.contextWindow in body should be greater than or equal to 1024"},
 		{"unknown tool profile", agent("  tools: {profile: admin}\n"),

@@ -87,14 +87,15 @@ func TestConvertResult(t *testing.T) {
 		{"text parts are joined", &mcpsdk.CallToolResult{Content: []mcpsdk.Content{
 			&mcpsdk.TextContent{Text: "one"}, &mcpsdk.TextContent{Text: "two"}}},
 			tool.Result{Content: "one\ntwo"}},
-		{"media and resources are summarised", &mcpsdk.CallToolResult{Content: []mcpsdk.Content{
+		{"media and resources are summarised, images also come as artifacts for the model", &mcpsdk.CallToolResult{Content: []mcpsdk.Content{
 			&mcpsdk.ImageContent{MIMEType: "image/png", Data: make([]byte, 1234)},
 			&mcpsdk.AudioContent{MIMEType: "audio/wav", Data: make([]byte, 5)},
 			&mcpsdk.ResourceLink{URI: "file:///tmp/a.txt", Name: "a", Size: &size},
 			&mcpsdk.EmbeddedResource{Resource: &mcpsdk.ResourceContents{URI: "file:///b.bin", Blob: []byte{1, 2}}},
 			&mcpsdk.EmbeddedResource{Resource: &mcpsdk.ResourceContents{URI: "file:///c.txt", Text: "contents of c"}},
 		}},
-			tool.Result{Content: "[image image/png, 1234 bytes]\n[audio audio/wav, 5 bytes]\n[resource file:///tmp/a.txt]\n[resource file:///b.bin]\n[resource file:///c.txt]\ncontents of c"}},
+			tool.Result{Content: "[image image/png, 1234 bytes]\n[audio audio/wav, 5 bytes]\n[resource file:///tmp/a.txt]\n[resource file:///b.bin]\n[resource file:///c.txt]\ncontents of c",
+				Artifacts: []tool.Artifact{{Name: "image-1", MediaType: "image/png", Data: make([]byte, 1234)}}}},
 		{"isError stays an error", &mcpsdk.CallToolResult{IsError: true, Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: "repository not found"}}},
 			tool.Result{Content: "repository not found", IsError: true}},
 		{"structured content without text", &mcpsdk.CallToolResult{StructuredContent: map[string]any{"temperature": 21.5}},

@@ -110,6 +110,14 @@ func TestStdioToolsAndCalls(t *testing.T) {
 			if tc.match != "" {
 				g.Expect(got.IsError).To(BeFalse(), got.Content)
 				g.Expect(got.Content).To(MatchRegexp(tc.match))
+				if tc.tool == "mcp_everything_get_tiny_image" {
+					// The image itself, for the agent loop to show a
+					// model that accepts images.
+					g.Expect(got.Artifacts).To(HaveLen(1))
+					g.Expect(got.Artifacts[0].MediaType).To(Equal("image/png"))
+					g.Expect(string(got.Artifacts[0].Data)).To(HavePrefix("\x89PNG\r\n\x1a\n"), "decoded from the wire's base64")
+					g.Expect(got.Artifacts[0].PresentToUser).To(BeFalse())
+				}
 				return
 			}
 			g.Expect(got).To(Equal(tc.want))

@@ -155,15 +155,20 @@ func objectArgs(raw json.RawMessage) (json.RawMessage, error) {
 }
 
 // convertResult turns an MCP result into text for the model: text parts as
-// they are, other parts as a short bracketed summary, since the model reads
-// text only. A result flagged isError stays an error.
+// they are, other parts as a short bracketed summary; images also come as
+// artifacts, which the agent loop shows a model that accepts images. A
+// result flagged isError stays an error.
 func convertResult(res *mcpsdk.CallToolResult) tool.Result {
 	var parts []string
+	var images []tool.Artifact
 	for _, c := range res.Content {
 		switch c := c.(type) {
 		case *mcpsdk.TextContent:
 			parts = append(parts, c.Text)
 		case *mcpsdk.ImageContent:
+			// The agent loop shows the image to a model that accepts
+			// images, and puts a note in its place for one that does not.
+			images = append(images, tool.Artifact{Name: fmt.Sprintf("image-%d", len(images)+1), MediaType: c.MIMEType, Data: c.Data})
 			parts = append(parts, fmt.Sprintf("[image %s, %d bytes]", c.MIMEType, len(c.Data)))
 		case *mcpsdk.AudioContent:
 			parts = append(parts, fmt.Sprintf("[audio %s, %d bytes]", c.MIMEType, len(c.Data)))
@@ -190,7 +195,7 @@ func convertResult(res *mcpsdk.CallToolResult) tool.Result {
 	if utf8.RuneCountInString(text) > maxOutputChars {
 		text = truncateRunes(text, maxOutputChars) + fmt.Sprintf("\n[output cut at %d characters]", maxOutputChars)
 	}
-	return tool.Result{Content: text, IsError: res.IsError}
+	return tool.Result{Content: text, IsError: res.IsError, Artifacts: images}
 }
 
 // embeddedResource summarises a resource; a text resource also brings its

@@ -58,7 +58,7 @@ func fileFixture(t *testing.T, blobs *localblob.Options, mutate ...func(*Config)
 	f = newFixture(t, append([]func(*Config){func(c *Config) {
 		reg, err := tool.NewRegistry(fileTools(func() *Manager { return f.m })...)
 		NewWithT(t).Expect(err).NotTo(HaveOccurred())
-		c.Loop = &agent.Loop{Provider: c.Loop.Provider, Tools: reg}
+		c.Loop = &agent.Loop{Provider: c.Loop.Provider, Tools: reg, Images: agent.Images{Accept: true}}
 		c.ArtifactURL = func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID }
 		if blobs != nil {
 			b, err := localblob.Open(filepath.Join(t.TempDir(), "blobs"), *blobs)
@@ -162,10 +162,23 @@ func TestToolFilesReachTheReplyAndTheHistory(t *testing.T) {
 		"assistant:Here is the page and the report.\n\n" + shotMD + "\n" + pdfMD,
 	}))
 
-	// The model sees the links in later turns.
+	// Both images of the screenshot call (the one presented to the user
+	// and the one kept for the model) are stored with its tool message,
+	// and the model saw them in the step after it.
+	g.Expect(msgs[2].Images).To(Equal([]llm.Image{{MediaType: "image/png", Data: pngBytes}, {MediaType: "image/png", Data: pngBytes}}))
+	imagesIn := func(r fakellm.Recorded) (n int) {
+		for _, m := range r.Messages {
+			n += m.Images
+		}
+		return n
+	}
+	g.Expect(imagesIn(f.s.Requests()[1])).To(Equal(2))
+
+	// The model sees the links, and the images, in later turns.
 	f.say(t, "u1", "thanks")
 	reqs := f.s.Requests()
 	g.Expect(reqs).To(HaveLen(4))
+	g.Expect(imagesIn(reqs[3])).To(Equal(2))
 	sent := reqs[3].Messages
 	g.Expect(sent[len(sent)-2].Content).To(Equal("Here is the page and the report.\n\n" + shotMD + "\n" + pdfMD))
 	g.Expect(sent[len(sent)-1].Content).To(Equal("thanks"))

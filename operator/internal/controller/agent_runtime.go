@@ -26,6 +26,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/podspec"
+	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 )
@@ -469,7 +470,7 @@ func ptrTo[T any](v T) *T { return &v }
 func secretKeysOf(a *picobotv1alpha1.Agent, defaults *corev1.ConfigMap) []corev1.SecretKeySelector {
 	var out []corev1.SecretKeySelector
 	if m := a.Spec.Model; m != nil {
-		for _, ref := range append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...) {
+		for _, ref := range agentspec.ModelRefs(m) {
 			if ref.APIKeySecretRef != nil {
 				out = append(out, *ref.APIKeySecretRef)
 			}

@@ -34,7 +34,7 @@ const (
 func agentSecretNames(a *picobotv1alpha1.Agent) []string {
 	var names []string
 	if m := a.Spec.Model; m != nil {
-		for _, r := range append([]picobotv1alpha1.ModelRef{m.ModelRef}, m.Fallbacks...) {
+		for _, r := range agentspec.ModelRefs(m) {
 			if r.APIKeySecretRef != nil {
 				names = append(names, r.APIKeySecretRef.Name)
 			}

@@ -175,6 +175,16 @@ func TestFileToolsThroughTheServer(t *testing.T) {
 	g.Expect(len(read)).To(BeNumerically(">", 128<<10))
 	g.Expect(read).To(ContainSubstring("Output capped at 50000 characters"))
 
+	// An image comes back as an artifact, for the agent loop to show the
+	// model: its bytes cross the wire intact.
+	pic := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 300<<10)...)
+	must(t, os.WriteFile(filepath.Join(ws, "shot.png"), pic, 0o644))
+	res, err := runTool(t, reg, "file_read", ws, map[string]any{"path": "shot.png"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(res.Content).To(HavePrefix("Image shot.png: image/png, 307208 bytes"))
+	g.Expect(res.Artifacts).To(Equal([]tool.Artifact{{Name: "shot.png", MediaType: "image/png", Data: pic}}))
+
 	// Calls at once share the server's confined threads without mixing
 	// their results.
 	var wg sync.WaitGroup
@@ -194,7 +204,7 @@ func TestFileToolsThroughTheServer(t *testing.T) {
 		g.Expect(got).To(Equal(fmt.Sprintf("     1\tc%d.txt", i)))
 	}
 
-	_, err := runTool(t, reg, "file_read", ws, map[string]any{"path": 5})
+	_, err = runTool(t, reg, "file_read", ws, map[string]any{"path": 5})
 	g.Expect(tool.IsArgumentError(err)).To(BeTrue(), "%v", err)
 	_, err = runTool(t, reg, "file_read", "/etc", map[string]any{"path": "passwd"})
 	g.Expect(err).To(MatchError(ContainSubstring(`workspace "/etc" is not inside the sandbox's workspace folder`)))

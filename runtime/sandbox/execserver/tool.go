@@ -68,7 +68,7 @@ func (c *Client) CallTool(ctx context.Context, req Request) (tool.Result, error)
 	case err != nil:
 		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: lost the exec server: %w", name, err)
 	case m.Type == typeResult && m.Result != nil:
-		return tool.Result{Content: m.Result.Content, IsError: m.Result.IsError}, nil
+		return m.Result.toolResult(), nil
 	case m.Type == typeError && m.Argument:
 		return tool.Result{}, &tool.ArgumentError{Tool: name, Err: errors.New(m.Error)}
 	case m.Type == typeError:
@@ -105,4 +105,22 @@ func ShareWorkspace(dir string) error {
 		}
 	}
 	return nil
+}
+
+// wireResult is a tool's result as the exec server sends it.
+func wireResult(res tool.Result) *ToolResult {
+	out := &ToolResult{Content: res.Content, IsError: res.IsError}
+	for _, a := range res.Artifacts {
+		out.Artifacts = append(out.Artifacts, ToolArtifact{Name: a.Name, MediaType: a.MediaType, Data: a.Data, PresentToUser: a.PresentToUser})
+	}
+	return out
+}
+
+// toolResult is the result a tool called in the sandbox returned.
+func (r *ToolResult) toolResult() tool.Result {
+	out := tool.Result{Content: r.Content, IsError: r.IsError}
+	for _, a := range r.Artifacts {
+		out.Artifacts = append(out.Artifacts, tool.Artifact{Name: a.Name, MediaType: a.MediaType, Data: a.Data, PresentToUser: a.PresentToUser})
+	}
+	return out
 }

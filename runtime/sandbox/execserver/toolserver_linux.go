@@ -55,7 +55,7 @@ func (s *Server) callTool(conn *net.UnixConn, req Request) {
 	case err != nil:
 		_ = send(conn, message{Type: typeError, Error: err.Error()})
 	default:
-		if err := sendLarge(conn, message{Type: typeResult, Result: &ToolResult{Content: res.Content, IsError: res.IsError}}); err != nil {
+		if err := sendLarge(conn, message{Type: typeResult, Result: wireResult(res)}); err != nil {
 			s.cfg.Log.Warn("Exec server failed to answer a tool call", "tool", call.Name, "err", err)
 		}
 	}

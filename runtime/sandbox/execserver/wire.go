@@ -97,6 +97,17 @@ type ToolCall struct {
 type ToolResult struct {
 	Content string `json:"content"`
 	IsError bool   `json:"isError,omitempty"`
+	// Artifacts are the files the tool produced (an image file_read
+	// read, for the model to see).
+	Artifacts []ToolArtifact `json:"artifacts,omitempty"`
+}
+
+// ToolArtifact is a file a tool produced (tool.Artifact on the wire).
+type ToolArtifact struct {
+	Name          string `json:"name"`
+	MediaType     string `json:"mediaType"`
+	Data          []byte `json:"data"`
+	PresentToUser bool   `json:"presentToUser,omitempty"`
 }
 
 // WinSize is a terminal's size.

@@ -31,7 +31,7 @@ type ReadArgs struct {
 // the model can cite lines and copy exact text into file_edit and apply_patch.
 func NewFileRead(opts ...Option) tool.Tool {
 	return tool.New("file_read",
-		"Read a text file; lines are numbered. Use offset and limit to page through long files.",
+		"Read a text file (lines numbered; offset and limit page through long files) or look at an image (PNG, JPEG, GIF, WebP).",
 		newPaths(opts).readFile,
 		tool.ReadOnly(),
 		tool.Range("offset", tool.Bound(1), nil),
@@ -68,6 +68,9 @@ func (ps *Paths) readFile(ctx context.Context, env tool.Env, a ReadArgs) (tool.R
 	defer func() { _ = f.Close() }()
 	br := bufio.NewReaderSize(f, 64<<10)
 	head, _ := br.Peek(sniffLen)
+	if _, ok := ImageType(head); ok {
+		return imageResult(pl, a.Path), nil
+	}
 	if isBinary(head) {
 		return tool.Errorf("error: %s looks like a binary file (it contains NUL bytes); file_read only shows text files.", a.Path), nil
 	}

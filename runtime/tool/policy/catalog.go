@@ -86,7 +86,7 @@ var builtinGroups = []struct {
 	{GroupAutomation, []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda"}},
 	{GroupMessaging, []string{"send_message"}},
 	{GroupSkills, []string{"get_skill"}},
-	{GroupSystem, []string{"health", "calculator", "todo", "llm_task"}},
+	{GroupSystem, []string{"health", "calculator", "todo", "llm_task", "image"}},
 }
 
 // Profile names a base allowlist (tools.profile) that is applied before the
@@ -97,7 +97,8 @@ type Profile string
 const (
 	// ProfileMinimal allows only session_status, for agents that should merely chat.
 	ProfileMinimal Profile = "minimal"
-	// ProfileCoding allows the file, runtime, session and memory groups.
+	// ProfileCoding allows the file, runtime, session and memory groups
+	// and image.
 	ProfileCoding Profile = "coding"
 	// ProfileMessaging allows the messaging group plus chat_manager and session_status.
 	ProfileMessaging Profile = "messaging"
@@ -255,6 +256,7 @@ func newCatalogData(extra []string) *catalogData {
 	for _, g := range []string{GroupFS, GroupRuntime, GroupSessions, GroupMemory} {
 		coding.or(byName[g])
 	}
+	coding.set(d.index["image"]) // OpenClaw's coding profile names it
 	d.profiles[profileCoding] = coding
 	messaging := d.setOf("chat_manager", "session_status")
 	messaging.or(byName[GroupMessaging])

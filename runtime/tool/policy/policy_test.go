@@ -24,10 +24,10 @@ var (
 	tAutomation = []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda"}
 	tMessaging  = []string{"send_message"}
 	tSkills     = []string{"get_skill"}
-	tSystem     = []string{"health", "calculator", "todo", "llm_task"}
+	tSystem     = []string{"health", "calculator", "todo", "llm_task", "image"}
 
 	tAll        = set(tRuntime, tFS, tSessions, tMemory, tWeb, tUI, tAutomation, tMessaging, tSkills, tSystem)
-	tCoding     = set(tFS, tRuntime, tSessions, tMemory)
+	tCoding     = set(tFS, tRuntime, tSessions, tMemory, []string{"image"})
 	tMessaging2 = set(tMessaging, []string{"chat_manager", "session_status"})
 
 	mcpTools = []string{"mcp_github_create_issue", "mcp_github_list_prs"}

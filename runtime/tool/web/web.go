@@ -68,6 +68,9 @@ func WrapUntrusted(source, content string) string {
 	return b.String()
 }
 
+// DefaultUserAgent is the User-Agent of the web tools' requests.
+const DefaultUserAgent = "PicoBot/1.0 (+https://github.com/picobot/picobot)"
+
 // Option configures the web tools.
 type Option func(*config)
 
@@ -82,7 +85,7 @@ type config struct {
 func newConfig(opts []Option) config {
 	c := config{
 		clock:         clock.RealClock{},
-		userAgent:     "PicoBot/1.0 (+https://github.com/picobot/picobot)",
+		userAgent:     DefaultUserAgent,
 		cacheTTL:      15 * time.Minute,
 		cacheSize:     256,
 		braveEndpoint: BraveEndpoint,

@@ -31,7 +31,12 @@ var catalogAgents = map[string]string{
 	"messaging": "  tools: {profile: messaging}\n",
 	"allowlist": "  tools: {allow: [calculator, todo, web_fetch]}\n",
 	"lead":      "  tools: {profile: minimal}\n  delegates: [{name: helper, agentRef: {name: unset}}]\n",
+	"seer":      "  tools: {profile: coding}\n",
 }
+
+// seeing are the catalog agents whose model accepts images (vision: true),
+// so they get the image tool.
+var seeing = map[string]bool{"seer": true}
 
 // TestCatalogTellsTheTruth runs `picobot serve` with an Agent per tools
 // profile and, for each, compares three lists: the effective tools the
@@ -57,8 +62,8 @@ kind: Agent
 metadata: {name: %s}
 spec:
   instructions: You are %s.
-  model: {provider: openai, model: fake, baseURL: %s, apiKeySecretRef: {name: model-api-key, key: apiKey}}
-%s`, name, name, llm.URL(), catalogAgents[name])
+  model: {provider: openai, model: fake, vision: %t, baseURL: %s, apiKeySecretRef: {name: model-api-key, key: apiKey}}
+%s`, name, name, seeing[name], llm.URL(), catalogAgents[name])
 		docs = append(docs, doc)
 		var a picobotv1alpha1.Agent
 		g.Expect(yaml.UnmarshalStrict([]byte(doc), &a)).To(Succeed())
@@ -105,6 +110,8 @@ spec:
 		})
 	}
 	g.Expect(status["minimal"]).To(Equal([]string{"session_status"}))
+	g.Expect(status["seer"]).To(ContainElement("image"), "a model that sees images gets the image tool")
+	g.Expect(status["coding"]).NotTo(ContainElement("image"), "a text-only model does not")
 	g.Expect(status["lead"]).To(Equal([]string{"agent_task", "delegate", "session_status"}))
 	for name, tools := range status {
 		g.Expect(tools).NotTo(ContainElement("emit_signal"), "%s: emit_signal is for background runs only", name)
