@@ -59,7 +59,7 @@ func TestCatalog(t *testing.T) {
 	c := DefaultCatalog()
 
 	g.Expect(c.Tools()).To(Equal(tAll))
-	g.Expect(c.Tools()).To(HaveLen(43))
+	g.Expect(c.Tools()).To(HaveLen(44))
 	g.Expect(c.Groups()).To(Equal(map[string][]string{
 		GroupRuntime:    set(tRuntime),
 		GroupFS:         set(tFS),
