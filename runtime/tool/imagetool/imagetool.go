@@ -134,7 +134,9 @@ func (r *runner) run(ctx context.Context, env tool.Env, a Args) (tool.Result, er
 	if by == "" {
 		by = r.cfg.Model
 	}
-	return tool.Text(fmt.Sprintf("%s\n\n[%s; answered by %s]", answer, fs.Describe(name, img.MediaType, img.Data), by)), nil
+	// The answer describes what the image shows, text in it included: a
+	// picture can carry instructions as well as a page can.
+	return tool.Text(fmt.Sprintf("%s\n\n[%s; answered by %s]", web.WrapUntrusted(name, answer), fs.Describe(name, img.MediaType, img.Data), by)), nil
 }
 
 // load reads the image from a URL or the workspace, refusing one larger

@@ -26,6 +26,7 @@ import (
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/web"
 	"github.com/picobot/picobot/runtime/tool/fs"
 	"github.com/picobot/picobot/runtime/tool/imagetool"
 )
@@ -166,7 +167,8 @@ func TestImageAsksTheImageModel(t *testing.T) {
 			h.llm.Script(fakellm.Turn{Text: "A red dot on black."})
 			res := h.call(`{"image":"dot.png"}`)
 			g.Expect(res.IsError).To(BeFalse(), res.Content)
-			g.Expect(res.Content).To(Equal(fmt.Sprintf("A red dot on black.\n\n[dot.png: image/png, %d bytes, 40x20 pixels; answered by eye-model]", len(h.pic))))
+			g.Expect(res.Content).To(Equal(web.WrapUntrusted("dot.png", "A red dot on black.") +
+				fmt.Sprintf("\n\n[dot.png: image/png, %d bytes, 40x20 pixels; answered by eye-model]", len(h.pic))))
 			reqs := h.llm.Requests()
 			g.Expect(reqs).To(HaveLen(1))
 			g.Expect(reqs[0].Model).To(Equal("eye-model"))
@@ -182,7 +184,8 @@ func TestImageAsksTheImageModel(t *testing.T) {
 			h.llm.Script(fakellm.Turn{Text: "One dot."})
 			res = h.call(`{"image":"dot.png","prompt":"How many dots?","model":"other-eye"}`)
 			g.Expect(res.IsError).To(BeFalse(), res.Content)
-			g.Expect(res.Content).To(HavePrefix("One dot.\n\n"))
+			g.Expect(res.Content).To(ContainSubstring(web.BeginUntrusted+` source="dot.png">>>`+"\nOne dot.\n"+web.EndUntrusted+"\n\n[dot.png"),
+				"the answer inside the untrusted-content markers")
 			last := h.llm.Requests()[1]
 			g.Expect(last.Model).To(Equal("other-eye"), "the model override")
 			g.Expect(last.Messages[0].Content).To(Equal("How many dots?"))
@@ -190,7 +193,7 @@ func TestImageAsksTheImageModel(t *testing.T) {
 			h.llm.Script(fakellm.Turn{Text: "From the web."})
 			res = h.call(fmt.Sprintf(`{"image":%q}`, h.site+"/dot.png"))
 			g.Expect(res.IsError).To(BeFalse(), res.Content)
-			g.Expect(res.Content).To(HavePrefix("From the web.\n\n[" + h.site + "/dot.png: image/png"))
+			g.Expect(res.Content).To(ContainSubstring("\nFrom the web.\n" + web.EndUntrusted + "\n\n[" + h.site + "/dot.png: image/png"))
 			data, _ = imagePart(t, proto, h.llm.Requests()[2].Body)
 			g.Expect(data).To(Equal(want), "the fetched bytes")
 		})
@@ -239,7 +242,7 @@ func TestImageRefusals(t *testing.T) {
 		h.llm.Script(fakellm.Turn{Text: "big but allowed"})
 		res = h.call(`{"image":"huge.png","maxBytesMb":6}`)
 		g.Expect(res.IsError).To(BeFalse(), res.Content)
-		g.Expect(res.Content).To(HavePrefix("big but allowed"))
+		g.Expect(res.Content).To(ContainSubstring("\nbig but allowed\n" + web.EndUntrusted))
 	})
 
 	t.Run("the image model failing is a tool error", func(t *testing.T) {
