@@ -104,7 +104,7 @@ func TestImageToolUsesTheImageModel(t *testing.T) {
 	f.llm.Script(fakellm.Turn{Text: "A grey square."})
 	res := b.Loop.Tools.Execute(context.Background(), tool.Env{Workspace: ws}, llm.ToolCall{ID: "c1", Name: "image", Arguments: `{"image":"dot.png"}`})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
-	g.Expect(res.Content).To(HavePrefix("A grey square.\n\n[dot.png: image/png"))
+	g.Expect(res.Content).To(ContainSubstring("\nA grey square.\n<<<END_EXTERNAL_UNTRUSTED_CONTENT>>>\n\n[dot.png: image/png"))
 	reqs := f.llm.Requests()
 	g.Expect(reqs).To(HaveLen(1))
 	g.Expect(reqs[0].Protocol).To(Equal(fakellm.ProtocolAnthropic))

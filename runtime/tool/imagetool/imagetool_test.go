@@ -26,9 +26,9 @@ import (
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tool"
-	"github.com/picobot/picobot/runtime/tool/web"
 	"github.com/picobot/picobot/runtime/tool/fs"
 	"github.com/picobot/picobot/runtime/tool/imagetool"
+	"github.com/picobot/picobot/runtime/tool/web"
 )
 
 func TestMain(m *testing.M) {
