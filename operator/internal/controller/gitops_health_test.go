@@ -172,8 +172,8 @@ func TestGitOpsHealth(t *testing.T) {
 		// Its Secret is not there yet (say, the secret manager has not
 		// synced it): it waits, and becomes Ready when it comes.
 		g.Expect(k8s.Create(ctx, openAIAgent(ns, "waiting", "later"))).To(Succeed())
-		res, h := expectHealth(t, k8s, "Agent", ns, "waiting", status.InProgressStatus, "", "")
-		g.Expect(res.Message).To(Equal(`ModelResolved: No usable model: spec.model: Secret "later" (API key of openai/gpt-5.2) not found`))
+		res, h := expectHealth(t, k8s, "Agent", ns, "waiting", status.InProgressStatus, "",
+			`ModelResolved: No usable model: spec.model: Secret "later" (API key of openai/gpt-5.2) not found`)
 		g.Expect(h.Message).To(Equal("SecretNotFound: " + res.Message))
 		a := getAgent(g, ns, "waiting")
 		g.Expect(cond(a, picobotv1alpha1.ConditionReconciling)).To(HaveField("Reason", picobotv1alpha1.ReasonSecretNotFound))
@@ -221,14 +221,16 @@ func TestGitOpsHealth(t *testing.T) {
 
 		// Its Agent comes later in the sync: it waits for it.
 		g.Expect(k8s.Create(ctx, withAgent("early", "later-agent"))).To(Succeed())
-		res, _ := expectHealth(t, k8s, "CronJob", ns, "early", status.InProgressStatus, "", "")
-		g.Expect(res.Message).To(Equal(`ReferencesResolved: Not found: Agent "later-agent"`))
+		_, h = expectHealth(t, k8s, "CronJob", ns, "early", status.InProgressStatus, "", `ReferencesResolved: Not found: Agent "later-agent"`)
+		g.Expect(h.Message).To(Equal(picobotv1alpha1.ReasonReferenceNotFound + `: ReferencesResolved: Not found: Agent "later-agent"`))
+		expectEvent(t, ns, "CronJob", "early", corev1.EventTypeWarning, picobotv1alpha1.ReasonReferenceNotFound, `ReferencesResolved: Not found: Agent "later-agent"`)
 		g.Expect(k8s.Create(ctx, openAIAgent(ns, "later-agent", "k"))).To(Succeed())
 		expectHealth(t, k8s, "CronJob", ns, "early", status.CurrentStatus, "", "")
+		expectEvent(t, ns, "CronJob", "early", corev1.EventTypeNormal, picobotv1alpha1.ReasonResolved, "ReferencesResolved: All references exist")
 
 		// A one-shot time in the past never comes.
 		g.Expect(k8s.Create(ctx, cronJob(ns, "too-late", picobotv1alpha1.Schedule{At: ptr(int64(1700000000000))}))).To(Succeed())
-		res, h = expectHealth(t, k8s, "CronJob", ns, "too-late", status.FailedStatus, "", "")
+		res, h := expectHealth(t, k8s, "CronJob", ns, "too-late", status.FailedStatus, "", "")
 		g.Expect(res.Message).To(Equal("ScheduleValid: at 2023-11-14T22:13:20Z is in the past; a one-shot schedule must lie in the future"))
 		g.Expect(h.Message).To(Equal("AtInPast: " + res.Message))
 	})
@@ -254,11 +256,12 @@ func TestGitOpsHealth(t *testing.T) {
 		// profile no agent may use need browser pods: TestBrowserPods.)
 	})
 
-	// No operator has looked at it yet: Argo CD waits; kstatus cannot tell
-	// it from a kind without status (docs/gitops.md says so).
+	// No operator has looked at it yet (the namespace is not watched): the
+	// API server's default status says generation 0 is observed.
 	unwatched := newRuntimeNamespace(t)
 	g.Expect(k8s.Create(ctx, cronJob(unwatched, "unseen", picobotv1alpha1.Schedule{Cron: "0 0 9 * * *"}))).To(Succeed())
-	_, h := expectHealth(t, k8s, "CronJob", unwatched, "unseen", status.CurrentStatus, "Progressing", "")
+	res, h := expectHealth(t, k8s, "CronJob", unwatched, "unseen", status.InProgressStatus, "", "")
+	g.Expect(res.Message).To(Equal("CronJob generation is 1, but latest observed generation is 0"))
 	g.Expect(h.Message).To(Equal("Waiting for the operator to observe generation 1"))
 }
 
