@@ -746,7 +746,10 @@ type AgentStatus struct {
 	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// observedGeneration is the spec generation this status describes.
+	// observedGeneration is the spec generation this status describes; 0
+	// until the operator has looked at the object, so that kstatus (Flux,
+	// cli-utils) reads a new object as InProgress, not Current.
+	// +kubebuilder:default=0
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
@@ -792,7 +795,9 @@ type Agent struct {
 	// +required
 	Spec AgentSpec `json:"spec"`
 
-	// status is written by the operator.
+	// status is written by the operator. It defaults to an empty status
+	// (observedGeneration 0) until then.
+	// +kubebuilder:default={}
 	// +optional
 	Status AgentStatus `json:"status,omitempty"`
 }

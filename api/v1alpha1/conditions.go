@@ -27,9 +27,16 @@ const (
 	// the object then stays not Ready until it is fixed.
 	ConditionSpecValid = "SpecValid"
 	// ConditionStalled is set, True, when the object cannot become Ready
-	// until its spec changes (kstatus' Stalled: an invalid spec, a runtime
-	// policy violation); it is absent otherwise.
+	// until its spec (or the platform's configuration) changes (kstatus'
+	// Stalled: an invalid spec, a runtime policy violation, a pod the API
+	// server refuses); it is absent otherwise. kstatus reads it as Failed.
 	ConditionStalled = "Stalled"
+	// ConditionReconciling is set, True, while the object is on its way to
+	// Ready: the operator retries, waits for something outside the object
+	// (a Secret or Agent it names, a browser or session pod starting), or
+	// fills an Agent's warm pool; it is absent otherwise, and never set
+	// together with Stalled. kstatus reads it as InProgress.
+	ConditionReconciling = "Reconciling"
 )
 
 // Condition reasons. They are CamelCase, stable, and documented because users and
@@ -94,6 +101,10 @@ const (
 	// ReasonPodCreateFailed: the API server refused to create a session pod;
 	// the message carries its error.
 	ReasonPodCreateFailed = "PodCreateFailed"
+	// ReasonPodsStarting: the Agent's warm pool is not full yet and session
+	// pods are starting (condition Reconciling only; Ready stays True, as a
+	// session can already start).
+	ReasonPodsStarting = "PodsStarting"
 
 	// ReasonBrowserStarting: a session asked for a BrowserProfile's browser
 	// and its pod is not serving yet.

@@ -67,7 +67,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := patchStatusIfChanged(ctx, r.Client, agent, before, before.Status, agent.Status); err != nil {
 		return ctrl.Result{}, err
 	}
-	recordTransitions(r.Recorder, agent, changed, picobotv1alpha1.ConditionReady, picobotv1alpha1.ConditionStalled)
+	recordTransitions(r.Recorder, agent, changed, picobotv1alpha1.ConditionReady, picobotv1alpha1.ConditionStalled, picobotv1alpha1.ConditionReconciling)
 	if s.runtime != nil && s.runtime.requeue > 0 {
 		r.delegateTargets(ctx, agent)
 		return ctrl.Result{RequeueAfter: s.runtime.requeue}, nil

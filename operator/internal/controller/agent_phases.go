@@ -171,12 +171,16 @@ func applyAgentStatus(s *agentScope) []metav1.Condition {
 	if c, ok := specCondition(&a.Status.Conditions, a.InvalidFields()); ok {
 		conds = append([]metav1.Condition{c}, conds...)
 	}
+	var progressing []metav1.Condition
 	if s.runtime != nil {
 		conds = append(conds, s.runtime.cond)
 		a.Status.ActiveSessions = &s.runtime.active
 		a.Status.WarmPods = &s.runtime.warm
+		if p := s.runtime.progress; p != nil {
+			progressing = append(progressing, *p)
+		}
 	}
-	conds = withSummary(&a.Status.Conditions, conds)
+	conds = withSummary(&a.Status.Conditions, conds, progressing...)
 	a.Status.ObservedGeneration = a.Generation
 	a.Status.EffectiveModel = s.model.Effective
 	// No session pods exist before the session-pod work; publish the known zero

@@ -79,7 +79,10 @@ const createRetry = 30 * time.Second
 
 // runtimeResult is what the runtime phase contributes to status.
 type runtimeResult struct {
-	cond         metav1.Condition
+	cond metav1.Condition
+	// progress, when set, says the warm pool is still filling (the
+	// Reconciling condition's cause while cond is True).
+	progress     *metav1.Condition
 	active, warm int32
 	requeue      time.Duration
 }
@@ -116,6 +119,10 @@ func (r *AgentReconciler) runtimePhase(ctx context.Context, s *agentScope) error
 	}
 	if pol.violation != "" {
 		res.cond = condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPolicyViolation, "Runtime policy: "+pol.violation)
+	}
+	if starting := plan.Starting + plan.Create; res.cond.Status == metav1.ConditionTrue && plan.Warm < in.WarmPool && starting > 0 {
+		res.progress = ptrTo(condition(picobotv1alpha1.ConditionRuntimeReady, true, picobotv1alpha1.ReasonPodsStarting,
+			fmt.Sprintf("Warm pool filling: %d of %d warm, %d starting", plan.Warm, in.WarmPool, starting)))
 	}
 	s.runtime = res
 	return nil

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -142,11 +143,17 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	ready := func(msg string) metav1.Condition {
 		return condition(picobotv1alpha1.ConditionRuntimeReady, true, picobotv1alpha1.ReasonPodsReady, msg)
 	}
+	// filling is the progress reported while fewer than warmPool (2) pods
+	// are warm and some start (Reconciling's cause).
+	filling := func(warm, starting int) *metav1.Condition {
+		return ptrTo(condition(picobotv1alpha1.ConditionRuntimeReady, true, picobotv1alpha1.ReasonPodsStarting,
+			fmt.Sprintf("Warm pool filling: %d of 2 warm, %d starting", warm, starting)))
+	}
 
 	// An empty pool is filled to warmPool; the namespace and agent objects
 	// are written. Nothing is listed yet, so no resync is asked for.
 	res := e.run(t)
-	g.Expect(*res).To(Equal(runtimeResult{cond: ready("0 active, 0 warm, 0 starting")}))
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("0 active, 0 warm, 0 starting"), progress: filling(0, 2)}))
 	g.Expect(e.pods(t)).To(HaveLen(2))
 	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podspec.ConnectionSecret}, &corev1.Secret{})).To(Succeed())
 	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podspec.NetworkPolicyName}, &networkingv1.NetworkPolicy{})).To(Succeed())
@@ -154,7 +161,7 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 
 	// Starting pods count toward the pool: nothing more is created.
 	res = e.run(t)
-	g.Expect(*res).To(Equal(runtimeResult{cond: ready("0 active, 0 warm, 2 starting"), requeue: time.Second}))
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("0 active, 0 warm, 2 starting"), progress: filling(0, 2), requeue: time.Second}))
 	pods := e.pods(t)
 	g.Expect(pods).To(HaveLen(2))
 
@@ -163,7 +170,7 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	e.register(t, pods[0].Name, "warm")
 	e.register(t, pods[1].Name, "busy web chat-1")
 	res = e.run(t)
-	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 0 starting"), active: 1, warm: 1, requeue: time.Second}))
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 0 starting"), progress: filling(1, 1), active: 1, warm: 1, requeue: time.Second}))
 	busy := &corev1.Pod{}
 	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(&pods[1]), busy)).To(Succeed())
 	g.Expect(busy.Labels[podspec.LabelSession]).To(Equal(podspec.SessionValue("web", "chat-1")))
@@ -173,7 +180,7 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	// again, its entry dropped, and the unclaimed wake gets a pod.
 	e.register(t, "helper-gone", "busy web chat-2")
 	res = e.run(t)
-	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 1 starting"), active: 1, warm: 1, requeue: time.Second}))
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 1 starting"), progress: filling(1, 2), active: 1, warm: 1, requeue: time.Second}))
 	g.Expect(e.registry(t)).To(Equal(map[string]string{pods[0].Name: "warm", pods[1].Name: "busy web chat-1"}))
 	woken := e.wokenChats(t)
 	g.Expect(woken).To(HaveLen(1))
@@ -184,7 +191,7 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	// unclaimed > 2): no pod for it.
 	g.Expect(wake.Publish(context.Background(), e.r.Runtime.Bus, wake.Wake{Tenant: ns, Agent: "helper", Channel: "web", ChatKey: "chat-3"})).To(Succeed())
 	res = e.run(t)
-	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 2 starting"), active: 1, warm: 1, requeue: time.Second}))
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 2 starting"), progress: filling(1, 2), active: 1, warm: 1, requeue: time.Second}))
 	g.Expect(e.pods(t)).To(HaveLen(4))
 
 	// A starting pod fails before registering: it is reaped, the condition
@@ -209,7 +216,7 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	// it is reaped, its chat woken again, and the pool refilled.
 	setPhase(t, busy, corev1.PodStatus{Phase: corev1.PodSucceeded})
 	res = e.run(t)
-	g.Expect(*res).To(Equal(runtimeResult{cond: ready("0 active, 1 warm, 1 starting"), warm: 1, requeue: time.Second}))
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("0 active, 1 warm, 1 starting"), progress: filling(1, 3), warm: 1, requeue: time.Second}))
 	g.Expect(e.registry(t)).To(Equal(map[string]string{pods[0].Name: "warm"}))
 	woken = e.wokenChats(t)
 	g.Expect(woken).To(HaveLen(3))

@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -368,6 +369,40 @@ func TestBrowserPods(t *testing.T) {
 	t.Run("PVCProfile", func(t *testing.T) { testPVCProfile(t, e) })
 	t.Run("DeletingAProfileRemovesItsData", func(t *testing.T) { testProfileDeletion(t, e) })
 	t.Run("NoOpResyncWritesNothing", func(t *testing.T) { testBrowserResync(t, e) })
+	t.Run("GitOpsHealth", func(t *testing.T) { testBrowserHealth(t, e) })
+}
+
+// testBrowserHealth: a profile whose browser is starting, or cannot pull
+// its image, reads InProgress to kstatus and Progressing to the Argo CD
+// check of docs/gitops.md; one no agent may use, once asked for, Failed
+// and Degraded (the other kinds and states: TestGitOpsHealth).
+func testBrowserHealth(t *testing.T, e *browserEnv) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.agent(t, ns, "helper")
+	e.agent(t, ns, "stranger")
+	e.profile(t, ns, "shop", "helper")
+	e.profile(t, ns, "orphan", "")
+	_, h := expectHealth(t, e.c, "BrowserProfile", ns, "shop", status.CurrentStatus, "", "")
+	g.Expect(h.Message).To(Equal("Profile stored in s3; no browser running"))
+
+	res := ask(e.provider(t, ns, "helper"), browser.ProfileKey("shop"))
+	pod := e.livePod(t, ns, wire.ProfileName("shop"))
+	_, h = expectHealth(t, e.c, "BrowserProfile", ns, "shop", status.InProgressStatus, "", "Ready: Waiting for browser pod "+pod.Name+" to serve")
+	g.Expect(h.Message).To(Equal(picobotv1alpha1.ReasonBrowserStarting + ": Ready: Waiting for browser pod " + pod.Name + " to serve"))
+	e.setPodStatus(t, pod, corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "browser",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "image not found"}}}}})
+	var r endpointResult
+	g.Eventually(res).WithTimeout(eventually).Should(Receive(&r))
+	g.Expect(r.err).To(MatchError(ContainSubstring("cannot pull its image")))
+	// The image may yet be pushed: the operator keeps trying.
+	expectHealth(t, e.c, "BrowserProfile", ns, "shop", status.InProgressStatus, "", "Ready: browser pod "+pod.Name+" cannot pull its image: image not found")
+
+	_, err := e.provider(t, ns, "stranger").Endpoint(context.Background(), browser.ProfileKey("orphan"))
+	g.Expect(err).To(MatchError(ContainSubstring("no agent may use browser profile orphan")))
+	res2, h := expectHealth(t, e.c, "BrowserProfile", ns, "orphan", status.FailedStatus, "", "")
+	g.Expect(res2.Message).To(HavePrefix("Ready: no agent may use browser profile orphan"))
+	g.Expect(h.Message).To(Equal(picobotv1alpha1.ReasonInvalidReference + ": " + res2.Message))
 }
 
 // testProfileLifecycle: a session holds a profile; the operator starts a

@@ -110,8 +110,9 @@ func (r *BrowserProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := patchStatusIfChanged(ctx, r.Client, bp, before, before.Status, bp.Status); err != nil {
 		return ctrl.Result{}, err
 	}
-	// Ready is a profile's only condition besides SpecValid and Stalled.
-	skip := []string{picobotv1alpha1.ConditionStalled}
+	// Ready is a profile's only condition besides SpecValid and the kstatus
+	// pair, which repeat its cause.
+	skip := []string{picobotv1alpha1.ConditionStalled, picobotv1alpha1.ConditionReconciling}
 	if meta.FindStatusCondition(bp.Status.Conditions, picobotv1alpha1.ConditionSpecValid) != nil {
 		skip = append(skip, picobotv1alpha1.ConditionReady)
 	}
@@ -133,8 +134,8 @@ func applyProfileStatus(s *profileScope) []metav1.Condition {
 	if c, ok := specCondition(&st.Conditions, s.bp.InvalidFields()); ok {
 		return setConditions(&st.Conditions, s.bp.Generation, withSummary(&st.Conditions, []metav1.Condition{c})...)
 	}
-	meta.RemoveStatusCondition(&st.Conditions, picobotv1alpha1.ConditionStalled)
-	return setConditions(&st.Conditions, s.bp.Generation, browserProfileCondition(s.view))
+	ready := browserProfileCondition(s.view)
+	return setConditions(&st.Conditions, s.bp.Generation, append([]metav1.Condition{ready}, progressConditions(&st.Conditions, []metav1.Condition{ready})...)...)
 }
 
 // ensureFinalizer holds an S3 profile until its archive is deleted.

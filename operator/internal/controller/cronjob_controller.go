@@ -67,7 +67,7 @@ func (r *CronJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := patchStatusIfChanged(ctx, r.Client, cj, before, before.Status, cj.Status); err != nil {
 		return ctrl.Result{}, err
 	}
-	recordTransitions(r.Recorder, cj, changed, picobotv1alpha1.ConditionReady, picobotv1alpha1.ConditionStalled)
+	recordTransitions(r.Recorder, cj, changed, picobotv1alpha1.ConditionReady, picobotv1alpha1.ConditionStalled, picobotv1alpha1.ConditionReconciling)
 	if sched.next != nil {
 		return ctrl.Result{RequeueAfter: sched.next.Sub(now)}, nil
 	}

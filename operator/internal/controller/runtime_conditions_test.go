@@ -91,7 +91,7 @@ func TestRuntimeReadyTellsTheTruth(t *testing.T) {
 		{name: "prefix-image", rt: picobotv1alpha1.RuntimeSpec{Image: "registry.example/extra/picobot:2", WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodsReady, pods: 1},
 		{name: "no-such-class", rt: picobotv1alpha1.RuntimeSpec{RuntimeClassName: ptr("missing"), WarmPool: ptr[int32](1)},
 			reason: picobotv1alpha1.ReasonRuntimeClassNotFound, prefix: true, message: `Cannot create session pods: `},
-		{name: "invalid-pod", rt: picobotv1alpha1.RuntimeSpec{Resources: cpu("1", "500m"), WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodCreateFailed, prefix: true,
+		{name: "invalid-pod", rt: picobotv1alpha1.RuntimeSpec{Resources: cpu("1", "500m"), WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodCreateFailed, prefix: true, stalled: true,
 			message: `Cannot create session pods: Pod is invalid: [spec.containers[0].resources.requests: Invalid value: "1": must be less than or equal to cpu limit of 500m`},
 		{name: long100, rt: picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodsReady, pods: 1},
 		{name: long253, rt: picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](1)}, reason: picobotv1alpha1.ReasonPodsReady, pods: 1},
@@ -146,8 +146,13 @@ func TestRuntimeReadyTellsTheTruth(t *testing.T) {
 				g.Expect(stalled).NotTo(BeNil())
 				g.Expect(stalled.Reason).To(Equal(tc.reason))
 				g.Expect(stalled.Message).To(Equal("RuntimeReady: " + rr.Message))
+				g.Expect(cond(a, picobotv1alpha1.ConditionReconciling)).To(BeNil(), "never both")
 			} else {
 				g.Expect(stalled).To(BeNil(), "fixed outside the Agent, it can become Ready")
+				reconciling := cond(a, picobotv1alpha1.ConditionReconciling)
+				g.Expect(reconciling).NotTo(BeNil())
+				g.Expect(reconciling.Reason).To(Equal(tc.reason))
+				g.Expect(reconciling.Message).To(Equal("RuntimeReady: " + rr.Message))
 			}
 			g.Expect(sessionPods(g, a)).To(BeEmpty())
 			expectEvent(t, ns, "Agent", tc.name, corev1.EventTypeWarning, tc.reason, "RuntimeReady: "+rr.Message)
@@ -188,5 +193,6 @@ func TestRuntimeReadyTellsTheTruth(t *testing.T) {
 	g.Expect(cond(a, picobotv1alpha1.ConditionRuntimeReady).Message).To(Equal(
 		`Cannot create session pods: pods is forbidden: exceeded quota: pods, requested: pods=1, used: pods=0, limited: pods=0`))
 	g.Expect(cond(a, picobotv1alpha1.ConditionStalled)).To(BeNil())
+	g.Expect(cond(a, picobotv1alpha1.ConditionReconciling)).To(HaveField("Reason", picobotv1alpha1.ReasonQuotaExceeded))
 	expectEvent(t, ns, "Agent", "quota", corev1.EventTypeWarning, picobotv1alpha1.ReasonQuotaExceeded, "RuntimeReady: "+cond(a, picobotv1alpha1.ConditionRuntimeReady).Message)
 }

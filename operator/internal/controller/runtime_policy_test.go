@@ -102,21 +102,56 @@ func TestNamespaceWarmViolation(t *testing.T) {
 	NewWithT(t).Expect((&RuntimePolicy{}).namespaceWarmViolation(agents, "c", "img")).To(BeEmpty())
 }
 
-// TestStalledCondition: Stalled follows the first condition only a spec
-// change can fix, and is removed when none is left.
-func TestStalledCondition(t *testing.T) {
-	g := NewWithT(t)
-	list := []metav1.Condition{{Type: picobotv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "Old"}}
-	c, ok := stalledCondition(&list, []metav1.Condition{
-		condition(picobotv1alpha1.ConditionModelResolved, false, picobotv1alpha1.ReasonSecretNotFound, "no key"),
-		condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPolicyViolation, "Runtime policy: x"),
-	})
-	g.Expect(ok).To(BeTrue())
-	g.Expect(c).To(Equal(condition(picobotv1alpha1.ConditionStalled, true, picobotv1alpha1.ReasonPolicyViolation, "RuntimeReady: Runtime policy: x")))
-	_, ok = stalledCondition(&list, []metav1.Condition{
-		condition(picobotv1alpha1.ConditionModelResolved, false, picobotv1alpha1.ReasonSecretNotFound, "no key"),
-		condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonRuntimeClassNotFound, "missing"),
-	})
-	g.Expect(ok).To(BeFalse())
-	g.Expect(list).To(BeEmpty())
+// TestProgressConditions: Stalled follows the first condition only a
+// change to the object can fix; otherwise Reconciling follows the first
+// that is not True, or the progress given; neither when all hold. The one
+// not set is removed from the list.
+func TestProgressConditions(t *testing.T) {
+	ok := func(typ string) metav1.Condition { return condition(typ, true, picobotv1alpha1.ReasonResolved, "fine") }
+	noKey := condition(picobotv1alpha1.ConditionModelResolved, false, picobotv1alpha1.ReasonSecretNotFound, "no key")
+	policy := condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPolicyViolation, "Runtime policy: x")
+	filling := condition(picobotv1alpha1.ConditionRuntimeReady, true, picobotv1alpha1.ReasonPodsStarting, "Warm pool filling: 0 of 1 warm, 1 starting")
+	cases := []struct {
+		name        string
+		conds       []metav1.Condition
+		progressing []metav1.Condition
+		want        []metav1.Condition
+	}{
+		{name: "spec problem after a transient one stalls", conds: []metav1.Condition{noKey, policy},
+			want: []metav1.Condition{condition(picobotv1alpha1.ConditionStalled, true, picobotv1alpha1.ReasonPolicyViolation, "RuntimeReady: Runtime policy: x")}},
+		{name: "stalled wins over progress", conds: []metav1.Condition{policy}, progressing: []metav1.Condition{filling},
+			want: []metav1.Condition{condition(picobotv1alpha1.ConditionStalled, true, picobotv1alpha1.ReasonPolicyViolation, "RuntimeReady: Runtime policy: x")}},
+		{name: "transient problems reconcile", conds: []metav1.Condition{ok("A"), noKey,
+			condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonRuntimeClassNotFound, "missing")},
+			want: []metav1.Condition{condition(picobotv1alpha1.ConditionReconciling, true, picobotv1alpha1.ReasonSecretNotFound, "ModelResolved: no key")}},
+		{name: "problem wins over progress", conds: []metav1.Condition{noKey}, progressing: []metav1.Condition{filling},
+			want: []metav1.Condition{condition(picobotv1alpha1.ConditionReconciling, true, picobotv1alpha1.ReasonSecretNotFound, "ModelResolved: no key")}},
+		{name: "progress of a Ready object", conds: []metav1.Condition{ok("A")}, progressing: []metav1.Condition{filling},
+			want: []metav1.Condition{condition(picobotv1alpha1.ConditionReconciling, true, picobotv1alpha1.ReasonPodsStarting, "RuntimeReady: Warm pool filling: 0 of 1 warm, 1 starting")}},
+		{name: "browser starting", conds: []metav1.Condition{condition(picobotv1alpha1.ConditionReady, false, picobotv1alpha1.ReasonBrowserStarting, "Starting a browser pod")},
+			want: []metav1.Condition{condition(picobotv1alpha1.ConditionReconciling, true, picobotv1alpha1.ReasonBrowserStarting, "Ready: Starting a browser pod")}},
+		{name: "operator without browser pods", conds: []metav1.Condition{condition(picobotv1alpha1.ConditionReady, false, picobotv1alpha1.ReasonBrowserPodsDisabled, "no pods")},
+			want: []metav1.Condition{condition(picobotv1alpha1.ConditionStalled, true, picobotv1alpha1.ReasonBrowserPodsDisabled, "Ready: no pods")}},
+		{name: "all hold", conds: []metav1.Condition{ok("A"), ok("B")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			list := []metav1.Condition{
+				{Type: picobotv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "Old"},
+				{Type: picobotv1alpha1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: "Old"},
+			}
+			got := progressConditions(&list, tc.conds, tc.progressing...)
+			g.Expect(got).To(Equal(tc.want))
+			var left []string
+			for _, c := range list {
+				left = append(left, c.Type)
+			}
+			var kept []string
+			for _, c := range tc.want {
+				kept = append(kept, c.Type)
+			}
+			g.Expect(left).To(Equal(kept), "the type not set is removed")
+		})
+	}
 }

@@ -106,38 +106,73 @@ func specCondition(list *[]metav1.Condition, invalid []string) (metav1.Condition
 		strings.Join(invalid, "; ")+"; fix the object (the API server refuses such values now)"), true
 }
 
-// stalledCondition is kstatus' Stalled: True, with the cause's reason, when
-// a condition says the object cannot become Ready until its spec changes.
-// ok is false when nothing stalls it, and a Stalled left in list is removed.
-func stalledCondition(list *[]metav1.Condition, conds []metav1.Condition) (metav1.Condition, bool) {
+// progressConditions are kstatus' Stalled and Reconciling for conds (the
+// conditions Ready summarises), so GitOps tools tell an object that will
+// become Ready from one that will not:
+//
+//   - Stalled=True, with the cause's reason, when a condition says the object
+//     cannot become Ready until its spec (or the platform's configuration)
+//     changes: kstatus reads Failed, Argo CD Degraded;
+//   - otherwise Reconciling=True, with the cause's reason, while a condition
+//     is not True for a reason the operator retries or waits out (a Secret
+//     or Agent not there yet, a pod starting or failing to pull its image),
+//     or while progressing (say, a warm pool filling) is given: kstatus reads
+//     InProgress, Argo CD Progressing;
+//   - neither when all hold: kstatus reads Current, Argo CD Healthy.
+//
+// The type not returned is removed from list, so a fixed object carries
+// neither.
+func progressConditions(list *[]metav1.Condition, conds []metav1.Condition, progressing ...metav1.Condition) []metav1.Condition {
+	var stalled, reconciling *metav1.Condition
 	for _, c := range conds {
-		if c.Status != metav1.ConditionTrue && needsSpecChange(c.Reason) {
-			return condition(picobotv1alpha1.ConditionStalled, true, c.Reason, c.Type+": "+c.Message), true
+		if c.Status == metav1.ConditionTrue {
+			continue
+		}
+		if needsSpecChange(c.Reason) {
+			stalled = ptrTo(condition(picobotv1alpha1.ConditionStalled, true, c.Reason, c.Type+": "+c.Message))
+			break
+		}
+		if reconciling == nil {
+			reconciling = ptrTo(condition(picobotv1alpha1.ConditionReconciling, true, c.Reason, c.Type+": "+c.Message))
 		}
 	}
-	meta.RemoveStatusCondition(list, picobotv1alpha1.ConditionStalled)
-	return metav1.Condition{}, false
+	if stalled == nil && reconciling == nil && len(progressing) > 0 {
+		p := progressing[0]
+		reconciling = ptrTo(condition(picobotv1alpha1.ConditionReconciling, true, p.Reason, p.Type+": "+p.Message))
+	}
+	var out []metav1.Condition
+	if stalled != nil {
+		out = append(out, *stalled)
+		reconciling = nil
+	} else {
+		meta.RemoveStatusCondition(list, picobotv1alpha1.ConditionStalled)
+	}
+	if reconciling != nil {
+		out = append(out, *reconciling)
+	} else {
+		meta.RemoveStatusCondition(list, picobotv1alpha1.ConditionReconciling)
+	}
+	return out
 }
 
-// needsSpecChange reports the reasons no change outside the object can
-// clear.
+// needsSpecChange reports the reasons no waiting or retrying can clear:
+// only a change to the object (or to the platform's configuration: its
+// runtime policy, the operator's browser image or S3 bucket) can.
 func needsSpecChange(reason string) bool {
 	switch reason {
 	case picobotv1alpha1.ReasonInvalidSpec, picobotv1alpha1.ReasonInvalidToolPolicy, picobotv1alpha1.ReasonInvalidReference,
-		picobotv1alpha1.ReasonPolicyViolation, picobotv1alpha1.ReasonInvalidSchedule, picobotv1alpha1.ReasonAtInPast:
+		picobotv1alpha1.ReasonPolicyViolation, picobotv1alpha1.ReasonPodCreateFailed, picobotv1alpha1.ReasonInvalidSchedule,
+		picobotv1alpha1.ReasonAtInPast, picobotv1alpha1.ReasonBrowserPodsDisabled, picobotv1alpha1.ReasonStorageNotConfigured:
 		return true
 	}
 	return false
 }
 
-// withSummary appends the Ready summary of conds, and Stalled when it
-// applies, to conds.
-func withSummary(list *[]metav1.Condition, conds []metav1.Condition) []metav1.Condition {
+// withSummary appends to conds their Ready summary and their kstatus
+// conditions (progressConditions).
+func withSummary(list *[]metav1.Condition, conds []metav1.Condition, progressing ...metav1.Condition) []metav1.Condition {
 	out := append(conds, readySummary(conds))
-	if st, ok := stalledCondition(list, conds); ok {
-		out = append(out, st)
-	}
-	return out
+	return append(out, progressConditions(list, conds, progressing...)...)
 }
 
 // recordTransitions records one event per changed condition, except those
