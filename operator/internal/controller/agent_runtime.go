@@ -120,7 +120,10 @@ func (r *AgentReconciler) runtimePhase(ctx context.Context, s *agentScope) error
 	if pol.violation != "" {
 		res.cond = condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPolicyViolation, "Runtime policy: "+pol.violation)
 	}
-	if starting := plan.Starting + plan.Create; res.cond.Status == metav1.ConditionTrue && plan.Warm < in.WarmPool && starting > 0 {
+	// The warm pool filling is progress to report only while no session
+	// runs (a new or rolled-out Agent): a busy Agent refills its pool all
+	// day, and a GitOps tool waiting for Current would wait with it.
+	if starting := plan.Starting + plan.Create; res.cond.Status == metav1.ConditionTrue && plan.Active == 0 && plan.Warm < in.WarmPool && starting > 0 {
 		res.progress = ptrTo(condition(picobotv1alpha1.ConditionRuntimeReady, true, picobotv1alpha1.ReasonPodsStarting,
 			fmt.Sprintf("Warm pool filling: %d of %d warm, %d starting", plan.Warm, in.WarmPool, starting)))
 	}

@@ -170,7 +170,7 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	e.register(t, pods[0].Name, "warm")
 	e.register(t, pods[1].Name, "busy web chat-1")
 	res = e.run(t)
-	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 0 starting"), progress: filling(1, 1), active: 1, warm: 1, requeue: time.Second}))
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 0 starting"), active: 1, warm: 1, requeue: time.Second}))
 	busy := &corev1.Pod{}
 	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(&pods[1]), busy)).To(Succeed())
 	g.Expect(busy.Labels[podspec.LabelSession]).To(Equal(podspec.SessionValue("web", "chat-1")))
@@ -180,7 +180,7 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	// again, its entry dropped, and the unclaimed wake gets a pod.
 	e.register(t, "helper-gone", "busy web chat-2")
 	res = e.run(t)
-	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 1 starting"), progress: filling(1, 2), active: 1, warm: 1, requeue: time.Second}))
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 1 starting"), active: 1, warm: 1, requeue: time.Second}))
 	g.Expect(e.registry(t)).To(Equal(map[string]string{pods[0].Name: "warm", pods[1].Name: "busy web chat-1"}))
 	woken := e.wokenChats(t)
 	g.Expect(woken).To(HaveLen(1))
@@ -191,7 +191,7 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	// unclaimed > 2): no pod for it.
 	g.Expect(wake.Publish(context.Background(), e.r.Runtime.Bus, wake.Wake{Tenant: ns, Agent: "helper", Channel: "web", ChatKey: "chat-3"})).To(Succeed())
 	res = e.run(t)
-	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 2 starting"), progress: filling(1, 2), active: 1, warm: 1, requeue: time.Second}))
+	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 2 starting"), active: 1, warm: 1, requeue: time.Second}))
 	g.Expect(e.pods(t)).To(HaveLen(4))
 
 	// A starting pod fails before registering: it is reaped, the condition
