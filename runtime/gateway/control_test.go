@@ -70,7 +70,7 @@ func TestControlChannelREST(t *testing.T) {
 	}
 	cur, ids := list()
 	g.Expect(cur).To(Equal(d3))
-	g.Expect(ids).To(ConsistOf("default=New conversation", d2+"=Trip plans", d3+"=New conversation"))
+	g.Expect(ids).To(ConsistOf("default=first", d2+"=Trip plans", d3+"=New conversation"))
 
 	status, body = a.Do(t, http.MethodPost, dialogURL(d2, "/switch"), nil)
 	g.Expect(status).To(Equal(http.StatusOK), "%v", body)

@@ -24,7 +24,7 @@ const DefaultTitle = "New conversation"
 // Defaults of the manager.
 const (
 	DefaultLeaseTTL   = 30 * time.Second
-	autoTitleMessages = 5  // auto-title once a dialog has this many messages
+	autoTitleMessages = 2  // auto-title after the first exchange (the title is the first request)
 	recentDialogs     = 10 // /sessions and List show this many
 	timelineContext   = 3  // timeline summaries loaded on restore
 )

@@ -195,8 +195,9 @@ func TestDialogsAndCommands(t *testing.T) {
 	g.Expect(f.say(t, "u1", "in the new one").SessionID).To(Equal(r.SessionID))
 
 	list := f.say(t, "u1", "/sessions").Text
-	g.Expect(list).To(ContainSubstring("* " + newID.DialogID + "  New conversation"))
-	g.Expect(list).To(ContainSubstring("  default  New conversation"))
+	// Each is titled after its first exchange, by its first request.
+	g.Expect(list).To(ContainSubstring("* " + newID.DialogID + "  in the new one"))
+	g.Expect(list).To(ContainSubstring("  default  in default"))
 
 	bad := f.say(t, "u1", "/switch nope")
 	g.Expect(bad.Text).To(Equal(`no conversation "nope" in this chat; /sessions lists them`))
@@ -206,7 +207,7 @@ func TestDialogsAndCommands(t *testing.T) {
 	g.Expect(bad.Failed).To(BeTrue())
 	g.Expect(bad.Text).To(HavePrefix("Unknown command /nonsense.\nCommands:\n"))
 	g.Expect(f.s.Requests()).To(HaveLen(calls), "the model never sees an unknown command")
-	g.Expect(f.say(t, "u1", "/switch default").Text).To(Equal("Switched to default: New conversation"))
+	g.Expect(f.say(t, "u1", "/switch default").Text).To(Equal("Switched to default: in default"))
 	g.Expect(f.say(t, "u1", "back in default").SessionID).To(Equal("web:u1:default"))
 
 	g.Expect(f.say(t, "u1", "/rename  Trip planning ").Text).To(Equal(`Renamed to "Trip planning".`))
@@ -372,7 +373,7 @@ func TestLeasedSessionTurnReadsNoSession(t *testing.T) {
 		c.Store = cs
 	})
 	f.s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
-	for _, text := range []string{"one", "two", "three"} { // titled after the third
+	for _, text := range []string{"one", "two", "three"} { // titled after the first
 		f.say(t, "u1", text)
 	}
 	gets, loads := cs.gets.Load(), cs.loads.Load()

@@ -242,7 +242,7 @@ func TestChatAgainstGateway(t *testing.T) {
 	g.Expect(d.view()).To(ContainSubstring("Sending…"))
 	d.shows("assistant\nThe answer is 42.")
 	g.Expect(d.view()).To(ContainSubstring(`▸ calculator {"function":"evaluate","expression":"6*7"} → 42`))
-	d.shows("│ New conversation (default)")
+	d.shows("│ what is 6*7? (default)") // titled by its first request, the list refreshed after the turn
 	d.idle()
 	g.Expect(d.view()).To(MatchRegexp(`\d+ in / \d+ out tokens`))
 
@@ -269,12 +269,12 @@ func TestChatAgainstGateway(t *testing.T) {
 	d.shows("Recent conversations:")
 	d.idle()
 	g.Expect(d.view()).To(MatchRegexp(`\*\s+d_\w+\s+New conversation`))
-	g.Expect(d.view()).To(MatchRegexp(`\n\s+default\s+New conversation`))
+	g.Expect(d.view()).To(MatchRegexp(`\n\s+default\s+what is 6\*7\?`), "titled by its first request")
 
 	d.say("/switch default")
 	d.shows("Switched to default")
 	d.shows("The answer is 42.") // the dialog's history is back
-	d.shows("│ New conversation (default)")
+	d.shows("│ what is 6*7? (default)")
 	g.Expect(d.view()).To(ContainSubstring("/switch default\n\nSwitched to default"), "the command stays under the history")
 }
 

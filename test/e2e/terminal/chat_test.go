@@ -115,7 +115,7 @@ func TestChatInTerminal(t *testing.T) {
 	g.Expect(screen).NotTo(ContainSubstring("▍"))
 	// The conversation list is refreshed after the turn, by its own request:
 	// under load it may draw a moment after the reply.
-	term.waitForText("│ New conversation (default)")
+	term.waitForText("│ what is 6*7? (default)") // titled by its first request
 
 	// Ctrl+O opens the tool call, and closes it again.
 	term.keys("C-o")
