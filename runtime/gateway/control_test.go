@@ -92,6 +92,10 @@ func TestControlChannelREST(t *testing.T) {
 	status, body = a.Do(t, http.MethodGet, "/api/v1/sessions/"+url.PathEscape("web:assistant/tab1:"+d2)+"/messages", nil)
 	g.Expect(status).To(Equal(http.StatusOK))
 	g.Expect(body["messages"]).To(HaveLen(2))
+	answer := body["messages"].([]any)[1].(map[string]any)
+	g.Expect(answer).To(HaveKeyWithValue("role", "assistant"))
+	g.Expect(answer["usage"]).To(HaveKeyWithValue("input_tokens", BeNumerically(">", 0)), "the turn's tokens come with its answer")
+	g.Expect(body["messages"].([]any)[0]).NotTo(HaveKey("usage"))
 
 	// Unknown things are 404 with specific codes; malformed input is 400;
 	// neither changes anything.

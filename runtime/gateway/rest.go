@@ -349,8 +349,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]map[string]any, 0, len(msgs))
 	for _, m := range msgs {
-		out = append(out, map[string]any{"seq": m.Seq, "role": m.Role, "content": m.Content, "tool_calls": m.ToolCalls,
-			"tool_call_id": m.ToolCallID, "name": m.Name, "is_error": m.IsError, "created_at": m.CreatedAt})
+		o := map[string]any{"seq": m.Seq, "role": m.Role, "content": m.Content, "tool_calls": m.ToolCalls,
+			"tool_call_id": m.ToolCallID, "name": m.Name, "is_error": m.IsError, "created_at": m.CreatedAt}
+		if in, err := strconv.Atoi(m.Meta[store.MetaTokensIn]); err == nil {
+			outTokens, _ := strconv.Atoi(m.Meta[store.MetaTokensOut])
+			o["usage"] = map[string]int{"input_tokens": in, "output_tokens": outTokens}
+		}
+		out = append(out, o)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
 }

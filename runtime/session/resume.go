@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"time"
 
 	"github.com/picobot/picobot/runtime/llm"
@@ -184,12 +186,34 @@ func (m *Manager) storeTurn(ctx context.Context, t *pending, first int, msgs ...
 		sm[i] = store.FromLLM(msg)
 		sm[i].ID = turnMessageID(t.messageID, t.base+first+i)
 	}
+	if n := len(sm); n > 0 {
+		sm[n-1].Meta = usageMeta(t, sm[n-1])
+	}
 	stored, err := m.cfg.Store.AppendMessages(ctx, t.sid, sm...)
 	if err != nil {
 		return fmt.Errorf("failed to store turn of session %q: %w", t.sid, err)
 	}
 	m.extendHistory(t.sid, stored, false)
 	return nil
+}
+
+// usageMeta is the Meta of a stored message with, on the turn's answer (an
+// assistant message calling no tool, stored once the loop ended), the
+// turn's token counts.
+func usageMeta(t *pending, m store.Message) map[string]string {
+	if t.out == nil || m.Role != llm.RoleAssistant || len(m.ToolCalls) > 0 {
+		return m.Meta
+	}
+	u := t.out.Usage
+	if u.InputTokens == 0 && u.OutputTokens == 0 {
+		return m.Meta
+	}
+	meta := maps.Clone(m.Meta)
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	meta[store.MetaTokensIn], meta[store.MetaTokensOut] = strconv.Itoa(u.InputTokens), strconv.Itoa(u.OutputTokens)
+	return meta
 }
 
 // UnfinishedTurn is a turn whose runtime stopped before its answer: handling

@@ -508,3 +508,25 @@ func TestWorkspaceNamesAreReadableAndNeverShared(t *testing.T) {
 	long := WorkspaceName(ID{"web", strings.Repeat("x", 300), "default"})
 	g.Expect(len(long)).To(Equal(100 + 1 + 16))
 }
+
+// TestAnswerKeepsTheTurnsTokens: a turn's answer is stored with the tokens
+// of all its model calls, so a client shows them after a reload; the
+// steps before it carry none.
+func TestAnswerKeepsTheTurnsTokens(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.s.Script(
+		fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"one"}`}}, Usage: &fakellm.Usage{InputTokens: 100, OutputTokens: 7}},
+		fakellm.Turn{Text: "Done.", Usage: &fakellm.Usage{InputTokens: 130, OutputTokens: 5}},
+	)
+	r := f.say(t, "u1", "go")
+	msgs, err := f.st.LoadMessages(f.ctx, r.SessionID, store.LoadOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(msgs).To(HaveLen(4))
+	for _, m := range msgs[:3] {
+		g.Expect(m.Meta).NotTo(HaveKey(store.MetaTokensIn), "%s %q", m.Role, m.Content)
+	}
+	g.Expect(msgs[3].Content).To(Equal("Done."))
+	g.Expect(msgs[3].Meta).To(HaveKeyWithValue(store.MetaTokensIn, "230"))
+	g.Expect(msgs[3].Meta).To(HaveKeyWithValue(store.MetaTokensOut, "12"))
+}

@@ -98,6 +98,13 @@ type Message struct {
 	Duplicate bool `json:"-"`
 }
 
+// Meta keys of a turn's answer: the turn's token counts (decimal), so a
+// client shows them after a reload as it did live.
+const (
+	MetaTokensIn  = "tokens_in"
+	MetaTokensOut = "tokens_out"
+)
+
 // MessageColumns are the JSON-encoded columns of a stored message, as every
 // store writes them; nil means SQL NULL (nothing to store).
 type MessageColumns struct {

@@ -453,7 +453,7 @@ test('historyToTurns groups messages into turns like live ones', () => {
     { seq: 1, role: 'user', content: 'weather?', created_at: '2025-01-01T00:00:00Z' },
     { seq: 2, role: 'assistant', content: 'Checking.', tool_calls: [{ id: 'call_1', name: 'web_fetch', arguments: '{"url":"https://w"}' }] },
     { seq: 3, role: 'tool', content: 'sunny ![map](/api/v1/artifacts/m.png)', tool_call_id: 'call_1', name: 'web_fetch' },
-    { seq: 4, role: 'assistant', content: 'It is **sunny**.' },
+    { seq: 4, role: 'assistant', content: 'It is **sunny**.', usage: { input_tokens: 120, output_tokens: 9 } },
     { seq: 5, role: 'system', content: 'Summary of earlier talk' },
     { seq: 6, role: 'user', content: 'thanks' },
     { seq: 7, role: 'tool', content: 'orphan', tool_call_id: 'call_x', name: 'shell', is_error: true },
@@ -465,11 +465,13 @@ test('historyToTurns groups messages into turns like live ones', () => {
   assert.deepEqual(turns[0].items.map((x) => x.type), ['interim', 'tool']);
   assert.equal(turns[0].items[1].content, 'sunny ![map](/api/v1/artifacts/m.png)');
   assert.equal(turns[0].final, 'It is **sunny**.');
+  assert.deepEqual(turns[0].usage, { input: 120, output: 9 }, 'the stored tokens, as the live turn showed them');
   assert.equal(turns[1].quiet, true);
   assert.deepEqual(turns[1].commands, ['Summary of earlier talk']);
   assert.equal(turns[2].text, 'thanks');
   assert.equal(turns[2].items[0].isError, true);
   assert.equal(turns[2].final, null);
+  assert.equal(turns[2].usage, null, 'no answer, no token line');
   // A window that starts mid-turn opens a turn without a user message.
   const mid = UI.historyToTurns([{ seq: 9, role: 'assistant', content: 'tail' }]);
   assert.equal(mid[0].quiet, true);

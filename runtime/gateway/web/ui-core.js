@@ -989,6 +989,12 @@
             // turn's files after it): shown as the live turn showed it.
             const stopped = content.match(STOPPED_MARK);
             t.final = stopped ? content.replace(STOPPED_MARK, '').replace(/^\n+|\n+$/g, '') : content;
+            // The turn's tokens, stored with its answer: the line the live
+            // turn showed comes back after a reload.
+            const u = m.usage;
+            if (u && typeof u === 'object' && (u.input_tokens > 0 || u.output_tokens > 0)) {
+              t.usage = { input: Number(u.input_tokens) || 0, output: Number(u.output_tokens) || 0 };
+            }
             if (stopped) {
               t.status = 'stopped';
               t.errors = t.errors.concat([{ code: 'stopped', message: 'Stopped; what was done so far is kept.' }]);
