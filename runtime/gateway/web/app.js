@@ -722,9 +722,23 @@
       return;
     }
     if (!els.messages.querySelector('.empty-state')) {
+      // A few first messages to try: a click puts one in the input, to
+      // send as it is or to change first.
+      const agent = app.agents.find((x) => x.name === app.agent);
+      const starters = h('div', { class: 'starters' });
+      for (const text of UI.starterPrompts(agent && agent.tools)) {
+        const b = h('button', { type: 'button', class: 'starter' }, text);
+        b.addEventListener('click', () => {
+          els.input.value = text;
+          els.input.focus();
+          els.input.dispatchEvent(new Event('input'));
+        });
+        starters.append(b);
+      }
       els.messages.append(h('div', { class: 'empty-state' },
         h('p', null, 'No messages yet.'),
-        h('p', null, 'Say hello, or type /help to list the commands.')));
+        h('p', null, 'Say hello, or type /help to list the commands.'),
+        starters));
     }
   }
 

@@ -448,6 +448,14 @@ test('a dropped connection interrupts running turns; clear keeps them', () => {
 
 // ------------------------------------------------------------------ history
 
+test('starterPrompts show off the tools the agent has, and end asking what it can do', () => {
+  assert.deepEqual(UI.starterPrompts(undefined), ['What can you do?']);
+  assert.deepEqual(UI.starterPrompts(['calculator', 'web_fetch']), ['What is 1234 * 5678?', 'Summarise https://example.com', 'What can you do?']);
+  const all = UI.starterPrompts(['web_fetch', 'memory_store', 'bash', 'calculator']);
+  assert.equal(all.length, 4, 'three tools at most, then the question');
+  assert.equal(all[3], 'What can you do?');
+});
+
 test('historyToTurns groups messages into turns like live ones', () => {
   const msgs = [
     { seq: 1, role: 'user', content: 'weather?', created_at: '2025-01-01T00:00:00Z' },

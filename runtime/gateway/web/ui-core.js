@@ -539,6 +539,22 @@
   }
 
   /** newChatId: a random chat id safe for the protocol (no ':' or '/'). */
+  /**
+   * starterPrompts are a few first messages to try, for the empty state of
+   * a conversation: each shows off a tool the agent has (tools: its tool
+   * names), and the last asks what it can do. The make run demo model
+   * answers each of them with its tool.
+   */
+  function starterPrompts(tools) {
+    const has = (n) => Array.isArray(tools) && tools.includes(n);
+    const out = [];
+    if (has('calculator')) out.push('What is 1234 * 5678?');
+    if (has('bash')) out.push('Run `uname -a`');
+    if (has('memory_store')) out.push('Remember that I prefer short answers');
+    if (has('web_fetch')) out.push('Summarise https://example.com');
+    return out.slice(0, 3).concat(['What can you do?']);
+  }
+
   function newChatId(bytes) {
     return 'browser-' + hex(bytes || randomBytes(8));
   }
@@ -1044,6 +1060,7 @@
     truncate,
     newChatId,
     isValidChatId,
+    starterPrompts,
     newMessageId,
     newControlId,
     parseCommand,

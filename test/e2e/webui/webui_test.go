@@ -200,7 +200,14 @@ func TestWebUI(t *testing.T) {
 	u.wait("the WebSocket to connect", `() => document.getElementById('conn-status').dataset.state === 'open'`)
 	u.wait("the ready agent to be chosen", `() => document.getElementById('agent-select').value === 'assistant'`)
 	u.el(".empty-state")
+	// Starter prompts show off the agent's tools; a click puts one in the
+	// input, to send or to change.
+	u.wait("the starter prompts", `() => [...document.querySelectorAll('.empty-state .starter')].map((b) => b.textContent).join('|') ===
+	  'What is 1234 * 5678?|Run `+"`uname -a`"+`|Remember that I prefer short answers|What can you do?'`)
 	u.shot("empty")
+	u.click(".empty-state .starter")
+	g.Expect(u.eval(`() => document.getElementById('input').value`).Str()).To(Equal("What is 1234 * 5678?"))
+	u.eval(`() => { const i = document.getElementById('input'); i.value = ''; i.dispatchEvent(new Event('input')); }`)
 
 	t.Run("streamed reply", func(t *testing.T) {
 		u.t = t
