@@ -392,10 +392,7 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 		sessions.NewList(h.Store, time.Now),
 		sessions.NewHistory(h.Store),
 		sessions.NewSend(sessions.SendConfig{Agent: a.Name, Edges: a.Spec.Delegates, Store: h.Store, Exchanges: h.Exchanges,
-			Unavailable: h.ExchangesUnavailable,
-			SpawnedSession: func(ctx context.Context, caller, label, agentID string) (string, bool, error) {
-				return delegate.SpawnedSession(ctx, h.Store, caller, label, agentID)
-			}}),
+			Unavailable: h.ExchangesUnavailable}),
 		delegate.New(edges),
 		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns}),
 		delegate.NewAgentsList(edges),

@@ -67,7 +67,7 @@ type Request struct {
 
 // Spawn is what sessions_spawn adds to a background run.
 type Spawn struct {
-	// Label names the run for people and for sessions_send.
+	// Label names the run for people (its result's message shows it).
 	Label string `json:"label,omitempty"`
 	// TimeoutSeconds, when positive, stops the run after that long
 	// (runTimeoutSeconds); it then ends as failed.

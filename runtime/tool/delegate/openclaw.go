@@ -2,8 +2,6 @@ package delegate
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -64,7 +62,7 @@ func NewAgentsList(cfg Config) tool.Tool {
 // SpawnArgs are the arguments of sessions_spawn.
 type SpawnArgs struct {
 	Task              string `json:"task" jsonschema:"a clear, self-contained task; the sub-agent sees only this, never this conversation"`
-	Label             string `json:"label,omitempty" jsonschema:"a short name for the run (at most 80 characters), shown with its result; sessions_send can name its session by it"`
+	Label             string `json:"label,omitempty" jsonschema:"a short name for the run (at most 80 characters), shown with its result"`
 	AgentID           string `json:"agentId,omitempty" jsonschema:"the agent to run it (agents_list shows the ids); may be left out when you have exactly one"`
 	Model             string `json:"model,omitempty" jsonschema:"not available: the sub-agent always runs on its own Agent's model"`
 	RunTimeoutSeconds int    `json:"runTimeoutSeconds,omitempty" jsonschema:"stop the run after this many seconds (0, the default: no limit of its own)"`
@@ -145,27 +143,4 @@ func (d *delegator) spawn(ctx context.Context, env tool.Env, a SpawnArgs) (tool.
 	}
 	child := session.ID{Channel: protocol.ChannelDelegate, ChatID: req.RunID, DialogID: session.DefaultDialog}
 	return jsonResult(Spawned{Status: "accepted", RunID: req.RunID, ChildSessionKey: child.String(), AgentID: target, Label: label})
-}
-
-// SpawnedSession returns the session of the run the caller's session
-// spawned with label (and agentId, when not empty): what sessions_send's
-// label names. ok is false when there is none.
-func SpawnedSession(ctx context.Context, runs interface {
-	ListAgentRuns(ctx context.Context, f store.AgentRunFilter) ([]store.AgentRun, error)
-}, callerSession, label, agentID string) (sessionID string, ok bool, err error) {
-	list, err := runs.ListAgentRuns(ctx, store.AgentRunFilter{SessionID: callerSession, Mode: store.RunBackground, Limit: 1000})
-	if err != nil {
-		return "", false, fmt.Errorf("failed to list the runs of session %q: %w", callerSession, err)
-	}
-	for _, r := range list { // newest first: the latest run of a label wins
-		var rec runRecord
-		if err := json.Unmarshal([]byte(r.Input), &rec); err != nil || rec.Spawn == nil || rec.Spawn.Label != label {
-			continue
-		}
-		if agentID != "" && rec.Target != agentID {
-			continue
-		}
-		return session.ID{Channel: protocol.ChannelDelegate, ChatID: r.ID, DialogID: session.DefaultDialog}.String(), true, nil
-	}
-	return "", false, nil
 }

@@ -47,11 +47,9 @@ type Sender interface {
 	Announce(ctx context.Context, sessionID, text string) error
 }
 
-// SendStore is what sessions_send reads: sessions and, for label, the runs
-// the calling session spawned.
+// SendStore is what sessions_send reads: sessions of the caller's tenant.
 type SendStore interface {
 	GetSession(ctx context.Context, id string) (store.Session, error)
-	ListAgentRuns(ctx context.Context, f store.AgentRunFilter) ([]store.AgentRun, error)
 }
 
 // Exchanges runs the agent-to-agent exchanges sessions_send starts, past the
@@ -93,17 +91,12 @@ type SendConfig struct {
 	// Unavailable.
 	Exchanges   *Exchanges
 	Unavailable string
-	// SpawnedSession resolves label (and agentId) to a session the calling
-	// session spawned; nil refuses label.
-	SpawnedSession func(ctx context.Context, callerSession, label, agentID string) (string, bool, error)
 }
 
 // SendArgs are the arguments of sessions_send.
 type SendArgs struct {
-	SessionKey       string `json:"sessionKey,omitempty" jsonschema:"the session to send to (sessions_list shows yours; sessions_spawn returns childSessionKey)"`
+	SessionKey       string `json:"sessionKey,omitempty" jsonschema:"the session to send to (sessions_list shows yours)"`
 	SessionID        string `json:"sessionId,omitempty" jsonschema:"same as sessionKey"`
-	Label            string `json:"label,omitempty" jsonschema:"instead of sessionKey: the label of a run this chat started with sessions_spawn"`
-	AgentID          string `json:"agentId,omitempty" jsonschema:"with label: the agentId the run was started with"`
 	Message          string `json:"message" jsonschema:"what to tell the other session's agent"`
 	TimeoutSeconds   *int   `json:"timeoutSeconds,omitempty" jsonschema:"how long to wait for its reply, up to 3600 (default 30); 0 = do not wait (fire and forget)"`
 	MaxPingPongTurns *int   `json:"maxPingPongTurns,omitempty" jsonschema:"after its reply, how many more replies the two agents exchange, 0-5 (default 5); either ends it early by replying exactly REPLY_SKIP"`
@@ -168,12 +161,12 @@ func send(ctx context.Context, cfg SendConfig, env tool.Env, a SendArgs) (tool.R
 	case turns < 0 || turns > MaxPingPongTurns:
 		return tool.Errorf("error: maxPingPongTurns must be 0-%d, got %d", MaxPingPongTurns, turns), nil
 	}
-	key, res, err := target(ctx, cfg, env, a)
-	if err != nil || res != nil {
-		if res != nil {
-			return *res, nil
-		}
-		return tool.Result{}, err
+	key := strings.TrimSpace(a.SessionKey)
+	if key == "" {
+		key = strings.TrimSpace(a.SessionID)
+	}
+	if key == "" {
+		return tool.Errorf("error: name the session with sessionKey (sessions_list shows yours)"), nil
 	}
 	s, err := cfg.Store.GetSession(ctx, key)
 	// Outside the caller's reach reads as missing: another tenant's session
@@ -190,6 +183,11 @@ func send(ctx context.Context, cfg SendConfig, env tool.Env, a SendArgs) (tool.R
 		return tool.Errorf("error: session %q is this one; send to another session", key), nil
 	case s.Channel == protocol.ChannelStateless:
 		return tool.Errorf("error: session %q is a stateless request's; it takes no messages", key), nil
+	case s.Channel == protocol.ChannelDelegate:
+		// A sub-agent run's session belongs to its run: a message of its
+		// own would run with the Agent's chat tools, todo included.
+		return tool.Errorf("error: session %q is a sub-agent run's; it takes no messages: start another run "+
+			"(sessions_spawn or delegate) with what it needs to know", key), nil
 	}
 	ex := &exchange{id: ExchangePrefix + store.NewID(), requester: env.SessionID, target: s.ID, requesterAgent: cfg.Agent, targetAgent: s.Agent,
 		message: msg, maxTurns: turns, primary: make(chan stepResult, 1),
@@ -219,37 +217,6 @@ func send(ctx context.Context, cfg SendConfig, env tool.Env, a SendArgs) (tool.R
 		return tool.Result{}, ctx.Err()
 	}
 	return jsonResult(out)
-}
-
-// target resolves the session a call names; res is set on bad input.
-func target(ctx context.Context, cfg SendConfig, env tool.Env, a SendArgs) (string, *tool.Result, error) {
-	bad := func(format string, args ...any) (string, *tool.Result, error) {
-		r := tool.Errorf("error: "+format, args...)
-		return "", &r, nil
-	}
-	key := strings.TrimSpace(a.SessionKey)
-	if key == "" {
-		key = strings.TrimSpace(a.SessionID)
-	}
-	label := strings.TrimSpace(a.Label)
-	switch {
-	case key != "" && label != "":
-		return bad("give sessionKey or label, not both")
-	case key != "":
-		return key, nil, nil
-	case label == "":
-		return bad("name the session: sessionKey (sessions_list shows yours) or label (of a run you started with sessions_spawn)")
-	case cfg.SpawnedSession == nil || env.SessionID == "":
-		return bad("label names runs spawned from a stored chat, and there are none here; give sessionKey")
-	}
-	key, ok, err := cfg.SpawnedSession(ctx, env.SessionID, label, strings.TrimSpace(a.AgentID))
-	if err != nil {
-		return "", nil, err
-	}
-	if !ok {
-		return bad("this chat started no run labelled %q with sessions_spawn", label)
-	}
-	return key, nil, nil
 }
 
 func reachable(cfg SendConfig, agent string) bool {

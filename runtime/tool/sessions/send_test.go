@@ -86,6 +86,9 @@ func TestSessionsSend(t *testing.T) {
 	}
 	cur, own, helper := mk(team, "lead", "l/1"), mk(team, "lead", "l/2"), mk(team, "helper", "h/1")
 	offEdge, stranger, gone := mk(team, "intruder", "i/1"), mk(other, "helper", "h/9"), mk(team, "helper", "h/2")
+	sub, err := st.CreateSession(team, store.Session{Channel: "delegate", ChatID: "run-1", DialogID: "default", Agent: "helper"})
+	g.Expect(err).NotTo(HaveOccurred())
+	run1 := sub.ID
 	deleted := true
 	_, err = st.UpdateSession(team, gone, store.SessionUpdate{Deleted: &deleted})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -205,8 +208,7 @@ func TestSessionsSend(t *testing.T) {
 		`{"sessionKey":"` + helper + `"}`:                                     `missing properties: ["message"]`,
 		`{"sessionKey":"` + helper + `","message":"  "}`:                      "give a message",
 		`{"message":"hi"}`:                                                    "name the session",
-		`{"sessionKey":"` + helper + `","label":"x","message":"hi"}`:          "not both",
-		`{"label":"nothing","message":"hi"}`:                                  "label names runs spawned",
+		`{"sessionKey":"` + run1 + `","message":"hi"}`:                        "is a sub-agent run's; it takes no messages",
 		`{"sessionKey":"` + helper + `","message":"hi","timeoutSeconds":-1}`:  "timeoutSeconds must be 0",
 		`{"sessionKey":"` + helper + `","message":"hi","maxPingPongTurns":6}`: "maxPingPongTurns must be 0-5, got 6",
 	} {
