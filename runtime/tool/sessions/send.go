@@ -191,7 +191,7 @@ func send(ctx context.Context, cfg SendConfig, env tool.Env, a SendArgs) (tool.R
 	}
 	ex := &exchange{id: ExchangePrefix + store.NewID(), requester: env.SessionID, target: s.ID, requesterAgent: cfg.Agent, targetAgent: s.Agent,
 		message: msg, maxTurns: turns, primary: make(chan stepResult, 1),
-		requesterCanListen: env.SessionID != "" && !strings.HasPrefix(env.SessionID, protocol.ChannelStateless+":")}
+		requesterCanListen: chatSession(env.SessionID)}
 	if err := cfg.Exchanges.start(ctx, ex); err != nil {
 		return tool.Result{}, err
 	}
@@ -298,6 +298,22 @@ func (x *Exchanges) run(ctx context.Context, ex *exchange) {
 	if err := x.sender.Announce(ctx, ex.target, announce); err != nil {
 		x.log.Warn("Failed to deliver an agent-to-agent announcement", "exchange", ex.id, "session", ex.target, "err", err)
 	}
+}
+
+// chatSession reports whether replies can go back to session: a chat's,
+// not a stateless request's, a scheduled run's or a sub-agent run's (a
+// message of its own would run there as a chat turn). A caller in one of
+// those gets the first reply and the announce step, no ping-pong.
+func chatSession(session string) bool {
+	if session == "" {
+		return false
+	}
+	for _, ch := range []string{protocol.ChannelStateless, protocol.ChannelCron, protocol.ChannelDelegate} {
+		if strings.HasPrefix(session, ch+":") {
+			return false
+		}
+	}
+	return true
 }
 
 // skip reports whether reply is the token (or empty: nothing to pass on).

@@ -175,6 +175,15 @@ func TestSessionsSend(t *testing.T) {
 	steps, _ = c.snapshot()
 	g.Expect(sessionsOf(steps)).To(Equal([]string{helper, helper}))
 
+	// A caller that is no chat (a sub-agent run's turn) gets no replies.
+	reset(func(string, string, int) string { return "ok" })
+	res := reg.Execute(team, tool.Env{Agent: "lead", SessionID: "delegate:r9:default"}, llm.ToolCall{ID: "c2", Name: sessions.NameSend,
+		Arguments: `{"sessionKey":"` + helper + `","message":"from a run"}`})
+	g.Expect(parse(res).Status).To(Equal("ok"))
+	g.Eventually(c.done).WithTimeout(30 * time.Second).Should(Receive())
+	steps, _ = c.snapshot()
+	g.Expect(sessionsOf(steps)).To(Equal([]string{helper, helper}), "the first turn and the announce step")
+
 	// Fire and forget returns before the turn ran; a wait that runs out
 	// says timeout, and the exchange goes on.
 	c.gate = make(chan struct{})
@@ -187,7 +196,6 @@ func TestSessionsSend(t *testing.T) {
 	go func() { waited <- run(team, `{"sessionKey":"`+helper+`","message":"slow","timeoutSeconds":5}`) }()
 	g.Eventually(clk.HasWaiters).WithTimeout(30 * time.Second).Should(BeTrue())
 	clk.Step(5 * time.Second)
-	var res tool.Result
 	g.Eventually(waited).WithTimeout(30 * time.Second).Should(Receive(&res))
 	g.Expect(parse(res)).To(And(HaveField("Status", "timeout"), HaveField("Error", ContainSubstring("no reply within 5 s"))))
 	close(c.gate)
