@@ -64,7 +64,7 @@ func TestSpawnTimeoutAndRefusals(t *testing.T) {
 	text := delegate.ContinuationText(done)
 	g.Expect(text).To(ContainSubstring("Label: slow one"))
 	g.Expect(text).To(ContainSubstring("reply exactly ANNOUNCE_SKIP to stay silent"))
-	g.Consistently(log.got).WithTimeout(200 * time.Millisecond).ShouldNot(Receive(), "ready once")
+	g.Consistently(log.got).WithTimeout(200*time.Millisecond).ShouldNot(Receive(), "ready once")
 
 	g.Expect(run(delegate.WithDepth(ctx, 1), "delegate:r1:default", `{"task":"x"}`).Content).To(
 		Equal("error: a sub-agent cannot use sessions_spawn; do the task yourself or delegate in the foreground"))
