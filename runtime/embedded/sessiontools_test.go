@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,4 +226,53 @@ func TestSessionsSendBetweenAgents(t *testing.T) {
 	g.Expect(answer).To(ContainSubstring(`error: no session "` + otherTenantChat + `" you can send to`))
 	g.Expect(contents(l2Chat)).To(HaveLen(2), "nothing reached l2")
 	g.Expect(e.history(e.b, otherTenantChat)).To(HaveLen(2), "nothing reached tenant b's chat")
+}
+
+// BenchmarkSessionsSendRoundTrip measures a chat turn whose model sends a
+// message to a chat of researcher with sessions_send and waits for its
+// reply (maxPingPongTurns 0), with a fake model that answers at once: the
+// assistant's turn (three model calls: the call, researcher's reply, the
+// final text) and the sessions_send call alone (queueing researcher's turn
+// on its chat stream, the turn, the reply back). The announce step runs
+// after the call and is not timed.
+func BenchmarkSessionsSendRoundTrip(b *testing.B) {
+	var researcherChat string
+	var mu sync.Mutex
+	var calls []time.Duration
+	var called time.Time
+	e := startBackground(b, func(agent string, req fakellm.Recorded) fakellm.Turn {
+		last := lastMessage(req)
+		switch {
+		case agent == "researcher" && strings.HasPrefix(last.Content, "[Announce step"):
+			return fakellm.Turn{Text: sessions.AnnounceSkip}
+		case agent == "researcher":
+			return fakellm.Turn{Text: "pong"}
+		case last.Role == "tool":
+			mu.Lock()
+			calls = append(calls, time.Since(called))
+			mu.Unlock()
+			return fakellm.Turn{Text: "done"}
+		}
+		mu.Lock()
+		called = time.Now()
+		mu.Unlock()
+		return toolCall(sessions.NameSend, `{"sessionKey":"`+researcherChat+`","message":"ping","timeoutSeconds":60,"maxPingPongTurns":0}`)
+	})
+	_, researcherChat = e.chatWith(e.a, "researcher", "desk", "hi")
+	turns := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		start := time.Now()
+		if answer, _ := e.send(e.a, fmt.Sprintf("bench%d", i), "go"); answer != "done" {
+			b.Fatalf("answer %q", answer)
+		}
+		turns = append(turns, time.Since(start))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(percentile(turns, 0.50).Microseconds()), "us-turn-p50")
+	b.ReportMetric(float64(percentile(turns, 0.99).Microseconds()), "us-turn-p99")
+	mu.Lock()
+	defer mu.Unlock()
+	b.ReportMetric(float64(percentile(calls, 0.50).Microseconds()), "us-send-p50")
+	b.ReportMetric(float64(percentile(calls, 0.99).Microseconds()), "us-send-p99")
 }
