@@ -92,6 +92,10 @@ type Host struct {
 	// (shared by delegate, agent_task and Background), so agent_task can
 	// stop them.
 	ActiveRuns *delegate.ActiveRuns
+	// Exchanges runs sessions_send's agent-to-agent exchanges; nil answers
+	// sessions_send with ExchangesUnavailable.
+	Exchanges            *sessions.Exchanges
+	ExchangesUnavailable string
 	// Features add tools and prompt sections to every agent, in order.
 	Features []Feature
 	// WarmSandboxes, when set, start the shell tools' programs from a warm
@@ -393,20 +397,26 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 }
 
 // sessionTools are the tools over the host's sessions and sub-agents:
-// session_status, and delegate and agent_task along the Agent's
-// spec.delegates edges (the policy denies them to an Agent without any).
+// session_status, sessions_list, sessions_history and sessions_send, and
+// along the Agent's spec.delegates edges delegate, agent_task, agents_list
+// and sessions_spawn (the policy denies those to an Agent without any).
 func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName string) []tool.Tool {
 	model := ""
 	if modelName != "" {
 		model = providerName + "/" + modelName
 	}
+	edges := delegate.Config{Agent: a.Name, Edges: a.Spec.Delegates, Runner: h.Delegates, Unavailable: h.DelegatesUnavailable, Runs: h.Store,
+		Background: h.Background, Active: h.ActiveRuns}
 	return []tool.Tool{
 		sessions.NewStatus(h.Store, model),
 		sessions.NewList(h.Store, time.Now),
 		sessions.NewHistory(h.Store),
-		delegate.New(delegate.Config{Agent: a.Name, Edges: a.Spec.Delegates, Runner: h.Delegates, Unavailable: h.DelegatesUnavailable, Runs: h.Store,
-			Background: h.Background, Active: h.ActiveRuns}),
+		sessions.NewSend(sessions.SendConfig{Agent: a.Name, Edges: a.Spec.Delegates, Store: h.Store, Exchanges: h.Exchanges,
+			Unavailable: h.ExchangesUnavailable}),
+		delegate.New(edges),
 		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns}),
+		delegate.NewAgentsList(edges),
+		delegate.NewSpawn(edges),
 	}
 }
 

@@ -12,8 +12,14 @@ import (
 // WebSearchTool is the tool spec.tools.webSearch turns on.
 const WebSearchTool = "web_search"
 
-// orchestrationTools are the tools of an Agent with delegate edges.
+// orchestrationTools are the tools of an Agent with delegate edges, which
+// the runtime injects past a profile or allowlist (as PicoBot does).
 var orchestrationTools = []string{"delegate", "agent_task"}
+
+// edgeTools work along the delegate edges too (OpenClaw's face of them) but
+// are not injected: a profile or allowlist that leaves them out keeps them
+// out. Without edges they have nothing to list or spawn.
+var edgeTools = []string{"agents_list", "sessions_spawn"}
 
 // ToolPolicy converts the Agent's tools settings into the shared policy
 // package's input, turning disabled features into denies so the effective set
@@ -52,7 +58,7 @@ func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
 	// them, as PicoBot does); a deny still wins.
 	switch {
 	case len(a.Spec.Delegates) == 0:
-		spec.Deny = append(spec.Deny, orchestrationTools...)
+		spec.Deny = append(append(spec.Deny, orchestrationTools...), edgeTools...)
 	case len(spec.Allow) > 0 || !strings.EqualFold(strings.TrimSpace(string(spec.Profile)), string(policy.ProfileFull)) && spec.Profile != "":
 		spec.Allow = append(slices.Clip(spec.Allow), orchestrationTools...)
 	}

@@ -21,7 +21,8 @@ func TestToolPolicy(t *testing.T) {
 		spec picobotv1alpha1.AgentSpec
 		want policy.Spec
 	}{
-		{name: "no tools settings: no delegate without delegates, no web_search without a backend", want: policy.Spec{Deny: []string{"web_search", "delegate", "agent_task"}}},
+		{name: "no tools settings: no delegate without delegates, no web_search without a backend",
+			want: policy.Spec{Deny: []string{"web_search", "delegate", "agent_task", "agents_list", "sessions_spawn"}}},
 		{name: "delegates keep delegate", spec: picobotv1alpha1.AgentSpec{Delegates: delegates}, want: policy.Spec{Deny: []string{"web_search"}}},
 		{name: "a web search backend keeps web_search",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Tools: &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG, BaseURL: "http://searxng:8080"}}},
@@ -29,7 +30,7 @@ func TestToolPolicy(t *testing.T) {
 		{name: "profile, allow and deny carried over, the deny extended",
 			spec: picobotv1alpha1.AgentSpec{Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{
 				Profile: "coding", Allow: []string{"group:fs", "web_fetch"}, Deny: []string{"bash"}}}},
-			want: policy.Spec{Profile: policy.ProfileCoding, Allow: []string{"group:fs", "web_fetch"}, Deny: []string{"bash", "web_search", "delegate", "agent_task"}}},
+			want: policy.Spec{Profile: policy.ProfileCoding, Allow: []string{"group:fs", "web_fetch"}, Deny: []string{"bash", "web_search", "delegate", "agent_task", "agents_list", "sessions_spawn"}}},
 		{name: "by provider",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Tools: &picobotv1alpha1.ToolsSpec{ByProvider: map[string]picobotv1alpha1.ToolPolicy{
 				"anthropic":   {Profile: "minimal"},
@@ -57,7 +58,7 @@ func TestToolPolicy(t *testing.T) {
 		{name: "everything off, after the agent's own denies",
 			spec: picobotv1alpha1.AgentSpec{Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Deny: []string{"exec"}}},
 				Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}, Memory: &picobotv1alpha1.MemorySpec{Enabled: ptr(false)}},
-			want: policy.Spec{Deny: []string{"exec", policy.GroupUI, policy.GroupMemory, "web_search", "delegate", "agent_task"}}},
+			want: policy.Spec{Deny: []string{"exec", policy.GroupUI, policy.GroupMemory, "web_search", "delegate", "agent_task", "agents_list", "sessions_spawn"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,7 +81,7 @@ func TestToolPolicyLeavesTheAgentAlone(t *testing.T) {
 		Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}, Model: seer}}
 	first := agentspec.ToolPolicy(a)
 	second := agentspec.ToolPolicy(a)
-	g.Expect(first.Deny).To(Equal([]string{"bash", policy.GroupUI, "web_search", "delegate", "agent_task"}))
+	g.Expect(first.Deny).To(Equal([]string{"bash", policy.GroupUI, "web_search", "delegate", "agent_task", "agents_list", "sessions_spawn"}))
 	g.Expect(second.Deny).To(Equal(first.Deny))
 	g.Expect(a.Spec.Tools.Deny).To(Equal([]string{"bash"}))
 	g.Expect(deny[:3]).To(Equal([]string{"bash", "", ""}), "nothing written past the Agent's list")

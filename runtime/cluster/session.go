@@ -154,7 +154,8 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
 		// A sub-agent's model key is its own Agent's Secret, which this pod
 		// must not read: its runs go to its own session pods.
-		Delegates: &Delegates{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Kube: kube, Log: log},
+		Delegates:            &Delegates{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Kube: kube, Log: log},
+		ExchangesUnavailable: "in cluster mode agent-to-agent messages are not built yet (embedded mode, picobot serve, has them)",
 		SecretHint: func(sel corev1.SecretKeySelector) string {
 			return fmt.Sprintf("the operator passes Secret %q key %q to the pod as %s; check that the Secret exists", sel.Name, sel.Key, agenthost.SecretEnvName(sel.Name, sel.Key))
 		}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/picobot/picobot/runtime/outbound"
@@ -12,6 +13,7 @@ import (
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool/delegate"
+	"github.com/picobot/picobot/runtime/tool/sessions"
 )
 
 // Embedded mode's side of background delegate runs (runtime/tool/delegate,
@@ -101,7 +103,9 @@ func (p reporter) continuationDone(ctx context.Context, c sessionrt.Chat, runID 
 	if err := delegate.MarkDelivered(ctx, p.r.state.Store, runID); err != nil {
 		p.r.log.Error("Failed to mark a background run's completion delivered", "run", runID, "err", err)
 	}
-	if out.Duplicate || cerr != nil || out.Text == "" || slices.Contains(protocol.PushChannels(), c.Channel) {
+	// ANNOUNCE_SKIP: a sessions_spawn run's announce step chose silence.
+	if out.Duplicate || cerr != nil || out.Text == "" || strings.TrimSpace(out.Text) == sessions.AnnounceSkip ||
+		slices.Contains(protocol.PushChannels(), c.Channel) {
 		return
 	}
 	p.r.mu.Lock()

@@ -32,7 +32,7 @@ metadata: {name: assistant}
 spec:
   instructions: You are assistant.
   model: {provider: openai, model: parent-model, baseURL: %[1]s, apiKeySecretRef: {name: parent, key: apiKey}}
-  tools: {allow: [calculator]}
+  tools: {allow: [calculator, agents_list, sessions_spawn, sessions_send]}
   delegates:
   - {name: researcher, agentRef: {name: researcher}}
   - {name: sub, agentRef: {name: l1}}

@@ -48,6 +48,7 @@ import (
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
 	"github.com/picobot/picobot/runtime/tool/delegate"
+	"github.com/picobot/picobot/runtime/tool/sessions"
 )
 
 // Channel is the channel name of WebSocket and REST clients of the gateway
@@ -191,6 +192,8 @@ type Runtime struct {
 	sched   *schedulerHost  // nil without Options.Scheduler
 	// background runs the agents' background delegations (background.go).
 	background *delegate.BackgroundRuns
+	// exchanges runs sessions_send's agent-to-agent exchanges (send.go).
+	exchanges *sessions.Exchanges
 	// warm keeps the warm sandboxes of the sessions' workspaces.
 	warm *warm.Pool
 
@@ -298,6 +301,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	active := delegate.NewActiveRuns()
 	r.background = delegate.NewBackgroundRuns(r.ctx, delegate.BackgroundConfig{Runner: delegates, Store: st, Completions: completions{r},
 		Active: active, Retention: opts.RunRetention, Log: opts.Log.With("component", "background-runs")})
+	r.exchanges = sessions.NewExchanges(r.ctx, sender{r}, nil, opts.Log.With("component", "agent-to-agent"))
 	for i := range set.Agents {
 		a := &set.Agents[i]
 		host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: opts.Tenant, Store: st, Artifacts: r.state.Artifacts,
@@ -308,7 +312,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			Features:   opts.Features,
 			// Sub-agents run here too; r.agents is complete before a
 			// turn can delegate.
-			Delegates: delegates, Background: r.background, ActiveRuns: active,
+			Delegates: delegates, Background: r.background, ActiveRuns: active, Exchanges: r.exchanges,
 			WarmSandboxes: r.warm,
 		}
 		built, err := host.Build(r.ctx, a)
@@ -425,6 +429,9 @@ func (r *Runtime) Halt() {
 	r.wg.Wait()
 	if r.background != nil {
 		r.background.Wait()
+	}
+	if r.exchanges != nil {
+		r.exchanges.Wait()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool/sessions"
 )
 
 // A background run's life, the same in both modes:
@@ -107,6 +108,7 @@ type BackgroundStore interface {
 	UpdateAgentRun(ctx context.Context, id string, u store.AgentRunUpdate) (store.AgentRun, error)
 	ListAgentRuns(ctx context.Context, f store.AgentRunFilter) ([]store.AgentRun, error)
 	DeleteAgentRuns(ctx context.Context, before time.Time) (int, error)
+	UpdateSession(ctx context.Context, id string, u store.SessionUpdate) (store.Session, error)
 }
 
 // DefaultRetention is how long ended runs are kept.
@@ -177,9 +179,18 @@ func (b *BackgroundRuns) Start(ctx context.Context, req Request) error {
 // Wait waits for the runs started here (after the process context ended).
 func (b *BackgroundRuns) Wait() { b.wg.Wait() }
 
+// errRunTimeout ends a spawned run that ran past its runTimeoutSeconds.
+var errRunTimeout = errors.New("run timeout")
+
 // run runs one background run to its end and hands its completion on.
 func (b *BackgroundRuns) run(ctx context.Context, req Request) {
-	answer, _, err := b.cfg.Runner.Run(WithRun(WithDepth(ctx, 1), req.RunID), req)
+	rctx := ctx
+	if req.Spawn != nil && req.Spawn.TimeoutSeconds > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeoutCause(ctx, time.Duration(req.Spawn.TimeoutSeconds)*time.Second, errRunTimeout)
+		defer cancel()
+	}
+	answer, sessionID, err := b.cfg.Runner.Run(WithRun(WithDepth(rctx, 1), req.RunID), req)
 	if ctx.Err() != nil {
 		// Cancelled with agent_task (recorded there), or the process is
 		// stopping: the run stays running in the store and Recover runs it
@@ -187,7 +198,10 @@ func (b *BackgroundRuns) run(ctx context.Context, req Request) {
 		return
 	}
 	status, text := store.RunSucceeded, answer
-	if err != nil {
+	switch {
+	case errors.Is(context.Cause(rctx), errRunTimeout):
+		status, text = store.RunFailed, fmt.Sprintf("timed out: the run did not finish within runTimeoutSeconds (%d s) and was stopped", req.Spawn.TimeoutSeconds)
+	case err != nil:
 		status, text = store.RunFailed, err.Error()
 	}
 	wctx := context.WithoutCancel(ctx)
@@ -199,6 +213,14 @@ func (b *BackgroundRuns) run(ctx context.Context, req Request) {
 	if err != nil {
 		b.cfg.Log.Error("Failed to record a background run's outcome; it runs again at the next start", "run", req.RunID, "err", err)
 		return
+	}
+	if req.Spawn != nil && req.Spawn.Delete && sessionID != "" {
+		// cleanup delete: the result lives on in the run's record and the
+		// continuation; the transcript goes.
+		deleted := true
+		if _, err := b.cfg.Store.UpdateSession(wctx, sessionID, store.SessionUpdate{Deleted: &deleted}); err != nil {
+			b.cfg.Log.Error("Failed to delete a spawned run's session", "run", req.RunID, "session", sessionID, "err", err)
+		}
 	}
 	b.ready(wctx, run)
 }
@@ -273,7 +295,7 @@ func requestOf(r store.AgentRun) (Request, error) {
 		rec.Text = taskText(r.ParentAgent, Item{Task: rec.Task, Context: rec.Context})
 	}
 	return Request{RunID: r.ID, Agent: r.Agent, Parent: r.ParentAgent, ParentSession: r.SessionID, Text: rec.Text, Tools: rec.Tools,
-		Mode: ModeBackground}, nil
+		Mode: ModeBackground, Spawn: rec.Spawn}, nil
 }
 
 // Sweep deletes the tenant's ended runs older than the retention whose
@@ -307,6 +329,9 @@ func ContinuationText(run store.AgentRun) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "[Background run %s of sub-agent %s ended: %s]\n", run.ID, target, run.Status)
+	if rec.Spawn != nil && rec.Spawn.Label != "" {
+		fmt.Fprintf(&b, "Label: %s\n", rec.Spawn.Label)
+	}
 	if rec.Task != "" {
 		fmt.Fprintf(&b, "Task: %s\n", strings.TrimSpace(rec.Task))
 	}
@@ -314,6 +339,12 @@ func ContinuationText(run store.AgentRun) string {
 		fmt.Fprintf(&b, "Plan item: %s\n", rec.PlanItemID)
 	}
 	fmt.Fprintf(&b, "\nResult:\n%s\n\n", run.Result)
+	if rec.Spawn != nil {
+		// sessions_spawn's announce step: the reply is the announcement.
+		b.WriteString("This message comes from the runtime, not the user: the run you started with sessions_spawn ended. " +
+			"Announce its result to the user in your reply, or reply exactly " + sessions.AnnounceSkip + " to stay silent.")
+		return b.String()
+	}
 	b.WriteString("This message comes from the runtime, not the user. Process the result and tell the user what they need to know of it.")
 	return b.String()
 }

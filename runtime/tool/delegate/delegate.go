@@ -60,6 +60,21 @@ type Request struct {
 	// Mode is ModeBackground for a background run (which gets emit_signal);
 	// empty or ModeForeground otherwise.
 	Mode string
+	// Spawn, set for a run sessions_spawn started, carries what that tool
+	// adds to a background run.
+	Spawn *Spawn
+}
+
+// Spawn is what sessions_spawn adds to a background run.
+type Spawn struct {
+	// Label names the run for people (its result's message shows it).
+	Label string `json:"label,omitempty"`
+	// TimeoutSeconds, when positive, stops the run after that long
+	// (runTimeoutSeconds); it then ends as failed.
+	TimeoutSeconds int `json:"run_timeout_seconds,omitempty"`
+	// Delete: the run's session is deleted once the run has ended
+	// (cleanup delete).
+	Delete bool `json:"delete,omitempty"`
 }
 
 // Runner runs delegated tasks as sessions of their target Agents.
@@ -403,7 +418,8 @@ func (d *delegator) startOne(ctx context.Context, env tool.Env, it Item, req Req
 // run the process died in) and to show what it was asked.
 func runInput(mode string, req Request, it Item, depth int) string {
 	b, _ := json.Marshal(runRecord{Mode: mode, ParentAgent: req.Parent, Target: strings.TrimSpace(it.Target), Task: it.Task,
-		Context: it.Context, AllowedTools: it.AllowedTools, Tools: req.Tools, PlanItemID: it.PlanItemID, Depth: depth, Text: req.Text})
+		Context: it.Context, AllowedTools: it.AllowedTools, Tools: req.Tools, PlanItemID: it.PlanItemID, Depth: depth, Text: req.Text,
+		Spawn: req.Spawn})
 	return string(b)
 }
 
@@ -421,6 +437,8 @@ type runRecord struct {
 	Depth      int      `json:"depth"`
 	// Text is the run's user message.
 	Text string `json:"text,omitempty"`
+	// Spawn is set for a run sessions_spawn started.
+	Spawn *Spawn `json:"spawn,omitempty"`
 }
 
 // encode answers one run with its result object and a batch with the

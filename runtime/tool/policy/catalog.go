@@ -79,7 +79,8 @@ var builtinGroups = []struct {
 }{
 	{GroupRuntime, []string{"exec", "bash", "process", "pty"}},
 	{GroupFS, []string{"file_read", "file_write", "file_edit", "file_search", "content_search", "apply_patch"}},
-	{GroupSessions, []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history"}},
+	{GroupSessions, []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history", "sessions_send",
+		"sessions_spawn", "agents_list"}},
 	{GroupMemory, []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}},
 	{GroupWeb, []string{"http_request", "web_fetch", "web_search"}},
 	{GroupUI, []string{"browser", "browser_profiles"}},
@@ -100,7 +101,9 @@ const (
 	// ProfileCoding allows the file, runtime, session and memory groups
 	// and image.
 	ProfileCoding Profile = "coding"
-	// ProfileMessaging allows the messaging group plus chat_manager and session_status.
+	// ProfileMessaging allows the messaging group plus chat_manager and the
+	// session tools OpenClaw's messaging profile names (sessions_list,
+	// sessions_history, sessions_send, session_status).
 	ProfileMessaging Profile = "messaging"
 	// ProfileFull places no restriction; it behaves exactly like an unset profile.
 	ProfileFull Profile = "full"
@@ -258,7 +261,7 @@ func newCatalogData(extra []string) *catalogData {
 	}
 	coding.set(d.index["image"]) // OpenClaw's coding profile names it
 	d.profiles[profileCoding] = coding
-	messaging := d.setOf("chat_manager", "session_status")
+	messaging := d.setOf("chat_manager", "session_status", "sessions_list", "sessions_history", "sessions_send")
 	messaging.or(byName[GroupMessaging])
 	d.profiles[profileMessaging] = messaging
 	return d

@@ -17,7 +17,7 @@ import (
 var (
 	tRuntime    = []string{"exec", "bash", "process", "pty"}
 	tFS         = []string{"file_read", "file_write", "file_edit", "file_search", "content_search", "apply_patch"}
-	tSessions   = []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history"}
+	tSessions   = []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history", "sessions_send", "sessions_spawn", "agents_list"}
 	tMemory     = []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}
 	tWeb        = []string{"http_request", "web_fetch", "web_search"}
 	tUI         = []string{"browser", "browser_profiles"}
@@ -28,7 +28,7 @@ var (
 
 	tAll        = set(tRuntime, tFS, tSessions, tMemory, tWeb, tUI, tAutomation, tMessaging, tSkills, tSystem)
 	tCoding     = set(tFS, tRuntime, tSessions, tMemory, []string{"image"})
-	tMessaging2 = set(tMessaging, []string{"chat_manager", "session_status"})
+	tMessaging2 = set(tMessaging, []string{"chat_manager", "session_status", "sessions_list", "sessions_history", "sessions_send"})
 
 	mcpTools = []string{"mcp_github_create_issue", "mcp_github_list_prs"}
 )
@@ -59,7 +59,7 @@ func TestCatalog(t *testing.T) {
 	c := DefaultCatalog()
 
 	g.Expect(c.Tools()).To(Equal(tAll))
-	g.Expect(c.Tools()).To(HaveLen(44))
+	g.Expect(c.Tools()).To(HaveLen(47))
 	g.Expect(c.Groups()).To(Equal(map[string][]string{
 		GroupRuntime:    set(tRuntime),
 		GroupFS:         set(tFS),
@@ -246,7 +246,7 @@ func TestResolve(t *testing.T) {
 			name:     "byProvider profile narrows",
 			spec:     Spec{Profile: ProfileCoding, ByProvider: map[string]ProviderSpec{"openai": {Profile: ProfileMessaging}}},
 			provider: "openai",
-			want:     []string{"chat_manager", "session_status"},
+			want:     []string{"chat_manager", "session_status", "sessions_history", "sessions_list", "sessions_send"},
 			key:      "openai",
 		},
 		{

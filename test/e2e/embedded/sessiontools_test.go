@@ -1,0 +1,165 @@
+package embedded
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/picobot/picobot/runtime/channel"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
+)
+
+// TestSessionToolsAnnounceOverWebhookChannel runs `picobot serve` with a
+// webhook chat: of two sessions_spawn runs started there, the one whose
+// announce step (the continuation turn) replies ANNOUNCE_SKIP is not
+// delivered to the platform, the other is, once. Then a web chat of the
+// same agent finds the webhook chat with sessions_list and sessions_sends
+// to it twice: the announce step's reply is delivered to the platform, and
+// an ANNOUNCE_SKIP one is not; the turns before it never are.
+func TestSessionToolsAnnounceOverWebhookChannel(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	defer s.Close()
+	s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		last := r.Messages[len(r.Messages)-1]
+		call := func(name, args string) fakellm.Turn {
+			return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "s1", Name: name, Args: args}}}
+		}
+		switch {
+		case strings.HasPrefix(r.System, "You are researcher."):
+			return fakellm.Turn{Text: "the answer is 42"}
+		case strings.HasPrefix(last.Content, "[Background run ") && strings.Contains(last.Content, "Label: quiet"):
+			return fakellm.Turn{Text: "ANNOUNCE_SKIP"}
+		case strings.HasPrefix(last.Content, "[Background run "):
+			return fakellm.Turn{Text: "ANNOUNCED loud"}
+		case strings.HasPrefix(last.Content, "[Message from agent"):
+			return fakellm.Turn{Text: "noted"}
+		case strings.HasPrefix(last.Content, "[Reply from agent"):
+			return fakellm.Turn{Text: "REPLY_SKIP"}
+		case strings.HasPrefix(last.Content, "[Announce step") && strings.Contains(last.Content, "SILENT"):
+			return fakellm.Turn{Text: "ANNOUNCE_SKIP"}
+		case strings.HasPrefix(last.Content, "[Announce step"):
+			return fakellm.Turn{Text: "HEADS UP: deploy at 5"}
+		case last.Role == "tool" && strings.Contains(last.Content, `"sessions":`):
+			var l struct {
+				Sessions []struct {
+					Session string `json:"session"`
+					Kind    string `json:"kind"`
+				} `json:"sessions"`
+			}
+			_ = json.Unmarshal([]byte(last.Content), &l)
+			hook := ""
+			for _, x := range l.Sessions {
+				if x.Kind != "web" {
+					hook = x.Session
+				}
+			}
+			text := r.Messages[len(r.Messages)-3].Content // the user's message before the sessions_list call
+			return call("sessions_send", fmt.Sprintf(`{"sessionKey":%q,"message":%q,"timeoutSeconds":60,"maxPingPongTurns":1}`, hook, text))
+		case last.Role == "tool":
+			return fakellm.Turn{Text: "started"}
+		case strings.HasPrefix(last.Content, "probe"):
+			return fakellm.Turn{Text: "probed " + last.Content}
+		case strings.HasPrefix(last.Content, "tell"):
+			return call("sessions_list", `{}`)
+		case strings.HasPrefix(last.Content, "spawn"):
+			label := strings.TrimPrefix(last.Content, "spawn ")
+			return call("sessions_spawn", fmt.Sprintf(`{"task":"find the answer","agentId":"researcher","label":%q}`, label))
+		}
+		return fakellm.Turn{Text: "?"}
+	})
+	const secret = "hook-signing-secret"
+	var mu sync.Mutex
+	var got []string
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get(channel.HeaderPicoBotSignature) != channel.WebhookSignature(secret, r.Header.Get(channel.HeaderPicoBotTimestamp), body) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		var m struct {
+			Text string `json:"text"`
+		}
+		_ = json.Unmarshal(body, &m)
+		mu.Lock()
+		got = append(got, m.Text)
+		mu.Unlock()
+		_, _ = w.Write([]byte(`{"message_id":"r1"}`))
+	}))
+	defer receiver.Close()
+	dir := t.TempDir()
+	agents := fmt.Sprintf(backgroundAgents, s.URL())
+	agents = strings.Replace(agents, "  tools: {allow: [calculator]}\n  delegates:",
+		"  tools: {allow: [calculator, sessions_spawn, sessions_send, sessions_list]}\n  channels:\n  - {type: webhook, name: hook, secretRef: {name: hook-secret}}\n  delegates:", 1)
+	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(agents), 0o600)).To(Succeed())
+	hookSecret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: hook-secret}\nstringData: {signingSecret: %s, url: %s}\n", secret, receiver.URL)
+	g.Expect(os.WriteFile(filepath.Join(dir, "hook-secret.yaml"), []byte(hookSecret), 0o600)).To(Succeed())
+	p := serve(t, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test")
+
+	n := 0
+	post := func(text string) {
+		n++
+		body := fmt.Sprintf(`{"chat_id":"c-7","message_id":"m-%d","text":%q}`, n, text)
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/hooks/default/assistant/hook", bytes.NewReader([]byte(body)))
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		req.Header.Set(channel.HeaderPicoBotTimestamp, ts)
+		req.Header.Set(channel.HeaderPicoBotSignature, channel.WebhookSignature(secret, ts, []byte(body)))
+		res, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = res.Body.Close()
+		g.Expect(res.StatusCode).To(Equal(http.StatusOK))
+	}
+	replies := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
+	seen := func(prefix string) func() int {
+		return func() int {
+			c := 0
+			for _, r := range s.Requests() {
+				if last := r.Messages[len(r.Messages)-1]; strings.HasPrefix(last.Content, prefix) {
+					c++
+				}
+			}
+			return c
+		}
+	}
+	// Each probe is answered after everything the chat had queued before
+	// it, so the replies before it are final.
+	post("spawn quiet")
+	g.Eventually(seen("[Background run ")).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(1))
+	post("probe 1")
+	g.Eventually(replies, 30*time.Second, 20*time.Millisecond).Should(ContainElement("probed probe 1"))
+	post("spawn loud")
+	g.Eventually(replies, 30*time.Second, 20*time.Millisecond).Should(ContainElement("ANNOUNCED loud"))
+	g.Expect(replies()).To(Equal([]string{"started", "probed probe 1", "started", "ANNOUNCED loud"}), "the quiet announcement stayed back")
+
+	web := func(id, text string) string {
+		body, _ := json.Marshal(map[string]string{"id": id, "agent": "assistant", "chat_id": "desk", "text": text})
+		res, err := http.Post(p.url+"/api/v1/send", "application/json", bytes.NewReader(body))
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = res.Body.Close() }()
+		var out struct {
+			Text string `json:"text"`
+		}
+		g.Expect(json.NewDecoder(res.Body).Decode(&out)).To(Succeed())
+		return out.Text
+	}
+	g.Expect(web("w1", "tell deploy at 5")).To(Equal("started"), "the tool answered ok (the model's reply to any tool result)")
+	g.Eventually(replies, 30*time.Second, 20*time.Millisecond).Should(ContainElement("HEADS UP: deploy at 5"))
+	g.Expect(web("w2", "tell SILENT deploy moved")).To(Equal("started"))
+	g.Eventually(seen("[Announce step")).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(2))
+	post("probe 2")
+	g.Eventually(replies, 30*time.Second, 20*time.Millisecond).Should(ContainElement("probed probe 2"))
+	g.Expect(replies()).To(Equal([]string{"started", "probed probe 1", "started", "ANNOUNCED loud", "HEADS UP: deploy at 5", "probed probe 2"}),
+		"only the announcements went to the platform: not the exchange's turns, not the ANNOUNCE_SKIP one")
+}
