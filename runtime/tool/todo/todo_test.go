@@ -201,7 +201,7 @@ func TestDescription(t *testing.T) {
 }
 
 func TestMemoryStore(t *testing.T) {
-	todotest.StoreConformance(t, context.Background(), func(*testing.T) todo.Store { return todo.NewMemoryStore() })
+	todotest.StoreConformance(context.Background(), t, func(*testing.T) todo.Store { return todo.NewMemoryStore() })
 }
 
 // TestPersistentStore: plans kept in the SQLite store pass the same suite
@@ -209,7 +209,7 @@ func TestMemoryStore(t *testing.T) {
 // PostgreSQL store's session plans pass the store's conformance suite.
 func TestPersistentStore(t *testing.T) {
 	ctx := store.WithTenant(context.Background(), "team")
-	todotest.StoreConformance(t, ctx, func(t *testing.T) todo.Store {
+	todotest.StoreConformance(ctx, t, func(t *testing.T) todo.Store {
 		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "picobot.db"))
 		if err != nil {
 			t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 // StoreConformance runs the conformance suite against stores made by newStore; each
 // subtest gets a fresh, empty store. ctx is what the tool's calls carry (a
 // persistent store needs the tenant in it).
-func StoreConformance(t *testing.T, ctx context.Context, newStore func(t *testing.T) todo.Store) {
+func StoreConformance(ctx context.Context, t *testing.T, newStore func(t *testing.T) todo.Store) {
 	plan := todo.Plan{Title: "ship", Status: todo.PlanActive, Items: []todo.Item{
 		{ID: 1, Text: "build", Status: todo.ItemDone, Note: "ok"},
 		{ID: 2, Text: "release", Status: todo.ItemPending},
