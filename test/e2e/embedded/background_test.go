@@ -4,22 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 
-	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -158,45 +153,9 @@ func TestBackgroundContinuationOverWebhookChannel(t *testing.T) {
 				Args: `{"target":"researcher","task":"find the answer","mode":"background"}`}}}
 		}
 	})
-	const secret = "hook-signing-secret"
-	var mu sync.Mutex
-	var got []string
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if r.Header.Get(channel.HeaderPicoBotSignature) != channel.WebhookSignature(secret, r.Header.Get(channel.HeaderPicoBotTimestamp), body) {
-			http.Error(w, "bad signature", http.StatusUnauthorized)
-			return
-		}
-		var m struct {
-			Text string `json:"text"`
-		}
-		_ = json.Unmarshal(body, &m)
-		mu.Lock()
-		got = append(got, m.Text)
-		mu.Unlock()
-		_, _ = w.Write([]byte(`{"message_id":"r1"}`))
-	}))
-	defer receiver.Close()
-	dir := t.TempDir()
-	agents := fmt.Sprintf(backgroundAgents, s.URL())
-	agents = strings.Replace(agents, "  tools: {allow: [calculator]}\n  delegates:",
-		"  tools: {allow: [calculator]}\n  channels:\n  - {type: webhook, name: hook, secretRef: {name: hook-secret}}\n  delegates:", 1)
-	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(agents), 0o600)).To(Succeed())
-	hookSecret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: hook-secret}\nstringData: {signingSecret: %s, url: %s}\n", secret, receiver.URL)
-	g.Expect(os.WriteFile(filepath.Join(dir, "hook-secret.yaml"), []byte(hookSecret), 0o600)).To(Succeed())
-	p := serve(t, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test")
-
-	post := func(body string) {
-		req, _ := http.NewRequest(http.MethodPost, p.url+"/hooks/default/assistant/hook", bytes.NewReader([]byte(body)))
-		ts := strconv.FormatInt(time.Now().Unix(), 10)
-		req.Header.Set(channel.HeaderPicoBotTimestamp, ts)
-		req.Header.Set(channel.HeaderPicoBotSignature, channel.WebhookSignature(secret, ts, []byte(body)))
-		res, err := http.DefaultClient.Do(req)
-		g.Expect(err).NotTo(HaveOccurred())
-		_ = res.Body.Close()
-		g.Expect(res.StatusCode).To(Equal(http.StatusOK))
-	}
-	replies := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
+	h := startHookChat(t, s.URL(), "calculator")
+	post := func(body string) { h.post(t, body) }
+	replies := h.replies
 	post(`{"chat_id":"c-7","message_id":"m-1","text":"start a background run"}`)
 	g.Eventually(replies, 30*time.Second, 20*time.Millisecond).Should(ContainElements("started", "CONTINUED"))
 	post(`{"chat_id":"c-7","message_id":"m-2","text":"probe"}`)

@@ -4,20 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 
-	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -80,48 +73,13 @@ func TestSessionToolsAnnounceOverWebhookChannel(t *testing.T) {
 		}
 		return fakellm.Turn{Text: "?"}
 	})
-	const secret = "hook-signing-secret"
-	var mu sync.Mutex
-	var got []string
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if r.Header.Get(channel.HeaderPicoBotSignature) != channel.WebhookSignature(secret, r.Header.Get(channel.HeaderPicoBotTimestamp), body) {
-			http.Error(w, "bad signature", http.StatusUnauthorized)
-			return
-		}
-		var m struct {
-			Text string `json:"text"`
-		}
-		_ = json.Unmarshal(body, &m)
-		mu.Lock()
-		got = append(got, m.Text)
-		mu.Unlock()
-		_, _ = w.Write([]byte(`{"message_id":"r1"}`))
-	}))
-	defer receiver.Close()
-	dir := t.TempDir()
-	agents := fmt.Sprintf(backgroundAgents, s.URL())
-	agents = strings.Replace(agents, "  tools: {allow: [calculator]}\n  delegates:",
-		"  tools: {allow: [calculator, sessions_spawn, sessions_send, sessions_list]}\n  channels:\n  - {type: webhook, name: hook, secretRef: {name: hook-secret}}\n  delegates:", 1)
-	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(agents), 0o600)).To(Succeed())
-	hookSecret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: hook-secret}\nstringData: {signingSecret: %s, url: %s}\n", secret, receiver.URL)
-	g.Expect(os.WriteFile(filepath.Join(dir, "hook-secret.yaml"), []byte(hookSecret), 0o600)).To(Succeed())
-	p := serve(t, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test")
-
+	h := startHookChat(t, s.URL(), "calculator, sessions_spawn, sessions_send, sessions_list")
 	n := 0
 	post := func(text string) {
 		n++
-		body := fmt.Sprintf(`{"chat_id":"c-7","message_id":"m-%d","text":%q}`, n, text)
-		req, _ := http.NewRequest(http.MethodPost, p.url+"/hooks/default/assistant/hook", bytes.NewReader([]byte(body)))
-		ts := strconv.FormatInt(time.Now().Unix(), 10)
-		req.Header.Set(channel.HeaderPicoBotTimestamp, ts)
-		req.Header.Set(channel.HeaderPicoBotSignature, channel.WebhookSignature(secret, ts, []byte(body)))
-		res, err := http.DefaultClient.Do(req)
-		g.Expect(err).NotTo(HaveOccurred())
-		_ = res.Body.Close()
-		g.Expect(res.StatusCode).To(Equal(http.StatusOK))
+		h.post(t, fmt.Sprintf(`{"chat_id":"c-7","message_id":"m-%d","text":%q}`, n, text))
 	}
-	replies := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
+	replies := h.replies
 	seen := func(prefix string) func() int {
 		return func() int {
 			c := 0
@@ -145,7 +103,7 @@ func TestSessionToolsAnnounceOverWebhookChannel(t *testing.T) {
 
 	web := func(id, text string) string {
 		body, _ := json.Marshal(map[string]string{"id": id, "agent": "assistant", "chat_id": "desk", "text": text})
-		res, err := http.Post(p.url+"/api/v1/send", "application/json", bytes.NewReader(body))
+		res, err := http.Post(h.p.url+"/api/v1/send", "application/json", bytes.NewReader(body))
 		g.Expect(err).NotTo(HaveOccurred())
 		defer func() { _ = res.Body.Close() }()
 		var out struct {
