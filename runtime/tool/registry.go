@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/picobot/picobot/runtime/llm"
-	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
 // Registry holds the tools of one agent. It is immutable after construction
@@ -48,12 +47,12 @@ func (r *Registry) Register(t Tool) error {
 }
 
 // Get returns the tool named name (case-insensitive) or by one of its
-// aliases (policy.Canonical: a model may call an MCP tool
+// aliases (Canonical: a model may call an MCP tool
 // mcp__<server>__<tool>, the spelling other agents use).
 func (r *Registry) Get(name string) (Tool, bool) {
 	t, ok := r.tools[strings.ToLower(name)]
 	if !ok {
-		t, ok = r.tools[policy.Canonical(name)]
+		t, ok = r.tools[Canonical(name)]
 	}
 	return t, ok
 }
