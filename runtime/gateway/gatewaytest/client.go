@@ -205,6 +205,26 @@ func (w *WS) Request(tb testing.TB, f Frame) Frame {
 	return fs[len(fs)-1]
 }
 
+// RequestDuring sends a control frame (approve, stop) that acts on the
+// running turn of message id and returns the control's reply and id's frames
+// up to "done". Request then Until would drop the turn's frames that come
+// before the reply (an approval's result can).
+func (w *WS) RequestDuring(tb testing.TB, f Frame, id any) (reply Frame, frames []Frame) {
+	tb.Helper()
+	w.Write(tb, f)
+	want := map[string]string{"stop": "stopped", "approve": "approval"}[fmt.Sprint(f["type"])]
+	for reply == nil || len(frames) == 0 || frames[len(frames)-1]["type"] != "done" {
+		fr := w.Read(tb)
+		switch {
+		case fr["id"] == f["id"] && (fr["type"] == want || fr["type"] == "error"):
+			reply = fr
+		case fr["id"] == id:
+			frames = append(frames, fr)
+		}
+	}
+	return reply, frames
+}
+
 // Event returns the body of the first event of kind in frames, nil if none.
 func Event(frames []Frame, kind string) Frame {
 	for _, f := range frames {

@@ -60,9 +60,8 @@ func TestExecApprovalsInClusterMode(t *testing.T) {
 	ws.Write(t, gatewaytest.Frame{"type": "send", "id": "m1", "agent": "helper", "chat_id": chat, "text": "run A"})
 	req := untilApproval("m1")
 	g.Expect(req).To(And(HaveKeyWithValue("name", "bash"), HaveKeyWithValue("command", "echo ran-A-as-$(id -u)")))
-	ack := ws.Request(t, gatewaytest.Frame{"type": "approve", "id": "a1", "agent": "helper", "chat_id": chat, "code": req["code"], "decision": "approve"})
+	ack, frames := ws.RequestDuring(t, gatewaytest.Frame{"type": "approve", "id": "a1", "agent": "helper", "chat_id": chat, "code": req["code"], "decision": "approve"}, "m1")
 	g.Expect(ack).To(HaveKeyWithValue("answered", true))
-	frames := ws.Until(t, "m1", "done")
 	g.Expect(gatewaytest.Event(frames, "approval_result")).To(HaveKeyWithValue("outcome", "approved"))
 	g.Expect(final(frames)).To(HavePrefix("model saw: ran-A-as-65533"), "it ran in the sandbox container")
 
