@@ -177,7 +177,9 @@ func startOperatorOnce(dir string, extraEnv []string, extraArgs ...string) (*ope
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probe,
+	// Plain HTTP metrics (a local run's flag): the tests read counters, and
+	// operator/cmd tests the secure default.
+	args := append([]string{"--metrics-bind-address=" + metrics, "--metrics-secure=false", "--health-probe-bind-address=" + probe,
 		"--kubeconfig=" + env.KubeconfigPath, "--zap-log-level=info"}, extraArgs...)
 	cmd := exec.Command(operatorBin, args...)
 	cmd.Env = append(os.Environ(), extraEnv...)
