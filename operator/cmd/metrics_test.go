@@ -87,6 +87,10 @@ type metricsFixture struct {
 	// is a ServiceAccount with no binding.
 	readerToken, strangerToken string
 	client                     *http.Client
+	cs                         kubernetes.Interface
+	// readersNS is a namespace all of whose ServiceAccounts are bound to
+	// the metrics-reader role (through their group).
+	readersNS string
 }
 
 // readClusterRole reads a ClusterRole of config/rbac, so the test grants
@@ -119,7 +123,10 @@ func startMetrics(tb testing.TB, opts metricsserver.Options) *metricsFixture {
 		_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	bind := func(file, sa string) {
+	readersNS := ns + "-readers"
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: readersNS}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	bind := func(file string, subjects ...rbacv1.Subject) {
 		role := readClusterRole(tb, file)
 		role.Name = ns + "-" + role.Name
 		_, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
@@ -127,7 +134,7 @@ func startMetrics(tb testing.TB, opts metricsserver.Options) *metricsFixture {
 		_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
+			Subjects:   subjects,
 		}, metav1.CreateOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 		tb.Cleanup(func() {
@@ -135,9 +142,13 @@ func startMetrics(tb testing.TB, opts metricsserver.Options) *metricsFixture {
 			_ = cs.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
 		})
 	}
-	bind("metrics_auth_role.yaml", "operator")
-	bind("metrics_reader_role.yaml", "prometheus")
-	tb.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	bind("metrics_auth_role.yaml", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "operator", Namespace: ns})
+	bind("metrics_reader_role.yaml", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: ns},
+		rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + readersNS})
+	tb.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), readersNS, metav1.DeleteOptions{})
+	})
 
 	token := func(sa string) string {
 		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
@@ -145,7 +156,7 @@ func startMetrics(tb testing.TB, opts metricsserver.Options) *metricsFixture {
 		g.Expect(err).NotTo(HaveOccurred())
 		return tr.Status.Token
 	}
-	f := &metricsFixture{readerToken: token("prometheus"), strangerToken: token("stranger")}
+	f := &metricsFixture{readerToken: token("prometheus"), strangerToken: token("stranger"), cs: cs, readersNS: readersNS}
 
 	opCfg := rest.CopyConfig(env.Config)
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":operator"}
@@ -174,6 +185,20 @@ func startMetrics(tb testing.TB, opts metricsserver.Options) *metricsFixture {
 	f.client = &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	tb.Cleanup(tr.CloseIdleConnections)
 	return f
+}
+
+// newReader creates a ServiceAccount allowed to read the metrics, one the
+// endpoint has never seen, and returns a token of it.
+func (f *metricsFixture) newReader(ctx context.Context, name string) (string, error) {
+	if _, err := f.cs.CoreV1().ServiceAccounts(f.readersNS).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("failed to create ServiceAccount %q: %w", name, err)
+	}
+	tr, err := f.cs.CoreV1().ServiceAccounts(f.readersNS).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("failed to create a token of %q: %w", name, err)
+	}
+	return tr.Status.Token, nil
 }
 
 // scrape gets /metrics with a bearer token ("" for none).
@@ -278,24 +303,38 @@ func TestInsecureMetricsForLocalRuns(t *testing.T) {
 }
 
 // BenchmarkMetricsScrape measures a scrape of /metrics over a kept-alive
-// connection (as Prometheus scrapes) with the authn/authz filter and without
-// it (plain HTTP, --metrics-secure=false). The filter
-// caches TokenReview results for 1 minute and allowed SubjectAccessReviews
-// for 5, so after the first scrape of a token no API call is made.
+// connection (as Prometheus scrapes): plain HTTP (--metrics-secure=false);
+// HTTPS with the authn/authz filter and one token, as a Prometheus scrapes;
+// and HTTPS where every scrape comes from a ServiceAccount the endpoint has
+// not seen, so neither controller-runtime's TokenReview cache (1 minute) nor
+// its SubjectAccessReview cache (5 minutes when allowed) answers and each
+// scrape makes both reviews on the API server.
 func BenchmarkMetricsScrape(b *testing.B) {
 	needAPIServer(b)
-	for _, secure := range []bool{true, false} {
-		name := map[bool]string{true: "https-authz", false: "http"}[secure]
-		b.Run(name, func(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		secure    bool
+		newCaller bool
+	}{{"http", false, false}, {"https-authz-cached", true, false}, {"https-authz-uncached", true, true}} {
+		b.Run(tc.name, func(b *testing.B) {
 			m := secureDefaults(b)
-			m.secure = secure
+			m.secure = tc.secure
 			f := startMetrics(b, m.serverOptions())
 			ctx := context.Background()
+			token := f.readerToken
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
-			for b.Loop() {
+			for i := range b.N {
+				if tc.newCaller {
+					b.StopTimer()
+					var err error
+					if token, err = f.newReader(ctx, fmt.Sprintf("reader-%d", i)); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
 				start := time.Now()
-				code, _, err := f.scrape(ctx, f.readerToken)
+				code, _, err := f.scrape(ctx, token)
 				lat = append(lat, time.Since(start))
 				if err != nil || code != http.StatusOK {
 					b.Fatalf("scrape: %d %v", code, err)
