@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
@@ -201,6 +202,29 @@ func (f *metricsFixture) newReader(ctx context.Context, name string) (string, er
 	return tr.Status.Token, nil
 }
 
+// postsSoFar sums client-go's rest_client_requests_total over POST
+// requests of this process, read from controller-runtime's registry (the one
+// /metrics serves).
+func postsSoFar(tb testing.TB) float64 {
+	tb.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	NewWithT(tb).Expect(err).NotTo(HaveOccurred())
+	var n float64
+	for _, mf := range families {
+		if mf.GetName() != "rest_client_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" && l.GetValue() == http.MethodPost {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
 // scrape gets /metrics with a bearer token ("" for none).
 func (f *metricsFixture) scrape(ctx context.Context, token string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.url, nil)
@@ -245,11 +269,23 @@ func TestMetricsAreServedOnlyToAuthorizedCallers(t *testing.T) {
 	f := startMetrics(t, m.serverOptions())
 	ctx := context.Background()
 
+	before := postsSoFar(t)
 	code, body, err := f.scrape(ctx, f.readerToken)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(code).To(Equal(http.StatusOK), body)
 	g.Expect(body).To(ContainSubstring("rest_client_requests_total"), "controller-runtime's client metrics")
 	g.Expect(body).To(ContainSubstring("certwatcher_read_certificate_total"))
+	// The reviews of a token are cached (TokenReview 1 minute,
+	// SubjectAccessReview 5): further scrapes make no API request (the
+	// reviews are this process's only POSTs after set-up, counted by
+	// client-go's metrics in the scraped registry itself).
+	g.Expect(postsSoFar(t)).To(Equal(before+2), "a TokenReview and a SubjectAccessReview")
+	for range 3 {
+		code, body, err = f.scrape(ctx, f.readerToken)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(code).To(Equal(http.StatusOK), body)
+	}
+	g.Expect(postsSoFar(t)).To(Equal(before+2), "reviews answered from the cache")
 
 	code, body, err = f.scrape(ctx, f.strangerToken)
 	g.Expect(err).NotTo(HaveOccurred())
