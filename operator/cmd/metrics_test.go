@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -382,4 +385,37 @@ func BenchmarkMetricsScrape(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 		})
 	}
+}
+
+// TestMetricsServeTheGivenCertificate: with --metrics-cert-path (the chart's
+// certSecret mounted), the endpoint serves that certificate, so a client
+// that verifies it against its CA (no insecureSkipVerify) can scrape.
+func TestMetricsServeTheGivenCertificate(t *testing.T) {
+	needAPIServer(t)
+	g := NewWithT(t)
+	dir := t.TempDir()
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(filepath.Join(dir, "tls.crt"), certPEM, 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "tls.key"), keyPEM, 0o600)).To(Succeed())
+	var m metricsOptions
+	fs := newFlagSet()
+	m.bindFlags(fs)
+	g.Expect(fs.Parse([]string{"--metrics-bind-address=127.0.0.1:0", "--metrics-cert-path=" + dir})).To(Succeed())
+	f := startMetrics(t, m.serverOptions())
+	pool := x509.NewCertPool()
+	g.Expect(pool.AppendCertsFromPEM(certPEM)).To(BeTrue())
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}}
+	t.Cleanup(tr.CloseIdleConnections)
+	f.client = &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	code, body, err := f.scrape(context.Background(), f.readerToken)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(http.StatusOK), body)
+
+	// The self-signed default does not verify against that CA.
+	defaults := secureDefaults(t)
+	def := startMetrics(t, defaults.serverOptions())
+	def.client = f.client
+	_, _, err = def.scrape(context.Background(), def.readerToken)
+	g.Expect(err).To(MatchError(ContainSubstring("certificate signed by unknown authority")))
 }
