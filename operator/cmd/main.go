@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/controller"
@@ -24,7 +23,7 @@ import (
 )
 
 type options struct {
-	metricsAddr      string
+	metrics          metricsOptions
 	probeAddr        string
 	leaderElect      bool
 	leaderElectionNS string
@@ -33,7 +32,6 @@ type options struct {
 	concurrency      int
 	watchNamespaces  string
 	gatewayNS        string
-	secureMetrics    bool
 	zapOpts          zap.Options
 	runtime          runtimeOptions
 	scheduler        schedulerOptions
@@ -41,8 +39,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")
-	flag.BoolVar(&o.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS with authentication and authorization.")
+	o.metrics.bindFlags(flag.CommandLine)
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so only one replica reconciles at a time.")
 	flag.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
@@ -99,7 +96,7 @@ func run(ctx context.Context, o options) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics},
+		Metrics:                 o.metrics.serverOptions(),
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "operator.agents.picobot.io",
@@ -139,7 +136,7 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("failed to add ready check: %w", err)
 	}
-	ctrl.Log.Info("Starting operator", "leaderElection", o.leaderElect, "concurrency", o.concurrency, "watchNamespaces", o.watchNamespaces)
+	ctrl.Log.Info("Starting operator", "leaderElection", o.leaderElect, "secureMetrics", o.metrics.secure, "concurrency", o.concurrency, "watchNamespaces", o.watchNamespaces)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("failed to run manager: %w", err)
 	}

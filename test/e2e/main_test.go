@@ -33,8 +33,10 @@ var (
 	kubectlBin  string
 	operatorBin string
 	operator    *operatorProcess
-	skipReason  string
-	workDir     string
+	// metricsToken is allowed to read the operators' metrics.
+	metricsToken string
+	skipReason   string
+	workDir      string
 )
 
 func TestMain(m *testing.M) {
@@ -89,6 +91,9 @@ func run(m *testing.M) (int, error) {
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return 1, fmt.Errorf("failed to build the operator: %w", err)
+	}
+	if metricsToken, err = metricsReaderToken(); err != nil {
+		return 1, err
 	}
 	if operator, err = startOperator(dir); err != nil {
 		return 1, err
@@ -276,17 +281,21 @@ func metric(ctx context.Context, get func(context.Context) ([]byte, error), name
 }
 
 func (p *operatorProcess) metrics(ctx context.Context) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+p.metricsAddr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req.Header.Set("Authorization", "Bearer "+metricsToken)
+	resp, err := metricsClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var b strings.Builder
 	_, err = bufio.NewReader(resp.Body).WriteTo(&b)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET /metrics: %s: %s", resp.Status, strings.TrimSpace(b.String()))
+	}
 	return []byte(b.String()), err
 }
 

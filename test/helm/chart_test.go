@@ -316,18 +316,19 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 		}
 		return m
 	}
-	// ClusterRoles: the operator's, the gateway's two (reading Agents;
-	// reviewing session pods' blob tokens), and the tenant roles
-	// picobot-edit and picobot-view. Roles in the release namespace: the
+	// ClusterRoles: the operator's, its metrics endpoint's (token and access
+	// reviews), the gateway's two (reading Agents; reviewing session pods'
+	// blob tokens), the tenant roles picobot-edit and picobot-view, and
+	// picobot-metrics-reader for Prometheus. Roles in the release namespace: the
 	// operator's leader election and publishing for the gateway, the
 	// gateway's reading of what is published.
-	g.Expect(kinds(def)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 5, "ClusterRoleBinding": 3,
+	g.Expect(kinds(def)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 7, "ClusterRoleBinding": 4,
 		"Role": 3, "RoleBinding": 3, "ServiceAccount": 2, "Deployment": 2, "Service": 5, "PodDisruptionBudget": 2,
 		"NetworkPolicy": 5, "Secret": 2, "ConfigMap": 1, "StatefulSet": 3}))
-	g.Expect(kinds(ext)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 5, "ClusterRoleBinding": 3,
+	g.Expect(kinds(ext)).To(Equal(map[string]int{"CustomResourceDefinition": 3, "ClusterRole": 7, "ClusterRoleBinding": 4,
 		"Role": 3, "RoleBinding": 3, "ServiceAccount": 2, "Deployment": 2, "Service": 2, "PodDisruptionBudget": 2,
 		"NetworkPolicy": 3, "Job": 1, "Ingress": 1, "ServiceMonitor": 1, "Secret": 1}))
-	g.Expect(kinds(aws)).To(Equal(map[string]int{"ClusterRole": 5, "ClusterRoleBinding": 3,
+	g.Expect(kinds(aws)).To(Equal(map[string]int{"ClusterRole": 7, "ClusterRoleBinding": 4,
 		"Role": 3, "RoleBinding": 3, "Deployment": 2, "Service": 2, "Job": 1}))
 
 	// CRDs: kept on uninstall by default, not with crds.keep=false.

@@ -131,6 +131,13 @@ func TestAuthCanI(t *testing.T) {
 		{"namespaced operator", nsOperator, "watch", "configmaps", nsSys, true},
 		{"namespaced operator", nsOperator, "create", "secrets", nsSys, true},
 		{"namespaced operator", nsOperator, "create", "configmaps", "team-b", false},
+		// Its metrics endpoint reviews scrapers' tokens and rights, in
+		// either mode (cluster-scoped reviews).
+		{"operator", operator, "create", "tokenreviews.authentication.k8s.io", "", true},
+		{"operator", operator, "create", "subjectaccessreviews.authorization.k8s.io", "", true},
+		{"namespaced operator", nsOperator, "create", "tokenreviews.authentication.k8s.io", "", true},
+		{"namespaced operator", nsOperator, "create", "subjectaccessreviews.authorization.k8s.io", "", true},
+		{"gateway", gateway, "create", "subjectaccessreviews.authorization.k8s.io", "", false},
 		// The gateway reads; it writes nothing the operator keeps.
 		{"gateway", gateway, "list", "agents.agents.picobot.io", "", true},
 		{"gateway", gateway, "update", "agents.agents.picobot.io", "team-a", false},
@@ -161,6 +168,20 @@ func TestAuthCanI(t *testing.T) {
 		{"tenant viewer", "bob", "create", "agents.agents.picobot.io", "team-a", false},
 		{"tenant viewer", "bob", "list", "agents.agents.picobot.io", "team-b", false},
 	}
+	// Prometheus, bound to the chart's metrics-reader ClusterRole, may get
+	// /metrics; nobody else may.
+	promBinding := `{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"rbac-prometheus"},
+ "roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"rbac-metrics-reader"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"prometheus"}]}`
+	_, stderr, err = kubectl(promBinding, "apply", "-f", "-")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	t.Cleanup(func() { _, _, _ = kubectl(promBinding, "delete", "--ignore-not-found", "-f", "-") })
+	for who, want := range map[string]string{"prometheus": "yes", "alice": "no", gateway: "no"} {
+		out, _, _ := kubectl("", "auth", "can-i", "get", "/metrics", "--as="+who)
+		g.Expect(strings.TrimSpace(out)).To(Equal(want), "%s: get /metrics", who)
+	}
+	out, _, _ := kubectl("", "auth", "can-i", "get", "/logs", "--as=prometheus")
+	g.Expect(strings.TrimSpace(out)).To(Equal("no"), "the reader role grants /metrics only")
+
 	for _, tc := range cases {
 		where := tc.ns
 		if where == "" {
