@@ -121,8 +121,10 @@ type Built struct {
 	// noClientTools: the agent declines client tools
 	// (spec.tools.clientTools: false).
 	noClientTools bool
-	health        []func(context.Context) []health.Check
-	closers       []func()
+	// warm are the host's warm sandboxes (nil without them).
+	warm    shell.WarmSandboxes
+	health  []func(context.Context) []health.Check
+	closers []func()
 }
 
 // RunTarget is the agent as its scheduled runs (runtime/scheduler/localrun)
@@ -314,7 +316,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 		res.Message += ". " + h.SecretHint(*a.Spec.Model.APIKeySecretRef)
 	}
 	info := protocol.AgentInfo{Name: a.Name, Ready: res.Effective != nil, Reason: res.Reason, Message: res.Message}
-	b := &Built{Name: a.Name, noClientTools: a.Spec.Tools != nil && a.Spec.Tools.ClientTools != nil && !*a.Spec.Tools.ClientTools}
+	b := &Built{Name: a.Name, warm: h.WarmSandboxes, noClientTools: a.Spec.Tools != nil && a.Spec.Tools.ClientTools != nil && !*a.Spec.Tools.ClientTools}
 	fail := func(err error) (*Built, error) {
 		b.Close()
 		return nil, fmt.Errorf("agent %s: %w", a.Name, err)

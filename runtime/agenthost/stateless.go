@@ -29,7 +29,12 @@ func (b *Built) Complete(ctx context.Context, req protocol.Stateless, stream boo
 	_, _ = rand.Read(rnd[:])
 	id := session.ID{Channel: protocol.ChannelStateless, ChatID: hex.EncodeToString(rnd[:]), DialogID: "default"}
 	workspace := b.Session.Workspace(id)
-	defer func() { _ = os.RemoveAll(workspace) }()
+	defer func() {
+		_ = os.RemoveAll(workspace)
+		if b.warm != nil {
+			b.warm.CloseWorkspace(workspace)
+		}
+	}()
 	system := b.Session.System
 	if b.Session.Prompt != nil && len(req.Messages) > 0 {
 		system = session.JoinSections(system, b.Session.Prompt(ctx, session.PromptInput{Text: lastUser(req.Messages)}))

@@ -106,6 +106,9 @@ type box struct {
 	// armed counts the idle timers set, so a late one does nothing.
 	armed  int
 	killed bool
+	// closing: its workspace is going away; the last program to end
+	// closes it (CloseWorkspace).
+	closing bool
 }
 
 // New returns a pool; Close ends its sandboxes.
@@ -181,6 +184,25 @@ func (p *Pool) Acquire(spec sandbox.Spec) (c *execserver.Client, release func(),
 		return nil, nil, b.err
 	}
 	return b.client, func() { p.release(b) }, nil
+}
+
+// CloseWorkspace ends the warm sandboxes of workspace, whose folder is going
+// away (a stateless turn's scratch workspace): the idle ones at once, a busy
+// one when its last program ends. Without it they would stay for Idle,
+// holding a removed folder.
+func (p *Pool) CloseWorkspace(workspace string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, b := range p.boxes {
+		if !strings.HasPrefix(key, workspace+"\x01") {
+			continue
+		}
+		if b.active == 0 {
+			p.dropLocked(b)
+		} else {
+			b.closing = true
+		}
+	}
 }
 
 // Discard ends the sandbox of c, whose server did not answer (it died
@@ -262,6 +284,10 @@ func (p *Pool) release(b *box) {
 	b.active--
 	b.used = p.cfg.Clock.Now()
 	if b.active > 0 || p.boxes[b.key] != b {
+		return
+	}
+	if b.closing {
+		p.dropLocked(b)
 		return
 	}
 	if b.err != nil {

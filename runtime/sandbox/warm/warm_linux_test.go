@@ -477,3 +477,35 @@ func TestConcurrentFirstProgramsShareOneSandbox(t *testing.T) {
 	}
 	g.Expect(p.Pids()).To(HaveLen(1))
 }
+
+// TestClosingAWorkspaceEndsItsSandboxes: a workspace going away (a
+// stateless turn's scratch folder) takes its idle sandbox at once, and a
+// busy one when its last program ends, without waiting for Idle; other
+// workspaces' sandboxes stay.
+func TestClosingAWorkspaceEndsItsSandboxes(t *testing.T) {
+	needNamespaces(t)
+	g := NewWithT(t)
+	b := newBox(t)
+	p := New(Config{Idle: time.Hour})
+	defer p.Close()
+	_, _ = run(t, p, spec(b.ws), "true")
+	mark := "picobot-warm-close-" + strconv.Itoa(os.Getpid())
+	proc, release := escaped(t, p, b.other, mark)
+	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).Should(HaveLen(3))
+	g.Expect(p.Len()).To(Equal(2))
+
+	p.CloseWorkspace(b.ws)
+	g.Expect(p.Len()).To(Equal(1), "the idle sandbox of the closed workspace went at once")
+	p.CloseWorkspace(b.other)
+	g.Expect(p.Len()).To(Equal(1), "a busy sandbox stays while its program runs")
+	g.Expect(sandboxtest.Marked(mark)).To(HaveLen(3))
+	pids := p.Pids()
+
+	g.Expect(proc.Signal(syscall.SIGKILL)).To(Succeed())
+	_, _, _ = proc.Wait()
+	proc.Close()
+	release()
+	g.Expect(p.Len()).To(BeZero(), "its last program ended: the sandbox went with it")
+	g.Eventually(func() error { return syscall.Kill(pids[0], 0) }).WithTimeout(10 * time.Second).Should(MatchError(syscall.ESRCH))
+	g.Eventually(func() []int { return sandboxtest.Marked(mark) }).WithTimeout(10 * time.Second).Should(BeEmpty())
+}

@@ -147,6 +147,8 @@ type WarmSandboxes interface {
 	Acquire(spec sandbox.Spec) (c *execserver.Client, release func(), err error)
 	// Discard ends the sandbox of c, whose server did not answer.
 	Discard(c *execserver.Client)
+	// CloseWorkspace ends the sandboxes of a workspace that is going away.
+	CloseWorkspace(workspace string)
 }
 
 // warmLauncher starts programs through the exec server of their
