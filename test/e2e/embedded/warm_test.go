@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -124,6 +126,23 @@ func TestWarmSandboxes(t *testing.T) {
 	g.Expect(two).To(HaveLen(2))
 	g.Expect(two[1]).To(Equal("back\n[exit code 0]"))
 	g.Expect(warmServers(state)).To(HaveLen(2))
+
+	// A stateless request (the OpenAI-compatible endpoint with the whole
+	// conversation in the request, here a system message) runs its call in
+	// a warm sandbox of its scratch workspace, which closes with the
+	// request instead of staying for the idle time.
+	st := &script{calls: []fakellm.Call{call("bash", map[string]any{"command": init1})}}
+	llm.Respond(st.respond)
+	res, err = http.Post(p.url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"assistant","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"go"}]}`))
+	g.Expect(err).NotTo(HaveOccurred())
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	g.Expect(res.StatusCode).To(Equal(http.StatusOK), "%s", body)
+	st.mu.Lock()
+	g.Expect(st.results).To(Equal([]string{"picobot-warm-sandbox\n[exit code 0]"}), "it ran in a warm sandbox")
+	st.mu.Unlock()
+	g.Eventually(func() []int { return warmServers(state) }).WithTimeout(10*time.Second).Should(HaveLen(2), "only the two sessions' sandboxes remain")
 
 	// kill -9 `picobot serve`: nothing of its tools survives it.
 	g.Expect(p.cmd.Process.Kill()).To(Succeed())
