@@ -387,3 +387,42 @@ func BenchmarkWakeClaim(b *testing.B) {
 	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// TestPodRegistersOnceRedisKnowsItsUser: right after a Redis restart the
+// tenant's user is gone until the operator sets it again. A pod starting
+// then is refused (WRONGPASS) and retries its registration instead of
+// exiting, and registers once the user exists.
+func TestPodRegistersOnceRedisKnowsItsUser(t *testing.T) {
+	f := newFixture(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	user := "pod-user-" + f.tenant
+	opts, err := redis.ParseURL(redisURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	opts.Username, opts.Password = user, "pw-"+f.tenant
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	t.Cleanup(func() { _ = f.rdb.Do(ctx, "ACL", "DELUSER", user).Err() })
+
+	rt := f.runtime(t, "pod-late", time.Minute, 3*time.Second)
+	rt.cfg.Redis = rdb // the pod's own credentials, not yet known to Redis
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(runCtx) }()
+	defer func() {
+		cancel()
+		select { // a pod that already exited (without the retry) sent its error
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the pod did not stop")
+		}
+	}()
+	pods := podsKey(f.tenant, "helper")
+	g.Consistently(func() string { return f.rdb.HGet(ctx, pods, "pod-late").Val() }).
+		WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(BeEmpty())
+	g.Expect(done).NotTo(Receive(), "the pod waits for its user instead of exiting")
+
+	g.Expect(f.rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">pw-"+f.tenant, "~*", "&*", "+@all").Err()).To(Succeed())
+	g.Eventually(func() string { return f.rdb.HGet(ctx, pods, "pod-late").Val() }).
+		WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal("warm"))
+}

@@ -98,12 +98,36 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 	return r
 }
 
+// registerWithin bounds how long a starting pod retries its registration:
+// right after a Redis restart the tenant's user is gone (WRONGPASS) until
+// the operator sets it again, within seconds. A pod that exited instead
+// failed "before serving", and its Agent read not Ready meanwhile.
+const registerWithin = 30 * time.Second
+
+// register enters the pod in the agent's registry as warm, retrying with
+// backoff for registerWithin while Redis refuses.
+func (r *Runtime) register(ctx context.Context, pods string) error {
+	until := time.Now().Add(registerWithin)
+	var backoff time.Duration
+	for {
+		err := r.cfg.Redis.HSet(ctx, pods, r.cfg.Pod, "warm").Err()
+		if err == nil || ctx.Err() != nil || time.Now().After(until) {
+			return err
+		}
+		backoff = sessionrt.NextBackoff(backoff)
+		r.cfg.Log.Warn("Redis refused the pod's registration; retrying", "err", err, "backoff", backoff)
+		if !sessionrt.Sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+	}
+}
+
 // Run waits for a wake and serves its chat. It returns nil after the chat went
 // idle, or the context's error when cancelled while warm.
 func (r *Runtime) Run(ctx context.Context) error {
 	ctx = store.WithTenant(ctx, r.cfg.Tenant)
 	pods := podsKey(r.cfg.Tenant, r.cfg.Agent)
-	if err := r.cfg.Redis.HSet(ctx, pods, r.cfg.Pod, "warm").Err(); err != nil {
+	if err := r.register(ctx, pods); err != nil {
 		return fmt.Errorf("failed to register pod: %w", err)
 	}
 	defer r.cfg.Redis.HDel(context.WithoutCancel(ctx), pods, r.cfg.Pod)
