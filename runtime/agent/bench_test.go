@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/llm"
-	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/fs"
@@ -51,41 +50,40 @@ func BenchmarkTurn(b *testing.B) {
 				}
 				return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "echo", Args: `{"text":"42"}`}}}
 			})
-			base := s.URL()
-			if proto == provider.Anthropic {
-				base = s.AnthropicURL()
-			}
-			p, err := provider.New(provider.Config{Provider: proto, Model: "m", BaseURL: base, APIKey: "k"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			tp := &timedProvider{Provider: p}
+			tp := &timedProvider{Provider: newProvider(b, s, proto)}
 			reg, err := tool.NewRegistry(echoTool())
 			if err != nil {
 				b.Fatal(err)
 			}
 			l := &Loop{Provider: tp, Tools: reg}
 			in := Input{System: "You are helpful.", History: []llm.Message{user("what is 6*7?")}, Sink: func(turn.Event) {}}
-			var total, own []time.Duration
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				tp.spent = 0
-				start := time.Now()
-				out, err := l.Run(context.Background(), in)
-				d := time.Since(start)
-				if err != nil || out.Final != "The answer is 42." {
-					b.Fatalf("turn failed: %v %q", err, out.Final)
-				}
-				total = append(total, d)
-				own = append(own, d-tp.spent)
-			}
-			b.ReportMetric(float64(percentile(total, 0.50).Microseconds()), "us-turn-p50")
-			b.ReportMetric(float64(percentile(total, 0.99).Microseconds()), "us-turn-p99")
-			b.ReportMetric(float64(percentile(own, 0.50).Microseconds()), "us-loop-p50")
-			b.ReportMetric(float64(percentile(own, 0.99).Microseconds()), "us-loop-p99")
+			benchTurns(b, l, in, tp, "The answer is 42.")
 		})
 	}
+}
+
+// benchTurns runs the benchmark's turns of l on in, each ending with the
+// answer want, and reports p50/p99 of the whole turn and of the loop's own
+// time (the turn minus tp's time in the provider).
+func benchTurns(b *testing.B, l *Loop, in Input, tp *timedProvider, want string) {
+	var total, own []time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		tp.spent = 0
+		start := time.Now()
+		out, err := l.Run(context.Background(), in)
+		d := time.Since(start)
+		if err != nil || out.Final != want {
+			b.Fatalf("turn failed: %v %q", err, out.Final)
+		}
+		total = append(total, d)
+		own = append(own, d-tp.spent)
+	}
+	b.ReportMetric(float64(percentile(total, 0.50).Microseconds()), "us-turn-p50")
+	b.ReportMetric(float64(percentile(total, 0.99).Microseconds()), "us-turn-p99")
+	b.ReportMetric(float64(percentile(own, 0.50).Microseconds()), "us-loop-p50")
+	b.ReportMetric(float64(percentile(own, 0.99).Microseconds()), "us-loop-p99")
 }
 
 // BenchmarkCompressFastTrim measures the cheap stage on a long history.
@@ -127,41 +125,16 @@ func BenchmarkImageTurn(b *testing.B) {
 				}
 				return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "file_read", Args: `{"path":"shot.png"}`}}}
 			})
-			base := s.URL()
-			if proto == provider.Anthropic {
-				base = s.AnthropicURL()
-			}
-			p, err := provider.New(provider.Config{Provider: proto, Model: "m", BaseURL: base, APIKey: "k"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			tp := &timedProvider{Provider: p}
+			tp := &timedProvider{Provider: newProvider(b, s, proto)}
 			reg, err := tool.NewRegistry(fs.NewFileRead())
 			if err != nil {
 				b.Fatal(err)
 			}
 			l := &Loop{Provider: tp, Tools: reg, Images: Images{Accept: true}}
 			in := Input{System: "You are helpful.", History: []llm.Message{user("what is in shot.png?")}, Env: tool.Env{Workspace: ws}}
-			var total, own []time.Duration
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				tp.spent = 0
-				start := time.Now()
-				out, err := l.Run(context.Background(), in)
-				d := time.Since(start)
-				if err != nil || out.Final != "Stripes." {
-					b.Fatalf("turn failed: %v %q", err, out.Final)
-				}
-				total = append(total, d)
-				own = append(own, d-tp.spent)
-			}
+			benchTurns(b, l, in, tp, "Stripes.")
 			reqs := s.Requests()
 			b.ReportMetric(float64(len(reqs[len(reqs)-1].Body)), "bytes-request-with-image")
-			b.ReportMetric(float64(percentile(total, 0.50).Microseconds()), "us-turn-p50")
-			b.ReportMetric(float64(percentile(total, 0.99).Microseconds()), "us-turn-p99")
-			b.ReportMetric(float64(percentile(own, 0.50).Microseconds()), "us-loop-p50")
-			b.ReportMetric(float64(percentile(own, 0.99).Microseconds()), "us-loop-p99")
 		})
 	}
 }

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 // protocols runs a test against both wire protocols through the official SDKs.
 var protocols = []string{provider.OpenAI, provider.Anthropic}
 
-func newProvider(t *testing.T, s *fakellm.Server, proto string) llm.Provider {
+func newProvider(t testing.TB, s *fakellm.Server, proto string) llm.Provider {
 	t.Helper()
 	base := s.URL()
 	if proto == provider.Anthropic {
