@@ -3,7 +3,6 @@ package sessions_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/store"
-	"github.com/picobot/picobot/runtime/store/sqlite"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/sessions"
 )
@@ -74,16 +72,7 @@ func (c *chats) snapshot() ([]step, []string) {
 // tool errors.
 func TestSessionsSend(t *testing.T) {
 	g := NewWithT(t)
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "picobot.db"))
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = st.Close() })
-	team := store.WithTenant(context.Background(), "team")
-	other := store.WithTenant(context.Background(), "other")
-	mk := func(ctx context.Context, agent, chat string) string {
-		s, err := st.CreateSession(ctx, store.Session{Channel: "web", ChatID: chat, DialogID: "default", Agent: agent, Title: chat})
-		g.Expect(err).NotTo(HaveOccurred())
-		return s.ID
-	}
+	st, team, other, mk := sessionStore(t)
 	cur, own, helper := mk(team, "lead", "l/1"), mk(team, "lead", "l/2"), mk(team, "helper", "h/1")
 	offEdge, stranger, gone := mk(team, "intruder", "i/1"), mk(other, "helper", "h/9"), mk(team, "helper", "h/2")
 	sub, err := st.CreateSession(team, store.Session{Channel: "delegate", ChatID: "run-1", DialogID: "default", Agent: "helper"})

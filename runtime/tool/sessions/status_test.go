@@ -17,25 +17,33 @@ import (
 	"github.com/picobot/picobot/runtime/tool/sessions"
 )
 
+// sessionStore is a real SQLite store with the contexts of two tenants,
+// team and other, and mk, which creates a web session of agent for chat in
+// the tenant of ctx and returns its id.
+func sessionStore(t *testing.T) (st store.Store, team, other context.Context, mk func(ctx context.Context, agent, chat string) string) {
+	t.Helper()
+	g := NewWithT(t)
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "picobot.db"))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = s.Close() })
+	mk = func(ctx context.Context, agent, chat string) string {
+		sess, err := s.CreateSession(ctx, store.Session{Channel: "web", ChatID: chat, DialogID: "default", Agent: agent, Title: chat})
+		g.Expect(err).NotTo(HaveOccurred())
+		return sess.ID
+	}
+	return s, store.WithTenant(context.Background(), "team"), store.WithTenant(context.Background(), "other"), mk
+}
+
 // TestSessionStatus runs session_status on a real SQLite store: the current
 // session by default, another of the same agent by sessionKey or sessionId,
 // never another agent's or another tenant's, and model overrides refused
 // while model=default (clearing) is accepted.
 func TestSessionStatus(t *testing.T) {
 	g := NewWithT(t)
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "picobot.db"))
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = st.Close() })
-	team := store.WithTenant(context.Background(), "team")
-	other := store.WithTenant(context.Background(), "other")
-	mk := func(ctx context.Context, agent, chat string) string {
-		s, err := st.CreateSession(ctx, store.Session{Channel: "web", ChatID: chat, DialogID: "default", Agent: agent, Title: chat})
-		g.Expect(err).NotTo(HaveOccurred())
-		return s.ID
-	}
+	st, team, other, mk := sessionStore(t)
 	cur, sibling, foreign := mk(team, "assistant", "a/1"), mk(team, "assistant", "a/2"), mk(team, "helper", "h/1")
 	stranger := mk(other, "assistant", "a/9")
-	_, err = st.AppendMessages(team, cur, store.Message{ID: "m1", Role: llm.RoleUser, Content: "hi"}, store.Message{ID: "m2", Role: llm.RoleAssistant, Content: "hello"})
+	_, err := st.AppendMessages(team, cur, store.Message{ID: "m1", Role: llm.RoleUser, Content: "hi"}, store.Message{ID: "m2", Role: llm.RoleAssistant, Content: "hello"})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	reg, err := tool.NewRegistry(sessions.NewStatus(st, "openai/gpt-5.2"))
