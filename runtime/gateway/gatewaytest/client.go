@@ -195,13 +195,15 @@ func (w *WS) Until(tb testing.TB, id any, typ string) []Frame {
 	}
 }
 
+// replyType is the type of the reply to each control frame type.
+var replyType = map[string]string{"dialog": "dialog", "stop": "stopped", "approve": "approval"}
+
 // Request sends a control frame (dialog, stop, approve) and returns its one
 // reply.
 func (w *WS) Request(tb testing.TB, f Frame) Frame {
 	tb.Helper()
 	w.Write(tb, f)
-	want := map[string]string{"dialog": "dialog", "stop": "stopped", "approve": "approval"}[fmt.Sprint(f["type"])]
-	fs := w.Until(tb, f["id"], want)
+	fs := w.Until(tb, f["id"], replyType[fmt.Sprint(f["type"])])
 	return fs[len(fs)-1]
 }
 
@@ -212,7 +214,7 @@ func (w *WS) Request(tb testing.TB, f Frame) Frame {
 func (w *WS) RequestDuring(tb testing.TB, f Frame, id any) (reply Frame, frames []Frame) {
 	tb.Helper()
 	w.Write(tb, f)
-	want := map[string]string{"stop": "stopped", "approve": "approval"}[fmt.Sprint(f["type"])]
+	want := replyType[fmt.Sprint(f["type"])]
 	for reply == nil || len(frames) == 0 || frames[len(frames)-1]["type"] != "done" {
 		fr := w.Read(tb)
 		switch {

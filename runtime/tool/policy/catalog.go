@@ -4,8 +4,6 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
-
-	"github.com/picobot/picobot/runtime/tool"
 )
 
 // Group names of PicoBot's built-in tools. They are exported so the operator,
@@ -43,9 +41,6 @@ const (
 	GroupNodes = "group:nodes"
 )
 
-// Canonical returns PicoBot's name of a tool named by an alias (see
-// tool.Canonical): OpenClaw's read, write and edit, mcp__<server>__<tool>.
-func Canonical(name string) string { return tool.Canonical(name) }
 
 // groupPrefix marks a policy entry as a group reference rather than a tool name.
 const groupPrefix = "group:"

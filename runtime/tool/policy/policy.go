@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/picobot/picobot/runtime/tool"
 )
 
 // ErrInvalidPolicy is wrapped by every error Resolve returns, so callers can
@@ -199,7 +201,7 @@ func (d *catalogData) match(dst bitset, entry string) bool {
 	}
 	e = strings.ToLower(e) // allocates only for upper-case input
 	if _, ok := d.index[e]; !ok {
-		e = Canonical(e) // an alias (OpenClaw's names, mcp__server__tool)
+		e = tool.Canonical(e) // an alias (OpenClaw's names, mcp__server__tool)
 	}
 	star := strings.IndexByte(e, '*')
 	switch {
