@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -195,15 +194,25 @@ func (w *WS) Until(tb testing.TB, id any, typ string) []Frame {
 	}
 }
 
-// replyType is the type of the reply to each control frame type.
-var replyType = map[string]string{"dialog": "dialog", "stop": "stopped", "approve": "approval"}
+// replyType is the type of the reply to a control frame of type t.
+func replyType(t any) string {
+	switch t {
+	case "dialog":
+		return "dialog"
+	case "stop":
+		return "stopped"
+	case "approve":
+		return "approval"
+	}
+	return ""
+}
 
 // Request sends a control frame (dialog, stop, approve) and returns its one
 // reply.
 func (w *WS) Request(tb testing.TB, f Frame) Frame {
 	tb.Helper()
 	w.Write(tb, f)
-	fs := w.Until(tb, f["id"], replyType[fmt.Sprint(f["type"])])
+	fs := w.Until(tb, f["id"], replyType(f["type"]))
 	return fs[len(fs)-1]
 }
 
@@ -214,7 +223,7 @@ func (w *WS) Request(tb testing.TB, f Frame) Frame {
 func (w *WS) RequestDuring(tb testing.TB, f Frame, id any) (reply Frame, frames []Frame) {
 	tb.Helper()
 	w.Write(tb, f)
-	want := replyType[fmt.Sprint(f["type"])]
+	want := replyType(f["type"])
 	for reply == nil || len(frames) == 0 || frames[len(frames)-1]["type"] != "done" {
 		fr := w.Read(tb)
 		switch {
