@@ -41,7 +41,6 @@ const (
 	GroupNodes = "group:nodes"
 )
 
-
 // groupPrefix marks a policy entry as a group reference rather than a tool name.
 const groupPrefix = "group:"
 
