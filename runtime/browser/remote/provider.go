@@ -233,7 +233,10 @@ func (p *Provider) wait(ctx context.Context, key browser.Key, name string, asked
 				}
 				checked = true
 			}
-		case !apierrors.IsNotFound(err) && ctx.Err() == nil:
+		case !apierrors.IsNotFound(err) && ctx.Err() == nil && !checked:
+			// Once the pod has answered, its answer says more than a failed
+			// read of the Secret (client-go's rate limiter, for one, fails a
+			// read it predicts would outlast the wait, before the wait ends).
 			last = err.Error()
 		}
 		select {

@@ -162,11 +162,11 @@ func TestOperatorErrorsEndTheWait(t *testing.T) {
 func TestWaitTimesOutSayingWhy(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	p := newProvider(t, ns, func(c *ProviderConfig) { c.ReadyTimeout = time.Second })
+	p := newProvider(t, ns, func(c *ProviderConfig) { c.ReadyTimeout = 2 * time.Second })
 	name := wire.DialogName("helper", "web:carol:1")
 	publish(t, ns, map[string]string{wire.URLKey(name): browserPod(t, token), wire.TokenKey(name): "not-the-pods-token-at-all"})
 	_, err := p.Endpoint(context.Background(), browser.DialogKey("web:carol:1"))
-	g.Expect(err).To(MatchError(And(ContainSubstring("the browser pod of dialog web:carol:1 did not serve within 1s"),
+	g.Expect(err).To(MatchError(And(ContainSubstring("the browser pod of dialog web:carol:1 did not serve within 2s"),
 		ContainSubstring("answered 401 Unauthorized"))))
 }
 
