@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
@@ -364,6 +365,7 @@ func TestBrowserPods(t *testing.T) {
 	e := startBrowserEnv(t)
 	t.Run("ProfileLifecycle", func(t *testing.T) { testProfileLifecycle(t, e) })
 	t.Run("EphemeralBrowser", func(t *testing.T) { testEphemeralBrowser(t, e) })
+	t.Run("AgentNotYetCached", func(t *testing.T) { testAgentNotYetCached(t, e) })
 	t.Run("ErrorsReachTheSession", func(t *testing.T) { testBrowserErrors(t, e) })
 	t.Run("FailedPodWaitsForTheNextRequest", func(t *testing.T) { testFailedBrowserPod(t, e) })
 	t.Run("PVCProfile", func(t *testing.T) { testPVCProfile(t, e) })
@@ -575,6 +577,43 @@ func testEphemeralBrowser(t *testing.T, e *browserEnv) {
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &coordinationv1.Lease{}))
 	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+}
+
+// testAgentNotYetCached: a reconciler whose cache has not seen the Agent
+// yet (an Agent created a moment before its session asked for a browser)
+// asks the API server before ending the Lease as "its agent is gone". The
+// cache here is a real informer cache that never sees the Agent (its label
+// selector matches none), so the lag is certain instead of timed.
+func testAgentNotYetCached(t *testing.T, e *browserEnv) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	helper := e.agent(t, ns, "helper")
+	p := e.provider(t, ns, "helper", func(c *remote.ProviderConfig) { c.AgentUID = helper.UID })
+	key := browser.DialogKey("web:dan:1")
+	name := wire.DialogName("helper", "web:dan:1")
+	heartbeat(t, p, func(k browser.Key) bool { return k == key })
+	e.serve(t, p, ns, key, name)
+
+	blind, err := cache.New(e.cfg, cache.Options{Scheme: testScheme, ByObject: map[client.Object]cache.ByObject{
+		&picobotv1alpha1.Agent{}: {Label: labels.SelectorFromSet(labels.Set{"picobot.test/never": "true"})}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = blind.Start(cctx) }()
+	g.Expect(blind.WaitForCacheSync(cctx)).To(BeTrue())
+	c, err := client.New(e.cfg, client.Options{Scheme: testScheme, Cache: &client.CacheOptions{Reader: blind}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "helper"}, &picobotv1alpha1.Agent{}))).
+		To(BeTrue(), "the cache does not see the agent")
+	pods := e.pods
+	pods.APIReader = e.c
+	r := &BrowserLeaseReconciler{Client: c, Clock: e.clock, keeper: newBrowserKeeper(c, pods, e.clock)}
+	_, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &coordinationv1.Lease{})).To(Succeed(),
+		"the Lease of an agent that exists is kept")
+	g.Expect(e.livePod(t, ns, name)).NotTo(BeNil())
 }
 
 func envNames(p *corev1.Pod) []string {

@@ -64,6 +64,12 @@ func (r *BrowserLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	name := lease.Labels[picobotv1alpha1.LabelAgent]
 	agent := &picobotv1alpha1.Agent{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: name}, agent)
+	if apierrors.IsNotFound(err) && name != "" {
+		// The cache may not have an Agent created a moment before its
+		// session asked for a browser: ending the Lease then would leave
+		// the session waiting for a pod nobody creates. Ask the API server.
+		err = r.keeper.cfg.APIReader.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: name}, agent)
+	}
 	if apierrors.IsNotFound(err) || name == "" {
 		return ctrl.Result{}, r.end(ctx, lease, "its agent is gone")
 	}
