@@ -103,7 +103,8 @@ func TestSurvivesRedisAndPostgresRestart(t *testing.T) {
 	send("r4", "sent while PostgreSQL is down")
 	podLog := filepath.Join(st.dir, "pods", ns+"_"+pod+".log")
 	g.Eventually(func() string { return readFile(podLog) }, 60*time.Second, 100*time.Millisecond).
-		Should(ContainSubstring("Store unavailable; retrying the message"))
+		Should(ContainSubstring("Store unavailable; retrying the message"),
+			func() string { return "the chat's pod log ends:\n" + tail(podLog, 80) })
 	g.Expect(st.pgServer.Resume()).To(Succeed())
 	answered("r4", "sent while PostgreSQL is down")
 	send("r5", "after the PostgreSQL restart")
