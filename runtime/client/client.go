@@ -178,6 +178,9 @@ type Message struct {
 	Name       string     `json:"name"`
 	IsError    bool       `json:"is_error"`
 	CreatedAt  time.Time  `json:"created_at"`
+	// Error is, on a user message whose turn failed without an answer,
+	// what the gateway told the client then.
+	Error *Error `json:"error,omitempty"`
 }
 
 // Check is one line of the health report.

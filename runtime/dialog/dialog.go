@@ -9,7 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
+	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
@@ -124,7 +126,59 @@ func (s Service) Messages(ctx context.Context, sessionID string, last int) ([]st
 	if _, err := s.Store.GetSession(ctx, sessionID); err != nil {
 		return nil, err
 	}
-	return s.Store.LoadMessages(ctx, sessionID, store.LoadOptions{Last: last})
+	msgs, err := s.Store.LoadMessages(ctx, sessionID, store.LoadOptions{Last: last})
+	if err != nil {
+		return nil, err
+	}
+	return s.withTurnErrors(ctx, sessionID, msgs)
+}
+
+// withTurnErrors puts on each user message whose turn ended without an
+// answer the failure recorded for it (store.MetaErrorCode, MetaError), so
+// a client shows the error again after a reload. A turn answered later
+// (its message sent again and resumed) shows its answer only.
+func (s Service) withTurnErrors(ctx context.Context, sessionID string, msgs []store.Message) ([]store.Message, error) {
+	var unanswered []string
+	at := map[string]int{}
+	for i, m := range msgs {
+		if m.Role != llm.RoleUser || m.ID == "" {
+			continue
+		}
+		answered := false
+		for _, next := range msgs[i+1:] {
+			if next.Role == llm.RoleUser {
+				break
+			}
+			if next.Role == llm.RoleAssistant && len(next.ToolCalls) == 0 {
+				answered = true
+				break
+			}
+		}
+		if !answered {
+			unanswered = append(unanswered, m.ID)
+			at[m.ID] = i
+		}
+	}
+	if len(unanswered) == 0 {
+		return msgs, nil
+	}
+	errs, err := s.Store.TurnErrors(ctx, sessionID, unanswered)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range errs {
+		i, ok := at[e.MessageID]
+		if !ok {
+			continue
+		}
+		meta := maps.Clone(msgs[i].Meta)
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[store.MetaErrorCode], meta[store.MetaError] = e.Code, e.Message
+		msgs[i].Meta = meta
+	}
+	return msgs, nil
 }
 
 // live returns the agent's manager and a dialog of the chat that exists and

@@ -12,6 +12,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
 type frame = gatewaytest.Frame
@@ -332,4 +333,54 @@ func TestParseRateLimit(t *testing.T) {
 		_, err := gateway.ParseRateLimit(in)
 		g.Expect(err).To(HaveOccurred(), in)
 	}
+}
+
+// TestFailedTurnComesBackAfterReload: the error a failed turn's client was
+// told comes back on its user message from GET …/messages, and only there:
+// the model's later requests never see it, a resend of the same message is
+// still "unanswered", and a turn that later gets an answer shows none.
+func TestFailedTurnComesBackAfterReload(t *testing.T) {
+	g := NewWithT(t)
+	e := start(t, nil)
+	a := e.a
+	e.llm.Script(fakellm.Turn{Status: http.StatusBadRequest, ErrorBody: `{"error":{"message":"prompt is too long","type":"invalid_request_error"}}`})
+	status, body := a.Do(t, http.MethodPost, "/api/v1/send", frame{"id": "m1", "agent": "assistant", "chat_id": "tab1", "text": "summarise the book"})
+	g.Expect(status).To(Equal(http.StatusBadRequest), "%v", body)
+	g.Expect(errCode(body)).To(Equal("model_rejected"))
+	told := body["error"].(map[string]any)["message"]
+	g.Expect(told).To(ContainSubstring("prompt is too long"))
+
+	e.echo()
+	status, body = a.Do(t, http.MethodPost, "/api/v1/send", frame{"id": "m2", "agent": "assistant", "chat_id": "tab1", "text": "a shorter one then"})
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	status, body = a.Do(t, http.MethodPost, "/api/v1/send", frame{"id": "m1", "agent": "assistant", "chat_id": "tab1", "text": "summarise the book"})
+	g.Expect(errCode(body)).To(Equal("unanswered"), "%d %v: overtaken by m2", status, body)
+
+	// m3 fails, and its resend (same id, not overtaken) resumes and answers.
+	e.llm.Script(fakellm.Turn{Status: http.StatusBadRequest, ErrorBody: `{"error":{"message":"prompt is too long","type":"invalid_request_error"}}`})
+	status, body = a.Do(t, http.MethodPost, "/api/v1/send", frame{"id": "m3", "agent": "assistant", "chat_id": "tab1", "text": "try again"})
+	g.Expect(errCode(body)).To(Equal("model_rejected"), "%d %v", status, body)
+	e.echo()
+	status, body = a.Do(t, http.MethodPost, "/api/v1/send", frame{"id": "m3", "agent": "assistant", "chat_id": "tab1", "text": "try again"})
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+
+	status, body = a.Do(t, http.MethodGet, "/api/v1/sessions/"+url.PathEscape("web:assistant/tab1:default")+"/messages", nil)
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	msgs := body["messages"].([]any)
+	g.Expect(msgs).To(HaveLen(5))
+	first := msgs[0].(map[string]any)
+	g.Expect(first).To(HaveKeyWithValue("content", "summarise the book"))
+	g.Expect(first).To(HaveKeyWithValue("error", map[string]any{"code": "model_rejected", "message": told}), "what the client was told")
+	g.Expect(msgs[1]).NotTo(HaveKey("error"))
+	g.Expect(msgs[2]).To(HaveKeyWithValue("content", "echo: a shorter one then"))
+	g.Expect(msgs[3]).To(HaveKeyWithValue("content", "try again"))
+	g.Expect(msgs[3]).NotTo(HaveKey("error"), "answered after all")
+	g.Expect(msgs[4]).To(HaveKeyWithValue("content", "echo: try again"))
+
+	reqs := e.llm.Requests()
+	last := reqs[len(reqs)-1]
+	for _, m := range last.Messages {
+		g.Expect(m.Content).NotTo(ContainSubstring("too long"), "the error is not in the model's history")
+	}
+	g.Expect(last.Messages).To(ContainElement(HaveField("Content", "summarise the book")))
 }

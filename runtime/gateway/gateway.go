@@ -14,7 +14,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -395,33 +394,6 @@ func retryAfterMS(err error) int64 {
 	}
 	return 0
 }
-
-// errorMessage is what a client is told of err: internal details stay in
-// the log.
-func errorMessage(code string, err error) string {
-	switch code {
-	case CodeInternal:
-		return "internal error"
-	case CodeUnknownSession:
-		return "no such session"
-	case CodeUnknownArtifact:
-		return "no such artifact"
-	case CodeUnknownDialog:
-		var ce *CodedError
-		if errors.As(err, &ce) {
-			return err.Error()
-		}
-		return "no such dialog in this chat"
-	}
-	return redactURLs(err.Error())
-}
-
-// urlPattern matches URLs in error text: a backend error may carry a
-// model provider's or a store's internal address, which clients are not
-// told (the log keeps the whole error).
-var urlPattern = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+`)
-
-func redactURLs(msg string) string { return urlPattern.ReplaceAllString(msg, "<url>") }
 
 // validChatPart checks an agent name or chat id.
 func checkChat(c Chat) error {

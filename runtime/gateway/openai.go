@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -197,7 +198,7 @@ func (s *Server) openAIFail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ErrClientToolsRefused), errors.Is(err, ErrClientToolClash):
 		param = "tools"
 	}
-	writeOpenAIError(w, status, typ, oaCode, param, errorMessage(code, err))
+	writeOpenAIError(w, status, typ, oaCode, param, protocol.ClientMessage(code, err))
 }
 
 // HeaderIdempotencyKey makes a retried OpenAI request (same key, same API
@@ -615,7 +616,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, req *o
 			s.log.Error("OpenAI stream failed", "path", r.URL.Path, "err", err)
 		}
 		_, typ, oaCode := openAIError(code)
-		sse.data(map[string]any{"error": map[string]any{"message": errorMessage(code, err), "type": typ, "param": nil, "code": oaCode}})
+		sse.data(map[string]any{"error": map[string]any{"message": protocol.ClientMessage(code, err), "type": typ, "param": nil, "code": oaCode}})
 		return
 	}
 	if !streamed && out.Text != "" { // a slash command's reply, or a duplicate

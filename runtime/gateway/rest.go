@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/buildinfo"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/turn"
 )
@@ -151,7 +152,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, notFoun
 	if code == CodeInternal {
 		s.log.Error("Request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	writeError(w, statusFor(w, err, code), code, errorMessage(code, err))
+	writeError(w, statusFor(w, err, code), code, protocol.ClientMessage(code, err))
 }
 
 // decode reads a JSON body into v. A missing body decodes nothing when
@@ -254,7 +255,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 			s.log.Error("Turn failed", "agent", req.Agent, "session", out.SessionID, "err", err)
 		}
 		writeJSON(w, statusFor(w, err, code), map[string]any{"id": req.ID, "session": out.SessionID,
-			"error": map[string]string{"code": code, "message": errorMessage(code, err)}})
+			"error": map[string]string{"code": code, "message": protocol.ClientMessage(code, err)}})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": req.ID, "session": out.SessionID, "command": out.Command,
@@ -354,6 +355,9 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		if in, err := strconv.Atoi(m.Meta[store.MetaTokensIn]); err == nil {
 			outTokens, _ := strconv.Atoi(m.Meta[store.MetaTokensOut])
 			o["usage"] = map[string]int{"input_tokens": in, "output_tokens": outTokens}
+		}
+		if code := m.Meta[store.MetaErrorCode]; code != "" {
+			o["error"] = map[string]string{"code": code, "message": m.Meta[store.MetaError]}
 		}
 		out = append(out, o)
 	}

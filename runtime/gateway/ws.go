@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -253,7 +254,7 @@ func (s *Server) wsError(c *conn, f frame, err error, notFound string) {
 	if code == CodeInternal {
 		s.log.Error("Request failed", "frame", f.Type, "op", f.Op, "agent", f.Agent, "err", err)
 	}
-	c.fail(f.ID, code, errorMessage(code, err))
+	c.fail(f.ID, code, protocol.ClientMessage(code, err))
 }
 
 // wsDialog runs a control-channel operation. Every dialog frame gets one
@@ -329,7 +330,7 @@ func (s *Server) turn(ctx context.Context, c *conn, f frame) {
 		if code == CodeInternal && !errors.Is(err, context.Canceled) {
 			s.log.Error("Turn failed", "agent", f.Agent, "session", out.SessionID, "err", err)
 		}
-		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: errorMessage(code, err), RetryAfterMS: retryAfterMS(err)})
+		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: protocol.ClientMessage(code, err), RetryAfterMS: retryAfterMS(err)})
 	case out.Command != "":
 		c.send(frame{Type: "event", ID: f.ID, Session: out.SessionID, Event: &eventBody{Kind: "command", Text: out.Text, IsError: out.Failed}})
 	}

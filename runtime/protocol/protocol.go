@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/picobot/picobot/runtime/bus"
@@ -233,3 +234,31 @@ func (o *Outcome) UnmarshalJSON(b []byte) error {
 // ErrUnknownVersion is returned for a wire message of a version this build
 // does not speak.
 var ErrUnknownVersion = errors.New("unknown wire format version")
+
+// ClientMessage is what a client is told of err, a turn's or a request's
+// error with code: internal details stay in the log. The gateway answers
+// with it, and the session runtime records it for a failed turn.
+func ClientMessage(code string, err error) string {
+	switch code {
+	case CodeInternal:
+		return "internal error"
+	case CodeUnknownSession:
+		return "no such session"
+	case CodeUnknownArtifact:
+		return "no such artifact"
+	case CodeUnknownDialog:
+		var ce *CodedError
+		if errors.As(err, &ce) {
+			return err.Error()
+		}
+		return "no such dialog in this chat"
+	}
+	return redactURLs(err.Error())
+}
+
+// urlPattern matches URLs in error text: a backend error may carry a
+// model provider's or a store's internal address, which clients are not
+// told (the log keeps the whole error).
+var urlPattern = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+`)
+
+func redactURLs(msg string) string { return urlPattern.ReplaceAllString(msg, "<url>") }

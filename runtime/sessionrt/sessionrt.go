@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -344,8 +345,32 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 		return once, ctx.Err()
 	}
 	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate, Failed: reply.Failed}
-	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, r.coded(c, err))
+	ce := r.coded(c, err)
+	r.recordFailure(ctx, reply.SessionID, m.ID, ce)
+	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, ce)
 	return once, nil
+}
+
+// recordFailure keeps why a turn failed beside its session's messages (the
+// client was told live by Done), so a client shows the error again after a
+// reload. A stopped turn stores its own marker, an interrupted one resumes,
+// and a busy or already-seen message says nothing new about its turn.
+func (r *Runtime) recordFailure(ctx context.Context, sessionID, msgID string, ce *protocol.CodedError) {
+	if ce == nil || sessionID == "" || r.cfg.Store == nil {
+		return
+	}
+	switch ce.Code {
+	case protocol.CodeStopped, protocol.CodeUnavailable, protocol.CodeBusy, protocol.CodeUnanswered:
+		return
+	}
+	msg := protocol.ClientMessage(ce.Code, ce)
+	if len(msg) > store.MaxTurnErrorBytes {
+		msg = strings.ToValidUTF8(msg[:store.MaxTurnErrorBytes-len("…")], "") + "…"
+	}
+	e := store.TurnError{SessionID: sessionID, MessageID: msgID, Code: ce.Code, Message: msg}
+	if err := r.cfg.Store.PutTurnError(store.WithTenant(context.WithoutCancel(ctx), r.cfg.Tenant), e); err != nil {
+		r.cfg.Log.Warn("Failed to record a turn's error", "session", sessionID, "id", msgID, "err", err)
+	}
 }
 
 // delegatedTurn returns the manager and context of a delegated task's turn,

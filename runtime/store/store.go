@@ -141,6 +141,15 @@ type Store interface {
 	// MaxPlanBytes).
 	PutSessionPlan(ctx context.Context, sessionID string, plan []byte) error
 
+	// PutTurnError records why the turn of a user message failed (what its
+	// client was told), replacing an earlier record of the same message. It
+	// is kept beside the messages, never among them: the model's history
+	// and the resumption of turns read messages only.
+	PutTurnError(ctx context.Context, e TurnError) error
+	// TurnErrors returns the recorded failures of the session's turns whose
+	// user messages have the given ids (at most MaxTurnErrorIDs of them).
+	TurnErrors(ctx context.Context, sessionID string, messageIDs []string) ([]TurnError, error)
+
 	// CreateDelivery stores a new outbound delivery; ErrExists on a duplicate ID.
 	CreateDelivery(ctx context.Context, d Delivery) (Delivery, error)
 	// GetDelivery returns a delivery by ID.

@@ -98,11 +98,32 @@ type Message struct {
 	Duplicate bool `json:"-"`
 }
 
+// TurnError is why the turn of a user message failed, as its client was
+// told, so a client shows it again after a reload.
+type TurnError struct {
+	SessionID string `json:"session_id"`
+	// MessageID is the user message's id.
+	MessageID string `json:"message_id"`
+	// Code is the protocol's error code (internal, model_rejected, ...).
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// CreatedAt defaults to the store's clock when zero.
+	CreatedAt time.Time `json:"created_at"`
+}
+
 // Meta keys of a turn's answer: the turn's token counts (decimal), so a
 // client shows them after a reload as it did live.
 const (
 	MetaTokensIn  = "tokens_in"
 	MetaTokensOut = "tokens_out"
+)
+
+// Meta keys that Messages readers (dialog.Service) put on a user message
+// whose turn failed without an answer: the TurnError's code and message.
+// They are never stored on a message.
+const (
+	MetaErrorCode = "error_code"
+	MetaError     = "error"
 )
 
 // MessageColumns are the JSON-encoded columns of a stored message, as every

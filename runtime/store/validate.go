@@ -282,6 +282,26 @@ func ValidateLease(sessionID, holder string, ttl time.Duration) error {
 	return nil
 }
 
+// MaxTurnErrorBytes bounds the message of a recorded turn failure, and
+// MaxTurnErrorIDs the messages one TurnErrors call asks about.
+const (
+	MaxTurnErrorBytes = 4 << 10
+	MaxTurnErrorIDs   = 1000
+)
+
+// ValidateTurnError checks a turn failure before it is stored.
+func ValidateTurnError(e TurnError) error {
+	switch {
+	case e.SessionID == "" || e.MessageID == "":
+		return fmt.Errorf("%w: a turn error needs a session id and a message id", ErrInvalid)
+	case e.Code == "":
+		return fmt.Errorf("%w: a turn error needs a code", ErrInvalid)
+	case len(e.Message) > MaxTurnErrorBytes:
+		return fmt.Errorf("%w: the turn error's message has %d bytes, more than %d", ErrInvalid, len(e.Message), MaxTurnErrorBytes)
+	}
+	return nil
+}
+
 // MaxPlanBytes bounds a stored todo plan (a plan holds at most 100 items).
 const MaxPlanBytes = 256 << 10
 

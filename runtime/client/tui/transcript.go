@@ -139,13 +139,17 @@ func (t *transcript) tool(callID string) *entry {
 	return nil
 }
 
-// fromHistory rebuilds a transcript from stored messages.
-func fromHistory(msgs []client.Message) transcript {
+// fromHistory rebuilds a transcript from stored messages; explain words a
+// failed turn's error as the live turn did.
+func fromHistory(msgs []client.Message, explain func(error) string) transcript {
 	var t transcript
 	for _, m := range msgs {
 		switch m.Role {
 		case "user":
 			t.add(entry{kind: entryUser, text: m.Content})
+			if m.Error != nil {
+				t.add(entry{kind: entryError, text: explain(m.Error)})
+			}
 		case "assistant":
 			if strings.TrimSpace(m.Content) != "" {
 				t.add(entry{kind: entryAssistant, text: m.Content})

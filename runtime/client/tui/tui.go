@@ -547,7 +547,7 @@ func (m *Model) history(msg historyMsg) {
 		return
 	}
 	tail := m.tail()
-	m.log = fromHistory(msg.msgs)
+	m.log = fromHistory(msg.msgs, m.describe)
 	m.log.entries = append(m.log.entries, tail...)
 	m.lines, m.scroll = nil, 0
 }

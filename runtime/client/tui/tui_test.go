@@ -81,9 +81,11 @@ func TestTranscriptFromHistory(t *testing.T) {
 		{Role: "assistant", ToolCalls: []client.ToolCall{{ID: "c1", Name: "calculator", Arguments: "{}"}}},
 		{Role: "tool", ToolCallID: "c1", Name: "calculator", Content: "expression is required", IsError: true},
 		{Role: "assistant", Content: "Sorry."},
-	})
+		{Role: "user", Content: "summarise", Error: &client.Error{Code: "model_rejected", Message: "too long"}},
+	}, func(err error) string { return "explained " + err.Error() })
 	view := ansi.Strip(strings.Join(tr.lines(80, "bot", false, nil), "\n"))
-	g.Expect(view).To(Equal("You\nhi\n\n  ▸ calculator {} ✗ expression is required\n\nbot\nSorry."))
+	g.Expect(view).To(HavePrefix("You\nhi\n\n  ▸ calculator {} ✗ expression is required\n\nbot\nSorry.\n\nYou\nsummarise\n"))
+	g.Expect(view).To(HaveSuffix("explained model_rejected: too long"), "a failed turn's error, worded as live")
 }
 
 // A finished answer is drawn as markdown; while it streams it is plain.

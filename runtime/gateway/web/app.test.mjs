@@ -501,6 +501,17 @@ test('historyToTurns groups messages into turns like live ones', () => {
   assert.equal(stopped[1].status, 'stopped');
   assert.equal(stopped[2].final, 'They wrote "[stopped]" there.');
   assert.equal(stopped[2].status, 'done');
+  // A turn that failed comes back with the error its client was told.
+  const failed = UI.historyToTurns([
+    { seq: 1, role: 'user', content: 'summarise', error: { code: 'model_rejected', message: 'the model refused the request (HTTP 400): too long' } },
+    { seq: 2, role: 'user', content: 'shorter then' },
+    { seq: 3, role: 'assistant', content: 'Done.' },
+  ]);
+  assert.equal(failed[0].status, 'error');
+  assert.deepEqual(failed[0].errors, [{ code: 'model_rejected', message: 'the model refused the request (HTTP 400): too long' }]);
+  assert.equal(failed[0].final, null);
+  assert.equal(failed[1].status, 'done');
+  assert.deepEqual(failed[1].errors, []);
 });
 
 // ------------------------------------------------------------------ files

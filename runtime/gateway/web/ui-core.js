@@ -987,6 +987,12 @@
       switch (m.role) {
         case 'user':
           open(content, m);
+          // A turn that failed without an answer: the server keeps what
+          // the client was told and returns it on the user message.
+          if (m.error && typeof m.error === 'object') {
+            cur.errors = [errorOf(m.error)];
+            cur.status = 'error';
+          }
           break;
         case 'assistant': {
           const t = cur || open(null, m);

@@ -292,3 +292,10 @@ const (
 	sqlPutSessionPlan = `INSERT INTO session_plans (tenant, session_id, plan, updated_at) VALUES ($1, $2, $3, now())
 ON CONFLICT (tenant, session_id) DO UPDATE SET plan = excluded.plan, updated_at = excluded.updated_at`
 )
+
+const (
+	sqlPutTurnError = `INSERT INTO turn_errors (tenant, session_id, message_id, code, message, created_at) VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, now()))
+ON CONFLICT (tenant, session_id, message_id) DO UPDATE SET code = excluded.code, message = excluded.message, created_at = excluded.created_at`
+	sqlTurnErrors = `SELECT session_id, message_id, code, message, created_at FROM turn_errors
+WHERE tenant = $1 AND session_id = $2 AND message_id = ANY($3::text[]) ORDER BY created_at, message_id`
+)

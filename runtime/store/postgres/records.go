@@ -334,3 +334,39 @@ func (s *Store) PutSessionPlan(ctx context.Context, sessionID string, plan []byt
 	}
 	return nil
 }
+
+// PutTurnError implements store.Store.
+func (s *Store) PutTurnError(ctx context.Context, e store.TurnError) error {
+	if err := store.ValidateTurnError(e); err != nil {
+		return fmt.Errorf("failed to record the error of message %q: %w", e.MessageID, err)
+	}
+	var at *time.Time
+	if !e.CreatedAt.IsZero() {
+		t := micro(e.CreatedAt)
+		at = &t
+	}
+	if _, err := exec(ctx, s, sqlPutTurnError, e.SessionID, e.MessageID, e.Code, e.Message, at); err != nil {
+		return fmt.Errorf("failed to record the error of message %q: %w", e.MessageID, err)
+	}
+	return nil
+}
+
+// TurnErrors implements store.Store.
+func (s *Store) TurnErrors(ctx context.Context, sessionID string, messageIDs []string) ([]store.TurnError, error) {
+	if len(messageIDs) > store.MaxTurnErrorIDs {
+		return nil, fmt.Errorf("%w: %d message ids, more than %d", store.ErrInvalid, len(messageIDs), store.MaxTurnErrorIDs)
+	}
+	if len(messageIDs) == 0 {
+		return nil, nil
+	}
+	out, err := many(ctx, s, func(row pgx.CollectableRow) (store.TurnError, error) {
+		var e store.TurnError
+		err := row.Scan(&e.SessionID, &e.MessageID, &e.Code, &e.Message, &e.CreatedAt)
+		e.CreatedAt = e.CreatedAt.UTC()
+		return e, err
+	}, sqlTurnErrors, sessionID, messageIDs)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the turn errors of session %q: %w", sessionID, err)
+	}
+	return out, nil
+}

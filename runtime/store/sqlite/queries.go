@@ -281,3 +281,10 @@ const (
 	sqlPutSessionPlan = `INSERT INTO session_plans (tenant, session_id, plan, updated_at) VALUES (?1, ?2, ?3, ?4)
 ON CONFLICT (tenant, session_id) DO UPDATE SET plan = excluded.plan, updated_at = excluded.updated_at`
 )
+
+const (
+	sqlPutTurnError = `INSERT INTO turn_errors (tenant, session_id, message_id, code, message, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (tenant, session_id, message_id) DO UPDATE SET code = excluded.code, message = excluded.message, created_at = excluded.created_at`
+	sqlTurnErrors = `SELECT session_id, message_id, code, message, created_at FROM turn_errors
+WHERE tenant = ?1 AND session_id = ?2 AND message_id IN (SELECT value FROM json_each(?3)) ORDER BY created_at, message_id`
+)

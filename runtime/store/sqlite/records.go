@@ -365,3 +365,43 @@ func (s *Store) PutSessionPlan(ctx context.Context, sessionID string, plan []byt
 	}
 	return nil
 }
+
+// PutTurnError implements store.Store.
+func (s *Store) PutTurnError(ctx context.Context, e store.TurnError) error {
+	if err := store.ValidateTurnError(e); err != nil {
+		return fmt.Errorf("failed to record the error of message %q: %w", e.MessageID, err)
+	}
+	at := s.now()
+	if !e.CreatedAt.IsZero() {
+		at = micros(e.CreatedAt)
+	}
+	if _, err := exec(ctx, s, sqlPutTurnError, e.SessionID, e.MessageID, e.Code, e.Message, at); err != nil {
+		return fmt.Errorf("failed to record the error of message %q: %w", e.MessageID, err)
+	}
+	return nil
+}
+
+// TurnErrors implements store.Store.
+func (s *Store) TurnErrors(ctx context.Context, sessionID string, messageIDs []string) ([]store.TurnError, error) {
+	if len(messageIDs) > store.MaxTurnErrorIDs {
+		return nil, fmt.Errorf("%w: %d message ids, more than %d", store.ErrInvalid, len(messageIDs), store.MaxTurnErrorIDs)
+	}
+	if len(messageIDs) == 0 {
+		return nil, nil
+	}
+	ids, err := json.Marshal(messageIDs)
+	if err != nil {
+		return nil, err
+	}
+	out, err := many(ctx, s, func(row scanner) (store.TurnError, error) {
+		var e store.TurnError
+		var at int64
+		err := row.Scan(&e.SessionID, &e.MessageID, &e.Code, &e.Message, &at)
+		e.CreatedAt = fromMicros(at)
+		return e, err
+	}, sqlTurnErrors, sessionID, string(ids))
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the turn errors of session %q: %w", sessionID, err)
+	}
+	return out, nil
+}

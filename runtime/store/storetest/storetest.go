@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"BackgroundRuns", testBackgroundRuns},
 		{"AgentSignals", testAgentSignals},
 		{"SessionPlans", testSessionPlans},
+		{"TurnErrors", testTurnErrors},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},
 		{"TenantIsolation", testTenantIsolation},
