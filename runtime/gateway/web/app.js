@@ -791,7 +791,7 @@
     return {
       el: h('article', { class: 'turn', 'data-turn-id': turn.id }),
       user: null, asst: null, activity: null, content: null, typing: null, usage: null, files: null, fileCount: 0,
-      items: new Map(), contentHtml: null, notes: 0, errors: 0, interrupted: null,
+      items: new Map(), contentHtml: null, notes: 0, errors: 0, interrupted: null, actions: null,
     };
   }
 
@@ -1045,6 +1045,37 @@
         'The connection dropped before this reply finished; it may still complete on the server. The conversation reloads when the connection is back.');
       rec.el.append(rec.interrupted);
     }
+    if (turn.done && !rec.actions && !turn.quiet && turn.text && !UI.parseCommand(turn.text)) {
+      rec.actions = turnActions(turn);
+      rec.el.append(rec.actions);
+    }
+  }
+
+  /**
+   * turnActions are the buttons under a finished turn: copy its answer (the
+   * markdown as the model wrote it), edit the message (into the input, to
+   * change and send as a new message) and regenerate (send the same text
+   * again: the conversation keeps both answers, and the model sees the
+   * first one when it writes the second).
+   */
+  function turnActions(turn) {
+    const bar = h('div', { class: 'turn-actions' });
+    if (turn.final) {
+      const copy = h('button', { type: 'button', class: 'turn-copy', title: 'Copy the answer' }, 'Copy');
+      copy.addEventListener('click', () => copyText(turn.final, copy));
+      bar.append(copy);
+    }
+    const edit = h('button', { type: 'button', class: 'turn-edit', title: 'Edit this message and send it again' }, 'Edit');
+    edit.addEventListener('click', () => {
+      els.input.value = turn.text;
+      els.input.dispatchEvent(new Event('input'));
+      els.input.focus();
+      els.input.setSelectionRange(turn.text.length, turn.text.length);
+    });
+    const again = h('button', { type: 'button', class: 'turn-regenerate', title: 'Send this message again for a new answer' }, 'Regenerate');
+    again.addEventListener('click', () => submit(turn.text));
+    bar.append(edit, again);
+    return bar;
   }
 
   // Rendering of live turns is batched per animation frame.

@@ -154,6 +154,17 @@ func (u *ui) wait(what, js string, args ...any) {
 	}
 }
 
+// allowClipboard lets the page read and write the clipboard, as a user's
+// browser asks them once.
+func (u *ui) allowClipboard() {
+	u.t.Helper()
+	err := proto.BrowserGrantPermissions{Permissions: []proto.BrowserPermissionType{
+		proto.BrowserPermissionTypeClipboardReadWrite, proto.BrowserPermissionTypeClipboardSanitizedWrite}}.Call(u.page.Browser())
+	if err != nil {
+		u.fail(fmt.Sprintf("failed to grant the clipboard: %v", err))
+	}
+}
+
 // eval runs js and returns its result.
 func (u *ui) eval(js string, args ...any) gson.JSON {
 	u.t.Helper()

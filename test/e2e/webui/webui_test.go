@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-rod/rod"
 	"github.com/go-rod/rod/lib/input"
-	"github.com/go-rod/rod/lib/proto"
 	. "github.com/onsi/gomega"
 
 	"github.com/picobot/picobot/runtime/artifact"
@@ -146,6 +145,15 @@ func respond(chartID, csvID string) func(fakellm.Recorded) fakellm.Turn {
 				"The numbers are in [data.csv](/api/v1/artifacts/%s).", chartID, csvID)}
 		case strings.HasPrefix(text, "show me some code"):
 			return fakellm.Turn{Text: codeReply}
+		case text == "roll a die":
+			// Each time it is asked, a new answer: what regenerate shows.
+			n := 0
+			for _, m := range r.Messages {
+				if m.Role == "user" && strings.TrimSpace(m.Content) == text {
+					n++
+				}
+			}
+			return fakellm.Turn{Text: fmt.Sprintf("You rolled a %d.", n)}
 		case strings.HasPrefix(text, "tell me a long story"):
 			return fakellm.Turn{Text: storyReply, ChunkDelay: 400 * time.Millisecond}
 		}
@@ -303,8 +311,7 @@ func TestWebUI(t *testing.T) {
 	t.Run("code blocks are coloured and copied", func(t *testing.T) {
 		u.t = t
 		g := NewWithT(t)
-		g.Expect(proto.BrowserGrantPermissions{Permissions: []proto.BrowserPermissionType{
-			proto.BrowserPermissionTypeClipboardReadWrite, proto.BrowserPermissionTypeClipboardSanitizedWrite}}.Call(u.page.Browser())).To(Succeed())
+		u.allowClipboard()
 		u.send("show me some code")
 		u.waitLastTurn("done")
 		const block = "#messages .turn:last-child .content pre"
@@ -316,6 +323,32 @@ func TestWebUI(t *testing.T) {
 		u.wait("the button to say so", `(sel) => document.querySelector(sel + ' button.code-copy').textContent === 'Copied'`, block)
 		g.Expect(u.eval(`() => navigator.clipboard.readText()`).Str()).To(Equal("func main() {\n\treturn 42\n}"))
 		u.shot("code-block")
+	})
+
+	t.Run("copy, edit and regenerate a turn", func(t *testing.T) {
+		u.t = t
+		g := NewWithT(t)
+		u.allowClipboard()
+		u.send("roll a die")
+		u.waitLastTurn("done")
+		const turn = "#messages .turn:last-child"
+		g.Expect(u.text(turn + " .content")).To(Equal("You rolled a 1."))
+		u.click(turn + " .turn-actions .turn-copy")
+		u.wait("the copy to say so", `(sel) => document.querySelector(sel + ' .turn-copy').textContent === 'Copied'`, turn)
+		g.Expect(u.eval(`() => navigator.clipboard.readText()`).Str()).To(Equal("You rolled a 1."))
+		u.click(turn + " .turn-actions .turn-edit")
+		g.Expect(u.eval(`() => document.getElementById('input').value`).Str()).To(Equal("roll a die"))
+		u.eval(`() => { const i = document.getElementById('input'); i.value = ''; i.dispatchEvent(new Event('input')); }`)
+		turns := u.eval(`() => document.querySelectorAll('#messages .turn').length`).Int()
+		u.click(turn + " .turn-actions .turn-regenerate")
+		u.wait("a new turn", `(n) => document.querySelectorAll('#messages .turn').length === n + 1`, turns)
+		u.waitLastTurn("done")
+		g.Expect(u.text(turn + " .msg.user")).To(Equal("roll a die"))
+		g.Expect(u.text(turn + " .content")).To(Equal("You rolled a 2."), "a new answer")
+		// Commands get no actions.
+		g.Expect(u.eval(`() => [...document.querySelectorAll('#messages .turn')].filter((t) => t.querySelector('.msg.user') &&
+		  t.querySelector('.msg.user').textContent.startsWith('/') && t.querySelector('.turn-actions')).length`).Int()).To(BeZero())
+		u.shot("turn-actions")
 	})
 
 	t.Run("no_model error and the health page", func(t *testing.T) {
