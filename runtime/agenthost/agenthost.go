@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -30,6 +31,7 @@ import (
 	"github.com/picobot/picobot/runtime/mcp"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/provider"
+	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
@@ -101,7 +103,34 @@ type Host struct {
 	// WarmSandboxes, when set, start the shell tools' programs from a warm
 	// sandbox of their session's workspace (embedded mode, package warm).
 	WarmSandboxes shell.WarmSandboxes
-	Log           *slog.Logger
+	// Prices price the agents' model calls for usage accounting (every
+	// call is added to the tenant's usage in Store, package quota);
+	// quota.DefaultPrices when nil.
+	Prices quota.Prices
+	// Budget returns the tenant's model budget; nil is no budget.
+	Budget func() quota.Budget
+	// Clock dates usage; the real clock when nil.
+	Clock clock.PassiveClock
+	Log   *slog.Logger
+}
+
+// meter accounts agent's model calls, nil without a store.
+func (h *Host) meter(agent string) *quota.Meter {
+	if h.Store == nil {
+		return nil
+	}
+	prices, clk := h.Prices, h.Clock
+	if prices == nil {
+		prices = quota.DefaultPrices()
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	log := h.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &quota.Meter{Store: h.Store, Tenant: h.Tenant, Agent: agent, Prices: prices, Budget: h.Budget, Clock: clk, Log: log}
 }
 
 // Feature adds capabilities to an agent (runtime/feature).
@@ -445,7 +474,7 @@ func (h *Host) imageTool(a *picobotv1alpha1.Agent, tools *builtin.Set) ([]tool.T
 	var p llm.Provider = noModel{agent: a.Name, reason: "no usable image model: " + strings.Join(problems, "; ")}
 	if len(usable) > 0 {
 		var err error
-		if p, err = h.models(usable); err != nil {
+		if p, err = h.models(a.Name, usable); err != nil {
 			return nil, fmt.Errorf("failed to build the image model: %w", err)
 		}
 	}
@@ -519,7 +548,11 @@ func (h *Host) llmTask(a *picobotv1alpha1.Agent, prov llm.Provider, providerName
 			if err != nil {
 				return nil, err
 			}
-			return provider.Retry(p, provider.RetryPolicy{}), nil
+			p = provider.Retry(p, provider.RetryPolicy{})
+			if m := h.meter(a.Name); m != nil {
+				p = m.Guard(m.Count(provName+"/"+model, p))
+			}
+			return p, nil
 		}
 		if provName == providerName {
 			// The effective model came from the namespace default: its
@@ -687,14 +720,16 @@ func (h *Host) chain(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveModel
 		}
 		refs = all[start:]
 	}
-	return h.models(refs)
+	return h.models(a.Name, refs)
 }
 
 // models builds a chain of models, each with retry; a model without a key
 // is skipped. A model that does not accept images, after one that does,
 // gets the images of its requests as notes instead: the loop sent them for
-// the first.
-func (h *Host) models(refs []picobotv1alpha1.ModelRef) (llm.Provider, error) {
+// the first. Every call is accounted (and checked against the tenant's
+// budget first) for agent.
+func (h *Host) models(agent string, refs []picobotv1alpha1.ModelRef) (llm.Provider, error) {
+	m := h.meter(agent)
 	var named []provider.Named
 	images := len(refs) > 0 && agentspec.AcceptsImages(refs[0])
 	for _, ref := range refs {
@@ -713,15 +748,23 @@ func (h *Host) models(refs []picobotv1alpha1.ModelRef) (llm.Provider, error) {
 		if images && !agentspec.AcceptsImages(ref) {
 			p = provider.TextOnly(p)
 		}
-		named = append(named, provider.Named{Name: string(ref.Provider) + "/" + ref.Model, Provider: p})
+		name := string(ref.Provider) + "/" + ref.Model
+		if m != nil {
+			p = m.Count(name, p)
+		}
+		named = append(named, provider.Named{Name: name, Provider: p})
 	}
 	if len(named) == 0 {
 		return nil, errors.New("no usable model")
 	}
+	out := provider.Fallback(named...)
 	if len(named) == 1 {
-		return named[0].Provider, nil
+		out = named[0].Provider
 	}
-	return provider.Fallback(named...), nil
+	if m != nil {
+		out = m.Guard(out)
+	}
+	return out, nil
 }
 
 // noModel answers every call of an agent without a usable model with the

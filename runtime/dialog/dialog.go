@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/protocol"
@@ -27,8 +28,10 @@ type Service struct {
 	// (protocol.CodeForbidden).
 	Manager func(ctx context.Context, agent string) (*session.Manager, error)
 	// Tenant checks the tenant of ctx for the calls that name no agent
-	// (Messages); nil accepts what the store accepts.
+	// (Messages, Usage); nil accepts what the store accepts.
 	Tenant func(ctx context.Context) error
+	// Now is the time Usage's totals are of; time.Now when nil.
+	Now func() time.Time
 }
 
 // Dialogs returns the chat's current dialog ("" when it has none, or when it
@@ -179,6 +182,29 @@ func (s Service) withTurnErrors(ctx context.Context, sessionID string, msgs []st
 		msgs[i].Meta = meta
 	}
 	return msgs, nil
+}
+
+// Usage returns the tenant's model use per agent and day in f's range, and
+// its totals of today and this month (UTC).
+func (s Service) Usage(ctx context.Context, f store.UsageFilter) ([]store.UsageDay, store.UsageTotals, error) {
+	if s.Tenant != nil {
+		if err := s.Tenant(ctx); err != nil {
+			return nil, store.UsageTotals{}, err
+		}
+	}
+	days, err := s.Store.ListUsage(ctx, f)
+	if err != nil {
+		return nil, store.UsageTotals{}, err
+	}
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	t, err := s.Store.UsageTotals(ctx, now())
+	if err != nil {
+		return nil, store.UsageTotals{}, err
+	}
+	return days, t, nil
 }
 
 // live returns the agent's manager and a dialog of the chat that exists and

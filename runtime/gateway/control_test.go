@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/coder/websocket"
 	. "github.com/onsi/gomega"
@@ -383,4 +384,42 @@ func TestFailedTurnComesBackAfterReload(t *testing.T) {
 		g.Expect(m.Content).NotTo(ContainSubstring("too long"), "the error is not in the model's history")
 	}
 	g.Expect(last.Messages).To(ContainElement(HaveField("Content", "summarise the book")))
+}
+
+// TestUsageOfTheTenant: GET /api/v1/usage shows the tokens the fake model
+// reported for the tenant's turns, per agent and day, with today's and
+// the month's totals; another tenant's key sees none of it, and bad
+// ranges are refused.
+func TestUsageOfTheTenant(t *testing.T) {
+	g := NewWithT(t)
+	e := start(t, nil)
+	e.llm.Script(fakellm.Turn{Text: "one", Usage: &fakellm.Usage{InputTokens: 120, OutputTokens: 7}},
+		fakellm.Turn{Text: "two", Usage: &fakellm.Usage{InputTokens: 300, OutputTokens: 11}})
+	for _, id := range []string{"u1", "u2"} {
+		status, body := e.a.Do(t, http.MethodPost, "/api/v1/send", frame{"id": id, "agent": "assistant", "chat_id": "tab1", "text": "count me"})
+		g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	}
+	status, body := e.a.Do(t, http.MethodGet, "/api/v1/usage", nil)
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	days := body["days"].([]any)
+	g.Expect(days).To(HaveLen(1))
+	day := days[0].(map[string]any)
+	g.Expect(day).To(HaveKeyWithValue("agent", "assistant"))
+	g.Expect(day).To(HaveKeyWithValue("day", time.Now().UTC().Format(time.DateOnly)))
+	g.Expect(day).To(HaveKeyWithValue("input_tokens", 420.0))
+	g.Expect(day).To(HaveKeyWithValue("output_tokens", 18.0))
+	g.Expect(day).To(HaveKeyWithValue("model_calls", 2.0))
+	g.Expect(body["today"]).To(HaveKeyWithValue("input_tokens", 420.0))
+	g.Expect(body["month"]).To(HaveKeyWithValue("output_tokens", 18.0))
+
+	status, body = gatewaytest.Client{URL: e.url, Key: keyB}.Do(t, http.MethodGet, "/api/v1/usage", nil)
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	g.Expect(body["days"]).To(BeEmpty(), "tenant B used nothing")
+	g.Expect(body["today"]).To(HaveKeyWithValue("input_tokens", 0.0))
+
+	for _, q := range []string{"?from=yesterday", "?from=2026-02-01&to=2026-01-01", "?from=2020-01-01&to=2026-01-01"} {
+		status, body = e.a.Do(t, http.MethodGet, "/api/v1/usage"+q, nil)
+		g.Expect(status).To(Equal(http.StatusBadRequest), q)
+		g.Expect(errCode(body)).To(Equal("bad_request"), q)
+	}
 }

@@ -99,6 +99,9 @@ type Backend interface {
 	Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error)
 	// Artifact opens a stored artifact.
 	Artifact(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error)
+	// Usage returns the tenant's model use per agent and day in f's range,
+	// and its totals of today and this month.
+	Usage(ctx context.Context, f store.UsageFilter) ([]store.UsageDay, store.UsageTotals, error)
 	// Health reports the runtime's checks (no tenant in ctx: probes).
 	Health(ctx context.Context) []Check
 
@@ -139,6 +142,7 @@ const (
 	CodeUnanswered       = protocol.CodeUnanswered
 	CodeRateLimited      = protocol.CodeRateLimited
 	CodeNoModel          = protocol.CodeNoModel
+	CodeBudgetExhausted  = protocol.CodeBudgetExhausted
 	CodeUnavailable      = protocol.CodeUnavailable
 	CodeInternal         = protocol.CodeInternal
 )
@@ -164,6 +168,7 @@ var statusOf = map[string]int{
 	CodeUnanswered:       http.StatusConflict,
 	CodeRateLimited:      http.StatusTooManyRequests,
 	CodeNoModel:          http.StatusServiceUnavailable,
+	CodeBudgetExhausted:  http.StatusTooManyRequests,
 	CodeUnavailable:      http.StatusServiceUnavailable,
 	CodeInternal:         http.StatusInternalServerError,
 }
@@ -289,6 +294,7 @@ func (s *Server) routes() {
 	api("GET /api/v1/sessions", s.listDialogs) // the list of docs/protocol.md v1; same as GET /api/v1/dialogs
 	api("GET /api/v1/sessions/{id}/messages", s.messages)
 	api("GET /api/v1/artifacts/{id}", s.artifact)
+	api("GET /api/v1/usage", s.usage)
 	api("GET /api/v1/dialogs", s.listDialogs)
 	api("POST /api/v1/dialogs", s.createDialog)
 	api("POST /api/v1/dialogs/{dialog}/switch", s.switchDialog)

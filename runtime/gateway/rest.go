@@ -19,6 +19,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/buildinfo"
 	"github.com/picobot/picobot/runtime/protocol"
+	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/turn"
 )
@@ -362,6 +363,63 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		out = append(out, o)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
+}
+
+// maxUsageDays bounds the range GET /api/v1/usage lists.
+const maxUsageDays = 366
+
+// usage answers GET /api/v1/usage?from=&to=&agent=: the tenant's model use
+// per agent and UTC day (this month when no range is given), and its
+// totals of today and this month, with costs in the price table's
+// currency.
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	now := time.Now().UTC()
+	f := store.UsageFilter{Agent: q.Get("agent"), From: time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC), To: now}
+	for _, p := range []struct {
+		name string
+		to   *time.Time
+	}{{"from", &f.From}, {"to", &f.To}} {
+		if v := q.Get(p.name); v != "" {
+			t, err := time.Parse(time.DateOnly, v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("%s must be a date as YYYY-MM-DD, got %q", p.name, v))
+				return
+			}
+			*p.to = t
+		}
+	}
+	switch {
+	case f.To.Before(f.From):
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "from must not be after to")
+		return
+	case f.To.Sub(f.From) > maxUsageDays*24*time.Hour:
+		writeError(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("the range may span at most %d days", maxUsageDays))
+		return
+	case len(f.Agent) > maxChatIDBytes:
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "agent name too long")
+		return
+	}
+	days, totals, err := s.backend.Usage(r.Context(), f)
+	if err != nil {
+		s.fail(w, r, err, CodeNotFound)
+		return
+	}
+	out := make([]map[string]any, 0, len(days))
+	for _, d := range days {
+		o := usageJSON(d.UsageCounts)
+		o["agent"], o["day"] = d.Agent, d.Day.Format(time.DateOnly)
+		out = append(out, o)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"from": f.From.Format(time.DateOnly), "to": f.To.Format(time.DateOnly), "days": out,
+		"today": usageJSON(totals.Day), "month": usageJSON(totals.Month)})
+}
+
+// usageJSON is counts as the API shows them: cost also as a decimal
+// string of the currency ("12.35", rounded up to the cent).
+func usageJSON(c store.UsageCounts) map[string]any {
+	return map[string]any{"input_tokens": c.InputTokens, "output_tokens": c.OutputTokens, "cost_micros": c.CostMicros,
+		"cost": quota.Money(c.CostMicros), "model_calls": c.ModelCalls, "turns": c.Turns, "tool_calls": c.ToolCalls, "sessions": c.Sessions}
 }
 
 // artifact serves a stored file. Only images and plain text render inline;

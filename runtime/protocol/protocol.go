@@ -143,9 +143,10 @@ const (
 	CodeModelRejected    = "model_rejected"         // the model refused the agent's request (its 4xx)
 	CodeRateLimited      = "rate_limited"
 	CodeNoModel          = "no_model"
-	CodeUnavailable      = "unavailable" // not queued (Redis down); resend with the same id
-	CodeDeadLetter       = "dead_letter" // set aside after too many deliveries (sessionrt.MaxDeliveries)
-	CodeUnanswered       = "unanswered"  // a resent message whose turn failed and was overtaken by a later one
+	CodeUnavailable      = "unavailable"      // not queued (Redis down); resend with the same id
+	CodeDeadLetter       = "dead_letter"      // set aside after too many deliveries (sessionrt.MaxDeliveries)
+	CodeUnanswered       = "unanswered"       // a resent message whose turn failed and was overtaken by a later one
+	CodeBudgetExhausted  = "budget_exhausted" // the tenant's model budget for the day or month is spent
 	CodeInternal         = "internal"
 )
 

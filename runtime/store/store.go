@@ -150,6 +150,16 @@ type Store interface {
 	// user messages have the given ids (at most MaxTurnErrorIDs of them).
 	TurnErrors(ctx context.Context, sessionID string, messageIDs []string) ([]TurnError, error)
 
+	// AddUsage adds d to the tenant's usage of d.Agent on d.Day, atomically
+	// (concurrent adds from many runtimes all count).
+	AddUsage(ctx context.Context, d UsageDelta) error
+	// ListUsage returns the tenant's usage per agent and day in f's range,
+	// oldest day first.
+	ListUsage(ctx context.Context, f UsageFilter) ([]UsageDay, error)
+	// UsageTotals sums the tenant's usage of every agent on day and in the
+	// month of day (from its first day up to day).
+	UsageTotals(ctx context.Context, day time.Time) (UsageTotals, error)
+
 	// CreateDelivery stores a new outbound delivery; ErrExists on a duplicate ID.
 	CreateDelivery(ctx context.Context, d Delivery) (Delivery, error)
 	// GetDelivery returns a delivery by ID.

@@ -98,6 +98,63 @@ type Message struct {
 	Duplicate bool `json:"-"`
 }
 
+// UsageCounts are what a tenant's agents used: model tokens, their cost
+// (in millionths of the price table's currency unit), model calls, turns,
+// tool calls and sessions started.
+type UsageCounts struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	CostMicros   int64 `json:"cost_micros"`
+	ModelCalls   int64 `json:"model_calls"`
+	Turns        int64 `json:"turns"`
+	ToolCalls    int64 `json:"tool_calls"`
+	Sessions     int64 `json:"sessions"`
+}
+
+// Add accumulates c2 into c.
+func (c *UsageCounts) Add(c2 UsageCounts) {
+	c.InputTokens += c2.InputTokens
+	c.OutputTokens += c2.OutputTokens
+	c.CostMicros += c2.CostMicros
+	c.ModelCalls += c2.ModelCalls
+	c.Turns += c2.Turns
+	c.ToolCalls += c2.ToolCalls
+	c.Sessions += c2.Sessions
+}
+
+// Tokens is input plus output tokens.
+func (c UsageCounts) Tokens() int64 { return c.InputTokens + c.OutputTokens }
+
+// UsageDelta is what one model call (or turn, or session) adds to an
+// agent's usage of a day.
+type UsageDelta struct {
+	Agent string
+	// Day is the UTC day the usage counts for (its time of day is ignored).
+	Day time.Time
+	UsageCounts
+}
+
+// UsageDay is an agent's usage on one UTC day.
+type UsageDay struct {
+	Agent string `json:"agent"`
+	// Day is midnight UTC of the day.
+	Day time.Time `json:"day"`
+	UsageCounts
+}
+
+// UsageFilter selects usage rows: the days from From to To (both
+// included; zero: unbounded) of Agent (empty: every agent).
+type UsageFilter struct {
+	Agent    string
+	From, To time.Time
+}
+
+// UsageTotals are a tenant's usage on one day and in its month so far.
+type UsageTotals struct {
+	Day   UsageCounts `json:"day"`
+	Month UsageCounts `json:"month"`
+}
+
 // TurnError is why the turn of a user message failed, as its client was
 // told, so a client shows it again after a reload.
 type TurnError struct {

@@ -282,6 +282,26 @@ func ValidateLease(sessionID, holder string, ttl time.Duration) error {
 	return nil
 }
 
+// ValidateUsageDelta checks a usage delta before it is added.
+func ValidateUsageDelta(d UsageDelta) error {
+	c := d.UsageCounts
+	switch {
+	case d.Agent == "":
+		return fmt.Errorf("%w: usage needs an agent", ErrInvalid)
+	case d.Day.IsZero():
+		return fmt.Errorf("%w: usage needs a day", ErrInvalid)
+	case c.InputTokens < 0 || c.OutputTokens < 0 || c.CostMicros < 0 || c.ModelCalls < 0 || c.Turns < 0 || c.ToolCalls < 0 || c.Sessions < 0:
+		return fmt.Errorf("%w: usage only grows (a negative count)", ErrInvalid)
+	}
+	return nil
+}
+
+// UsageDayOf is midnight UTC of t's UTC day.
+func UsageDayOf(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
+
 // MaxTurnErrorBytes bounds the message of a recorded turn failure, and
 // MaxTurnErrorIDs the messages one TurnErrors call asks about.
 const (

@@ -299,3 +299,12 @@ ON CONFLICT (tenant, session_id, message_id) DO UPDATE SET code = excluded.code,
 	sqlTurnErrors = `SELECT session_id, message_id, code, message, created_at FROM turn_errors
 WHERE tenant = $1 AND session_id = $2 AND message_id = ANY($3::text[]) ORDER BY created_at, message_id`
 )
+
+const (
+	sqlAddUsage = `INSERT INTO usage_daily (tenant, agent, day, input_tokens, output_tokens, cost_micros, model_calls, turns, tool_calls, sessions) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+ON CONFLICT (tenant, agent, day) DO UPDATE SET input_tokens = usage_daily.input_tokens + excluded.input_tokens, output_tokens = usage_daily.output_tokens + excluded.output_tokens, cost_micros = usage_daily.cost_micros + excluded.cost_micros, model_calls = usage_daily.model_calls + excluded.model_calls, turns = usage_daily.turns + excluded.turns, tool_calls = usage_daily.tool_calls + excluded.tool_calls, sessions = usage_daily.sessions + excluded.sessions`
+	sqlListUsage = `SELECT agent, day, input_tokens, output_tokens, cost_micros, model_calls, turns, tool_calls, sessions FROM usage_daily
+WHERE tenant = $1 AND ($2 = '' OR agent = $2) AND day >= $3::date AND day <= $4::date ORDER BY day, agent`
+	sqlUsageTotals = `SELECT COALESCE(SUM(input_tokens) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(output_tokens) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(cost_micros) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(model_calls) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(turns) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(tool_calls) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(sessions) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_micros), 0), COALESCE(SUM(model_calls), 0), COALESCE(SUM(turns), 0), COALESCE(SUM(tool_calls), 0), COALESCE(SUM(sessions), 0)
+FROM usage_daily WHERE tenant = $1 AND day >= $3::date AND day <= $2::date`
+)

@@ -405,3 +405,69 @@ func (s *Store) TurnErrors(ctx context.Context, sessionID string, messageIDs []s
 	}
 	return out, nil
 }
+
+// AddUsage implements store.Store.
+func (s *Store) AddUsage(ctx context.Context, d store.UsageDelta) error {
+	if err := store.ValidateUsageDelta(d); err != nil {
+		return fmt.Errorf("failed to add usage of agent %q: %w", d.Agent, err)
+	}
+	c := d.UsageCounts
+	if _, err := exec(ctx, s, sqlAddUsage, d.Agent, usageDay(d.Day),
+		c.InputTokens, c.OutputTokens, c.CostMicros, c.ModelCalls, c.Turns, c.ToolCalls, c.Sessions); err != nil {
+		return fmt.Errorf("failed to add usage of agent %q: %w", d.Agent, err)
+	}
+	return nil
+}
+
+// usageRange is f's days, unbounded ends replaced by far dates.
+func usageRange(f store.UsageFilter) (from, to time.Time) {
+	from, to = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	if !f.From.IsZero() {
+		from = store.UsageDayOf(f.From)
+	}
+	if !f.To.IsZero() {
+		to = store.UsageDayOf(f.To)
+	}
+	return from, to
+}
+
+// ListUsage implements store.Store.
+func (s *Store) ListUsage(ctx context.Context, f store.UsageFilter) ([]store.UsageDay, error) {
+	from, to := usageRange(f)
+	out, err := many(ctx, s, func(row scanner) (store.UsageDay, error) {
+		var u store.UsageDay
+		var day string
+		c := &u.UsageCounts
+		err := row.Scan(&u.Agent, &day, &c.InputTokens, &c.OutputTokens, &c.CostMicros, &c.ModelCalls, &c.Turns, &c.ToolCalls, &c.Sessions)
+		if err != nil {
+			return u, err
+		}
+		u.Day, err = time.Parse(time.DateOnly, day)
+		return u, err
+	}, sqlListUsage, f.Agent, usageDay(from), usageDay(to))
+	if err != nil {
+		return nil, fmt.Errorf("failed to list usage: %w", err)
+	}
+	return out, nil
+}
+
+// UsageTotals implements store.Store.
+func (s *Store) UsageTotals(ctx context.Context, day time.Time) (store.UsageTotals, error) {
+	d := store.UsageDayOf(day)
+	first := time.Date(d.Year(), d.Month(), 1, 0, 0, 0, 0, time.UTC)
+	t, err := one(ctx, s, false, func(row scanner) (store.UsageTotals, error) {
+		var t store.UsageTotals
+		a, b := &t.Day, &t.Month
+		err := row.Scan(&a.InputTokens, &a.OutputTokens, &a.CostMicros, &a.ModelCalls, &a.Turns, &a.ToolCalls, &a.Sessions,
+			&b.InputTokens, &b.OutputTokens, &b.CostMicros, &b.ModelCalls, &b.Turns, &b.ToolCalls, &b.Sessions)
+		return t, err
+	}, sqlUsageTotals, usageDay(d), usageDay(first))
+	if err != nil {
+		return store.UsageTotals{}, fmt.Errorf("failed to sum usage: %w", err)
+	}
+	return t, nil
+}
+
+// usageDay is the schema's form of a usage day (YYYY-MM-DD, which sorts
+// and compares as the dates do).
+func usageDay(t time.Time) string { return store.UsageDayOf(t).Format(time.DateOnly) }
