@@ -63,7 +63,7 @@ var builtinGroups = []struct {
 	{GroupWeb, []string{"http_request", "web_fetch", "web_search"}},
 	{GroupUI, []string{"browser", "browser_profiles"}},
 	{GroupAutomation, []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda"}},
-	{GroupMessaging, []string{"send_message"}},
+	{GroupMessaging, []string{"send_message", "message"}},
 	{GroupSkills, []string{"get_skill"}},
 	{GroupSystem, []string{"health", "calculator", "todo", "llm_task", "image"}},
 }
