@@ -73,7 +73,7 @@ func (s RemoteSender) Act(ctx context.Context, agent, name string, a channel.Act
 	}
 	req := wake.OutboundRequest{ID: bus.NewID(), Tenant: tenant, Wait: true, Message: wake.OutboundMessage{Agent: agent},
 		Action: &wake.OutboundAction{Channel: name, Request: body}}
-	r, err := s.request(ctx, req, "no result of the action within %s")
+	r, err := s.request(ctx, req, "no result of the action within %s; it may or may not have been done")
 	if err != nil {
 		return channel.ActionResult{}, err
 	}
@@ -285,11 +285,29 @@ func (o *OutboundRelay) claim(ctx context.Context, tenants []string) {
 			continue
 		}
 		for _, m := range msgs {
+			if staleAction(m) {
+				// Its caller stopped waiting long ago and was told it got
+				// no result; running it now could, for a thread-reply, post
+				// a message the model may already have sent again.
+				o.Log.Warn("Dropping a channel action a dead replica left pending", "tenant", t, "id", m.ID)
+				if err := o.Bus.Ack(ctx, m.Stream, groupGateway, m.Seq); err != nil && ctx.Err() == nil {
+					o.Log.Error("Failed to ack a dropped channel action", "tenant", t, "id", m.ID, "err", err)
+				}
+				continue
+			}
 			if !o.dispatch(ctx, t, m) {
 				return
 			}
 		}
 	}
+}
+
+// staleAction reports whether a claimed request is a channel action.
+func staleAction(m bus.Message) bool {
+	var head struct {
+		Action *wake.OutboundAction `json:"action"`
+	}
+	return json.Unmarshal(m.Payload, &head) == nil && head.Action != nil
 }
 
 // dispatch delivers m on its own goroutine once fewer than Parallel
@@ -356,8 +374,8 @@ func (o *OutboundRelay) deliver(ctx context.Context, tenant string, m bus.Messag
 }
 
 // act runs a channel action of req's tenant and publishes its result. An
-// action is not retried: a replica that takes it over after a crash runs
-// it again, and whoever waited for it has given up by then.
+// action is not retried, and one a dead replica left pending is dropped
+// (staleAction): whoever waited for it has given up by then.
 func (o *OutboundRelay) act(ctx context.Context, req wake.OutboundRequest) error {
 	var a channel.ActionRequest
 	if err := json.Unmarshal(req.Action.Request, &a); err != nil {

@@ -221,3 +221,15 @@ func TestOutboundRelayRunsChannelActions(t *testing.T) {
 	g.Expect(calls).To(HaveLen(2), "nothing reached the platform for tenant b")
 	mu.Unlock()
 }
+
+// TestStaleActionsAreDropped: of the requests a dead replica left pending,
+// channel actions are dropped (their callers gave up), deliveries are not.
+func TestStaleActionsAreDropped(t *testing.T) {
+	g := NewWithT(t)
+	action, _ := json.Marshal(wake.OutboundRequest{ID: "a", Tenant: "t", Wait: true, Message: wake.OutboundMessage{Agent: "helper"},
+		Action: &wake.OutboundAction{Channel: "tg", Request: json.RawMessage(`{"action":"thread-reply","chat_id":"1","text":"x"}`)}})
+	delivery, _ := json.Marshal(wake.OutboundRequest{ID: "d", Tenant: "t", Wait: true, Message: wake.OutboundMessage{Agent: "helper", Target: "tg:1", Text: "x"}})
+	g.Expect(staleAction(bus.Message{Payload: action})).To(BeTrue())
+	g.Expect(staleAction(bus.Message{Payload: delivery})).To(BeFalse())
+	g.Expect(staleAction(bus.Message{Payload: []byte("{")})).To(BeFalse(), "a malformed request is left to deliver, which drops it with a log")
+}
