@@ -65,6 +65,9 @@ func newPlatform(t *testing.T) *platform {
 		body, _ := io.ReadAll(r.Body)
 		method := path.Base(r.URL.Path)
 		p.mu.Lock()
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+			body = []byte(r.Header.Get("Content-Type")[:len("multipart/form-data")])
+		}
 		p.calls = append(p.calls, method+" "+string(body))
 		p.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
@@ -74,7 +77,7 @@ func newPlatform(t *testing.T) *platform {
 			_, _ = io.WriteString(w, `{"ok":false,"error_code":401,"description":"Unauthorized"}`)
 		case method == "setMessageReaction":
 			_, _ = io.WriteString(w, `{"ok":true,"result":true}`)
-		case method == "sendMessage":
+		case method == "sendMessage", method == "sendPhoto":
 			_, _ = io.WriteString(w, `{"ok":true,"result":{"message_id":77,"date":1700000000,"chat":{"id":555,"type":"private"},"text":"x"}}`)
 		case method == "conversations.history" && (r.Header.Get("Authorization") == "Bearer xoxb-test" || strings.Contains(string(body), "token=xoxb-test")):
 			_, _ = io.WriteString(w, `{"ok":true,"has_more":false,"messages":[`+
@@ -131,6 +134,11 @@ func TestMessageActions(t *testing.T) {
 	res = e.call("message", map[string]any{"action": "send", "channel": "tg", "target": "555", "message": "build is green"})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
 	g.Expect(res.Content).To(Equal("Delivered to tg:555 (session tg:555:default, 1 attempt(s))."))
+	// Media go with it, from the workspace.
+	e.file(t, "chart.png", append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 16)...))
+	res = e.call("message", map[string]any{"action": "send", "channel": "tg", "target": "555", "message": "the chart", "media": []string{"chart.png"}})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(res.Content).To(Equal("Delivered to tg:555 (session tg:555:default, 1 attempt(s))."))
 	// send with a thread is a thread reply.
 	res = e.call("message", map[string]any{"action": "send", "channel": "tg", "target": "555", "threadId": "9", "message": "in topic"})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
@@ -140,6 +148,7 @@ func TestMessageActions(t *testing.T) {
 		`setMessageReaction {"chat_id":"555","message_id":42,"reaction":[{"emoji":"👍","type":"emoji"}]}`,
 		"conversations.history channel=C1&include_all_metadata=0&inclusive=0&limit=2&token=xoxb-test",
 		`sendMessage {"chat_id":"555","text":"build is green"}`,
+		"sendPhoto multipart/form-data",
 		`sendMessage {"chat_id":"555","message_thread_id":9,"text":"in topic"}`,
 	}))
 
@@ -164,6 +173,9 @@ func TestMessageActions(t *testing.T) {
 		{"platform refusal", map[string]any{"action": "channel-list", "channel": "sl"},
 			"error: channel-list on sl failed: failed to send (permanent, unknown_method): unknown_method"},
 		{"limit", map[string]any{"action": "read", "channel": "sl", "target": "C1", "limit": 1000}, "invalid arguments"},
+		{"media into a thread", map[string]any{"action": "send", "channel": "tg", "target": "555", "threadId": "9", "media": []string{"chart.png"}},
+			"error: media cannot be sent into a thread"},
+		{"send without a target", map[string]any{"action": "send", "channel": "tg", "message": "x"}, "error: send needs a target (a chat id of tg)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := e.call("message", tc.args)
@@ -171,7 +183,7 @@ func TestMessageActions(t *testing.T) {
 			NewWithT(t).Expect(res.Content).To(ContainSubstring(tc.want))
 		})
 	}
-	g.Expect(p.got()).To(HaveLen(5), "of the refused calls only channel-list reached a platform (which refused it)")
+	g.Expect(p.got()).To(HaveLen(6), "of the refused calls only channel-list reached a platform (which refused it)")
 }
 
 // TestMessageCrossChatLimit: called in a conversation that came from a chat
