@@ -138,7 +138,7 @@ func (c toolConfig) message(ctx context.Context, env tool.Env, a MessageArgs) (t
 		if target == "" {
 			return tool.Errorf("error: send needs a target (a chat id of %s)", name), nil
 		}
-		return c.send(ctx, env, SendArgs{TargetChatID: name + ":" + target, Content: a.Message, Files: a.Media})
+		return c.sendWith(ctx, env, SendArgs{TargetChatID: name + ":" + target, Content: a.Message, Files: a.Media}, true)
 	}
 	if action == channel.ActionSend {
 		if len(a.Media) > 0 {

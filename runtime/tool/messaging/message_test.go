@@ -133,12 +133,12 @@ func TestMessageActions(t *testing.T) {
 	// send goes through the outbound dispatcher, like send_message.
 	res = e.call("message", map[string]any{"action": "send", "channel": "tg", "target": "555", "message": "build is green"})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
-	g.Expect(res.Content).To(Equal("Delivered to tg:555 (session tg:555:default, 1 attempt(s))."))
+	g.Expect(res.Content).To(Equal("Delivered to tg:555 (session tg:555:default, 1 attempt(s)); messageId: 77."))
 	// Media go with it, from the workspace.
 	e.file(t, "chart.png", append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 16)...))
 	res = e.call("message", map[string]any{"action": "send", "channel": "tg", "target": "555", "message": "the chart", "media": []string{"chart.png"}})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
-	g.Expect(res.Content).To(Equal("Delivered to tg:555 (session tg:555:default, 1 attempt(s))."))
+	g.Expect(res.Content).To(Equal("Delivered to tg:555 (session tg:555:default, 1 attempt(s)); messageId: 77."))
 	// send with a thread is a thread reply.
 	res = e.call("message", map[string]any{"action": "send", "channel": "tg", "target": "555", "threadId": "9", "message": "in topic"})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
@@ -220,7 +220,7 @@ func TestMessageCrossChatLimit(t *testing.T) {
 	e, p = newMessageEnv(t, "http://127.0.0.1:1", "openai", true)
 	res = e.callIn(live, "message", map[string]any{"action": "send", "target": "777", "message": "psst"})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
-	g.Expect(res.Content).To(Equal("Delivered to tg:777 (session tg:777:default, 1 attempt(s))."))
+	g.Expect(res.Content).To(Equal("Delivered to tg:777 (session tg:777:default, 1 attempt(s)); messageId: 77."))
 	g.Expect(p.got()).To(Equal([]string{`sendMessage {"chat_id":"777","text":"psst"}`}))
 }
 
