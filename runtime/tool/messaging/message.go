@@ -85,6 +85,10 @@ func (c toolConfig) crossChat() bool {
 	return v != nil && *v
 }
 
+// message resolves the channel and chat (defaults: the live chat session's
+// own), applies the cross-chat rule, and runs the action: send through
+// send_message's path (the outbound dispatcher, which records and retries
+// it), everything else through the Actor, one platform call.
 func (c toolConfig) message(ctx context.Context, env tool.Env, a MessageArgs) (tool.Result, error) {
 	agent := env.Agent
 	if agent == "" {
