@@ -177,6 +177,26 @@ type ToolsSpec struct {
 	// agents that do not search pay nothing for it in their requests.
 	// +optional
 	WebSearch *WebSearchSpec `json:"webSearch,omitempty"`
+
+	// message configures the message tool (group:messaging), which is
+	// offered to agents with a telegram, feishu, slack or webhook channel.
+	// +optional
+	Message *MessageToolSpec `json:"message,omitempty"`
+}
+
+// MessageToolSpec configures the message tool: sends and channel actions
+// (react, edit, delete, pin, threads, read, search, member and channel
+// info) on the agent's chat platform channels.
+type MessageToolSpec struct {
+	// crossChat lets the message tool, called in a conversation that came
+	// from a chat platform, act on other chats than that conversation's:
+	// send to them, read them, react in them. Without it such a session
+	// reaches only its own chat, so what is said in one chat does not leak
+	// into another. Sessions that did not come from a chat platform (web,
+	// terminal, API clients, scheduled runs) reach every chat of the
+	// agent's channels either way.
+	// +optional
+	CrossChat *bool `json:"crossChat,omitempty"`
 }
 
 // LLMTaskSpec configures the llm_task tool: a JSON-only model call made on
@@ -624,6 +644,7 @@ const (
 )
 
 // AgentSpec is what an agent is: its model, instructions, tools and where it runs.
+// +kubebuilder:validation:XValidation:rule="!has(self.tools) || !has(self.tools.message) || !has(self.tools.message.crossChat) || !self.tools.message.crossChat || (has(self.channels) && self.channels.exists(c, !(c.type in ['web', 'terminal'])))",message="tools.message.crossChat needs a telegram, feishu, slack or webhook channel in channels"
 type AgentSpec struct {
 	// role makes this Agent the namespace's root agent ("root"), the one jobs
 	// naming no agent run on. When no Agent says root, the namespace's only
@@ -652,7 +673,7 @@ type AgentSpec struct {
 	// process, pty), group:fs (file_read, file_write, file_edit, file_search,
 	// content_search, apply_patch), group:sessions, group:memory, group:web,
 	// group:ui (browser, browser_profiles), group:automation (cron_*, bot_task,
-	// bot_agenda), group:messaging (send_message), group:skills, group:system,
+	// bot_agenda), group:messaging (send_message, message), group:skills, group:system,
 	// group:picobot (every built-in tool; group:openclaw is its OpenClaw name;
 	// OpenClaw's group:nodes selects nothing here). OpenClaw's read, write and
 	// edit name file_read, file_write and file_edit, and mcp__<server>__<tool>

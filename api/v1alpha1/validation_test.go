@@ -471,6 +471,23 @@ func TestCreateValidation(t *testing.T) {
 			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Exec: &picobotv1alpha1.ExecToolsSpec{ApprovalTimeout: picobotv1alpha1.NewDuration(2 * time.Hour)}}
 			return a
 		}, `spec.tools.exec.approvalTimeout: Invalid value: "2h0m0s": approvalTimeout must be a duration such as 30s or 2m, from 1s to 1h`},
+		{"message crossChat with a chat channel", func() client.Object {
+			a := validAgent()
+			a.Spec.Channels = []picobotv1alpha1.Channel{{Type: "telegram", SecretRef: &corev1.LocalObjectReference{Name: "tg"}}}
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Message: &picobotv1alpha1.MessageToolSpec{CrossChat: ptr(true)}}
+			return a
+		}, ""},
+		{"message crossChat off without a chat channel", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Message: &picobotv1alpha1.MessageToolSpec{CrossChat: ptr(false)}}
+			return a
+		}, ""},
+		{"message crossChat without a chat channel", func() client.Object {
+			a := validAgent()
+			a.Spec.Channels = []picobotv1alpha1.Channel{{Type: "web"}}
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Message: &picobotv1alpha1.MessageToolSpec{CrossChat: ptr(true)}}
+			return a
+		}, "spec: Invalid value: tools.message.crossChat needs a telegram, feishu, slack or webhook channel in channels"},
 		{"web search on brave", func() client.Object {
 			a := validAgent()
 			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchBrave,

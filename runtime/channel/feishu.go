@@ -323,20 +323,30 @@ func (f *feishu) accessToken(ctx context.Context, refresh bool) (string, error) 
 // token and retrying once when the platform says it is invalid. body is
 // called per attempt.
 func (f *feishu) api(ctx context.Context, path string, body func() (io.Reader, string, error), out any) error {
+	return f.apiMethod(ctx, http.MethodPost, path, body, out)
+}
+
+// apiMethod is api with another HTTP method; body may be nil (GET, DELETE).
+func (f *feishu) apiMethod(ctx context.Context, method, path string, body func() (io.Reader, string, error), out any) error {
 	for attempt := 0; ; attempt++ {
 		tok, err := f.accessToken(ctx, attempt > 0)
 		if err != nil {
 			return err
 		}
-		rd, ct, err := body()
-		if err != nil {
-			return err
+		var rd io.Reader
+		ct := ""
+		if body != nil {
+			if rd, ct, err = body(); err != nil {
+				return err
+			}
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.base+path, rd)
+		req, err := http.NewRequestWithContext(ctx, method, f.base+path, rd)
 		if err != nil {
 			return fmt.Errorf("failed to build feishu request: %w", err)
 		}
-		req.Header.Set("Content-Type", ct)
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 		res, err := do(f.hc, req)
 		if err != nil {

@@ -46,34 +46,74 @@ func (s RemoteSender) Deliver(ctx context.Context, m outbound.Message) (outbound
 	for _, f := range m.Files {
 		req.Files = append(req.Files, wake.OutboundFile{Name: f.Name, MediaType: f.MediaType, Data: f.Data})
 	}
-	ps, events, err := subscribeRaw(ctx, s.Redis, wake.ResultChannel(tenant, req.ID))
+	var res outbound.Result
+	r, err := s.request(ctx, req, "no delivery result within %s; the delivery is still recorded and retried")
 	if err != nil {
-		return outbound.Result{}, err
+		return res, err
+	}
+	if json.Unmarshal(r.Result, &res) != nil {
+		return outbound.Result{}, fmt.Errorf("malformed delivery result: %s", r.Result)
+	}
+	if r.Error != "" {
+		return res, &outbound.DeliveryError{Result: res, Err: errors.New(r.Error)}
+	}
+	return res, nil
+}
+
+// Act implements messaging.Actor: the gateway, which holds the channel's
+// credentials, runs the action, as it delivers messages.
+func (s RemoteSender) Act(ctx context.Context, agent, name string, a channel.ActionRequest) (channel.ActionResult, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return channel.ActionResult{}, err
+	}
+	body, err := json.Marshal(a)
+	if err != nil {
+		return channel.ActionResult{}, fmt.Errorf("failed to encode action %q: %w", a.Action, err)
+	}
+	req := wake.OutboundRequest{ID: bus.NewID(), Tenant: tenant, Wait: true, Message: wake.OutboundMessage{Agent: agent},
+		Action: &wake.OutboundAction{Channel: name, Request: body}}
+	r, err := s.request(ctx, req, "no result of the action within %s; it may or may not have been done")
+	if err != nil {
+		return channel.ActionResult{}, err
+	}
+	if r.Error != "" {
+		return channel.ActionResult{}, errors.New(r.Error)
+	}
+	var res channel.ActionResult
+	if err := json.Unmarshal(r.Result, &res); err != nil {
+		return channel.ActionResult{}, fmt.Errorf("malformed action result: %s", r.Result)
+	}
+	return res, nil
+}
+
+// request queues req on its tenant's outbound stream and waits for the
+// gateway's result; timeout is the error format when none comes.
+func (s RemoteSender) request(ctx context.Context, req wake.OutboundRequest, timeout string) (wake.OutboundResult, error) {
+	ps, events, err := subscribeRaw(ctx, s.Redis, wake.ResultChannel(req.Tenant, req.ID))
+	if err != nil {
+		return wake.OutboundResult{}, err
 	}
 	defer func() { _ = ps.Close() }()
 	if err := wake.QueueOutbound(ctx, s.Bus, req); err != nil {
-		return outbound.Result{}, err
+		return wake.OutboundResult{}, err
 	}
 	wait := time.NewTimer(resultWait)
 	defer wait.Stop()
 	select {
 	case raw, ok := <-events:
 		if !ok {
-			return outbound.Result{}, errors.New("lost the delivery result subscription; see cron_runs or the session for the outcome")
+			return wake.OutboundResult{}, errors.New("lost the result subscription; see cron_runs or the session for the outcome")
 		}
 		var r wake.OutboundResult
-		var res outbound.Result
-		if err := json.Unmarshal([]byte(raw), &r); err != nil || json.Unmarshal(r.Result, &res) != nil {
-			return outbound.Result{}, fmt.Errorf("malformed delivery result: %s", raw)
+		if err := json.Unmarshal([]byte(raw), &r); err != nil {
+			return wake.OutboundResult{}, fmt.Errorf("malformed result: %s", raw)
 		}
-		if r.Error != "" {
-			return res, &outbound.DeliveryError{Result: res, Err: errors.New(r.Error)}
-		}
-		return res, nil
+		return r, nil
 	case <-wait.C:
-		return outbound.Result{}, fmt.Errorf("no delivery result within %s; the delivery is still recorded and retried", resultWait)
+		return wake.OutboundResult{}, fmt.Errorf(timeout, resultWait)
 	case <-ctx.Done():
-		return outbound.Result{}, ctx.Err()
+		return wake.OutboundResult{}, ctx.Err()
 	}
 }
 
@@ -104,9 +144,11 @@ func subscribeRaw(ctx context.Context, rdb *redis.Client, ch string) (*redis.Pub
 	return ps, out, nil
 }
 
-// Deliverer is what the relay delivers with (*outbound.Dispatcher).
+// Deliverer is what the relay delivers with, and runs channel actions with
+// (*outbound.Dispatcher).
 type Deliverer interface {
 	Deliver(ctx context.Context, m outbound.Message) (outbound.Result, error)
+	Act(ctx context.Context, agent, name string, r channel.ActionRequest) (channel.ActionResult, error)
 }
 
 // OutboundBus is what the relay reads with: a bus that also reads many
@@ -243,11 +285,29 @@ func (o *OutboundRelay) claim(ctx context.Context, tenants []string) {
 			continue
 		}
 		for _, m := range msgs {
+			if staleAction(m) {
+				// Its caller stopped waiting long ago and was told it got
+				// no result; running it now could, for a thread-reply, post
+				// a message the model may already have sent again.
+				o.Log.Warn("Dropping a channel action a dead replica left pending", "tenant", t, "id", m.ID)
+				if err := o.Bus.Ack(ctx, m.Stream, groupGateway, m.Seq); err != nil && ctx.Err() == nil {
+					o.Log.Error("Failed to ack a dropped channel action", "tenant", t, "id", m.ID, "err", err)
+				}
+				continue
+			}
 			if !o.dispatch(ctx, t, m) {
 				return
 			}
 		}
 	}
+}
+
+// staleAction reports whether a claimed request is a channel action.
+func staleAction(m bus.Message) bool {
+	var head struct {
+		Action *wake.OutboundAction `json:"action"`
+	}
+	return json.Unmarshal(m.Payload, &head) == nil && head.Action != nil
 }
 
 // dispatch delivers m on its own goroutine once fewer than Parallel
@@ -292,6 +352,9 @@ func (o *OutboundRelay) deliver(ctx context.Context, tenant string, m bus.Messag
 		o.Log.Error("Dropping malformed outbound request", "tenant", tenant, "id", m.ID, "err", err)
 		return nil //nolint:nilerr // a malformed request is dropped, not retried
 	}
+	if req.Action != nil {
+		return o.act(ctx, req)
+	}
 	msg := outbound.Message{Agent: req.Message.Agent, Target: req.Message.Target, Text: req.Message.Text, Origin: req.Message.Origin,
 		Stored: req.Message.Stored}
 	for _, f := range req.Files {
@@ -305,15 +368,41 @@ func (o *OutboundRelay) deliver(ctx context.Context, tenant string, m bus.Messag
 		o.Log.Warn("Outbound delivery failed", "tenant", req.Tenant, "target", msg.Target, "err", err)
 	}
 	if req.Wait {
-		out := wake.OutboundResult{}
-		out.Result, _ = json.Marshal(res)
-		if err != nil {
-			out.Error = err.Error()
-		}
-		b, _ := json.Marshal(out)
-		if perr := o.Redis.Publish(ctx, wake.ResultChannel(req.Tenant, req.ID), b).Err(); perr != nil {
-			o.Log.Error("Failed to publish delivery result", "err", perr)
-		}
+		o.publish(ctx, req, res, err)
 	}
 	return nil
+}
+
+// act runs a channel action of req's tenant and publishes its result. An
+// action is not retried, and one a dead replica left pending is dropped
+// (staleAction): whoever waited for it has given up by then.
+func (o *OutboundRelay) act(ctx context.Context, req wake.OutboundRequest) error {
+	var a channel.ActionRequest
+	if err := json.Unmarshal(req.Action.Request, &a); err != nil {
+		o.publish(ctx, req, nil, fmt.Errorf("malformed action request: %w", err))
+		return nil
+	}
+	res, err := o.Dispatcher.Act(store.WithTenant(ctx, req.Tenant), req.Message.Agent, req.Action.Channel, a)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		o.Log.Warn("Channel action failed", "tenant", req.Tenant, "channel", req.Action.Channel, "action", a.Action, "err", err)
+	}
+	o.publish(ctx, req, res, err)
+	return nil
+}
+
+// publish sends the result of a waiting request to its tenant's result
+// channel.
+func (o *OutboundRelay) publish(ctx context.Context, req wake.OutboundRequest, res any, err error) {
+	out := wake.OutboundResult{}
+	out.Result, _ = json.Marshal(res)
+	if err != nil {
+		out.Error = err.Error()
+	}
+	b, _ := json.Marshal(out)
+	if perr := o.Redis.Publish(ctx, wake.ResultChannel(req.Tenant, req.ID), b).Err(); perr != nil {
+		o.Log.Error("Failed to publish a result", "err", perr)
+	}
 }

@@ -30,6 +30,18 @@ type OutboundRequest struct {
 	// Wait asks for the result on ResultChannel(Tenant, ID).
 	Wait  bool           `json:"wait"`
 	Files []OutboundFile `json:"files,omitempty"`
+	// Action, when set, asks for a channel action (the message tool's
+	// react, edit, read...) instead of a delivery; Message gives only the
+	// agent. It always waits.
+	Action *OutboundAction `json:"action,omitempty"`
+}
+
+// OutboundAction is a channel action run by the gateway, which holds the
+// channel's credentials: Request is a channel.ActionRequest, and the result
+// published is a channel.ActionResult.
+type OutboundAction struct {
+	Channel string          `json:"channel"`
+	Request json.RawMessage `json:"request"`
 }
 
 // OutboundMessage mirrors outbound.Message.

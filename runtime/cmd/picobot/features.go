@@ -24,7 +24,9 @@ type featureOptions struct {
 	log *slog.Logger
 	// manifestsDir is the embedded-mode manifests folder ("" in cluster mode).
 	manifestsDir string
-	// sender delivers send_message's messages; channels reports channel
+	// sender delivers send_message's and message's messages and runs
+	// message's channel actions (the dispatcher; in session pods
+	// cluster.RemoteSender, through the gateway); channels reports channel
 	// status (nil in session pods: the agent spec is listed as declared).
 	sender   messaging.Sender
 	channels messaging.ChannelStatus

@@ -1,6 +1,7 @@
 // Package messaging gives agents send_message (deliver a message and files
 // to any chat of the agent's channels, or attach files to the current
-// reply) and chat_manager (list sessions, channels and messages), as an
+// reply), chat_manager (list sessions, channels and messages) and message
+// (OpenClaw's send and channel actions on chat platforms), as a
 // feature.Feature.
 package messaging
 
@@ -33,6 +34,9 @@ type Options struct {
 	// Sender delivers send_message's messages. Without it send_message only
 	// attaches files to the current reply and says delivery is unavailable.
 	Sender Sender
+	// Actor runs message's channel actions other than send; when nil and
+	// Sender is an Actor (both implementations are), Sender runs them.
+	Actor Actor
 	// Channels reports channel readiness for list_channels and health;
 	// without it the agent spec's channels are listed as declared.
 	Channels ChannelStatus
@@ -57,6 +61,9 @@ func NewFeature(opts Options) *Feature {
 	if opts.MaxFileBytes <= 0 {
 		opts.MaxFileBytes = DefaultMaxFileBytes
 	}
+	if a, ok := opts.Sender.(Actor); ok && opts.Actor == nil {
+		opts.Actor = a
+	}
 	return &Feature{opts: opts}
 }
 
@@ -64,11 +71,17 @@ func NewFeature(opts Options) *Feature {
 func (f *Feature) Name() string { return "messaging" }
 
 // Build implements feature.Feature: send_message and chat_manager for one
-// agent, and a health check per channel.
+// agent, message when it has a chat platform channel (the tool is declared
+// to no other agent, which would pay for its schema in every request and
+// could do nothing with it), and a health check per channel.
 func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, error) {
 	cfg := toolConfig{opts: f.opts, store: a.Host.Store, agent: a.Spec.Name, tenant: a.Host.Tenant, spec: a.Spec}
+	tools := []tool.Tool{NewSendMessage(cfg), NewChatManager(cfg)}
+	if cfg.hasChatChannel() {
+		tools = append(tools, NewMessage(cfg))
+	}
 	return feature.Parts{
-		Tools: []tool.Tool{NewSendMessage(cfg), NewChatManager(cfg)},
+		Tools: tools,
 		Health: func(ctx context.Context) []health.Check {
 			var out []health.Check
 			for _, s := range cfg.channels(ctx) {

@@ -46,6 +46,12 @@ func NewSendMessage(cfg toolConfig) tool.Tool {
 }
 
 func (c toolConfig) send(ctx context.Context, env tool.Env, a SendArgs) (tool.Result, error) {
+	return c.sendWith(ctx, env, a, false)
+}
+
+// sendWith is send; withIDs adds the platform's ids of the sent messages to
+// the result, which message's edit, delete, pin and react take.
+func (c toolConfig) sendWith(ctx context.Context, env tool.Env, a SendArgs, withIDs bool) (tool.Result, error) {
 	agent := env.Agent
 	if agent == "" {
 		agent = c.agent
@@ -104,6 +110,9 @@ func (c toolConfig) send(ctx context.Context, env tool.Env, a SendArgs) (tool.Re
 	case err == nil && t.client:
 		return tool.Text(fmt.Sprintf("Delivered to %s (session %s, %d attempt(s)): stored in the chat's history, "+
 			"which its client shows when it loads the chat.", target, res.SessionID, res.Attempts)), nil
+	case err == nil && withIDs && len(res.Receipt.MessageIDs) > 0:
+		return tool.Text(fmt.Sprintf("Delivered to %s (session %s, %d attempt(s)); messageId: %s.", target, res.SessionID, res.Attempts,
+			strings.Join(res.Receipt.MessageIDs, ", "))), nil
 	case err == nil:
 		return tool.Text(fmt.Sprintf("Delivered to %s (session %s, %d attempt(s)).", target, res.SessionID, res.Attempts)), nil
 	case errors.Is(err, outbound.ErrUnknownChannel):

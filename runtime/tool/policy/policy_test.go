@@ -22,7 +22,7 @@ var (
 	tWeb        = []string{"http_request", "web_fetch", "web_search"}
 	tUI         = []string{"browser", "browser_profiles"}
 	tAutomation = []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda"}
-	tMessaging  = []string{"send_message"}
+	tMessaging  = []string{"send_message", "message"}
 	tSkills     = []string{"get_skill"}
 	tSystem     = []string{"health", "calculator", "todo", "llm_task", "image"}
 
@@ -59,7 +59,7 @@ func TestCatalog(t *testing.T) {
 	c := DefaultCatalog()
 
 	g.Expect(c.Tools()).To(Equal(tAll))
-	g.Expect(c.Tools()).To(HaveLen(47))
+	g.Expect(c.Tools()).To(HaveLen(48))
 	g.Expect(c.Groups()).To(Equal(map[string][]string{
 		GroupRuntime:    set(tRuntime),
 		GroupFS:         set(tFS),

@@ -100,3 +100,89 @@ func TestWebhookChannelEndToEnd(t *testing.T) {
 	g.Expect(body.Messages[0].Content).To(Equal("hello from the platform"))
 	g.Expect(body.Messages[1].Content).To(Equal("webhook reply to: hello from the platform"))
 }
+
+// TestMessageToolOverWebhookChannel runs the message tool in `picobot
+// serve`: in a conversation that came from a webhook chat, a send to
+// another chat is refused (the Agent does not allow cross-chat sends) and
+// an action the generic webhook lacks is an error naming the channel; from
+// a web chat the same send goes out, POSTed to the channel's URL.
+func TestMessageToolOverWebhookChannel(t *testing.T) {
+	g := NewWithT(t)
+	llm := fakellm.New()
+	t.Cleanup(llm.Close)
+	llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		user, tools := "", 0
+		for _, m := range r.Messages {
+			switch m.Role {
+			case "user":
+				user, tools = m.Content, 0
+			case "tool":
+				tools++
+			}
+		}
+		send := fakellm.Call{Name: "message", Args: `{"action":"send","channel":"hook","target":"T-9","message":"weekly report"}`}
+		switch {
+		case user == "report to T-9" && tools == 0:
+			return fakellm.Turn{ToolCalls: []fakellm.Call{send}}
+		case user == "report to T-9" && tools == 1:
+			return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "message", Args: `{"action":"react","messageId":"m-1","emoji":"eyes"}`}}}
+		case user == "report to T-9":
+			return fakellm.Turn{Text: "cannot"}
+		case user == "web: report to T-9" && tools == 0:
+			return fakellm.Turn{ToolCalls: []fakellm.Call{send}}
+		}
+		return fakellm.Turn{Text: "sent"}
+	})
+	const secret = "hook-signing-secret"
+	var mu sync.Mutex
+	var got []map[string]any
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var m map[string]any
+		_ = json.Unmarshal(body, &m)
+		mu.Lock()
+		got = append(got, m)
+		mu.Unlock()
+		_, _ = w.Write([]byte(`{"message_id":"r1"}`))
+	}))
+	t.Cleanup(receiver.Close)
+	received := func() []map[string]any {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]map[string]any(nil), got...)
+	}
+
+	dir := t.TempDir()
+	writeAgent(t, dir, llm.URL(), "  channels:\n  - {type: webhook, name: hook, secretRef: {name: hook-secret}}\n  - {type: web}\n")
+	hookSecret := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: hook-secret}\nstringData: {signingSecret: %s, url: %s}\n", secret, receiver.URL)
+	g.Expect(os.WriteFile(filepath.Join(dir, "hook-secret.yaml"), []byte(hookSecret), 0o600)).To(Succeed())
+	p := serve(t, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test")
+	defer p.stop()
+
+	body := []byte(`{"chat_id":"c-42","message_id":"m-1","text":"report to T-9"}`)
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/hooks/default/assistant/hook", bytes.NewReader(body))
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	req.Header.Set(channel.HeaderPicoBotTimestamp, ts)
+	req.Header.Set(channel.HeaderPicoBotSignature, channel.WebhookSignature(secret, ts, body))
+	res, err := http.DefaultClient.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = res.Body.Close()
+	g.Expect(res.StatusCode).To(Equal(http.StatusOK))
+	g.Eventually(received, 30*time.Second, 50*time.Millisecond).Should(ConsistOf(And(
+		HaveKeyWithValue("chat_id", "c-42"), HaveKeyWithValue("text", "cannot"))), "only the reply, in its own chat")
+	reqs := llm.Requests()
+	g.Expect(reqs).To(HaveLen(3))
+	g.Expect(reqs[0].Tools).To(ContainElement("message"))
+	g.Expect(reqs[1].Messages[len(reqs[1].Messages)-1].Content).To(HavePrefix(
+		"error: this conversation is the chat hook:c-42, and here message reaches only that chat, not hook:T-9"))
+	g.Expect(reqs[2].Messages[len(reqs[2].Messages)-1].Content).To(Equal(
+		`error: channel "hook" (webhook) does not support action "react"; it supports send. Nothing was done.`))
+
+	// From a web chat (not a chat platform's) the send goes out.
+	reply, err := say(t, p.url, "boss", "w1", "web: report to T-9")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(reply).To(Equal("sent"))
+	g.Expect(received()).To(ContainElement(And(HaveKeyWithValue("chat_id", "T-9"), HaveKeyWithValue("text", "weekly report"))))
+	reqs = llm.Requests()
+	g.Expect(reqs[len(reqs)-1].Messages[len(reqs[len(reqs)-1].Messages)-1].Content).To(HavePrefix("Delivered to hook:T-9 (session hook:T-9:default, 1 attempt(s))"))
+}

@@ -276,13 +276,23 @@ func BenchmarkHelloBytesWithWebSearch(b *testing.B) {
 	helloBytes(b, "  tools: {webSearch: {provider: searxng, baseURL: \"http://127.0.0.1:9\"}}\n")
 }
 
-func helloBytes(b *testing.B, spec ...string) {
+// BenchmarkHelloBytesWithChatChannel is BenchmarkHelloBytes for an agent
+// with a chat platform channel (a webhook), the only agents the message
+// tool is declared to: what the tool costs them.
+func BenchmarkHelloBytesWithChatChannel(b *testing.B) {
+	helloBytesEnv(b, []string{"PICOBOT_SECRET_TICKETS_SIGNINGSECRET=s"},
+		"  channels: [{type: webhook, name: tickets, secretRef: {name: tickets}}]\n")
+}
+
+func helloBytes(b *testing.B, spec ...string) { helloBytesEnv(b, nil, spec...) }
+
+func helloBytesEnv(b *testing.B, env []string, spec ...string) {
 	s := fakellm.New()
 	defer s.Close()
 	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "hi"} })
 	dir := b.TempDir()
 	writeAgent(b, dir, s.URL(), spec...)
-	p := serve(b, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test", "HOME="+b.TempDir())
+	p := serve(b, dir, append([]string{"PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test", "HOME=" + b.TempDir()}, env...)...)
 	defer p.stop()
 	for i := 0; i < b.N; i++ {
 		if _, err := say(b, p.url, fmt.Sprintf("hello%d", i), "h", "hello"); err != nil {
