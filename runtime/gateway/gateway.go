@@ -100,8 +100,10 @@ type Backend interface {
 	Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error)
 	// Artifact opens a stored artifact.
 	Artifact(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error)
-	// Health reports the runtime's checks (no tenant in ctx: probes).
-	Health(ctx context.Context) []Check
+	// Health reports the runtime's health service (no tenant in ctx:
+	// probes): the report the health tool, /health and `picobot health`
+	// show too.
+	Health(ctx context.Context) health.Report
 
 	// Dialogs lists the chat's most recent dialogs (not archived, not
 	// deleted) and the current dialog id ("" when none).
