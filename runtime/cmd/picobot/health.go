@@ -36,10 +36,12 @@ const healthTimeout = 2 * time.Minute
 
 // healthCmd is `picobot health [--json]`.
 func healthCmd(args []string) error {
-	return runHealth(context.Background(), args, os.Getenv, os.Stdout)
+	return runHealth(context.Background(), args, os.Getenv, os.Stdout, defaultGatewayURL)
 }
 
-func runHealth(ctx context.Context, args []string, env func(string) string, out io.Writer) error {
+// runHealth is `picobot health`; defaultURL is where `picobot serve` listens
+// by default (a parameter so tests need not own that port).
+func runHealth(ctx context.Context, args []string, env func(string) string, out io.Writer, defaultURL string) error {
 	fs := newFlags("health", `Usage: picobot health [flags]
 
 Shows the health report of the running gateway (--url, $PICOBOT_URL, else the local `+"`picobot serve`"+`
@@ -48,7 +50,7 @@ answers at the default address it says so and checks the manifests folder locall
 and endpoints, Chromium, the tool sandbox's kernel layers, the state folder). Exit code 1 when a
 required check fails.
 `)
-	gatewayURL := fs.String("url", "", "Gateway whose report to show ($PICOBOT_URL, else "+defaultGatewayURL+" when it answers).")
+	gatewayURL := fs.String("url", "", "Gateway whose report to show ($PICOBOT_URL, else "+defaultURL+" when it answers).")
 	apiKey := fs.String("api-key", env("PICOBOT_API_KEY"), "API key of the gateway ($PICOBOT_API_KEY); without a valid one it shows no checks.")
 	local := fs.Bool("local", false, "Check the manifests folder here without asking a gateway.")
 	dir := fs.String("dir", ".", "Folder with Agent/CronJob/BrowserProfile manifests (and Secrets), for the local checks.")
@@ -68,7 +70,7 @@ required check fails.
 		target = env("PICOBOT_URL")
 	}
 	if target == "" {
-		target = defaultGatewayURL
+		target = defaultURL
 	}
 	if *local && *gatewayURL != "" {
 		return usagef("--local and --url exclude each other")
@@ -80,11 +82,12 @@ required check fails.
 		switch {
 		case err == nil:
 			r, src = gr, healthOrigin{Source: "gateway", URL: target}
-		case explicit || !errors.Is(err, client.ErrUnreachable):
-			// A gateway named on purpose that does not answer, or one
-			// that answers but withholds its report, is no reason to
-			// report on another installation.
-			return err
+		case explicit && errors.Is(err, client.ErrUnreachable):
+			// A gateway named on purpose that does not answer is no
+			// reason to report on another installation.
+			return fmt.Errorf("cannot reach the gateway at %s (%s): start it, or check the manifests folder here with --local", target, cause(err))
+		case !errors.Is(err, client.ErrUnreachable):
+			return err // it answers, but not with its report
 		default:
 			src.Fallback = fmt.Sprintf("no gateway answers at %s (%s)", target, cause(err))
 		}
