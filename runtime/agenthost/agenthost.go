@@ -26,6 +26,7 @@ import (
 	"github.com/picobot/picobot/runtime/artifact"
 	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/mcp"
 	"github.com/picobot/picobot/runtime/protocol"
@@ -148,6 +149,30 @@ func (b *Built) Health(ctx context.Context) []health.Check {
 		out = append(out, h(ctx)...)
 	}
 	return out
+}
+
+// ModelCheck is the health check of the agent's model: none configured,
+// configured but unreachable (probe asks the endpoint), or answering.
+func (b *Built) ModelCheck(ctx context.Context, probe *modelcheck.Prober) health.Check {
+	return probe.Check(ctx, "agent "+b.Name, b.Endpoint, b.Info.Message)
+}
+
+// FeatureChecks are the health checks of what the agent's configuration
+// enables: its features (the browser, skills, channels) and MCP servers.
+func (b *Built) FeatureChecks(ctx context.Context) []health.Check {
+	checks := b.Health(ctx)
+	if b.MCP == nil {
+		return checks
+	}
+	for _, s := range b.MCP.Status() {
+		c := health.Check{Name: "MCP server " + s.Name, OK: s.Connected, Message: fmt.Sprintf("%s, %d tools", s.Transport, len(s.Tools))}
+		if !s.Connected {
+			c.Message = s.Error
+			c.Fix = "check spec.mcpServers[" + s.Name + "] of the agent; /mcp shows the detail"
+		}
+		checks = append(checks, c)
+	}
+	return checks
 }
 
 // Close stops the agent's tools, MCP servers and features.

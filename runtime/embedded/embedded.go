@@ -654,27 +654,13 @@ func (r *Runtime) healthSources() []health.Source {
 		var wg sync.WaitGroup
 		for i, n := range names {
 			a := r.agents[n]
-			wg.Go(func() { out[i] = r.opts.ModelProbe.Check(ctx, "agent "+n, a.Endpoint, a.info.Message) })
+			wg.Go(func() { out[i] = a.ModelCheck(ctx, r.opts.ModelProbe) })
 		}
 		wg.Wait()
 		return out
 	}}}
 	for _, n := range names {
-		a := r.agents[n]
-		sources = append(sources, health.Source{Kind: health.Feature, Name: "agent " + n, Run: func(ctx context.Context) []health.Check {
-			checks := a.Built.Health(ctx)
-			if m := a.MCP; m != nil {
-				for _, s := range m.Status() {
-					msg := fmt.Sprintf("%s, %d tools", s.Transport, len(s.Tools))
-					if !s.Connected {
-						msg = s.Error
-					}
-					checks = append(checks, check("MCP server "+s.Name, s.Connected, msg,
-						"check spec.mcpServers["+s.Name+"] of the agent; /mcp shows the detail"))
-				}
-			}
-			return checks
-		}})
+		sources = append(sources, health.Source{Kind: health.Feature, Name: "agent " + n, Run: r.agents[n].FeatureChecks})
 	}
 	return append(sources, health.Programs(), health.Source{Kind: health.Optional, Name: "tool sandbox",
 		Run: func(context.Context) []health.Check { return append(sandbox.Probe().Checks(), r.warm.Check()) }})

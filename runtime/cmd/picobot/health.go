@@ -202,8 +202,8 @@ func toolHostSources() []health.Source {
 }
 
 // podHealthService is the health service of a session pod: its tools'
-// programs and sandbox (the operator and the Agent's status report the
-// rest).
+// programs and sandbox; cluster.RunSession adds the agent's model and
+// feature checks (the gateway reports the shared services).
 func podHealthService() *health.Service { return health.NewService(toolHostSources()...) }
 
 func browserEnabled(set *manifest.Set) bool {
