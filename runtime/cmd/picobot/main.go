@@ -92,7 +92,7 @@ func usage(w io.Writer) {
 Commands:
   serve   run the agents of a manifests folder with the gateway and web UI (embedded mode)
   browser run headless Chromium behind an authenticating DevTools proxy (browser pods)
-  health  check requirements and say how to fix what is missing (--json; exit 1 on failures)
+  health  the running gateway's health report, or local checks when none runs (--json; exit 1 on failures)
   session run one session pod (cluster mode; started by the operator)
   sandbox-server  start the shell tools' programs in a session pod's sandbox container (--socket, --workspace)
   gateway run the cluster-mode gateway (API keys from Secrets, Redis, PostgreSQL, S3)
