@@ -125,3 +125,27 @@ spec:
 	g.Expect(stdout).To(HavePrefix("Local checks of the manifests folder " + dir + "\n"))
 	g.Expect(stdout).To(ContainSubstring("[FAIL] model: agent offline — model configured but unreachable"))
 }
+
+// A gateway with an API key shows its report only to a caller with the key:
+// `picobot health` says how to pass it rather than print an empty report.
+func TestHealthCommandNeedsTheGatewaysKey(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	t.Cleanup(s.Close)
+	dir := t.TempDir()
+	writeAgent(t, dir, s.URL(), "  browser: {enabled: false}\n")
+	const key = "health-key-0123456789abcdef"
+	p := serveArgs(t, dir, []string{"--addr", "127.0.0.1:0", "--api-key", key}, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test", "HOME="+t.TempDir())
+
+	stdout, stderr, code := runPicobot(t, []string{"PICOBOT_URL=", "PICOBOT_API_KEY="}, "health", "--url", p.url)
+	g.Expect(code).To(Equal(1))
+	g.Expect(stdout).To(BeEmpty())
+	g.Expect(stderr).To(MatchRegexp(`^picobot: the gateway at ` + p.url + ` answers "(ok|degraded)" but shows its checks only with a valid API key: pass --api-key or set PICOBOT_API_KEY\n$`))
+
+	stdout, stderr, code = runPicobot(t, []string{"PICOBOT_URL=", "PICOBOT_API_KEY=" + key}, "health", "--url", p.url)
+	g.Expect(stdout).To(HavePrefix("Health of the running gateway at " + p.url + "\n"))
+	g.Expect(stdout).To(ContainSubstring("[ok  ] model: agent assistant — openai/fake at " + s.URL() + " answers"))
+	g.Expect(stdout).NotTo(ContainSubstring("browser"))
+	g.Expect(code).To(Equal(0), "every required check passes:\n%s%s", stdout, stderr)
+	g.Expect(stdout).To(HaveSuffix("All required checks passed.\n"))
+}
