@@ -55,6 +55,8 @@ func TestCheck(t *testing.T) {
 			prefix: "anthropic/claude-x at " + s.AnthropicURL() + " answers"},
 		{name: "refused connection", ep: &provider.Config{Provider: "openai", Model: "gpt-x", BaseURL: refused, APIKey: key},
 			prefix: "model configured but unreachable: openai/gpt-x at " + refused + ": ", has: []string{"connection refused"}},
+		{name: "DNS failure", ep: &provider.Config{Provider: "openai", Model: "gpt-x", BaseURL: "http://picobot-health.invalid/v1", APIKey: key},
+			prefix: "model configured but unreachable: openai/gpt-x at http://picobot-health.invalid/v1: ", has: []string{"lookup picobot-health.invalid"}},
 		{name: "refused key", ep: &provider.Config{Provider: "anthropic", Model: "claude-x", BaseURL: s.AnthropicURL(), APIKey: "sk-wrong"},
 			prefix: "model configured but unreachable: anthropic/claude-x at " + s.AnthropicURL() + ": ", has: []string{"401", "invalid x-api-key"}},
 		{name: "secrets in the URL are redacted", ep: &provider.Config{Provider: "openai", Model: "gpt-x",
