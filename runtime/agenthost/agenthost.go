@@ -27,6 +27,7 @@ import (
 	"github.com/picobot/picobot/runtime/artifact"
 	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/mcp"
 	"github.com/picobot/picobot/runtime/protocol"
@@ -100,6 +101,10 @@ type Host struct {
 	ExchangesUnavailable string
 	// Features add tools and prompt sections to every agent, in order.
 	Features []Feature
+	// Health answers the /health slash command (the same report as the
+	// health tool, GET /api/v1/health and `picobot health`); without it
+	// /health says no health service runs here.
+	Health *health.Service
 	// WarmSandboxes, when set, start the shell tools' programs from a warm
 	// sandbox of their session's workspace (embedded mode, package warm).
 	WarmSandboxes shell.WarmSandboxes
@@ -150,6 +155,10 @@ type Built struct {
 	// noClientTools: the agent declines client tools
 	// (spec.tools.clientTools: false).
 	noClientTools bool
+	// Endpoint is the model endpoint the agent calls first, key included
+	// (nil when it has no usable model: Info.Message says why); the health
+	// check probes it.
+	Endpoint *provider.Config
 	// warm are the host's warm sandboxes (nil without them).
 	warm    shell.WarmSandboxes
 	health  []func(context.Context) []health.Check
@@ -169,6 +178,30 @@ func (b *Built) Health(ctx context.Context) []health.Check {
 		out = append(out, h(ctx)...)
 	}
 	return out
+}
+
+// ModelCheck is the health check of the agent's model: none configured,
+// configured but unreachable (probe asks the endpoint), or answering.
+func (b *Built) ModelCheck(ctx context.Context, probe *modelcheck.Prober) health.Check {
+	return probe.Check(ctx, "agent "+b.Name, b.Endpoint, b.Info.Message)
+}
+
+// FeatureChecks are the health checks of what the agent's configuration
+// enables: its features (the browser, skills, channels) and MCP servers.
+func (b *Built) FeatureChecks(ctx context.Context) []health.Check {
+	checks := b.Health(ctx)
+	if b.MCP == nil {
+		return checks
+	}
+	for _, s := range b.MCP.Status() {
+		c := health.Check{Name: "MCP server " + s.Name, OK: s.Connected, Message: fmt.Sprintf("%s, %d tools", s.Transport, len(s.Tools))}
+		if !s.Connected {
+			c.Message = s.Error
+			c.Fix = "check spec.mcpServers[" + s.Name + "] of the agent; /mcp shows the detail"
+		}
+		checks = append(checks, c)
+	}
+	return checks
 }
 
 // Close stops the agent's tools, MCP servers and features.
@@ -331,6 +364,21 @@ func (h *Host) secretValue(sel *corev1.SecretKeySelector) string {
 	return ""
 }
 
+// ModelEndpoint is the endpoint of a resolved model, its key read through
+// secrets; nil when res names no usable model.
+func ModelEndpoint(res agentspec.ModelResolution, secrets func(string) *corev1.Secret) *provider.Config {
+	if res.Effective == nil || res.Ref == nil {
+		return nil
+	}
+	ep := &provider.Config{Provider: string(res.Ref.Provider), Model: res.Ref.Model, BaseURL: res.Ref.BaseURL}
+	if sel := res.Ref.APIKeySecretRef; sel != nil {
+		if s := secrets(sel.Name); s != nil {
+			ep.APIKey = string(s.Data[sel.Key])
+		}
+	}
+	return ep
+}
+
 // Build assembles one agent.
 func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, error) {
 	if h.Log == nil {
@@ -355,6 +403,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	providerName, modelName := "", ""
 	if e := res.Effective; e != nil {
 		info.Model = &protocol.ModelInfo{Provider: string(e.Provider), Model: e.Model, Source: string(e.Source)}
+		b.Endpoint = ModelEndpoint(res, secrets)
 		providerName, modelName = string(e.Provider), e.Model
 		p, err := h.chain(a, e, res.Ref)
 		if err != nil {
@@ -674,7 +723,7 @@ func (h *Host) session(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveMod
 	}
 	return loop, session.Config{Signals: signals, Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
 		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, LeaseTTL: h.LeaseTTL, Timeline: session.StoreTimeline{Store: h.Store},
-		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(m),
+		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(m), Health: healthText(h.Health),
 		Workspace: func(id session.ID) string {
 			dir := filepath.Join(ws, a.Name, session.WorkspaceName(id))
 			_ = os.MkdirAll(dir, 0o700)
@@ -695,6 +744,13 @@ func joinPrompts(ps []func(context.Context, session.PromptInput) string) func(co
 		}
 		return strings.Join(parts, "\n\n")
 	}
+}
+
+func healthText(s *health.Service) func(context.Context) string {
+	if s == nil {
+		return nil
+	}
+	return func(ctx context.Context) string { return s.Report(ctx).Text() }
 }
 
 func mcpStatus(m *mcp.Manager) func() string {

@@ -189,11 +189,27 @@ type Check struct {
 	OK      bool   `json:"ok"`
 	Message string `json:"message"`
 	Fix     string `json:"fix"`
+	// Kind is "core" (required), "feature" (required by an enabled
+	// feature) or "optional" (never fails the report).
+	Kind string `json:"kind"`
 }
 
-// Health is the gateway's health report.
+// HealthGroup is the checks of one source of the report.
+type HealthGroup struct {
+	Kind   string  `json:"kind"`
+	Name   string  `json:"name"`
+	Checks []Check `json:"checks"`
+}
+
+// Health is the gateway's health report. Without a valid key only Status
+// is filled.
 type Health struct {
-	Status string  `json:"status"`
+	Status string `json:"status"`
+	// OK is false when a core or feature check failed.
+	OK     bool          `json:"ok"`
+	Groups []HealthGroup `json:"groups"`
+	// Checks is every check of Groups in one list, each name prefixed
+	// with its group's.
 	Checks []Check `json:"checks"`
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/dialog"
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
@@ -378,22 +379,24 @@ func (b *Backend) Artifact(ctx context.Context, id string) (io.ReadCloser, store
 }
 
 // Health implements gateway.Backend: the shared services' reachability.
-func (b *Backend) Health(ctx context.Context) []gateway.Check {
-	var checks []gateway.Check
+// The agents' own checks (model, features) are their status conditions,
+// which the operator publishes, and each session pod's health tool.
+func (b *Backend) Health(ctx context.Context) health.Report {
+	var checks []health.Check
 	err := b.cfg.Redis.Ping(ctx).Err()
 	checks = append(checks, check("redis", err, "reachable", "check PICOBOT_REDIS_URL and that Redis is up"))
 	_, err = b.cfg.Store.ListSessions(store.WithTenant(ctx, "picobot-health"), store.SessionFilter{Limit: 1})
 	checks = append(checks, check("postgresql", err, "reachable", "check PICOBOT_POSTGRES_URL and that PostgreSQL is up"))
-	return checks
+	return health.NewReport(health.Group{Kind: health.Core, Name: "gateway", Checks: checks})
 }
 
 var _ gateway.Backend = (*Backend)(nil)
 
-func check(name string, err error, ok, fix string) gateway.Check {
+func check(name string, err error, ok, fix string) health.Check {
 	if err != nil {
-		return gateway.Check{Name: name, OK: false, Message: err.Error(), Fix: fix}
+		return health.Check{Name: name, OK: false, Message: err.Error(), Fix: fix}
 	}
-	return gateway.Check{Name: name, OK: true, Message: ok}
+	return health.Check{Name: name, OK: true, Message: ok}
 }
 
 // Inbound queues a message from a chat platform for its chat's runtime and

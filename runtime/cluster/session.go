@@ -21,6 +21,8 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
+	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
 	"github.com/picobot/picobot/runtime/store"
 )
@@ -68,7 +70,10 @@ type SessionOptions struct {
 	// Features returns the agent's features (memory, skills, schedules,
 	// messaging, browser) once the shared services are connected.
 	Features func(*Services, Pod) []agenthost.Feature
-	Log      *slog.Logger
+	// Health is the pod's health service (the health tool's): the agent's
+	// model and feature checks are added to it, and /health reports it.
+	Health *health.Service
+	Log    *slog.Logger
 }
 
 // Pod is what features may know of the session pod.
@@ -150,7 +155,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	}
 	host := &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
-		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log,
+		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
 		// A sub-agent's model key is its own Agent's Secret, which this pod
 		// must not read: its runs go to its own session pods.
@@ -164,6 +169,12 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		return err
 	}
 	defer built.Close()
+	if opts.Health != nil {
+		probe := modelcheck.NewProber()
+		opts.Health.Add(health.Source{Kind: health.Core, Name: "model", Run: func(ctx context.Context) []health.Check {
+			return []health.Check{built.ModelCheck(ctx, probe)}
+		}}, health.Source{Kind: health.Feature, Name: "agent " + agentName, Run: built.FeatureChecks})
+	}
 	if idle == 0 && a.Spec.Runtime != nil && a.Spec.Runtime.IdleTimeout != nil {
 		idle = a.Spec.Runtime.IdleTimeout.Duration
 	}

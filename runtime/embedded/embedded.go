@@ -38,6 +38,8 @@ import (
 	"github.com/picobot/picobot/runtime/bus/membus"
 	"github.com/picobot/picobot/runtime/dialog"
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/manifest"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
@@ -96,6 +98,15 @@ type Options struct {
 	// start from, one per session workspace (package warm; defaults when
 	// zero, off with a negative Max).
 	WarmSandbox warm.Config
+	// Health is the health service the runtime adds its checks to (state
+	// database, each agent's model, its features and MCP servers, programs
+	// and the tool sandbox); the caller hands the same service to the
+	// health tool, so every surface reports the same checks. Open creates
+	// one when nil.
+	Health *health.Service
+	// ModelProbe probes the agents' model endpoints for the health report
+	// (modelcheck.NewProber when nil).
+	ModelProbe *modelcheck.Prober
 	// State is the runtime's store, bus and artifact blobs, chosen by the
 	// caller (picobot serve opens them with OpenState before the runtime,
 	// so the outbound dispatcher it hands to features exists first). Open
@@ -244,6 +255,12 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	if opts.Health == nil {
+		opts.Health = health.NewService()
+	}
+	if opts.ModelProbe == nil {
+		opts.ModelProbe = modelcheck.NewProber()
+	}
 	set, err := manifest.Load(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("failed to load manifests from %s: %w", opts.Dir, err)
@@ -313,7 +330,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			// Sub-agents run here too; r.agents is complete before a
 			// turn can delegate.
 			Delegates: delegates, Background: r.background, ActiveRuns: active, Exchanges: r.exchanges,
-			WarmSandboxes: r.warm,
+			WarmSandboxes: r.warm, Health: opts.Health,
 		}
 		built, err := host.Build(r.ctx, a)
 		if err != nil {
@@ -337,6 +354,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		r.Close()
 		return nil, err
 	}
+	opts.Health.Add(r.healthSources()...)
 	r.resumeUnfinished()
 	r.resumeBackground()
 	return r, nil
@@ -611,43 +629,45 @@ func (r *Runtime) Artifact(ctx context.Context, id string) (io.ReadCloser, store
 	return r.state.Artifacts.Open(ctx, id)
 }
 
-// Health implements gateway.Backend.
-func (r *Runtime) Health(ctx context.Context) []gateway.Check {
-	if _, err := store.TenantFrom(ctx); err != nil {
-		ctx = store.WithTenant(ctx, r.opts.Tenant) // probes carry no tenant
-	}
-	checks := []gateway.Check{}
-	_, err := r.state.Store.ListSessions(ctx, store.SessionFilter{Limit: 1})
-	checks = append(checks, check("state database", err == nil, errText(err, "SQLite at "+filepath.Join(r.opts.StateDir, sqlite.FileName)),
-		"check that "+r.opts.StateDir+" is writable"))
-	for _, a := range r.Agents() {
-		msg := a.Message
-		fix := ""
-		if !a.Ready {
-			fix = "give the agent a model: set spec.model with an apiKeySecretRef, and provide the key as a Secret manifest in " +
-				r.opts.Dir + " or as the environment variable PICOBOT_SECRET_<SECRET>_<KEY>"
-		}
-		checks = append(checks, check("agent "+a.Name+" model", a.Ready, msg, fix))
-		if m := r.agents[a.Name].MCP; m != nil {
-			for _, s := range m.Status() {
-				msg := fmt.Sprintf("%s, %d tools", s.Transport, len(s.Tools))
-				if !s.Connected {
-					msg = s.Error
-				}
-				checks = append(checks, check("agent "+a.Name+" MCP server "+s.Name, s.Connected, msg,
-					"check spec.mcpServers["+s.Name+"] of the agent; /mcp shows the detail"))
-			}
-		}
-	}
-	for _, c := range sandbox.Probe().Checks() {
-		c.Name = "tool sandbox: " + c.Name
-		checks = append(checks, c)
-	}
-	return append(checks, r.warm.Check())
+// Health implements gateway.Backend: the report of the health service
+// every surface shares (Options.Health).
+func (r *Runtime) Health(ctx context.Context) health.Report {
+	return r.opts.Health.Report(ctx)
 }
 
-func check(name string, ok bool, msg, fix string) gateway.Check {
-	c := gateway.Check{Name: name, OK: ok, Message: msg}
+// healthSources are the running runtime's checks: its state database and
+// each agent's model (core), each agent's enabled features and MCP servers
+// (feature), the programs and the tool sandbox its tools use (optional).
+func (r *Runtime) healthSources() []health.Source {
+	names := make([]string, 0, len(r.agents))
+	for n := range r.agents {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	sources := []health.Source{{Kind: health.Core, Name: "runtime", Run: func(ctx context.Context) []health.Check {
+		ctx = store.WithTenant(ctx, r.opts.Tenant) // probes carry no tenant
+		_, err := r.state.Store.ListSessions(ctx, store.SessionFilter{Limit: 1})
+		return []health.Check{check("state database", err == nil, errText(err, "SQLite at "+filepath.Join(r.opts.StateDir, sqlite.FileName)),
+			"check that "+r.opts.StateDir+" is writable")}
+	}}, {Kind: health.Core, Name: "model", Run: func(ctx context.Context) []health.Check {
+		out := make([]health.Check, len(names))
+		var wg sync.WaitGroup
+		for i, n := range names {
+			a := r.agents[n]
+			wg.Go(func() { out[i] = a.ModelCheck(ctx, r.opts.ModelProbe) })
+		}
+		wg.Wait()
+		return out
+	}}}
+	for _, n := range names {
+		sources = append(sources, health.Source{Kind: health.Feature, Name: "agent " + n, Run: r.agents[n].FeatureChecks})
+	}
+	return append(sources, health.Programs(), health.Source{Kind: health.Optional, Name: "tool sandbox",
+		Run: func(context.Context) []health.Check { return append(sandbox.Probe().Checks(), r.warm.Check()) }})
+}
+
+func check(name string, ok bool, msg, fix string) health.Check {
+	c := health.Check{Name: name, OK: ok, Message: msg}
 	if !ok {
 		c.Fix = fix
 	}

@@ -266,7 +266,15 @@ func TestCommandsAndBadInput(t *testing.T) {
 	g.Expect(json.NewDecoder(res.Body).Decode(&health)).To(Succeed())
 	_ = res.Body.Close()
 	g.Expect(health.Status).To(Equal("degraded"))
-	g.Expect(health.Checks[2].Fix).To(ContainSubstring("PICOBOT_SECRET_<SECRET>_<KEY>"))
+	checks := map[string]gateway.Check{}
+	for _, c := range health.Checks {
+		checks[c.Name] = c
+	}
+	g.Expect(checks["model: agent keyless"].Message).To(HavePrefix("no model configured: No usable model: spec.model: Secret \"anthropic\""))
+	g.Expect(checks["model: agent keyless"].Fix).To(ContainSubstring("PICOBOT_SECRET_<SECRET>_<KEY>"))
+	g.Expect(checks["model: agent keyless"].Kind).To(BeEquivalentTo("core"))
+	g.Expect(checks["model: agent assistant"].OK).To(BeTrue(), "the fake model lists its models: %+v", checks["model: agent assistant"])
+	g.Expect(checks["model: agent assistant"].Message).To(Equal("openai/test-model at " + e.s.URL() + " answers"))
 	// The tool sandbox says which layers it has (this machine has all).
 	layers := map[string]bool{}
 	for _, c := range health.Checks {
@@ -274,7 +282,8 @@ func TestCommandsAndBadInput(t *testing.T) {
 			layers[strings.TrimPrefix(c.Name, "tool sandbox: ")] = c.OK
 		}
 	}
-	g.Expect(layers).To(Equal(map[string]bool{"environment": true, "namespaces": true, "private /proc": true, "Landlock": true, "network": true}))
+	g.Expect(layers).To(Equal(map[string]bool{"environment": true, "namespaces": true, "private /proc": true, "Landlock": true, "network": true,
+		"warm tool sandboxes": true}))
 }
 
 func TestStopInterruptsATurn(t *testing.T) {
@@ -426,8 +435,8 @@ spec:
 	g.Expect(event(fs, "final")["text"]).To(Equal("fine without it"))
 
 	var found bool
-	for _, ck := range e.rt.Health(context.Background()) {
-		if ck.Name == "agent with-mcp MCP server broken" {
+	for _, ck := range e.rt.Health(context.Background()).Checks() {
+		if ck.Name == "agent with-mcp: MCP server broken" {
 			found = true
 			g.Expect(ck.OK).To(BeFalse())
 			g.Expect(ck.Fix).To(ContainSubstring("/mcp"))

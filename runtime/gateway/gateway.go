@@ -102,8 +102,10 @@ type Backend interface {
 	// Usage returns the tenant's model use per agent and day in f's range,
 	// and its totals of today and this month.
 	Usage(ctx context.Context, f store.UsageFilter) ([]store.UsageDay, store.UsageTotals, error)
-	// Health reports the runtime's checks (no tenant in ctx: probes).
-	Health(ctx context.Context) []Check
+	// Health reports the runtime's health service (no tenant in ctx:
+	// probes): the report the health tool, /health and `picobot health`
+	// show too.
+	Health(ctx context.Context) health.Report
 
 	// Dialogs lists the chat's most recent dialogs (not archived, not
 	// deleted) and the current dialog id ("" when none).

@@ -180,20 +180,22 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
 	return true
 }
 
-// health answers every caller ok or degraded; only an authenticated one
-// also gets the checks (they name paths, providers and models). A wrong
-// key counts as a failed authentication like anywhere else.
+// health answers every caller ok or degraded (a required check failed);
+// only an authenticated one also gets the report (it names paths,
+// providers and models): ok, the groups of checks by kind, and every check
+// in one list with its kind. A wrong key counts as a failed authentication
+// like anywhere else.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	checks := s.backend.Health(r.Context())
+	rep := s.backend.Health(r.Context())
 	status := "ok"
-	for _, c := range checks {
-		if !c.OK {
-			status = "degraded"
-		}
+	if !rep.OK {
+		status = "degraded"
 	}
 	body := map[string]any{"status": status}
 	if s.healthDetails(r) {
-		body["checks"] = checks
+		body["ok"] = rep.OK
+		body["groups"] = rep.Groups
+		body["checks"] = rep.Checks()
 	}
 	writeJSON(w, http.StatusOK, body)
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,9 @@ type Check struct {
 	OK      bool   `json:"ok"`
 	Message string `json:"message"`
 	Fix     string `json:"fix,omitempty"`
+	// Kind is the kind of the check's group (set by Service.Report), so a
+	// flat list still says which checks are required.
+	Kind Kind `json:"kind,omitempty"`
 }
 
 // Kind says how much a failing check matters.
@@ -99,23 +103,28 @@ func (s *Service) Report(ctx context.Context) Report {
 		})
 	}
 	wg.Wait()
-	var ordered []Group
+	return NewReport(groups...)
+}
+
+// NewReport orders groups core first, then features, then optional ones
+// (dropping empty ones), marks each check with its group's kind and
+// decides OK: no core or feature check failed.
+func NewReport(groups ...Group) Report {
+	r := Report{OK: true}
 	for _, k := range []Kind{Core, Feature, Optional} {
 		for _, g := range groups {
-			if g.Kind == k && len(g.Checks) > 0 {
-				ordered = append(ordered, g)
+			if g.Kind != k || len(g.Checks) == 0 {
+				continue
 			}
-		}
-	}
-	r := Report{OK: true, Groups: ordered}
-	for _, g := range ordered {
-		if g.Kind == Optional {
-			continue
-		}
-		for _, c := range g.Checks {
-			if !c.OK {
-				r.OK = false
+			cs := slices.Clone(g.Checks)
+			for j := range cs {
+				cs[j].Kind = k
+				if !cs[j].OK && k != Optional {
+					r.OK = false
+				}
 			}
+			g.Checks = cs
+			r.Groups = append(r.Groups, g)
 		}
 	}
 	return r
@@ -181,7 +190,20 @@ func (r Report) JSON() []byte {
 	return b
 }
 
-var kindTitle = map[Kind]string{Core: "Core requirements", Feature: "Enabled features", Optional: "Optional features"}
+// Title is how people read a kind: core checks are required, feature checks
+// are required by a feature the configuration enables, optional ones never
+// fail the report.
+func (k Kind) Title() string {
+	switch k {
+	case Core:
+		return "Required"
+	case Feature:
+		return "Required by enabled features"
+	case Optional:
+		return "Optional"
+	}
+	return string(k)
+}
 
 // Text is the report for people: one line per check, the fix under each
 // failing one, and a verdict.
@@ -193,7 +215,7 @@ func (r Report) Text() string {
 			if last != "" {
 				b.WriteString("\n")
 			}
-			fmt.Fprintf(&b, "%s\n", kindTitle[g.Kind])
+			fmt.Fprintf(&b, "%s\n", g.Kind.Title())
 			last = g.Kind
 		}
 		for _, c := range g.Checks {
@@ -230,6 +252,18 @@ func Executable(check string, fix string, names ...string) Check {
 		}
 	}
 	return Check{Name: check, Message: strings.Join(names, " or ") + " not found on PATH", Fix: fix}
+}
+
+// Programs is the optional source checking the programs agents' tools use
+// when present: fd (file search), git and npx (MCP servers).
+func Programs() Source {
+	return Source{Kind: Optional, Name: "programs", Run: func(context.Context) []Check {
+		return []Check{
+			FileSearch(),
+			Executable("git", "apt-get install -y git", "git"),
+			Executable("npx (MCP servers run with npx)", "apt-get install -y nodejs npm", "npx"),
+		}
+	}}
 }
 
 // FileSearch checks for fd (Debian and Ubuntu call it fdfind), the preferred

@@ -32,6 +32,8 @@ func TestReport(t *testing.T) {
 	g.Expect(r.Failures()).To(BeEmpty())
 	text := r.Text()
 	g.Expect(text).To(ContainSubstring("[warn] programs: fd — missing\n         fix: apt-get install -y fd-find"))
+	g.Expect(text).To(MatchRegexp(`(?s)^Required\n.*runtime: state folder.*\nRequired by enabled features\n.*browser executable.*\nOptional\n.*programs: fd`),
+		"each item is under its kind")
 	g.Expect(text).To(ContainSubstring("All required checks passed."))
 
 	svc.Add(health.Source{Kind: health.Feature, Name: "browser launch", Run: static(health.Check{Name: "headless launch", Message: "exited", Fix: "apt-get install -y --reinstall chromium"})})
@@ -47,7 +49,9 @@ func TestReport(t *testing.T) {
 
 	// The flat list is what the gateway's /health reports.
 	gw := r.Checks()
-	g.Expect(gw).To(ContainElement(gateway.Check{Name: "browser launch: headless launch", Message: "exited", Fix: "apt-get install -y --reinstall chromium"}))
+	g.Expect(gw).To(ContainElement(gateway.Check{Name: "browser launch: headless launch", Message: "exited", Fix: "apt-get install -y --reinstall chromium",
+		Kind: health.Feature}))
+	g.Expect(gw).To(ContainElement(gateway.Check{Name: "runtime: state folder", OK: true, Message: "ok", Kind: health.Core}))
 	g.Expect(gw).To(ContainElement(HaveField("Message", "optional: missing")))
 }
 

@@ -6,6 +6,7 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -62,4 +63,24 @@ func New(cfg Config) (llm.Provider, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// Prober is a provider that can check its endpoint without generating.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
+// Probe checks that the endpoint cfg names answers and accepts its key,
+// with one cheap request (listing models) and no retry: a health check
+// wants the endpoint's state now, not after backoff.
+func Probe(ctx context.Context, cfg Config) error {
+	p, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	pr, ok := p.(Prober)
+	if !ok {
+		return fmt.Errorf("failed to probe provider %q: it cannot be probed", cfg.Provider)
+	}
+	return pr.Probe(ctx)
 }

@@ -31,6 +31,11 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 	switch cmd.Name {
 	case "help":
 		return Reply{Command: cmd.Name, Text: HelpText()}, nil
+	case "health":
+		if m.cfg.Health == nil {
+			return refuse(nil, "No health service runs here.")
+		}
+		return Reply{Command: cmd.Name, Text: m.cfg.Health(ctx)}, nil
 	case "new":
 		id, err := m.Create(ctx, in.Channel, in.ChatID)
 		if err != nil {

@@ -25,6 +25,7 @@ var commandHelp = []struct{ name, usage, help string }{
 	{"info", "/info", "show the current conversation"},
 	{"dump", "/dump", "save the current conversation as markdown"},
 	{"mcp", "/mcp", "show MCP server status"},
+	{"health", "/health", "check requirements (model, browser, sandbox, ...) and how to fix what is missing"},
 	{"stop", "/stop", "stop the running task and drop queued messages"},
 	{"help", "/help, /?", "show this help"},
 }

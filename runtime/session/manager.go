@@ -59,8 +59,11 @@ type Config struct {
 	// MCPStatus is the /mcp report (connection status and tools of the agent's
 	// MCP servers); without it the agent has none.
 	MCPStatus func() string
-	Store     store.Store
-	Loop      *agent.Loop
+	// Health is the /health report (package health's text); without it
+	// /health says no health service runs here.
+	Health func(ctx context.Context) string
+	Store  store.Store
+	Loop   *agent.Loop
 	// Agent is the agent name recorded on sessions and memories.
 	Agent string
 	// System is the agent's instructions.

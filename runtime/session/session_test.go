@@ -82,7 +82,7 @@ func TestParseCommand(t *testing.T) {
 		g.Expect(ok).To(BeTrue(), tc.in)
 		g.Expect(c).To(Equal(*tc.want))
 	}
-	for _, name := range []string{"/new", "/sessions", "/switch", "/rename", "/delete", "/compact", "/info", "/dump", "/help", "/mcp", "/stop"} {
+	for _, name := range []string{"/new", "/sessions", "/switch", "/rename", "/delete", "/compact", "/info", "/dump", "/help", "/mcp", "/health", "/stop"} {
 		NewWithT(t).Expect(HelpText()).To(ContainSubstring(name))
 	}
 }
@@ -214,6 +214,11 @@ func TestDialogsAndCommands(t *testing.T) {
 	info := f.say(t, "u1", "/info").Text
 	g.Expect(info).To(ContainSubstring("Session web:u1:default\nTitle: Trip planning\nAgent: assistant\nMessages: 4"))
 	g.Expect(f.say(t, "u1", "/help").Text).To(Equal(HelpText()))
+	calls = len(f.s.Requests())
+	noHealth := f.say(t, "u1", "/health")
+	g.Expect(noHealth.Failed).To(BeTrue())
+	g.Expect(noHealth.Text).To(Equal("No health service runs here."))
+	g.Expect(f.s.Requests()).To(HaveLen(calls), "/health never reaches the model")
 
 	// Deleting the current dialog: the next message goes to the most recent
 	// remaining one.

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	. "github.com/onsi/gomega"
 
 	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
 const healthAgent = `apiVersion: agents.picobot.io/v1alpha1
@@ -21,24 +25,48 @@ spec:
   model:
     provider: openai
     model: gpt-5.2
+    baseURL: %s
     apiKeySecretRef:
       name: keys
       key: openai
 `
 
+// closedPort is a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// The local checks of a manifests folder (--local, or when no gateway
+// answers at the default address).
 func TestHealthCommand(t *testing.T) {
 	g := NewWithT(t)
+	llm := fakellm.New()
+	t.Cleanup(llm.Close)
+	llm.SetAPIKey("sk-test")
 	dir := t.TempDir()
-	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(healthAgent), 0o600)).To(Succeed())
+	agent := fmt.Sprintf(healthAgent, llm.URL())
+	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(agent), 0o600)).To(Succeed())
 	noEnv := func(string) string { return "" }
+	noGateway := "http://" + closedPort(t)
 
-	// No key: the model check fails with the exact fix, and the exit code says so.
+	// No gateway at the default address: it says so and checks the folder.
+	// No key: the model check fails with the exact fix, and the exit code
+	// says so.
 	var out bytes.Buffer
-	err := runHealth(context.Background(), []string{"--dir", dir}, noEnv, &out)
+	err := runHealth(context.Background(), []string{"--dir", dir}, noEnv, &out, noGateway)
 	g.Expect(err).To(MatchError(errChecksFailed))
-	g.Expect(out.String()).To(ContainSubstring("[FAIL] runtime: model of agent helper"))
+	g.Expect(out.String()).To(HavePrefix("Local checks of the manifests folder " + dir + " (no gateway answers at " + noGateway +
+		" (connect: connection refused); start it with `picobot serve`, or point --url at it)\n"))
+	g.Expect(out.String()).To(ContainSubstring("[FAIL] model: agent helper — no model configured: "))
 	g.Expect(out.String()).To(ContainSubstring("PICOBOT_SECRET_KEYS_OPENAI"))
-	g.Expect(out.String()).To(ContainSubstring("Enabled features"))
+	g.Expect(out.String()).To(ContainSubstring("Required by enabled features"))
 	g.Expect(out.String()).To(ContainSubstring("browser: browser executable"))
 	g.Expect(out.String()).To(ContainSubstring("[ok  ] tool sandbox: Landlock — ABI "))
 	g.Expect(out.String()).To(ContainSubstring("[ok  ] tool sandbox: network — programs connect over TCP only to ports 53, 80 and 443 and those the Agent allows"))
@@ -51,27 +79,50 @@ func TestHealthCommand(t *testing.T) {
 		return ""
 	}
 	out.Reset()
-	err = runHealth(context.Background(), []string{"--dir", dir, "--json"}, env, &out)
-	var r health.Report
+	err = runHealth(context.Background(), []string{"--dir", dir, "--json", "--local"}, env, &out, noGateway)
+	var r struct {
+		Source string `json:"source"`
+		health.Report
+	}
 	g.Expect(json.Unmarshal(out.Bytes(), &r)).To(Succeed())
+	g.Expect(r.Source).To(Equal("local"))
 	if _, statErr := os.Stat("/usr/lib/chromium/chromium"); statErr == nil {
 		g.Expect(err).NotTo(HaveOccurred(), out.String())
 		g.Expect(r.OK).To(BeTrue())
 	}
 	g.Expect(r.Groups[0].Kind).To(Equal(health.Core))
+	g.Expect(r.Groups[1].Checks).To(ConsistOf(health.Check{Name: "agent helper", OK: true, Kind: health.Core,
+		Message: "openai/gpt-5.2 at " + llm.URL() + " answers"}), "the endpoint was probed with the key")
+
+	// A model configured but unreachable is told apart from none.
+	refused := "http://" + closedPort(t) + "/v1"
+	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(fmt.Sprintf(healthAgent, refused)), 0o600)).To(Succeed())
+	out.Reset()
+	g.Expect(runHealth(context.Background(), []string{"--dir", dir, "--local"}, env, &out, noGateway)).To(MatchError(errChecksFailed))
+	g.Expect(out.String()).To(HavePrefix("Local checks of the manifests folder " + dir + "\n"))
+	g.Expect(out.String()).To(MatchRegexp(`\[FAIL\] model: agent helper — model configured but unreachable: openai/gpt-5.2 at ` +
+		regexp.QuoteMeta(refused) + `: .*connection refused`))
+	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(agent), 0o600)).To(Succeed())
 
 	// A missing browser is a failed requirement with the install command.
 	out.Reset()
-	err = runHealth(context.Background(), []string{"--dir", dir, "--chromium", "/nonexistent/chromium"}, env, &out)
+	err = runHealth(context.Background(), []string{"--dir", dir, "--chromium", "/nonexistent/chromium"}, env, &out, noGateway)
 	g.Expect(err).To(MatchError(errChecksFailed))
 	g.Expect(out.String()).To(ContainSubstring("fix: apt-get install -y chromium"))
 
 	// A browser disabled by every agent is not checked.
-	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(healthAgent+"  browser:\n    enabled: false\n"), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(agent+"  browser:\n    enabled: false\n"), 0o600)).To(Succeed())
 	out.Reset()
-	g.Expect(runHealth(context.Background(), []string{"--dir", dir, "--chromium", "/nonexistent/chromium"}, env, &out)).To(Succeed())
+	g.Expect(runHealth(context.Background(), []string{"--dir", dir, "--chromium", "/nonexistent/chromium"}, env, &out, noGateway)).To(Succeed())
 	g.Expect(out.String()).NotTo(ContainSubstring("browser"))
 
 	out.Reset()
-	g.Expect(runHealth(context.Background(), []string{"--bogus"}, env, &out)).To(HaveOccurred())
+	g.Expect(runHealth(context.Background(), []string{"--bogus"}, env, &out, noGateway)).To(HaveOccurred())
+
+	// A gateway named on purpose that does not answer is an error, not a
+	// report on this folder.
+	out.Reset()
+	err = runHealth(context.Background(), []string{"--dir", dir, "--url", noGateway}, env, &out, noGateway)
+	g.Expect(err).To(MatchError("cannot reach the gateway at " + noGateway + " (connect: connection refused): start it, or check the manifests folder here with --local"))
+	g.Expect(out.String()).To(BeEmpty())
 }

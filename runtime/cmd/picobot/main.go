@@ -17,11 +17,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/picobot/picobot/runtime/browser"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/web"
+	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/warm"
@@ -92,7 +92,7 @@ func usage(w io.Writer) {
 Commands:
   serve   run the agents of a manifests folder with the gateway and web UI (embedded mode)
   browser run headless Chromium behind an authenticating DevTools proxy (browser pods)
-  health  check requirements and say how to fix what is missing (--json; exit 1 on failures)
+  health  the running gateway's health report, or local checks when none runs (--json; exit 1 on failures)
   session run one session pod (cluster mode; started by the operator)
   sandbox-server  start the shell tools' programs in a session pod's sandbox container (--socket, --workspace)
   gateway run the cluster-mode gateway (API keys from Secrets, Redis, PostgreSQL, S3)
@@ -150,8 +150,13 @@ mode: SQLite, an in-process bus and a local folder).
 		state.Close()
 		return err
 	}
+	// One health service behind every surface: the runtime adds its checks
+	// to it (Options.Health), the health tool and /health report it, the
+	// gateway serves it as GET /api/v1/health (the web UI's health page,
+	// `picobot health`).
+	checks := health.NewService()
 	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir, sender: disp, channels: channels,
-		health: healthService(*dir, embedded.StateDir(*dir, *stateDir), browser.DefaultBin, os.Getenv)})
+		health: checks})
 	defer closeFeatures()
 	owner := func(channel string) string { return rt.ChannelOwner(channel) }
 	wcfg := warm.Config{Max: *warmMax, Idle: *warmIdle}
@@ -159,7 +164,7 @@ mode: SQLite, an in-process bus and a local folder).
 		wcfg.Max = -1
 	}
 	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
-		RunRetention: *retention, WarmSandbox: wcfg,
+		RunRetention: *retention, WarmSandbox: wcfg, Health: checks,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {
 		state.Close()

@@ -41,8 +41,9 @@ func session(args []string) error {
 	defer stop()
 	closeFeatures := func() {}
 	defer func() { closeFeatures() }()
-	err := cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
-		o := featureOptions{log: log, cron: true, health: podHealthService(),
+	checks := podHealthService()
+	err := cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Health: checks, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
+		o := featureOptions{log: log, cron: true, health: checks,
 			// Messages to chat platforms leave through the gateway, which
 			// holds the channels' credentials.
 			sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis}}

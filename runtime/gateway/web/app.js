@@ -64,7 +64,10 @@
  *   #chat-id             this browser's chat id
  *   #sidebar, #sidebar-toggle   conversations sidebar (a drawer on small screens)
  *   #chat-tab, #health-tab      view tabs; #chat-view, #config-view their panels
- *   #health              the health checks (GET /api/v1/health): .check.ok /
+ *   #health              the health checks (GET /api/v1/health), one
+ *                        section.health-kind[data-kind] per kind (core,
+ *                        feature, optional), each .check[data-kind] .ok /
+ *                        .check.warn (a failed optional one) /
  *                        .check.fail with .check-name, .check-state,
  *                        .check-message, .check-fix
  *   #health-summary, #health-refresh, #agents-info
@@ -1420,17 +1423,18 @@
       return;
     }
     els.health.removeAttribute('aria-busy');
-    const checks = Array.isArray(r.checks) ? r.checks : [];
-    const ok = r.status === 'ok';
-    els.healthSummary.textContent = ok ? 'All checks pass' : (r.status || 'unknown') + ' · ' + checks.filter((c) => !c.ok).length + ' failing';
-    els.healthSummary.classList.add(ok ? 'ok' : 'fail');
-    els.health.replaceChildren(...checks.map((c) => h('div', { class: 'check ' + (c.ok ? 'ok' : 'fail'), 'data-name': c.name },
-      h('span', { class: 'check-state' }, c.ok ? 'OK' : 'FAIL'),
-      h('div', { class: 'check-body' },
-        h('div', { class: 'check-name' }, c.name),
-        c.message ? h('div', { class: 'check-message' }, c.message) : null,
-        c.fix ? h('div', { class: 'check-fix' }, h('span', { class: 'check-fix-label' }, 'Fix: '), c.fix) : null))));
-    if (checks.length === 0) els.health.append(h('p', { class: 'muted' }, 'No checks reported.'));
+    const view = UI.healthView(r);
+    els.healthSummary.textContent = view.summary;
+    els.healthSummary.classList.add(view.ok ? 'ok' : 'fail');
+    els.health.replaceChildren(...view.sections.map((sec) => h('section', { class: 'health-kind', 'data-kind': sec.kind },
+      h('h4', { class: 'health-kind-title' }, sec.title),
+      ...sec.checks.map((c) => h('div', { class: 'check ' + (c.ok ? 'ok' : c.kind === 'optional' ? 'warn' : 'fail'), 'data-name': c.name, 'data-kind': c.kind },
+        h('span', { class: 'check-state' }, c.state),
+        h('div', { class: 'check-body' },
+          h('div', { class: 'check-name' }, c.name, ' ', h('span', { class: 'check-kind' }, c.label)),
+          c.message ? h('div', { class: 'check-message' }, c.message) : null,
+          c.fix ? h('div', { class: 'check-fix' }, h('span', { class: 'check-fix-label' }, 'Fix: '), c.fix) : null))))));
+    if (view.count === 0) els.health.append(h('p', { class: 'muted' }, 'No checks reported.'));
   }
 
   els.healthRefresh.addEventListener('click', loadHealth);

@@ -248,7 +248,48 @@ test('parseCommand and isKnownCommand', () => {
   assert.equal(UI.parseCommand('hello /new'), null);
   assert.equal(UI.parseCommand('/etc/hosts is broken'), null);
   assert.ok(UI.isKnownCommand('/switch d_1'));
+  assert.ok(UI.isKnownCommand('/health'));
   assert.ok(!UI.isKnownCommand('/unknown thing'));
+});
+
+// ------------------------------------------------------------------ health
+
+test('healthView sorts the checks into required, feature and optional sections', () => {
+  const r = {
+    status: 'degraded', ok: false,
+    groups: [
+      { kind: 'core', name: 'model', checks: [
+        { name: 'agent a', ok: false, kind: 'core', message: 'model configured but unreachable: openai/m at http://127.0.0.1:9/v1: connection refused', fix: 'check the endpoint' },
+        { name: 'agent b', ok: true, kind: 'core', message: 'openai/m at http://x/v1 answers', fix: 'never shown' }] },
+      { kind: 'feature', name: 'agent a', checks: [
+        { name: 'browser executable', ok: true, kind: 'feature', message: '/usr/bin/chromium' },
+        { name: 'browser headless launch', ok: true, kind: 'feature', message: 'Chrome/140 started headless' }] },
+      { kind: 'optional', name: 'programs', checks: [{ name: 'git', ok: false, kind: 'optional', message: 'git not found on PATH', fix: 'apt-get install -y git' }] },
+    ],
+  };
+  const v = UI.healthView(r);
+  assert.equal(v.ok, false);
+  assert.equal(v.count, 5);
+  assert.equal(v.summary, 'degraded · 1 failing · 1 optional missing');
+  assert.deepEqual(v.sections.map((s) => [s.kind, s.title]),
+    [['core', 'Required'], ['feature', 'Required by enabled features'], ['optional', 'Optional']]);
+  assert.deepEqual(v.sections[0].checks[0], { name: 'model: agent a', kind: 'core', ok: false, label: 'required', state: 'FAIL',
+    message: 'model configured but unreachable: openai/m at http://127.0.0.1:9/v1: connection refused', fix: 'check the endpoint' });
+  assert.equal(v.sections[0].checks[1].fix, '', 'a passing check shows no fix');
+  assert.deepEqual(v.sections[1].checks.map((c) => [c.name, c.state, c.label]),
+    [['agent a: browser executable', 'OK', 'feature'], ['agent a: browser headless launch', 'OK', 'feature']]);
+  assert.deepEqual(v.sections[2].checks.map((c) => [c.name, c.state, c.label]), [['programs: git', 'WARN', 'optional']]);
+});
+
+test('healthView of a healthy report, an older flat answer and an empty one', () => {
+  const ok = UI.healthView({ status: 'ok', ok: true, groups: [{ kind: 'optional', name: 'programs', checks: [{ name: 'npx', ok: false, kind: 'optional' }] }] });
+  assert.equal(ok.ok, true);
+  assert.equal(ok.summary, 'All required checks pass · 1 optional missing');
+  const flat = UI.healthView({ status: 'degraded', checks: [{ name: 'agent x model', ok: false, fix: 'f' }, { name: 'tool sandbox: Landlock', ok: true, kind: 'optional' }] });
+  assert.equal(flat.ok, false);
+  assert.deepEqual(flat.sections.map((s) => [s.kind, s.checks.map((c) => c.name)]), [['core', ['agent x model']], ['optional', ['tool sandbox: Landlock']]]);
+  const none = UI.healthView(null);
+  assert.deepEqual([none.ok, none.count, none.sections], [false, 0, []]);
 });
 
 test('control-channel frames', () => {

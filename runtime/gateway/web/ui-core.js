@@ -20,7 +20,7 @@
  *     initialState, reduce) and history grouping (historyToTurns)
  *   - control-channel frames and the conversation list (dialogFrame,
  *     stopFrame, approveFrame, approvalOutcomeText, cleanTitle, dialogView, dialogLabel)
- *   - error texts (describeError)
+ *   - error texts (describeError), the health page's model (healthView)
  *   - ids (newChatId, isValidChatId, newMessageId, newControlId), parseCommand, wsUrl.
  */
 (function (root, factory) {
@@ -584,7 +584,7 @@
   }
 
   /** The slash commands the runtime knows (anything else goes to the model). */
-  const KNOWN_COMMANDS = new Set(['new', 'sessions', 'switch', 'rename', 'delete', 'compact', 'info', 'dump', 'mcp', 'stop', 'help']);
+  const KNOWN_COMMANDS = new Set(['new', 'sessions', 'switch', 'rename', 'delete', 'compact', 'info', 'dump', 'mcp', 'health', 'stop', 'help']);
 
   /** isKnownCommand: text is a slash command the runtime answers itself. */
   function isKnownCommand(text) {
@@ -740,6 +740,50 @@
   function dialogLabel(d) {
     if (!d) return '';
     return (typeof d.title === 'string' && d.title.trim()) ? d.title.trim() : d.dialog_id === 'default' ? 'Default conversation' : (d.dialog_id || 'New conversation');
+  }
+
+  // ---------------------------------------------------------------- health
+
+  // The kinds of health checks, in report order, as the page titles them:
+  // core checks are required, feature checks are required by a feature the
+  // configuration enables, optional ones never fail the report.
+  const HEALTH_KINDS = [
+    ['core', 'Required', 'required'],
+    ['feature', 'Required by enabled features', 'feature'],
+    ['optional', 'Optional', 'optional'],
+  ];
+
+  /**
+   * healthView turns GET /api/v1/health's answer into what the health page
+   * shows: a summary and one section per kind, each check with its state
+   * (OK, FAIL, or WARN for a failed optional one), its kind's label and its
+   * name as `picobot health` prints it ("group: check"). Answers without
+   * groups (an older gateway) are grouped by the checks' own kind.
+   */
+  function healthView(r) {
+    r = r || {};
+    const groups = Array.isArray(r.groups) ? r.groups
+      : [{ name: '', checks: Array.isArray(r.checks) ? r.checks : [] }];
+    const flat = [];
+    for (const g of groups) {
+      for (const c of (Array.isArray(g.checks) ? g.checks : [])) {
+        const kind = c.kind || g.kind || 'core';
+        const name = g.name && c.name !== g.name ? g.name + ': ' + c.name : (c.name || '');
+        flat.push({ name, kind, ok: !!c.ok, message: c.message || '', fix: c.ok ? '' : (c.fix || '') });
+      }
+    }
+    const sections = [];
+    for (const [kind, title, label] of HEALTH_KINDS) {
+      const checks = flat.filter((c) => c.kind === kind)
+        .map((c) => Object.assign(c, { label, state: c.ok ? 'OK' : kind === 'optional' ? 'WARN' : 'FAIL' }));
+      if (checks.length) sections.push({ kind, title, checks });
+    }
+    const failing = flat.filter((c) => !c.ok && c.kind !== 'optional').length;
+    const warnings = flat.filter((c) => !c.ok && c.kind === 'optional').length;
+    const ok = typeof r.ok === 'boolean' ? r.ok : r.status === 'ok';
+    let summary = ok ? 'All required checks pass' : (r.status || 'unknown') + ' · ' + failing + ' failing';
+    if (warnings) summary += ' · ' + warnings + ' optional missing';
+    return { ok, summary, sections, count: flat.length };
   }
 
   // ---------------------------------------------------------------- errors
@@ -1072,6 +1116,7 @@
     parseCommand,
     isKnownCommand,
     KNOWN_COMMANDS,
+    healthView,
     textBytes,
     wsUrl,
     sessionIdFor,

@@ -367,3 +367,13 @@ func firstString(a, b string) string {
 	}
 	return b
 }
+
+// Probe lists one of the endpoint's models (GET {BaseURL}/v1/models), the
+// cheapest request that proves the server answers and accepts the key; it
+// generates nothing and costs no tokens.
+func (p *Provider) Probe(ctx context.Context) error {
+	if _, err := p.client.Models.List(ctx, anthropicsdk.ModelListParams{Limit: anthropicsdk.Int(1)}); err != nil {
+		return p.mapError(ctx, err)
+	}
+	return nil
+}

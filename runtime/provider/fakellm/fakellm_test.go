@@ -518,3 +518,53 @@ func TestRequestLimit(t *testing.T) {
 	send("five")
 	g.Expect(s.Requests()).To(BeEmpty())
 }
+
+// GET /models answers in the wire format of the protocol that asks (the
+// Anthropic SDK sends anthropic-version), refuses a wrong key with the
+// protocol's 401 once SetAPIKey is set, and consumes no scripted turn.
+func TestModelListing(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	t.Cleanup(s.Close)
+	s.Script(fakellm.Turn{Text: "kept"})
+	s.SetModels("m1", "m2")
+	get := func(path string, header map[string]string) (int, map[string]any) {
+		req, err := http.NewRequest(http.MethodGet, s.AnthropicURL()+path, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = res.Body.Close() }()
+		var body map[string]any
+		g.Expect(json.NewDecoder(res.Body).Decode(&body)).To(Succeed())
+		return res.StatusCode, body
+	}
+	code, body := get("/v1/models", nil)
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(body).To(HaveKeyWithValue("object", "list"))
+	g.Expect(body["data"]).To(ConsistOf(
+		And(HaveKeyWithValue("id", "m1"), HaveKeyWithValue("object", "model"), HaveKey("created"), HaveKey("owned_by")),
+		HaveKeyWithValue("id", "m2")))
+	code, body = get("/v1/models", map[string]string{"anthropic-version": "2023-06-01"})
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(body).To(And(HaveKeyWithValue("has_more", false), HaveKeyWithValue("first_id", "m1"), HaveKeyWithValue("last_id", "m2")))
+	g.Expect(body["data"]).To(ContainElement(And(HaveKeyWithValue("type", "model"), HaveKeyWithValue("id", "m1"),
+		HaveKeyWithValue("display_name", "m1"), HaveKeyWithValue("created_at", "2023-11-14T22:13:20Z"))))
+
+	s.SetAPIKey("sk-right")
+	code, body = get("/v1/models", map[string]string{"Authorization": "Bearer sk-wrong"})
+	g.Expect(code).To(Equal(http.StatusUnauthorized))
+	g.Expect(body).To(HaveKeyWithValue("error", HaveKeyWithValue("type", "authentication_error")))
+	code, body = get("/v1/models", map[string]string{"anthropic-version": "2023-06-01", "x-api-key": "sk-wrong"})
+	g.Expect(code).To(Equal(http.StatusUnauthorized))
+	g.Expect(body).To(And(HaveKeyWithValue("type", "error"), HaveKeyWithValue("error", HaveKeyWithValue("type", "authentication_error"))))
+	code, _ = get("/v1/models", map[string]string{"Authorization": "Bearer sk-right"})
+	g.Expect(code).To(Equal(http.StatusOK))
+	res, raw := post(t, s.URL()+"/chat/completions", openAIBody)
+	g.Expect(res.StatusCode).To(Equal(http.StatusUnauthorized), "a wrong key is refused on every path: %s", raw)
+
+	g.Expect(s.ModelListings()).To(Equal(5))
+	g.Expect(s.Pending()).To(Equal(1), "listing models consumes no turn")
+}

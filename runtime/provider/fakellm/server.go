@@ -157,6 +157,11 @@ type Server struct {
 	limited bool
 	limit   int
 	seq     int
+	// apiKey, when set, is the one key accepted (SetAPIKey).
+	apiKey string
+	// models answer GET /models (SetModels); listings counts those calls.
+	models   []string
+	listings int
 }
 
 // New starts a fake on a random loopback port. Close it when done.
@@ -229,6 +234,31 @@ func (s *Server) Requests() []Recorded {
 	return append([]Recorded(nil), s.requests...)
 }
 
+// SetAPIKey makes the fake accept only key (OpenAI: Authorization: Bearer;
+// Anthropic: x-api-key): other requests get the protocol's real 401, as a
+// provider answers a wrong key. Any key is accepted by default.
+func (s *Server) SetAPIKey(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apiKey = key
+}
+
+// SetModels sets the models GET /models lists (default: one, "fake-model").
+// Listing models consumes no scripted turn and is not recorded: it is what
+// health checks probe.
+func (s *Server) SetModels(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.models = append([]string(nil), ids...)
+}
+
+// ModelListings is the number of GET /models calls answered (any key).
+func (s *Server) ModelListings() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listings
+}
+
 // Pending is the number of scripted turns not yet consumed.
 func (s *Server) Pending() int {
 	s.mu.Lock()
@@ -240,6 +270,9 @@ func (s *Server) Pending() int {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var proto string
 	switch {
+	case strings.HasSuffix(r.URL.Path, "/models"):
+		s.listModels(w, r)
+		return
 	case strings.HasSuffix(r.URL.Path, "/chat/completions"):
 		proto = ProtocolOpenAI
 	case strings.HasSuffix(r.URL.Path, "/messages"):
@@ -250,6 +283,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method != http.MethodPost {
 		writeError(w, proto, http.StatusMethodNotAllowed, "", "fakellm: only POST is served", "")
+		return
+	}
+	if !s.authorized(w, r, proto) {
 		return
 	}
 	body, err := readBody(r)
@@ -306,6 +342,76 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.answer(w, r, proto, &rec, turn)
 	}
+}
+
+// authorized answers a request without the key SetAPIKey set with the
+// protocol's 401 and reports false.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, proto string) bool {
+	s.mu.Lock()
+	want := s.apiKey
+	s.mu.Unlock()
+	if want == "" {
+		return true
+	}
+	got := r.Header.Get("x-api-key")
+	if proto == ProtocolOpenAI {
+		got = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}
+	if got == want {
+		return true
+	}
+	msg := "invalid x-api-key"
+	if proto == ProtocolOpenAI {
+		msg = "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys."
+	}
+	writeError(w, proto, http.StatusUnauthorized, "", msg, "")
+	return false
+}
+
+// listModels answers GET /models in the wire format of the protocol the
+// client speaks: Anthropic's SDK always sends anthropic-version.
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	proto := ProtocolOpenAI
+	if r.Header.Get("anthropic-version") != "" {
+		proto = ProtocolAnthropic
+	}
+	if r.Method != http.MethodGet {
+		writeError(w, proto, http.StatusMethodNotAllowed, "", "fakellm: only GET lists models", "")
+		return
+	}
+	s.mu.Lock()
+	s.listings++
+	s.mu.Unlock()
+	if !s.authorized(w, r, proto) {
+		return
+	}
+	s.mu.Lock()
+	ids := s.models
+	s.mu.Unlock()
+	if ids == nil {
+		ids = []string{"fake-model"}
+	}
+	const created = 1700000000
+	var body any
+	if proto == ProtocolOpenAI {
+		data := make([]map[string]any, len(ids))
+		for i, id := range ids {
+			data[i] = map[string]any{"id": id, "object": "model", "created": created, "owned_by": "fakellm"}
+		}
+		body = map[string]any{"object": "list", "data": data}
+	} else {
+		data := make([]map[string]any, len(ids))
+		for i, id := range ids {
+			data[i] = map[string]any{"type": "model", "id": id, "display_name": id, "created_at": time.Unix(created, 0).UTC().Format(time.RFC3339)}
+		}
+		first, last := "", ""
+		if len(ids) > 0 {
+			first, last = ids[0], ids[len(ids)-1]
+		}
+		body = map[string]any{"data": data, "has_more": false, "first_id": first, "last_id": last}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // readBody reads a request body into a buffer of its declared size.

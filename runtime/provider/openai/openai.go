@@ -318,3 +318,13 @@ func firstString(a, b string) string {
 	}
 	return b
 }
+
+// Probe lists the endpoint's models (GET {BaseURL}/models), the cheapest
+// request that proves the server answers and accepts the key; it generates
+// nothing and costs no tokens.
+func (p *Provider) Probe(ctx context.Context) error {
+	if _, err := p.client.Models.List(ctx); err != nil {
+		return p.mapError(ctx, err)
+	}
+	return nil
+}

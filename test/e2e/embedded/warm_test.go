@@ -100,9 +100,9 @@ func TestWarmSandboxes(t *testing.T) {
 	}
 	g.Expect(json.NewDecoder(res.Body).Decode(&health)).To(Succeed())
 	_ = res.Body.Close()
-	g.Expect(health.Checks).To(ContainElement(HaveField("Name", "warm tool sandboxes")))
+	g.Expect(health.Checks).To(ContainElement(HaveField("Name", "tool sandbox: warm tool sandboxes")))
 	for _, c := range health.Checks {
-		if c.Name == "warm tool sandboxes" {
+		if c.Name == "tool sandbox: warm tool sandboxes" {
 			g.Expect(c.OK).To(BeTrue(), c.Message)
 		}
 	}

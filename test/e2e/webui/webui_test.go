@@ -368,8 +368,24 @@ func TestWebUI(t *testing.T) {
 		u.click(e + ".error-action")
 		u.wait("the health checks", `() => !document.getElementById('config-view').hidden && document.querySelectorAll('#health .check').length > 0`)
 		g.Expect(u.eval(`() => location.hash`).Str()).To(Equal("#health"))
-		g.Expect(u.text(`#health .check.fail[data-name="agent offline model"] .check-fix`)).To(ContainSubstring("PICOBOT_SECRET_"))
-		g.Expect(u.text(`#health .check.ok[data-name="agent assistant model"] .check-state`)).To(Equal("OK"))
+		// The same report as the health tool, /health and `picobot health`:
+		// a section per kind, each check marked with its kind.
+		g.Expect(u.eval(`() => [...document.querySelectorAll('#health .health-kind')].map((s) => s.dataset.kind + ':' + s.querySelector('h4').textContent).join('|')`).Str()).
+			To(Equal("core:Required|feature:Required by enabled features|optional:Optional"))
+		offline := `#health .health-kind[data-kind=core] .check.fail[data-name="model: agent offline"] `
+		g.Expect(u.text(offline+".check-message")).To(HavePrefix("no model configured: "), "no model is told apart from an unreachable one")
+		g.Expect(u.text(offline + ".check-fix")).To(ContainSubstring("PICOBOT_SECRET_"))
+		g.Expect(u.text(offline + ".check-kind")).To(Equal("required"))
+		assistant := `#health .check.ok[data-name="model: agent assistant"] `
+		g.Expect(u.text(assistant + ".check-state")).To(Equal("OK"))
+		g.Expect(u.text(assistant+".check-message")).To(Equal("openai/fake at "+llm.URL()+" answers"), "the endpoint was probed")
+		// The browser check, which the page lacked: the executable and a
+		// real headless launch, required by the enabled browser.
+		browser := `#health .health-kind[data-kind=feature] .check[data-name="agent assistant: browser headless launch"] `
+		g.Expect(u.text(browser + ".check-kind")).To(Equal("feature"))
+		g.Expect(u.text(browser + ".check-state")).To(Equal("OK"))
+		g.Expect(u.text(browser + ".check-message")).To(ContainSubstring("started headless"))
+		g.Expect(u.text(`#health .check[data-name="agent assistant: browser executable"] .check-state`)).To(Equal("OK"))
 		g.Expect(u.text("#health-summary")).To(ContainSubstring("failing"))
 		g.Expect(u.unnamedControls(8)).To(BeEmpty(), "every control has an accessible name")
 		u.shot("health")
