@@ -177,6 +177,20 @@ type ToolsSpec struct {
 	// agents that do not search pay nothing for it in their requests.
 	// +optional
 	WebSearch *WebSearchSpec `json:"webSearch,omitempty"`
+
+	// gateway configures the root agent's gateway tool (its configuration
+	// tool; other agents never get it).
+	// +optional
+	Gateway *GatewayToolSpec `json:"gateway,omitempty"`
+}
+
+// GatewayToolSpec configures the gateway tool.
+type GatewayToolSpec struct {
+	// restart enables the tool's restart action, which restarts the
+	// agent's runtime (delayMs after the call, so the reply in flight is
+	// delivered). Unset means false.
+	// +optional
+	Restart *bool `json:"restart,omitempty"`
 }
 
 // LLMTaskSpec configures the llm_task tool: a JSON-only model call made on

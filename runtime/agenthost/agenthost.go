@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -34,6 +35,7 @@ import (
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/agentconfig"
 	"github.com/picobot/picobot/runtime/tool/builtin"
 	"github.com/picobot/picobot/runtime/tool/delegate"
 	"github.com/picobot/picobot/runtime/tool/imagetool"
@@ -101,7 +103,14 @@ type Host struct {
 	// WarmSandboxes, when set, start the shell tools' programs from a warm
 	// sandbox of their session's workspace (embedded mode, package warm).
 	WarmSandboxes shell.WarmSandboxes
-	Log           *slog.Logger
+	// ConfigSource returns where an agent's configuration is stored when
+	// the agent is its namespace's root agent, nil for any other: the root
+	// agent alone gets reload_config and gateway over it. Nil gives them
+	// to no agent.
+	ConfigSource func(a *picobotv1alpha1.Agent) agentconfig.Source
+	// Clock times gateway's restart delay (the real clock when nil).
+	Clock clock.WithDelayedExecution
+	Log   *slog.Logger
 }
 
 // Feature adds capabilities to an agent (runtime/feature).
@@ -342,7 +351,11 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	for _, t := range mcpTools {
 		catalog = catalog.With(t.Name())
 	}
-	pol, err := policy.Resolve(catalog, agentspec.ToolPolicy(a), providerName, modelName)
+	var cfgSource agentconfig.Source
+	if h.ConfigSource != nil {
+		cfgSource = h.ConfigSource(a)
+	}
+	pol, err := policy.Resolve(catalog, agentspec.ToolPolicyAs(a, cfgSource != nil), providerName, modelName)
 	if err != nil {
 		return fail(err)
 	}
@@ -372,6 +385,12 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	}
 	if err := register(h.sessionTools(a, providerName, modelName)); err != nil {
 		return fail(err)
+	}
+	if cfgSource != nil {
+		restart := a.Spec.Tools != nil && a.Spec.Tools.Gateway != nil && a.Spec.Tools.Gateway.Restart != nil && *a.Spec.Tools.Gateway.Restart
+		if err := register(agentconfig.New(agentconfig.Config{Source: cfgSource, Restart: restart, Clock: h.Clock, Log: h.Log})); err != nil {
+			return fail(err)
+		}
 	}
 	imageTool, err := h.imageTool(a, tools)
 	if err != nil {
