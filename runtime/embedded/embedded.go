@@ -28,8 +28,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/clock"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
@@ -307,6 +307,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		r.Close()
 		return nil, err
 	}
+	r.opts.Features = opts.Features // every generation of the agents gets the cron tools
 	// One process per state folder: a holder stable across restarts lets a
 	// restarted (even crashed) process take its sessions back at once.
 	host, _ := os.Hostname()

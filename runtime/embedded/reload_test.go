@@ -156,6 +156,9 @@ func TestReloadConfig(t *testing.T) {
 			g.Expect(e.send("assistant", "call reload_config {}")).To(And(ContainSubstring("): Reloaded: generation 2"),
 				ContainSubstring("agents assistant, helper")))
 			g.Expect(e.rt.Generation()).To(Equal(2))
+			// The turn that reloaded finished on the generation it started with.
+			g.Expect(e.lastRequest().Messages[len(e.lastRequest().Messages)-1].ToolResults).NotTo(BeEmpty())
+			g.Expect(e.lastRequest().System).To(ContainSubstring("Version one."))
 			e.send("assistant", "hi")
 			g.Expect(e.lastRequest().System).To(And(ContainSubstring("Version two."), Not(ContainSubstring("Version one."))))
 
