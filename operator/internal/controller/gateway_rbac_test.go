@@ -75,7 +75,10 @@ func TestGatewayToolRBAC(t *testing.T) {
 	bossPod := podClient(t, ns, "boss")
 	switched := 0
 	src := &agentsource.Source{Kube: bossPod, Namespace: ns, Name: "boss",
-		Switch: func(_ context.Context, a *picobotv1alpha1.Agent) (string, error) { switched++; return a.Spec.Instructions, nil }}
+		Switch: func(_ context.Context, a *picobotv1alpha1.Agent) (string, error) {
+			switched++
+			return a.Spec.Instructions, nil
+		}}
 
 	res := gatewayCall(t, src, `{"action":"config.patch","patch":{"instructions":"Patched by the pod."}}`)
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
