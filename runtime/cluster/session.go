@@ -173,8 +173,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		}
 	}()
 	var built *agenthost.Built
-	var host *agenthost.Host
-	host = &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
+	host := &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
