@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -49,22 +50,32 @@ func (s *Source) Agent(ctx context.Context) (*picobotv1alpha1.Agent, error) {
 
 // Update implements agentconfig.Source: a merge patch of the Agent from
 // its current state, tried first as a server-side dry run (schema, CEL
-// rules, admission) and then for real, with the resourceVersion of a as an
-// optimistic lock, so a change made meanwhile by someone else is not
-// overwritten.
+// rules, admission) and then for real. a must be of the Agent's current
+// generation: a spec changed by someone else since a was read is not
+// overwritten. The patch carries the resourceVersion just read, so nothing
+// slips in between; a conflict with a status write is tried again.
 func (s *Source) Update(ctx context.Context, a *picobotv1alpha1.Agent) error {
 	if a.Namespace != s.Namespace || a.Name != s.Name {
 		return fmt.Errorf("this pod changes Agent %s/%s only, not %s/%s", s.Namespace, s.Name, a.Namespace, a.Name)
 	}
-	cur, err := s.Agent(ctx)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := s.Agent(ctx)
+		if err != nil {
+			return err
+		}
+		if cur.Generation != a.Generation {
+			return fmt.Errorf("agent %s/%s changed since it was read (generation %d, now %d); read it again (config.get)",
+				s.Namespace, s.Name, a.Generation, cur.Generation)
+		}
+		next := a.DeepCopy()
+		next.ResourceVersion = cur.ResourceVersion
+		patch := client.MergeFromWithOptions(cur, client.MergeFromWithOptimisticLock{})
+		if err := s.Kube.Patch(ctx, next.DeepCopy(), patch, client.DryRunAll, client.FieldOwner(FieldOwner)); err != nil {
+			return err
+		}
+		return s.Kube.Patch(ctx, next, patch, client.FieldOwner(FieldOwner))
+	})
 	if err != nil {
-		return err
-	}
-	patch := client.MergeFromWithOptions(cur, client.MergeFromWithOptimisticLock{})
-	if err := s.Kube.Patch(ctx, a.DeepCopy(), patch, client.DryRunAll, client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("failed to patch agent %q: %w", s.Namespace+"/"+s.Name, err)
-	}
-	if err := s.Kube.Patch(ctx, a.DeepCopy(), patch, client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("failed to patch agent %q: %w", s.Namespace+"/"+s.Name, err)
 	}
 	return nil
