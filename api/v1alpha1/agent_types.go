@@ -182,6 +182,10 @@ type ToolsSpec struct {
 	// offered to agents with a telegram, feishu, slack or webhook channel.
 	// +optional
 	Message *MessageToolSpec `json:"message,omitempty"`
+	// gateway configures the root agent's gateway tool (its configuration
+	// tool; other agents never get it).
+	// +optional
+	Gateway *GatewayToolSpec `json:"gateway,omitempty"`
 }
 
 // MessageToolSpec configures the message tool: sends and channel actions
@@ -197,6 +201,15 @@ type MessageToolSpec struct {
 	// agent's channels either way.
 	// +optional
 	CrossChat *bool `json:"crossChat,omitempty"`
+}
+
+// GatewayToolSpec configures the gateway tool.
+type GatewayToolSpec struct {
+	// restart enables the tool's restart action, which restarts the
+	// agent's runtime (delayMs after the call, so the reply in flight is
+	// delivered). Unset means false.
+	// +optional
+	Restart *bool `json:"restart,omitempty"`
 }
 
 // LLMTaskSpec configures the llm_task tool: a JSON-only model call made on

@@ -37,6 +37,7 @@ import (
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/agentconfig"
 	"github.com/picobot/picobot/runtime/tool/builtin"
 	"github.com/picobot/picobot/runtime/tool/delegate"
 	"github.com/picobot/picobot/runtime/tool/imagetool"
@@ -108,14 +109,20 @@ type Host struct {
 	// WarmSandboxes, when set, start the shell tools' programs from a warm
 	// sandbox of their session's workspace (embedded mode, package warm).
 	WarmSandboxes shell.WarmSandboxes
+	// ConfigSource returns where an agent's configuration is stored when
+	// the agent is its namespace's root agent, nil for any other: the root
+	// agent alone gets reload_config and gateway over it. Nil gives them
+	// to no agent.
+	ConfigSource func(a *picobotv1alpha1.Agent) agentconfig.Source
 	// Prices price the agents' model calls for usage accounting (every
 	// call is added to the tenant's usage in Store, package quota);
 	// quota.DefaultPrices when nil.
 	Prices quota.Prices
 	// Budget returns the tenant's model budget; nil is no budget.
 	Budget func() quota.Budget
-	// Clock dates usage; the real clock when nil.
-	Clock clock.PassiveClock
+	// Clock times gateway's restart delay and dates usage (the real clock
+	// when nil).
+	Clock clock.WithDelayedExecution
 	Log   *slog.Logger
 }
 
@@ -124,12 +131,13 @@ func (h *Host) meter(agent string) *quota.Meter {
 	if h.Store == nil {
 		return nil
 	}
-	prices, clk := h.Prices, h.Clock
+	prices := h.Prices
 	if prices == nil {
 		prices = quota.DefaultPrices()
 	}
-	if clk == nil {
-		clk = clock.RealClock{}
+	var clk clock.PassiveClock = clock.RealClock{}
+	if h.Clock != nil {
+		clk = h.Clock
 	}
 	log := h.Log
 	if log == nil {
@@ -420,7 +428,11 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	for _, t := range mcpTools {
 		catalog = catalog.With(t.Name())
 	}
-	pol, err := policy.Resolve(catalog, agentspec.ToolPolicy(a), providerName, modelName)
+	var cfgSource agentconfig.Source
+	if h.ConfigSource != nil {
+		cfgSource = h.ConfigSource(a)
+	}
+	pol, err := policy.Resolve(catalog, agentspec.ToolPolicyAs(a, cfgSource != nil), providerName, modelName)
 	if err != nil {
 		return fail(err)
 	}
@@ -450,6 +462,12 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	}
 	if err := register(h.sessionTools(a, providerName, modelName)); err != nil {
 		return fail(err)
+	}
+	if cfgSource != nil {
+		restart := a.Spec.Tools != nil && a.Spec.Tools.Gateway != nil && a.Spec.Tools.Gateway.Restart != nil && *a.Spec.Tools.Gateway.Restart
+		if err := register(agentconfig.New(agentconfig.Config{Source: cfgSource, Restart: restart, Clock: h.Clock, Log: h.Log})); err != nil {
+			return fail(err)
+		}
 	}
 	imageTool, err := h.imageTool(a, tools)
 	if err != nil {

@@ -21,10 +21,21 @@ var orchestrationTools = []string{"delegate", "agent_task"}
 // out. Without edges they have nothing to list or spawn.
 var edgeTools = []string{"agents_list", "sessions_spawn"}
 
+// ConfigTools are the root agent's configuration tools (reload_config and
+// gateway, runtime/tool/agentconfig): every other Agent is denied them.
+var ConfigTools = []string{"reload_config", "gateway"}
+
 // ToolPolicy converts the Agent's tools settings into the shared policy
 // package's input, turning disabled features into denies so the effective set
-// shows what the model will really be offered.
-func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
+// shows what the model will really be offered. The Agent counts as its
+// namespace's root agent when it says spec.role: root (ToolPolicyAs for a
+// root agent by the rest of the rule, which needs the other Agents).
+func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec { return ToolPolicyAs(a, IsRoot(a)) }
+
+// ToolPolicyAs is ToolPolicy for an Agent known to be, or not to be, its
+// namespace's root agent (RootAgent): only the root agent may be offered
+// ConfigTools.
+func ToolPolicyAs(a *picobotv1alpha1.Agent, root bool) policy.Spec {
 	var spec policy.Spec
 	if t := a.Spec.Tools; t != nil {
 		spec.Profile = policy.Profile(t.Profile)
@@ -51,6 +62,9 @@ func ToolPolicy(a *picobotv1alpha1.Agent) policy.Spec {
 	// image needs a model that can see images (ImageModelRefs).
 	if len(ImageModelRefs(a.Spec.Model)) == 0 {
 		spec.Deny = append(spec.Deny, "image")
+	}
+	if !root {
+		spec.Deny = append(spec.Deny, ConfigTools...)
 	}
 	// delegate and agent_task follow the delegate edges (orchestration): an
 	// Agent with none never gets them, one with some gets them even past a

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -23,8 +25,14 @@ import (
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
+	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/cluster/agentsource"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
+	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool/agentconfig"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // Environment of a session pod, set by the operator's pod spec.
@@ -153,6 +161,23 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	if opts.Features != nil {
 		feats = opts.Features(svc, Pod{Kube: kube, Agent: &a, Name: pod, Tenant: tenant})
 	}
+	// gateway's restart drains the pod as SIGTERM does (restart cancels
+	// ctx; runDraining lets the turn running finish).
+	ctx, restart := context.WithCancel(ctx)
+	defer restart()
+	// cur is the agent's running generation: reload_config and gateway
+	// switch it (the root agent's, see configSource).
+	var cur atomic.Pointer[agenthost.Built]
+	var retiredMu sync.Mutex
+	var retired []*agenthost.Built
+	defer func() {
+		retiredMu.Lock()
+		defer retiredMu.Unlock()
+		for _, b := range retired {
+			b.Close()
+		}
+	}()
+	var built *agenthost.Built
 	host := &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health,
@@ -164,25 +189,60 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		SecretHint: func(sel corev1.SecretKeySelector) string {
 			return fmt.Sprintf("the operator passes Secret %q key %q to the pod as %s; check that the Secret exists", sel.Name, sel.Key, agenthost.SecretEnvName(sel.Name, sel.Key))
 		}}
-	built, err := host.Build(store.WithTenant(ctx, tenant), &a)
+	host.ConfigSource = func(a *picobotv1alpha1.Agent) agentconfig.Source {
+		// Only an Agent saying spec.role: root: the pod sees no other
+		// Agent to apply the rest of the rule, and the operator grants
+		// patch of the Agent to such pods only.
+		if !agentspec.IsRoot(a) {
+			return nil
+		}
+		return &agentsource.Source{Kube: kube, Namespace: tenant, Name: a.Name, Stop: restart,
+			Switch: func(ctx context.Context, next *picobotv1alpha1.Agent) (string, error) {
+				nb, err := host.Build(store.WithTenant(ctx, tenant), next)
+				if err != nil {
+					return "", err
+				}
+				if !nb.Info.Ready && cur.Load().Info.Ready {
+					nb.Close()
+					return "", fmt.Errorf("the new spec leaves the agent without a usable model (%s); a session pod gets its Secrets when it starts: "+
+						"restart it (gateway restart) after creating the Secret", nb.Info.Message)
+				}
+				old := cur.Swap(nb)
+				// The runtime keeps the first generation's manager (its
+				// sessions and leases); its turns switch generation.
+				built.Manager.Reconfigure(nb.Session)
+				retiredMu.Lock()
+				retired = append(retired, old)
+				retiredMu.Unlock()
+				return fmt.Sprintf("generation %d of Agent %s/%s", next.Generation, tenant, next.Name), nil
+			}}
+	}
+	built, err = host.Build(store.WithTenant(ctx, tenant), &a)
 	if err != nil {
 		return err
 	}
-	defer built.Close()
+	cur.Store(built)
+	defer func() { cur.Load().Close() }()
 	if opts.Health != nil {
+		// The current generation's model and features: a reload changes them.
 		probe := modelcheck.NewProber()
 		opts.Health.Add(health.Source{Kind: health.Core, Name: "model", Run: func(ctx context.Context) []health.Check {
-			return []health.Check{built.ModelCheck(ctx, probe)}
-		}}, health.Source{Kind: health.Feature, Name: "agent " + agentName, Run: built.FeatureChecks})
+			return []health.Check{cur.Load().ModelCheck(ctx, probe)}
+		}}, health.Source{Kind: health.Feature, Name: "agent " + agentName, Run: func(ctx context.Context) []health.Check {
+			return cur.Load().FeatureChecks(ctx)
+		}})
 	}
 	if idle == 0 && a.Spec.Runtime != nil && a.Spec.Runtime.IdleTimeout != nil {
 		idle = a.Spec.Runtime.IdleTimeout.Duration
 	}
 	log.Info("Session runtime ready", "tenant", tenant, "agent", agentName, "pod", pod, "idleTimeout", idle)
-	runs := localrun.New(func(name string) (localrun.Agent, bool) { return built.RunTarget(), name == agentName })
+	runs := localrun.New(func(name string) (localrun.Agent, bool) { return cur.Load().RunTarget(), name == agentName })
 	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
-		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, Stateless: built.Complete, Log: log, Drain: ctx.Done(),
-		Delegated: SubAgentRuns(svc.Store, agentName, built.SubAgent),
+		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs,
+		Stateless: func(ctx context.Context, req protocol.Stateless, stream bool, sink func(turn.Event)) (protocol.Outcome, error) {
+			return cur.Load().Complete(ctx, req, stream, sink)
+		}, Log: log, Drain: ctx.Done(),
+		Delegated: SubAgentRuns(svc.Store, agentName, func(tools []string) session.Config { return cur.Load().SubAgent(tools) }),
 		// A session pod spends most of its life waiting: warm for a wake,
 		// then for the user's next message. Start-up and each turn leave
 		// garbage and heap the Go runtime would hand back to the OS only

@@ -26,10 +26,11 @@ func (r *Runtime) ServeChannels(ctx context.Context, mgr *channel.Manager, disp 
 	r.disp = disp
 	r.mu.Unlock()
 	for _, a := range r.agents {
-		if len(a.spec.Spec.Channels) == 0 {
+		g := a.gen()
+		if len(g.spec.Spec.Channels) == 0 {
 			continue
 		}
-		if err := mgr.SetAgent(r.opts.Tenant, a.spec, a.secrets); err != nil {
+		if err := mgr.SetAgent(r.opts.Tenant, g.spec, g.secrets); err != nil {
 			r.log.Warn("Some channels of an agent are not usable", "agent", a.name, "err", err)
 		}
 	}
@@ -89,7 +90,7 @@ func (r *Runtime) answerChannel(ctx context.Context, disp *outbound.Dispatcher, 
 // has one: gateway channels such as web belong to no agent).
 func (r *Runtime) ChannelOwner(name string) string {
 	for _, a := range r.agents {
-		for _, c := range a.spec.Spec.Channels {
+		for _, c := range a.gen().spec.Spec.Channels {
 			cn := c.Name
 			if cn == "" {
 				cn = string(c.Type)

@@ -24,10 +24,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
@@ -107,6 +109,9 @@ type Options struct {
 	// ModelProbe probes the agents' model endpoints for the health report
 	// (modelcheck.NewProber when nil).
 	ModelProbe *modelcheck.Prober
+	// Clock times the gateway tool's restart delay (the real clock when
+	// nil).
+	Clock clock.WithDelayedExecution
 	// State is the runtime's store, bus and artifact blobs, chosen by the
 	// caller (picobot serve opens them with OpenState before the runtime,
 	// so the outbound dispatcher it hands to features exists first). Open
@@ -207,6 +212,17 @@ type Runtime struct {
 	exchanges *sessions.Exchanges
 	// warm keeps the warm sandboxes of the sessions' workspaces.
 	warm *warm.Pool
+	// holder, delegates and active are shared by every generation of the
+	// agents (build).
+	holder    string
+	delegates *agenthost.LocalDelegates
+	active    *delegate.ActiveRuns
+	// reloads serialises Reload; generation counts the generations built
+	// (1 at start) and retired holds the agents of the earlier ones, closed
+	// with the runtime since turns may still run on them.
+	reloads    sync.Mutex
+	generation int
+	retired    []*agenthost.Built
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // tenantAgent.waiterKey -> the gateway calls waiting for it
@@ -220,18 +236,27 @@ type Runtime struct {
 }
 
 type agentRuntime struct {
-	*agenthost.Built
 	name string
-	info gateway.AgentInfo
+	// cur is the agent's running generation (reload.go switches it).
+	cur atomic.Pointer[agentGen]
 	// manager is that of the default tenant (Options.Tenant).
 	manager *session.Manager
 	// byTenant holds the session manager and session runtime of every
 	// tenant served.
 	byTenant map[string]*tenantAgent
+}
+
+// agentGen is one generation of an agent: what its manifest built.
+type agentGen struct {
+	*agenthost.Built
+	info gateway.AgentInfo
 	// spec and secrets configure the agent's chat platform channels.
 	spec    *picobotv1alpha1.Agent
 	secrets func(string) *corev1.Secret
 }
+
+// gen is the agent's running generation.
+func (a *agentRuntime) gen() *agentGen { return a.cur.Load() }
 
 // tenantAgent is an agent as one tenant uses it: its own sessions (the
 // manager's workspaces include the tenant) and its own chat streams, served
@@ -299,48 +324,37 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		r.Close()
 		return nil, err
 	}
-	secrets, defaults := otherObjects(set)
+	r.opts.Features = opts.Features // every generation of the agents gets the cron tools
 	// One process per state folder: a holder stable across restarts lets a
 	// restarted (even crashed) process take its sessions back at once.
 	host, _ := os.Hostname()
 	abs, _ := filepath.Abs(opts.StateDir)
-	holder := "embedded:" + host + ":" + abs
-	delegates := &agenthost.LocalDelegates{
+	r.holder = "embedded:" + host + ":" + abs
+	r.delegates = &agenthost.LocalDelegates{
 		Find: func(name string) (*agenthost.Built, bool) {
 			a := r.agents[name]
 			if a == nil {
 				return nil, false
 			}
-			return a.Built, true
+			return a.gen().Built, true
 		},
 		Workspace: func(tenant, agent string) func(session.ID) string { return workspaceFunc(opts.StateDir, tenant, agent) },
 	}
-	active := delegate.NewActiveRuns()
-	r.background = delegate.NewBackgroundRuns(r.ctx, delegate.BackgroundConfig{Runner: delegates, Store: st, Completions: completions{r},
-		Active: active, Retention: opts.RunRetention, Log: opts.Log.With("component", "background-runs")})
+	r.active = delegate.NewActiveRuns()
+	r.background = delegate.NewBackgroundRuns(r.ctx, delegate.BackgroundConfig{Runner: r.delegates, Store: st, Completions: completions{r},
+		Active: r.active, Retention: opts.RunRetention, Log: opts.Log.With("component", "background-runs")})
 	r.exchanges = sessions.NewExchanges(r.ctx, sender{r}, nil, opts.Log.With("component", "agent-to-agent"))
-	for i := range set.Agents {
-		a := &set.Agents[i]
-		host := &agenthost.Host{Mode: agenthost.ModeEmbedded, Tenant: opts.Tenant, Store: st, Artifacts: r.state.Artifacts,
-			ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
-			StateDir:    opts.StateDir, Holder: holder, Defaults: defaults, Log: opts.Log,
-			Secrets:    agenthost.WithProviderKeys(agenthost.EnvSecrets(secrets, opts.Env, a), opts.Env, a),
-			SecretHint: func(sel corev1.SecretKeySelector) string { return agenthost.KeyHint(a, sel, opts.Dir) },
-			Features:   opts.Features,
-			// Sub-agents run here too; r.agents is complete before a
-			// turn can delegate.
-			Delegates: delegates, Background: r.background, ActiveRuns: active, Exchanges: r.exchanges,
-			WarmSandboxes: r.warm, Health: opts.Health,
-		}
-		built, err := host.Build(r.ctx, a)
-		if err != nil {
-			r.Close()
-			return nil, err
-		}
-		ar := &agentRuntime{Built: built, name: a.Name, info: built.Info, byTenant: map[string]*tenantAgent{},
-			spec: a, secrets: host.Secrets}
+	gens, err := r.build(set)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	for _, a := range set.Agents {
+		g := gens[a.Name]
+		ar := &agentRuntime{name: a.Name, byTenant: map[string]*tenantAgent{}}
+		ar.cur.Store(g)
 		for t := range r.tenants {
-			cfg := built.Session
+			cfg := g.Session
 			cfg.Workspace = workspaceFunc(opts.StateDir, t, a.Name)
 			ta := &tenantAgent{tenant: t, agent: a.Name, manager: session.NewManager(cfg)}
 			ta.rt = sessionrt.New(sessionrt.Config{Tenant: t, Agent: a.Name, Consumer: "embedded", Bus: r.state.Bus, Store: st,
@@ -456,8 +470,11 @@ func (r *Runtime) Halt() {
 // Close stops the runtime (Halt) and closes its state.
 func (r *Runtime) Close() {
 	r.Halt()
+	for _, b := range r.retired {
+		b.Close()
+	}
 	for _, a := range r.agents {
-		a.Close()
+		a.gen().Close()
 		for _, ta := range a.byTenant {
 			if err := ta.manager.ReleaseAll(store.WithTenant(context.Background(), ta.tenant)); err != nil {
 				r.log.Error("Failed to release session leases", "agent", a.name, "tenant", ta.tenant, "err", err)
@@ -473,7 +490,7 @@ func (r *Runtime) Close() {
 func (r *Runtime) Agents() []gateway.AgentInfo {
 	out := make([]gateway.AgentInfo, 0, len(r.agents))
 	for _, a := range r.agents {
-		out = append(out, a.info)
+		out = append(out, a.gen().info)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -654,13 +671,16 @@ func (r *Runtime) healthSources() []health.Source {
 		var wg sync.WaitGroup
 		for i, n := range names {
 			a := r.agents[n]
-			wg.Go(func() { out[i] = a.ModelCheck(ctx, r.opts.ModelProbe) })
+			wg.Go(func() { out[i] = a.gen().ModelCheck(ctx, r.opts.ModelProbe) })
 		}
 		wg.Wait()
 		return out
 	}}}
 	for _, n := range names {
-		sources = append(sources, health.Source{Kind: health.Feature, Name: "agent " + n, Run: r.agents[n].FeatureChecks})
+		// The current generation's features: a reload changes them.
+		a := r.agents[n]
+		sources = append(sources, health.Source{Kind: health.Feature, Name: "agent " + n,
+			Run: func(ctx context.Context) []health.Check { return a.gen().FeatureChecks(ctx) }})
 	}
 	return append(sources, health.Programs(), health.Source{Kind: health.Optional, Name: "tool sandbox",
 		Run: func(context.Context) []health.Check { return append(sandbox.Probe().Checks(), r.warm.Check()) }})

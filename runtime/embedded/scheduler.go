@@ -85,7 +85,7 @@ func (r *Runtime) prepareScheduler(set *manifest.Set) ([]agenthost.Feature, erro
 		if a == nil {
 			return localrun.Agent{}, false
 		}
-		return a.RunTarget(), true
+		return a.gen().RunTarget(), true
 	}, localrun.WithWorkspace(func(tenant, agent string) func(session.ID) string {
 		return workspaceFunc(r.opts.StateDir, tenant, agent)
 	}))

@@ -16,10 +16,11 @@ func (r *Runtime) Complete(ctx context.Context, c gateway.Completion) (gateway.C
 	if err != nil {
 		return gateway.Completed{}, err
 	}
-	if !a.info.Ready {
-		return gateway.Completed{}, gateway.Errorf(gateway.CodeNoModel, "agent %s has no usable model (%s): %s", a.name, a.info.Reason, a.info.Message)
+	g := a.gen()
+	if !g.info.Ready {
+		return gateway.Completed{}, gateway.Errorf(gateway.CodeNoModel, "agent %s has no usable model (%s): %s", a.name, g.info.Reason, g.info.Message)
 	}
-	out, err := a.Complete(ctx, c.Stateless, c.Stream, c.Sink)
+	out, err := g.Complete(ctx, c.Stateless, c.Stream, c.Sink)
 	if err != nil {
 		ce, known := sessionrt.Coded(err)
 		if !known {

@@ -92,7 +92,7 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 		}
 		return reply(id, "%s", text)
 	case "compact":
-		if m.cfg.Compressor == nil {
+		if m.generation().Compressor == nil {
 			return reply(id, "Context compression is not configured for this agent.")
 		}
 		done, err := m.compact(ctx, id)
@@ -106,10 +106,11 @@ func (m *Manager) command(ctx context.Context, in Inbound, cmd Command) (Reply, 
 	case "dump":
 		return m.dump(ctx, id, reply)
 	case "mcp":
-		if m.cfg.MCPStatus == nil {
+		mcpStatus := m.generation().MCPStatus
+		if mcpStatus == nil {
 			return reply(id, "No MCP servers configured.")
 		}
-		return reply(id, "%s", m.cfg.MCPStatus())
+		return reply(id, "%s", mcpStatus())
 	}
 	return Reply{}, fmt.Errorf("unhandled command /%s", cmd.Name)
 }
@@ -163,7 +164,8 @@ func (m *Manager) compact(ctx context.Context, id ID) (bool, error) {
 	if err != nil || len(history) == 0 {
 		return false, err
 	}
-	if _, _, err := m.compress(ctx, id, m.cfg.System, history, true); err != nil {
+	g := m.generation()
+	if _, _, err := m.compress(ctx, g, id, g.System, history, true); err != nil {
 		return false, err
 	}
 	return true, m.markCompressed(ctx, id.String(), m.cfg.Clock.Now())

@@ -159,18 +159,18 @@ func (m *Manager) takeCurrent(h *storedHistory) bool {
 
 // compress runs the compressor when the history is above its trigger (or
 // always with force), sending summaries to the timeline.
-func (m *Manager) compress(ctx context.Context, id ID, system string, history []llm.Message, force bool) ([]llm.Message, bool, error) {
-	if m.cfg.Compressor == nil {
+func (m *Manager) compress(ctx context.Context, g *Generation, id ID, system string, history []llm.Message, force bool) ([]llm.Message, bool, error) {
+	if g.Compressor == nil {
 		return history, false, nil
 	}
 	var defs []llm.ToolDef
-	if m.cfg.Loop != nil && m.cfg.Loop.Tools != nil {
-		defs = m.cfg.Loop.Tools.Definitions()
+	if g.Loop != nil && g.Loop.Tools != nil {
+		defs = g.Loop.Tools.Definitions()
 	}
-	if !force && !m.cfg.Compressor.NeedsCompression(agent.SystemPrompt(system, m.cfg.Loop.Tools), history, defs) {
+	if !force && !g.Compressor.NeedsCompression(agent.SystemPrompt(system, g.Loop.Tools), history, defs) {
 		return history, false, nil
 	}
-	c := *m.cfg.Compressor
+	c := *g.Compressor
 	if m.cfg.Timeline != nil {
 		c.OnSummary = func(ctx context.Context, summary string) error {
 			return m.cfg.Timeline.AddTimeline(ctx, m.cfg.Agent, id.String(), summary)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -115,7 +116,10 @@ func (c Config) Derived(tools *tool.Registry, instructions string) Config {
 // use: turns of one session are serialised by its lock, different sessions
 // run in parallel.
 type Manager struct {
-	cfg     Config
+	cfg Config
+	// gen is what Reconfigure switches: the parts of cfg that come from
+	// the agent's spec. A turn reads it once, when it starts, and keeps it.
+	gen     atomic.Pointer[Generation]
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex
 	running map[string]*runningTurn   // session id -> its turn running here
@@ -158,9 +162,36 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Workspace == nil {
 		cfg.Workspace = func(ID) string { return "" }
 	}
-	return &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]*runningTurn{}, held: map[string]time.Time{},
+	m := &Manager{cfg: cfg, locks: map[string]*sync.Mutex{}, running: map[string]*runningTurn{}, held: map[string]time.Time{},
 		hist: map[string]*storedHistory{}}
+	m.gen.Store(generationOf(cfg))
+	return m
 }
+
+// Generation is the part of a Config that comes from the agent's spec
+// (model loop and tools, instructions, prompt sections, compressor, /mcp)
+// and that Reconfigure switches while the manager keeps its sessions,
+// leases and histories.
+type Generation struct {
+	Loop       *agent.Loop
+	System     string
+	Prompt     func(ctx context.Context, in PromptInput) string
+	Compressor *agent.Compressor
+	MCPStatus  func() string
+}
+
+func generationOf(cfg Config) *Generation {
+	return &Generation{Loop: cfg.Loop, System: cfg.System, Prompt: cfg.Prompt, Compressor: cfg.Compressor, MCPStatus: cfg.MCPStatus}
+}
+
+// Reconfigure switches the turns that start from now on to cfg's
+// generation (a reloaded agent spec); a turn already running finishes on
+// the generation it started with. Only the Generation fields of cfg are
+// used: the store, leases and workspaces stay.
+func (m *Manager) Reconfigure(cfg Config) { m.gen.Store(generationOf(cfg)) }
+
+// generation is the generation new turns use.
+func (m *Manager) generation() *Generation { return m.gen.Load() }
 
 func (m *Manager) lock(id string) func() {
 	m.mu.Lock()
@@ -272,7 +303,9 @@ type pending struct {
 	// (a resumed turn), stepsDone how many model calls they hold.
 	base, stepsDone int
 	// userAt is when the user message was stored (the compression mark).
-	userAt  time.Time
+	userAt time.Time
+	// gen is the generation the turn runs on, read once as it starts.
+	gen     *Generation
 	system  string
 	history []llm.Message
 	// ctx is cancelled by Stop (errStopped), a lost lease or a shutdown.
@@ -345,8 +378,9 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *du
 	if err != nil {
 		return nil, nil, err
 	}
-	system := m.systemPrompt(ctx, id, in.Text)
-	history, compressed, err := m.compress(ctx, id, system, history, false)
+	g := m.generation()
+	system := m.systemPrompt(ctx, g, id, in.Text)
+	history, compressed, err := m.compress(ctx, g, id, system, history, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -358,18 +392,18 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *du
 	// Marked running before the lock goes, so a redelivery of this message
 	// cannot start the same turn again (see unfinished).
 	t.ctx, t.cancel = context.WithCancelCause(ctx)
-	t.system, t.history = system, history
+	t.system, t.history, t.gen = system, history, g
 	t.running = m.setRunning(sid, in.MessageID, t.cancel)
 	return t, nil, nil
 }
 
 // systemPrompt is the agent's system prompt with what Config.Prompt adds for
 // this turn.
-func (m *Manager) systemPrompt(ctx context.Context, id ID, text string) string {
-	if m.cfg.Prompt == nil {
-		return m.cfg.System
+func (m *Manager) systemPrompt(ctx context.Context, g *Generation, id ID, text string) string {
+	if g.Prompt == nil {
+		return g.System
 	}
-	return JoinSections(m.cfg.System, m.cfg.Prompt(ctx, PromptInput{SessionID: id, Text: text}))
+	return JoinSections(g.System, g.Prompt(ctx, PromptInput{SessionID: id, Text: text}))
 }
 
 // JoinSections joins two sections of a system prompt, either of which may
@@ -389,7 +423,7 @@ func JoinSections(a, b string) string {
 func (m *Manager) run(ctx context.Context, t *pending, in Inbound) {
 	stopHeartbeat := m.heartbeat(t.ctx, t.sid, t.cancel)
 	t.files = m.newTurnFiles(ctx, t.sid, in.Sink)
-	t.out, t.err = m.cfg.Loop.Run(t.ctx, agent.Input{
+	t.out, t.err = t.gen.Loop.Run(t.ctx, agent.Input{
 		System: t.system, History: t.history, Stream: in.Stream, Sink: t.files.emit,
 		Env:        tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent, Approver: in.Approver},
 		Checkpoint: func(_ context.Context, msg llm.Message) error { return m.checkpoint(ctx, t, msg) },

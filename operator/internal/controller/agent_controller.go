@@ -36,7 +36,10 @@ type AgentReconciler struct {
 	wakes chan event.TypedGenericEvent[*picobotv1alpha1.Agent]
 }
 
-// +kubebuilder:rbac:groups=agents.picobot.io,resources=agents,verbs=get;list;watch
+// The operator never patches an Agent: it holds patch on agents to grant it
+// to root agents' session pods (podspec.Role, the gateway tool), since RBAC
+// lets a Role grant only what its creator holds.
+// +kubebuilder:rbac:groups=agents.picobot.io,resources=agents,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=agents.picobot.io,resources=agents/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/blob/remoteblob"
 	"github.com/picobot/picobot/runtime/browser/remote/wire"
 )
@@ -292,7 +293,9 @@ func ServiceAccount(a *picobotv1alpha1.Agent) *corev1.ServiceAccount {
 
 // Role grants a session pod exactly what its runtime and tools need: read its
 // own Agent and those its delegate edges name (the delegate tool reads a
-// target's readiness and effective tools), the namespace defaults, watch
+// target's readiness and effective tools) and, for a root agent
+// (spec.role: root), patch its own Agent (the gateway tool's config.patch
+// and config.apply; no other Agent), the namespace defaults, watch
 // skill ConfigMaps, and manage the CronJobs and BrowserProfiles its tools
 // create (the tools label them agent-made; the label is what GitOps tools
 // ignore).
@@ -303,7 +306,7 @@ func Role(a *picobotv1alpha1.Agent) *rbacv1.Role {
 			agents = append(agents, d.AgentRef.Name)
 		}
 	}
-	return &rbacv1.Role{ObjectMeta: meta(a, ServiceAccountName(a.Name)), Rules: []rbacv1.PolicyRule{
+	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"agents"}, ResourceNames: agents, Verbs: []string{"get", "watch"}},
 		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"cronjobs", "browserprofiles"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
@@ -312,7 +315,12 @@ func Role(a *picobotv1alpha1.Agent) *rbacv1.Role {
 		// endpoint and token from the agent's own endpoints Secret.
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{wire.EndpointsSecret(a.Name)}, Verbs: []string{"get"}},
-	}}
+	}
+	if agentspec.IsRoot(a) {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"agents"},
+			ResourceNames: []string{a.Name}, Verbs: []string{"patch"}})
+	}
+	return &rbacv1.Role{ObjectMeta: meta(a, ServiceAccountName(a.Name)), Rules: rules}
 }
 
 // RoleBinding binds the Role to the ServiceAccount.

@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -207,6 +208,24 @@ func TestRoleGrantsOnlyWhatTheToolsNeed(t *testing.T) {
 		}
 	}
 	g.Expect(verbs).NotTo(HaveKey("pods"))
+	// Patch of an Agent: a root agent's pods, their own Agent only (the
+	// gateway tool); no other Agent's pods, even with delegate edges.
+	for _, rule := range append(r.Rules, Role(lead).Rules...) {
+		if slices.Contains(rule.Resources, "agents") {
+			g.Expect(rule.Verbs).NotTo(ContainElement("patch"), "rule %v", rule)
+		}
+	}
+	root := agent()
+	root.Spec.Role = ptr.To(picobotv1alpha1.AgentRoleRoot)
+	root.Spec.Delegates = lead.Spec.Delegates
+	var patches []rbacv1.PolicyRule
+	for _, rule := range Role(root).Rules {
+		if slices.Contains(rule.Resources, "agents") && slices.Contains(rule.Verbs, "patch") {
+			patches = append(patches, rule)
+		}
+	}
+	g.Expect(patches).To(Equal([]rbacv1.PolicyRule{{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"agents"},
+		ResourceNames: []string{"helper"}, Verbs: []string{"patch"}}}))
 	rb := RoleBinding(agent())
 	g.Expect(rb.Subjects[0].Name).To(Equal(ServiceAccount(agent()).Name))
 	g.Expect(rb.RoleRef.Name).To(Equal(r.Name))

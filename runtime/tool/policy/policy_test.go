@@ -21,10 +21,10 @@ var (
 	tMemory     = []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}
 	tWeb        = []string{"http_request", "web_fetch", "web_search"}
 	tUI         = []string{"browser", "browser_profiles"}
-	tAutomation = []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda"}
+	tAutomation = []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda", "gateway"}
 	tMessaging  = []string{"send_message", "message"}
 	tSkills     = []string{"get_skill"}
-	tSystem     = []string{"health", "calculator", "todo", "llm_task", "image"}
+	tSystem     = []string{"health", "calculator", "todo", "llm_task", "image", "reload_config"}
 
 	tAll        = set(tRuntime, tFS, tSessions, tMemory, tWeb, tUI, tAutomation, tMessaging, tSkills, tSystem)
 	tCoding     = set(tFS, tRuntime, tSessions, tMemory, []string{"image"})
@@ -59,7 +59,7 @@ func TestCatalog(t *testing.T) {
 	c := DefaultCatalog()
 
 	g.Expect(c.Tools()).To(Equal(tAll))
-	g.Expect(c.Tools()).To(HaveLen(48))
+	g.Expect(c.Tools()).To(HaveLen(50))
 	g.Expect(c.Groups()).To(Equal(map[string][]string{
 		GroupRuntime:    set(tRuntime),
 		GroupFS:         set(tFS),

@@ -32,6 +32,8 @@ var catalogAgents = map[string]string{
 	"allowlist": "  tools: {allow: [calculator, todo, web_fetch]}\n",
 	"lead":      "  tools: {profile: minimal}\n  delegates: [{name: helper, agentRef: {name: unset}}]\n",
 	"seer":      "  tools: {profile: coding}\n",
+	// The root agent: the only one offered reload_config and gateway.
+	"boss": "  role: root\n",
 }
 
 // seeing are the catalog agents whose model accepts images (vision: true),
@@ -113,7 +115,12 @@ spec:
 	g.Expect(status["seer"]).To(ContainElement("image"), "a model that sees images gets the image tool")
 	g.Expect(status["coding"]).NotTo(ContainElement("image"), "a text-only model does not")
 	g.Expect(status["lead"]).To(Equal([]string{"agent_task", "delegate", "session_status"}))
+	g.Expect(status["boss"]).To(ContainElements("reload_config", "gateway"), "the root agent gets the config tools")
 	for name, tools := range status {
+		if name != "boss" {
+			g.Expect(tools).NotTo(ContainElement("gateway"), "%s is not the root agent", name)
+			g.Expect(tools).NotTo(ContainElement("reload_config"), "%s is not the root agent", name)
+		}
 		g.Expect(tools).NotTo(ContainElement("emit_signal"), "%s: emit_signal is for background runs only", name)
 	}
 }

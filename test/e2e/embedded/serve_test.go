@@ -265,8 +265,9 @@ func BenchmarkServeRSS100Sessions(b *testing.B) {
 
 // BenchmarkHelloBytes reports what a plain "hello" costs on the wire to the
 // model with an agent's default tool set (every built-in tool and feature
-// `picobot serve` gives an agent without a tool policy): request bytes and
-// about 4 bytes per token.
+// `picobot serve` gives an agent without a tool policy; the folder's only
+// Agent is its root agent, so reload_config and gateway are among them):
+// request bytes and about 4 bytes per token.
 func BenchmarkHelloBytes(b *testing.B) { helloBytes(b) }
 
 // BenchmarkHelloBytesWithWebSearch is BenchmarkHelloBytes for an agent with

@@ -56,6 +56,7 @@
   verbs:
   - get
   - list
+  - patch
   - watch
 - apiGroups:
   - agents.picobot.io
