@@ -81,9 +81,10 @@ type Agent struct {
 	Provider                llm.Provider
 	ProviderName, ModelName string
 	// Model is the effective model and where it came from (spec, fallback,
-	// namespace default); nil when the agent has none, and ModelMessage
-	// then says why.
-	Model        *picobotv1alpha1.EffectiveModel
-	ModelMessage string
-	Policy       policy.Result
+	// namespace default); nil when the agent has none, and ModelReason (a
+	// condition reason such as ReasonNoModelConfigured) and ModelMessage
+	// then say why.
+	Model                     *picobotv1alpha1.EffectiveModel
+	ModelReason, ModelMessage string
+	Policy                    policy.Result
 }
