@@ -77,6 +77,8 @@ type Pod struct {
 	Agent  *picobotv1alpha1.Agent
 	Name   string
 	Tenant string
+	// LeaseTTL is the chat lease's TTL, which the pod's heartbeat renews.
+	LeaseTTL time.Duration
 }
 
 // RunSession is `picobot session`: it assembles the pod's agent, waits as a
@@ -146,7 +148,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	}
 	var feats []agenthost.Feature
 	if opts.Features != nil {
-		feats = opts.Features(svc, Pod{Kube: kube, Agent: &a, Name: pod, Tenant: tenant})
+		feats = opts.Features(svc, Pod{Kube: kube, Agent: &a, Name: pod, Tenant: tenant, LeaseTTL: ttl})
 	}
 	host := &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
