@@ -38,7 +38,7 @@ func ResetUserData(dir string, wait time.Duration) (ResetResult, error) {
 		res.Orphan = pid
 		// Its files must not be rewritten after they are removed.
 		deadline := time.Now().Add(wait)
-		for alive(pid) && time.Now().Before(deadline) {
+		for processRunning(pid) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
@@ -95,8 +95,8 @@ func lockHolder(dir string) int {
 	return 0
 }
 
-// alive reports whether pid still runs (a zombie counts as gone).
-func alive(pid int) bool {
+// processRunning reports whether pid still runs (a zombie counts as gone).
+func processRunning(pid int) bool {
 	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return false

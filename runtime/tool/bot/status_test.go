@@ -29,7 +29,9 @@ func TestModelLine(t *testing.T) {
 	spec := &picobotv1alpha1.ModelSpec{ModelRef: picobotv1alpha1.ModelRef{Provider: "openai", Model: "gpt-5.2", APIKeySecretRef: key},
 		Fallbacks: []picobotv1alpha1.ModelRef{{Provider: "anthropic", Model: "claude", BaseURL: "http://models.local"}}}
 	defaults := &corev1.ConfigMap{Data: map[string]string{"provider": "openai", "model": "house-model", "baseURL": "http://models.local"}}
-	unreachable := func(context.Context, *feature.Agent) (bool, string) { return false, "dial tcp 10.0.0.9:443: connection refused" }
+	unreachable := func(context.Context, *feature.Agent) (bool, string) {
+		return false, "dial tcp 10.0.0.9:443: connection refused"
+	}
 
 	for _, tc := range []struct {
 		name     string

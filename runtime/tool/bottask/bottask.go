@@ -300,6 +300,9 @@ func (t *tools) taskSpec(env tool.Env, task store.Task, future bool, connector s
 // without a chat) records them only.
 func (t *tools) target(env tool.Env, connector string) (*picobotv1alpha1.DeliveryTarget, picobotv1alpha1.DeliveryPolicy, error) {
 	ch, chat, _, err := store.ParseSessionID(env.SessionID)
+	if err != nil {
+		ch, chat = "", "" // no chat's session: nothing to deliver to
+	}
 	if connector != "" {
 		name, chatID, err := agentspec.ConnectorTarget(t.spec, connector, ch, chat)
 		if err != nil {
@@ -307,7 +310,7 @@ func (t *tools) target(env tool.Env, connector string) (*picobotv1alpha1.Deliver
 		}
 		return &picobotv1alpha1.DeliveryTarget{Channel: name, ChatID: chatID}, picobotv1alpha1.DeliveryAlways, nil
 	}
-	if err != nil || ch == jobChannel || ch == "" || chat == "" {
+	if ch == jobChannel || ch == "" || chat == "" {
 		return nil, picobotv1alpha1.DeliveryNever, nil
 	}
 	return &picobotv1alpha1.DeliveryTarget{Channel: ch, ChatID: chat}, picobotv1alpha1.DeliveryAlways, nil
