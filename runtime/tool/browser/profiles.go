@@ -19,7 +19,7 @@ type profileArgs struct {
 	Label  string `json:"label,omitempty" jsonschema:"1-80 characters (create, set_label)"`
 }
 
-const profilesDescription = "Manage persistent browser identities (cookies and logins kept across dialogs). create returns an id to pass as the browser tool's persistent_id; labels only describe, select by exact id. reset stops the profile's browser (and any orphan of it) and clears its cookies, logins and data, keeping id and label."
+const profilesDescription = "Manage persistent browser identities (cookies and logins kept across dialogs). create returns an id to pass as the browser tool's persistent_id; labels only describe, select by exact id. reset empties its cookies and logins, keeping id and label."
 
 // NewProfilesTool returns the browser_profiles tool.
 func NewProfilesTool(o Options) tool.Tool {
