@@ -276,6 +276,14 @@ func BenchmarkHelloBytesWithWebSearch(b *testing.B) {
 	helloBytes(b, "  tools: {webSearch: {provider: searxng, baseURL: \"http://127.0.0.1:9\"}}\n")
 }
 
+// BenchmarkHelloBytesWithBotTools is BenchmarkHelloBytes for an agent with
+// a connector (spec.channels) and a saved credential (spec.tools.secrets),
+// the only agents bot_connector and bot_secret are declared to.
+func BenchmarkHelloBytesWithBotTools(b *testing.B) {
+	helloBytes(b, "  tools: {secrets: [{name: site-password, secretKeyRef: {name: site, key: password}}]}\n",
+		"  channels: [{type: web, chatID: inbox}]\n")
+}
+
 func helloBytes(b *testing.B, spec ...string) {
 	s := fakellm.New()
 	defer s.Close()
