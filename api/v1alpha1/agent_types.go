@@ -186,6 +186,17 @@ type ToolsSpec struct {
 	// tool; other agents never get it).
 	// +optional
 	Gateway *GatewayToolSpec `json:"gateway,omitempty"`
+	// secrets are the saved credentials the agent may type into web pages
+	// with bot_secret (a browser field chosen by its snapshot ref). The
+	// model sees their names and types only: the runtime reads a value from
+	// the Secret and types it into the page itself, so it never enters the
+	// model's context, the history, the logs or a tool result. Without any,
+	// bot_secret is not offered.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Secrets []ToolSecret `json:"secrets,omitempty"`
 }
 
 // MessageToolSpec configures the message tool: sends and channel actions
@@ -210,6 +221,41 @@ type GatewayToolSpec struct {
 	// delivered). Unset means false.
 	// +optional
 	Restart *bool `json:"restart,omitempty"`
+}
+
+// ToolSecretType says what a saved credential is, so the model can pick the
+// right one for a field without seeing it.
+// +kubebuilder:validation:Enum=password;username;otp;token;text
+type ToolSecretType string
+
+// Types of saved credentials.
+const (
+	ToolSecretPassword ToolSecretType = "password"
+	ToolSecretUsername ToolSecretType = "username"
+	ToolSecretOTP      ToolSecretType = "otp"
+	ToolSecretToken    ToolSecretType = "token"
+	ToolSecretText     ToolSecretType = "text"
+)
+
+// ToolSecret is one saved credential bot_secret may type into a web page.
+type ToolSecret struct {
+	// name is how the model refers to the credential (bot_secret list and
+	// type); it says nothing of the value.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// type is password (the default), username, otp, token or text.
+	// +optional
+	// +kubebuilder:default=password
+	Type ToolSecretType `json:"type,omitempty"`
+
+	// secretKeyRef selects the key of a Secret in the Agent's namespace that
+	// holds the value. Like the model's key it reaches the session pods as
+	// an environment variable of the runtime container (a Secret manifest
+	// or PICOBOT_SECRET_<NAME>_<KEY> in embedded mode).
+	// +required
+	SecretKeyRef corev1.SecretKeySelector `json:"secretKeyRef"`
 }
 
 // LLMTaskSpec configures the llm_task tool: a JSON-only model call made on
@@ -603,6 +649,16 @@ type Channel struct {
 	// replies are POSTed).
 	// +optional
 	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+
+	// chatID is the chat the agent speaks in on its own initiative through
+	// this connector: bot_connector send, and agenda reminders and task
+	// results sent to the connector rather than to the chat they came from
+	// (a Telegram chat id, a Slack or Feishu channel id, a webhook chat).
+	// Without it the connector reaches only chats that wrote to the agent.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	ChatID string `json:"chatID,omitempty"`
 }
 
 // RuntimeSpec shapes the session pods that run this agent.
@@ -658,6 +714,7 @@ const (
 
 // AgentSpec is what an agent is: its model, instructions, tools and where it runs.
 // +kubebuilder:validation:XValidation:rule="!has(self.tools) || !has(self.tools.message) || !has(self.tools.message.crossChat) || !self.tools.message.crossChat || (has(self.channels) && self.channels.exists(c, !(c.type in ['web', 'terminal'])))",message="tools.message.crossChat needs a telegram, feishu, slack or webhook channel in channels"
+// +kubebuilder:validation:XValidation:rule="!has(self.tools) || !has(self.tools.secrets) || size(self.tools.secrets) == 0 || !has(self.browser) || !has(self.browser.enabled) || self.browser.enabled",message="spec.tools.secrets needs the browser (bot_secret types them into web pages); remove them or spec.browser.enabled: false"
 type AgentSpec struct {
 	// role makes this Agent the namespace's root agent ("root"), the one jobs
 	// naming no agent run on. When no Agent says root, the namespace's only

@@ -79,6 +79,11 @@ func validAgent() *picobotv1alpha1.Agent {
 	}
 }
 
+func toolSecret(name string) picobotv1alpha1.ToolSecret {
+	return picobotv1alpha1.ToolSecret{Name: name, SecretKeyRef: corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: name}}
+}
+
 func validCronJob() *picobotv1alpha1.CronJob {
 	return &picobotv1alpha1.CronJob{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name("cron")},
@@ -205,6 +210,29 @@ func TestCreateValidation(t *testing.T) {
 			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Allow: []string{""}}}
 			return a
 		}, "spec.tools.allow[0]: Invalid value: \"\": spec.tools.allow[0] in body should be at least 1 chars long"},
+		{"saved secrets with the browser", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{toolSecret("shop-password")}}
+			return a
+		}, ""},
+		{"saved secrets with the browser disabled", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{toolSecret("shop-password")}}
+			a.Spec.Browser = &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}
+			return a
+		}, "spec.tools.secrets needs the browser (bot_secret types them into web pages); remove them or spec.browser.enabled: false"},
+		{"saved secret named twice", func() client.Object {
+			a := validAgent()
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{toolSecret("pin"), toolSecret("pin")}}
+			return a
+		}, `spec.tools.secrets[1]: Duplicate value: {"name":"pin"}`},
+		{"saved secret of an unknown type", func() client.Object {
+			a := validAgent()
+			sec := toolSecret("pin")
+			sec.Type = "pgp"
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{sec}}
+			return a
+		}, `spec.tools.secrets[0].type: Unsupported value: "pgp"`},
 		{"skill with content and configMapRef", func() client.Object {
 			a := validAgent()
 			a.Spec.Skills = []picobotv1alpha1.SkillSource{{Name: "x", Content: "---\nname: x\n---", ConfigMapRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}, Key: "SKILL.md"}}}

@@ -359,6 +359,11 @@ func referencedKeys(a *picobotv1alpha1.Agent) []corev1.SecretKeySelector {
 	if t := a.Spec.Tools; t != nil && t.WebSearch != nil && t.WebSearch.APIKeySecretRef != nil {
 		out = append(out, *t.WebSearch.APIKeySecretRef)
 	}
+	if t := a.Spec.Tools; t != nil {
+		for _, s := range t.Secrets {
+			out = append(out, s.SecretKeyRef)
+		}
+	}
 	return out
 }
 
@@ -478,7 +483,8 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	}
 
 	view := &feature.Agent{Spec: a, Provider: prov, ProviderName: providerName, ModelName: modelName, Policy: pol,
-		Host: &feature.Host{Mode: h.Mode, Tenant: h.Tenant, Store: h.Store, StateDir: h.StateDir, Kube: h.Kube, Log: h.Log}}
+		Model: res.Effective, ModelReason: res.Reason, ModelMessage: res.Message,
+		Host: &feature.Host{Mode: h.Mode, Tenant: h.Tenant, Store: h.Store, StateDir: h.StateDir, Kube: h.Kube, Log: h.Log, Secrets: h.Secrets}}
 	prompts, err := b.addFeatures(ctx, h.Features, view, register)
 	if err != nil {
 		return fail(err)

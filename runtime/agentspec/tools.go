@@ -12,6 +12,12 @@ import (
 // WebSearchTool is the tool spec.tools.webSearch turns on.
 const WebSearchTool = "web_search"
 
+// SecretTool is the tool spec.tools.secrets turns on.
+const SecretTool = "bot_secret"
+
+// ConnectorTool is the tool spec.channels turn on.
+const ConnectorTool = "bot_connector"
+
 // orchestrationTools are the tools of an Agent with delegate edges, which
 // the runtime injects past a profile or allowlist (as PicoBot does).
 var orchestrationTools = []string{"delegate", "agent_task"}
@@ -58,6 +64,16 @@ func ToolPolicyAs(a *picobotv1alpha1.Agent, root bool) policy.Spec {
 	// offered (nor declared, so requests do not grow by its schema).
 	if a.Spec.Tools == nil || a.Spec.Tools.WebSearch == nil {
 		spec.Deny = append(spec.Deny, WebSearchTool)
+	}
+	// bot_secret types saved credentials: without spec.tools.secrets it
+	// has nothing to type and is not declared.
+	if a.Spec.Tools == nil || len(a.Spec.Tools.Secrets) == 0 {
+		spec.Deny = append(spec.Deny, SecretTool)
+	}
+	// bot_connector speaks through the agent's channels: without any it
+	// has nothing to list or send through.
+	if len(a.Spec.Channels) == 0 {
+		spec.Deny = append(spec.Deny, ConnectorTool)
 	}
 	// image needs a model that can see images (ImageModelRefs).
 	if len(ImageModelRefs(a.Spec.Model)) == 0 {

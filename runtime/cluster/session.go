@@ -23,10 +23,10 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
-	"github.com/picobot/picobot/runtime/health"
-	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/cluster/agentsource"
+	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
 	"github.com/picobot/picobot/runtime/session"
@@ -90,6 +90,8 @@ type Pod struct {
 	Agent  *picobotv1alpha1.Agent
 	Name   string
 	Tenant string
+	// LeaseTTL is the chat lease's TTL, which the pod's heartbeat renews.
+	LeaseTTL time.Duration
 }
 
 // RunSession is `picobot session`: it assembles the pod's agent, waits as a
@@ -159,7 +161,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	}
 	var feats []agenthost.Feature
 	if opts.Features != nil {
-		feats = opts.Features(svc, Pod{Kube: kube, Agent: &a, Name: pod, Tenant: tenant})
+		feats = opts.Features(svc, Pod{Kube: kube, Agent: &a, Name: pod, Tenant: tenant, LeaseTTL: ttl})
 	}
 	// gateway's restart drains the pod as SIGTERM does (restart cancels
 	// ctx; runDraining lets the turn running finish).

@@ -229,8 +229,10 @@ type Runtime struct {
 	serving map[string]bool    // chat stream -> a goroutine serves the chat (owner)
 	// draining: Drain was called, no new message is taken.
 	draining bool
-	// turns counts the messages being handled (Reporter.Begin to end).
-	turns int
+	// turns counts the messages being handled (Reporter.Begin to end),
+	// running the same per tenant and agent (agentKey), for bot_status.
+	turns   int
+	running map[string]int
 	// drained is closed when the last turn ends while draining.
 	drained chan struct{}
 }
@@ -306,7 +308,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &Runtime{opts: opts, state: state, agents: map[string]*agentRuntime{},
 		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel, tenants: map[string]bool{opts.Tenant: true},
-		waiters: map[string]*waiter{}, serving: map[string]bool{}}
+		waiters: map[string]*waiter{}, serving: map[string]bool{}, running: map[string]int{}}
 	r.Service = dialog.Service{Store: st, Manager: r.manager, Tenant: r.checkTenant}
 	wcfg := opts.WarmSandbox
 	if wcfg.Log == nil {

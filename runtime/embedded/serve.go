@@ -77,11 +77,16 @@ type reporter struct {
 // Begin implements sessionrt.Reporter: it counts the turns in progress,
 // which Drain waits for.
 func (p reporter) Begin(context.Context, sessionrt.Chat, string) func() {
+	key := agentKey(p.ta.tenant, p.ta.agent)
 	p.r.mu.Lock()
 	p.r.turns++
+	p.r.running[key]++
 	p.r.mu.Unlock()
 	return func() {
 		p.r.mu.Lock()
+		if p.r.running[key]--; p.r.running[key] == 0 {
+			delete(p.r.running, key)
+		}
 		if p.r.turns--; p.r.turns == 0 && p.r.drained != nil {
 			close(p.r.drained)
 			p.r.drained = nil

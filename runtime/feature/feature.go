@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -63,6 +64,12 @@ type Host struct {
 	// Kube is the cluster client in cluster mode, nil in embedded mode.
 	Kube client.Client
 	Log  *slog.Logger
+	// Secrets returns a Secret of the agent's namespace by name (values
+	// included), nil when missing: the Secrets the Agent references
+	// (spec.tools.secrets among them), from Secret manifests or
+	// PICOBOT_SECRET_ variables in embedded mode and from the session pod's
+	// environment in cluster mode. Nil when the host offers none.
+	Secrets func(name string) *corev1.Secret
 }
 
 // Agent is an agent being assembled, as features see it.
@@ -73,5 +80,11 @@ type Agent struct {
 	// answers with a no_model error when the agent has no usable model.
 	Provider                llm.Provider
 	ProviderName, ModelName string
-	Policy                  policy.Result
+	// Model is the effective model and where it came from (spec, fallback,
+	// namespace default); nil when the agent has none, and ModelReason (a
+	// condition reason such as ReasonNoModelConfigured) and ModelMessage
+	// then say why.
+	Model                     *picobotv1alpha1.EffectiveModel
+	ModelReason, ModelMessage string
+	Policy                    policy.Result
 }

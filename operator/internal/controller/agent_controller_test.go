@@ -324,6 +324,27 @@ func TestAgentWebSearchKeyIsAReference(t *testing.T) {
 	g.Expect(keys).To(ContainElement(*a.Spec.Tools.WebSearch.APIKeySecretRef), "the session pods get the key in their environment")
 }
 
+// A saved credential's Secret (spec.tools.secrets) is a reference too: the
+// session pods get it in their environment, so without it they could not
+// start, and the Agent says so; bot_secret is then in its effective tools.
+func TestAgentSavedSecretIsAReference(t *testing.T) {
+	needAPIServer(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	g.Expect(k8s.Create(ctx, secret(ns, "k", "apiKey"))).To(Succeed())
+	a := openAIAgent(ns, "shopper", "k")
+	sel := corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "shop"}, Key: "password"}
+	a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{{Name: "shop-password", SecretKeyRef: sel}}}
+	g.Expect(k8s.Create(ctx, a)).To(Succeed())
+	got := expectCondition(t, ns, "shopper", picobotv1alpha1.ConditionReferencesResolved, metav1.ConditionFalse, picobotv1alpha1.ReasonReferenceNotFound)
+	g.Expect(cond(got, picobotv1alpha1.ConditionReferencesResolved).Message).To(Equal(`Not found: Secret "shop"`))
+	g.Expect(got.Status.EffectiveTools).To(ContainElement("bot_secret"))
+	g.Expect(k8s.Create(ctx, secret(ns, "shop", "password"))).To(Succeed())
+	expectCondition(t, ns, "shopper", picobotv1alpha1.ConditionReady, metav1.ConditionTrue, picobotv1alpha1.ReasonReady)
+	g.Expect(secretKeysOf(a, nil)).To(ContainElement(sel), "the session pods get the value in their environment")
+}
+
 func TestAgentSpecChangeUpdatesObservedGeneration(t *testing.T) {
 	needAPIServer(t)
 	g := NewWithT(t)

@@ -476,7 +476,8 @@ func ptrTo[T any](v T) *T { return &v }
 
 // secretKeysOf lists the Secret keys a session pod of a needs in its
 // environment: the model chain's keys (including the namespace default's),
-// the MCP servers' secretKeyRefs and the web search key.
+// the MCP servers' secretKeyRefs, the web search key and the saved
+// credentials of spec.tools.secrets.
 func secretKeysOf(a *picobotv1alpha1.Agent, defaults *corev1.ConfigMap) []corev1.SecretKeySelector {
 	var out []corev1.SecretKeySelector
 	if m := a.Spec.Model; m != nil {
@@ -501,6 +502,12 @@ func secretKeysOf(a *picobotv1alpha1.Agent, defaults *corev1.ConfigMap) []corev1
 	}
 	if t := a.Spec.Tools; t != nil && t.WebSearch != nil && t.WebSearch.APIKeySecretRef != nil {
 		out = append(out, *t.WebSearch.APIKeySecretRef)
+	}
+	// The saved credentials bot_secret types into web pages.
+	if t := a.Spec.Tools; t != nil {
+		for _, s := range t.Secrets {
+			out = append(out, s.SecretKeyRef)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name+"/"+out[i].Key < out[j].Name+"/"+out[j].Key })
 	return out

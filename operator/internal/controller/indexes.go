@@ -44,7 +44,8 @@ func agentSecretNames(a *picobotv1alpha1.Agent) []string {
 }
 
 // agentCredentialSecretNames lists the Secrets an Agent needs besides model API
-// keys: channel credentials, MCP server headers and the web search key.
+// keys: channel credentials, MCP server headers, the web search key and the
+// saved credentials bot_secret types (spec.tools.secrets).
 func agentCredentialSecretNames(a *picobotv1alpha1.Agent) []string {
 	var names []string
 	for _, c := range a.Spec.Channels {
@@ -59,6 +60,11 @@ func agentCredentialSecretNames(a *picobotv1alpha1.Agent) []string {
 	}
 	if t := a.Spec.Tools; t != nil && t.WebSearch != nil && t.WebSearch.APIKeySecretRef != nil {
 		names = append(names, t.WebSearch.APIKeySecretRef.Name)
+	}
+	if t := a.Spec.Tools; t != nil {
+		for _, s := range t.Secrets {
+			names = append(names, s.SecretKeyRef.Name)
+		}
 	}
 	return names
 }

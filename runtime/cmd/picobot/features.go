@@ -13,6 +13,7 @@ import (
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/skill"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool/bot"
 	"github.com/picobot/picobot/runtime/tool/bottask"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 	"github.com/picobot/picobot/runtime/tool/cron"
@@ -44,6 +45,10 @@ type featureOptions struct {
 	// onBrowser, when set, gets the browser feature (session pods run the
 	// provider's lease heartbeat over its driver).
 	onBrowser func(*browsertool.Feature)
+	// instances and queue report where agents run and what waits for
+	// them, for bot_status (unknown when nil).
+	instances func(ctx context.Context, tenant, agent string) ([]bot.Instance, error)
+	queue     func(ctx context.Context, tenant, agent string) (bot.Queue, error)
 }
 
 // features are the agent features both modes run (memory, skills,
@@ -60,6 +65,7 @@ func features(o featureOptions) ([]agenthost.Feature, func()) {
 		messaging.NewFeature(messaging.Options{Sender: o.sender, Channels: o.channels}),
 		browser,
 		healthtool.NewFeature(o.health),
+		bot.NewFeature(bot.Config{Instances: o.instances, Queue: o.queue, Sender: o.sender, Channels: o.channels}),
 	}
 	if o.cron {
 		feats = append(feats, cron.NewFeature(cron.Config{}), bottask.NewFeature(bottask.Config{}))

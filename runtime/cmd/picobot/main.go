@@ -25,6 +25,7 @@ import (
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/warm"
+	"github.com/picobot/picobot/runtime/tool/bot"
 	"github.com/picobot/picobot/runtime/tool/delegate"
 )
 
@@ -156,7 +157,13 @@ mode: SQLite, an in-process bus and a local folder).
 	// `picobot health`).
 	checks := health.NewService()
 	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir, sender: disp, channels: channels,
-		health: checks})
+		health: checks,
+		instances: func(ctx context.Context, tenant, agent string) ([]bot.Instance, error) {
+			return rt.Instances(ctx, tenant, agent)
+		},
+		queue: func(ctx context.Context, tenant, agent string) (bot.Queue, error) {
+			return rt.Queue(ctx, tenant, agent)
+		}})
 	defer closeFeatures()
 	owner := func(channel string) string { return rt.ChannelOwner(channel) }
 	wcfg := warm.Config{Max: *warmMax, Idle: *warmIdle}

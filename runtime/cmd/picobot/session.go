@@ -47,6 +47,9 @@ func session(args []string) error {
 			// Messages to chat platforms leave through the gateway, which
 			// holds the channels' credentials.
 			sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis}}
+		// bot_status reads the agent's pods and wakes where they keep them.
+		status := cluster.BotStatus{Redis: svc.Redis, LeaseTTL: pod.LeaseTTL}
+		o.instances, o.queue = status.Instances, status.Queue
 		// Browsers run in browser pods the operator starts on request.
 		prov, perr := remote.NewProvider(remote.ProviderConfig{Client: pod.Kube, Namespace: pod.Tenant, Agent: pod.Agent.Name,
 			AgentUID: pod.Agent.UID, Holder: pod.Name})

@@ -25,6 +25,8 @@ type agendaArgs struct {
 	At     string `json:"at,omitempty"`
 	Text   string `json:"text,omitempty"`
 	ID     string `json:"id,omitempty"`
+	// Connector reminds through a connector rather than this chat.
+	Connector string `json:"connector,omitempty" jsonschema:"remind through this bot_connector id, not this chat"`
 }
 
 const maxAgendaText = 2000
@@ -68,7 +70,10 @@ func (t *tools) addItem(ctx context.Context, env tool.Env, tenant string, a agen
 	}
 	var spec *picobotv1alpha1.CronJobSpec
 	note := ""
-	target, policy := target(env)
+	target, policy, err := t.target(env, a.Connector)
+	if err != nil {
+		return tool.Errorf("error: %v", err), nil
+	}
 	switch {
 	case allDay:
 		note = " It is a whole day, so no reminder is scheduled."
@@ -98,6 +103,9 @@ func (t *tools) addItem(ctx context.Context, env tool.Env, tenant string, a agen
 			return tool.Result{}, err
 		}
 		note = " A reminder will be sent to this chat then."
+		if a.Connector != "" {
+			note = fmt.Sprintf(" A reminder will be sent through connector %s (chat %s) then.", target.Channel, target.ChatID)
+		}
 	}
 	return itemReport(fmt.Sprintf("Added agenda item %q.%s", created.ID, note), created)
 }

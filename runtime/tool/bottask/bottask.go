@@ -41,6 +41,7 @@ import (
 	"k8s.io/utils/clock"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
@@ -88,7 +89,7 @@ func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, err
 	if !ok {
 		return feature.Parts{}, fmt.Errorf("the store (%T) does not keep tasks (store.TaskStore)", a.Host.Store)
 	}
-	t := &tools{ts: ts, tenant: a.Host.Tenant, agent: a.Spec.Name, cfg: f.cfg}
+	t := &tools{ts: ts, tenant: a.Host.Tenant, agent: a.Spec.Name, spec: a.Spec, cfg: f.cfg}
 	// Run records are in the store in both modes; without them a task's
 	// state could not follow its runs, so nothing is scheduled.
 	if cs, ok := a.Host.Store.(store.CronStore); ok {
@@ -109,6 +110,7 @@ type tools struct {
 	runs   store.CronStore // the jobs' run records
 	tenant string
 	agent  string
+	spec   *picobotv1alpha1.Agent // its connectors (spec.channels)
 	cfg    Config
 }
 
@@ -135,6 +137,7 @@ type taskArgs struct {
 	Repeat     string `json:"repeat,omitempty" jsonschema:"hour, day or week; pin a time: day 09:00, week mon 09:00, hour :30"`
 	TZ         string `json:"tz,omitempty" jsonschema:"IANA zone of repeat's time"`
 	Continuity string `json:"continuity,omitempty" jsonschema:"continue (default: build on the last result) or fresh"`
+	Connector  string `json:"connector,omitempty" jsonschema:"deliver results to this bot_connector id, not this chat"`
 }
 
 const (
@@ -199,7 +202,7 @@ func (t *tools) addTask(ctx context.Context, env tool.Env, tenant string, a task
 		return tool.Errorf("error: %v", err), nil
 	}
 	task = task.Defaulted()
-	spec, err := t.taskSpec(env, task, true)
+	spec, err := t.taskSpec(env, task, true, a.Connector)
 	if err != nil {
 		return tool.Errorf("error: %v", err), nil
 	}
@@ -246,7 +249,8 @@ func (t *tools) setWhen(task *store.Task, dueAt, repeat, tz string) error {
 
 // taskSpec is the job that runs task; nil when nothing schedules jobs.
 // future refuses a due_at in the past (add, or an update that moves it).
-func (t *tools) taskSpec(env tool.Env, task store.Task, future bool) (*picobotv1alpha1.CronJobSpec, error) {
+// connector, when set, names the bot_connector the outcomes go to.
+func (t *tools) taskSpec(env tool.Env, task store.Task, future bool, connector string) (*picobotv1alpha1.CronJobSpec, error) {
 	if t.jobs == nil {
 		return nil, nil
 	}
@@ -278,7 +282,10 @@ func (t *tools) taskSpec(env tool.Env, task store.Task, future bool) (*picobotv1
 		sched.At = new(now.Add(time.Second).UnixMilli())
 	}
 	spec := picobotv1alpha1.CronJobSpec{Schedule: sched, Prompt: taskPrompt(task), MissedRunPolicy: picobotv1alpha1.MissedRunOnce}
-	spec.Target, spec.DeliveryPolicy = target(env)
+	var err error
+	if spec.Target, spec.DeliveryPolicy, err = t.target(env, connector); err != nil {
+		return nil, err
+	}
 	if agent := task.Agent; agent != "" && agent != scheduler.RootAgent {
 		spec.AgentRef = &corev1.LocalObjectReference{Name: agent}
 	}
@@ -288,14 +295,40 @@ func (t *tools) taskSpec(env tool.Env, task store.Task, future bool) (*picobotv1
 	return &spec, nil
 }
 
-// target delivers run outcomes to the chat the call came from; a call from
-// a scheduled run (or without a chat) records them only.
-func target(env tool.Env) (*picobotv1alpha1.DeliveryTarget, picobotv1alpha1.DeliveryPolicy) {
+// target delivers run outcomes to the named connector (its chat), or
+// else to the chat the call came from; a call from a scheduled run (or
+// without a chat) records them only.
+func (t *tools) target(env tool.Env, connector string) (*picobotv1alpha1.DeliveryTarget, picobotv1alpha1.DeliveryPolicy, error) {
 	ch, chat, _, err := store.ParseSessionID(env.SessionID)
-	if err != nil || ch == jobChannel || ch == "" || chat == "" {
-		return nil, picobotv1alpha1.DeliveryNever
+	if err != nil {
+		ch, chat = "", "" // no chat's session: nothing to deliver to
 	}
-	return &picobotv1alpha1.DeliveryTarget{Channel: ch, ChatID: chat}, picobotv1alpha1.DeliveryAlways
+	if connector != "" {
+		name, chatID, err := agentspec.ConnectorTarget(t.spec, connector, ch, chat)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w (bot_connector list shows them)", err)
+		}
+		return &picobotv1alpha1.DeliveryTarget{Channel: name, ChatID: chatID}, picobotv1alpha1.DeliveryAlways, nil
+	}
+	if ch == jobChannel || ch == "" || chat == "" {
+		return nil, picobotv1alpha1.DeliveryNever, nil
+	}
+	return &picobotv1alpha1.DeliveryTarget{Channel: ch, ChatID: chat}, picobotv1alpha1.DeliveryAlways, nil
+}
+
+// connectorTarget reports whether target is one of the agent's connectors
+// with its own chat (a task added with connector), which an update without
+// connector keeps.
+func (t *tools) connectorTarget(target *picobotv1alpha1.DeliveryTarget) bool {
+	if target == nil || t.spec == nil {
+		return false
+	}
+	for _, c := range agentspec.Connectors(t.spec) {
+		if c.Name == target.Channel && c.ChatID != "" && c.ChatID == target.ChatID {
+			return true
+		}
+	}
+	return false
 }
 
 // taskPrompt is a run's whole context: the task, and how to treat earlier
@@ -352,8 +385,8 @@ func (t *tools) updateTask(ctx context.Context, env tool.Env, tenant string, a t
 	if task.State == store.TaskCancelled {
 		return tool.Errorf("error: task %q is cancelled; add a new task instead", task.ID), nil
 	}
-	if a.Title == "" && a.Note == "" && a.Priority == 0 && a.DueAt == "" && a.Repeat == "" && a.TZ == "" && a.Continuity == "" {
-		return tool.Errorf("error: update needs at least one of title, note, priority, due_at, repeat, tz, continuity"), nil
+	if a.Title == "" && a.Note == "" && a.Priority == 0 && a.DueAt == "" && a.Repeat == "" && a.TZ == "" && a.Continuity == "" && a.Connector == "" {
+		return tool.Errorf("error: update needs at least one of title, note, priority, due_at, repeat, tz, continuity, connector"), nil
 	}
 	if a.Title != "" {
 		task.Title = strings.TrimSpace(a.Title)
@@ -378,19 +411,23 @@ func (t *tools) updateTask(ctx context.Context, env tool.Env, tenant string, a t
 		TZ: &task.TZ, Continuity: &task.Continuity, IfVersion: task.Version}
 	var spec *picobotv1alpha1.CronJobSpec
 	if rescheduled || task.Job != "" {
-		if spec, err = t.taskSpec(env, task, rescheduled); err != nil {
+		if spec, err = t.taskSpec(env, task, rescheduled, a.Connector); err != nil {
 			return tool.Errorf("error: %v", err), nil
 		}
 	}
-	if spec != nil && !rescheduled {
-		// Keep the job's schedule (a one-shot may have fired); the prompt
-		// and target follow the task.
-		old, ok, err := t.jobs.schedule(ctx, task.Job)
+	if spec != nil && task.Job != "" {
+		// Keep the job's schedule unless rescheduled (a one-shot may have
+		// fired), and its connector unless another is named; the prompt
+		// and otherwise the target follow the task.
+		old, ok, err := t.jobs.current(ctx, task.Job)
 		if err != nil {
 			return tool.Result{}, err
 		}
-		if ok {
-			spec.Schedule = old
+		if ok && !rescheduled {
+			spec.Schedule = old.Schedule
+		}
+		if ok && a.Connector == "" && t.connectorTarget(old.Target) {
+			spec.Target, spec.DeliveryPolicy = old.Target, old.DeliveryPolicy
 		}
 	}
 	if spec != nil && rescheduled {

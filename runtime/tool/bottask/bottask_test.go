@@ -37,7 +37,9 @@ type agentTools struct {
 	changed []string
 }
 
-func newTools(t testing.TB) *agentTools {
+// newTools builds the tools of agent "assistant" with the given channels
+// (its connectors).
+func newTools(t testing.TB, channels ...picobotv1alpha1.Channel) *agentTools {
 	t.Helper()
 	g := NewWithT(t)
 	clk := clocktesting.NewFakeClock(t0)
@@ -55,7 +57,8 @@ func newTools(t testing.TB) *agentTools {
 	g.Expect(f.Name()).To(Equal("bottask"))
 	host := &feature.Host{Mode: feature.ModeEmbedded, Tenant: tenant, Store: st}
 	parts, err := f.Build(context.Background(), &feature.Agent{Host: host,
-		Spec: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: tenant}}})
+		Spec: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: tenant},
+			Spec: picobotv1alpha1.AgentSpec{Channels: channels}}})
 	g.Expect(err).NotTo(HaveOccurred())
 	at.reg, err = tool.NewRegistry(parts.Tools...)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -319,4 +322,36 @@ func BenchmarkTaskList(b *testing.B) {
 			b.Fatal(res.Content)
 		}
 	}
+}
+
+// A task's results and an agenda reminder go to a named connector (its
+// chatID) instead of the chat they were added from; an update without
+// connector keeps it. A connector without a chat, or an unknown one, is a
+// tool error saying which exist.
+func TestDeliveryToAConnector(t *testing.T) {
+	g := NewWithT(t)
+	a := newTools(t, picobotv1alpha1.Channel{Type: "telegram", Name: "alerts", ChatID: "-100777"},
+		picobotv1alpha1.Channel{Type: "slack"}, picobotv1alpha1.Channel{Type: "telegram"})
+	alerts := &picobotv1alpha1.DeliveryTarget{Channel: "alerts", ChatID: "-100777"}
+
+	id := a.ok(t, "bot_task", `{"action":"add","title":"Check the disks","connector":"alerts"}`)["id"].(string)
+	g.Expect(a.job(t, "task-"+id).Target).To(Equal(alerts))
+	a.ok(t, "bot_task", `{"action":"update","id":"`+id+`","title":"Check the disks and the fans"}`)
+	g.Expect(a.job(t, "task-"+id).Target).To(Equal(alerts), "an update without connector keeps it")
+	a.ok(t, "bot_task", `{"action":"update","id":"`+id+`","connector":"telegram"}`)
+	g.Expect(a.job(t, "task-"+id).Target).To(Equal(&picobotv1alpha1.DeliveryTarget{Channel: "telegram", ChatID: "42"}),
+		"the connector this chat is on, without a chatID, speaks in this chat")
+
+	res := a.call(t, "bot_agenda", `{"action":"add","at":"2030-03-05T18:30:00+08:00","text":"Renew the domain","connector":"alerts"}`)
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(res.Content).To(ContainSubstring("through connector alerts (chat -100777)"))
+	item := a.ok(t, "bot_agenda", `{"action":"list"}`)["items"].([]any)[0].(map[string]any)
+	g.Expect(a.job(t, "agenda-"+item["id"].(string)).Target).To(Equal(alerts))
+
+	res = a.call(t, "bot_agenda", `{"action":"add","at":"2030-03-05T18:30:00+08:00","text":"x","connector":"slack"}`)
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(res.Content).To(ContainSubstring(`connector "slack" has no chat to speak in`))
+	res = a.call(t, "bot_task", `{"action":"add","title":"x","connector":"pager"}`)
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(res.Content).To(ContainSubstring(`no connector "pager"; this agent's connectors: alerts, slack, telegram`))
 }

@@ -19,9 +19,8 @@ type jobKeeper interface {
 	put(ctx context.Context, tenant, name, title string, spec picobotv1alpha1.CronJobSpec) error
 	// drop deletes the job name; one already gone is fine.
 	drop(ctx context.Context, tenant, name string) error
-	// schedule is the job's current schedule; ok is false when there is
-	// no such job.
-	schedule(ctx context.Context, name string) (s picobotv1alpha1.Schedule, ok bool, err error)
+	// current is the job's spec; ok is false when there is no such job.
+	current(ctx context.Context, name string) (s picobotv1alpha1.CronJobSpec, ok bool, err error)
 }
 
 // storeJobs keeps jobs in embedded mode's store, telling the running
@@ -57,19 +56,19 @@ func (s storeJobs) drop(ctx context.Context, tenant, name string) error {
 	return nil
 }
 
-func (s storeJobs) schedule(ctx context.Context, name string) (picobotv1alpha1.Schedule, bool, error) {
+func (s storeJobs) current(ctx context.Context, name string) (picobotv1alpha1.CronJobSpec, bool, error) {
+	var spec picobotv1alpha1.CronJobSpec
 	rec, err := s.cs.GetCronJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return picobotv1alpha1.Schedule{}, false, nil
+		return spec, false, nil
 	}
 	if err != nil {
-		return picobotv1alpha1.Schedule{}, false, fmt.Errorf("failed to read job %q: %w", name, err)
+		return spec, false, fmt.Errorf("failed to read job %q: %w", name, err)
 	}
-	var spec picobotv1alpha1.CronJobSpec
 	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
-		return picobotv1alpha1.Schedule{}, false, fmt.Errorf("failed to decode the spec of job %q: %w", name, err)
+		return spec, false, fmt.Errorf("failed to decode the spec of job %q: %w", name, err)
 	}
-	return spec.Schedule, true, nil
+	return spec, true, nil
 }
 
 // kubeJobs keeps jobs as agent-made CronJob resources in the agent's
@@ -99,13 +98,13 @@ func (j kubeJobs) drop(ctx context.Context, _, name string) error {
 	return nil
 }
 
-func (j kubeJobs) schedule(ctx context.Context, name string) (picobotv1alpha1.Schedule, bool, error) {
+func (j kubeJobs) current(ctx context.Context, name string) (picobotv1alpha1.CronJobSpec, bool, error) {
 	cj, err := j.k.Get(ctx, name)
 	if errors.Is(err, agentjobs.ErrNotFound) {
-		return picobotv1alpha1.Schedule{}, false, nil
+		return picobotv1alpha1.CronJobSpec{}, false, nil
 	}
 	if err != nil {
-		return picobotv1alpha1.Schedule{}, false, err
+		return picobotv1alpha1.CronJobSpec{}, false, err
 	}
-	return cj.Spec.Schedule, true, nil
+	return cj.Spec, true, nil
 }

@@ -295,6 +295,13 @@ func TestFeature(t *testing.T) {
 		g.Expect(len(tl.Description())).To(BeNumerically("<", 300))
 	}
 	g.Expect(names).To(ConsistOf("browser", "browser_profiles"))
+	// bot_secret only with saved credentials to type.
+	withSecrets := testAgent(t, nil)
+	withSecrets.Spec.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{{Name: "pin"}}}
+	more, err := f.Build(context.Background(), withSecrets)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(more.Tools).To(HaveLen(3))
+	g.Expect(more.Tools[2].Name()).To(Equal("bot_secret"))
 	checks := parts.Health(context.Background())
 	g.Expect(checks).To(HaveLen(2))
 	for _, c := range checks {

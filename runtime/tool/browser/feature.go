@@ -30,7 +30,8 @@ type FeatureConfig struct {
 }
 
 // Feature offers the browser and browser_profiles tools to every agent
-// whose spec.browser does not disable them. One Feature (and one Driver)
+// whose spec.browser does not disable them, and bot_secret to those of them
+// with saved credentials (spec.tools.secrets). One Feature (and one Driver)
 // serves all agents of a process; call Close when the process stops.
 type Feature struct {
 	cfg    FeatureConfig
@@ -75,10 +76,12 @@ func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, err
 			o.DefaultProfile = spec.ProfileRef.Name
 		}
 	}
-	return feature.Parts{
-		Tools:  []tool.Tool{NewTool(o), NewProfilesTool(o)},
-		Health: f.Health,
-	}, nil
+	tools := []tool.Tool{NewTool(o), NewProfilesTool(o)}
+	// bot_secret only for an agent with saved credentials to type.
+	if t := a.Spec.Spec.Tools; t != nil && len(t.Secrets) > 0 {
+		tools = append(tools, NewSecretTool(SecretOptions{Options: o, Secrets: t.Secrets, Lookup: a.Host.Secrets}))
+	}
+	return feature.Parts{Tools: tools, Health: f.Health}, nil
 }
 
 func (f *Feature) profiles(a *feature.Agent) driver.ProfileStore {

@@ -15,16 +15,16 @@ import (
 
 type profileArgs struct {
 	Action string `json:"action"`
-	ID     string `json:"id,omitempty" jsonschema:"exact profile id (set_label, delete)"`
+	ID     string `json:"id,omitempty" jsonschema:"exact profile id (set_label, reset, delete)"`
 	Label  string `json:"label,omitempty" jsonschema:"1-80 characters (create, set_label)"`
 }
 
-const profilesDescription = "Manage persistent browser identities (cookies and logins kept across dialogs). create returns an id to pass as the browser tool's persistent_id; labels only describe, select by exact id."
+const profilesDescription = "Manage persistent browser identities (cookies and logins kept across dialogs). create returns an id to pass as the browser tool's persistent_id; labels only describe, select by exact id. reset empties its cookies and logins, keeping id and label."
 
 // NewProfilesTool returns the browser_profiles tool.
 func NewProfilesTool(o Options) tool.Tool {
 	p := &profilesTool{o: o}
-	return tool.New("browser_profiles", profilesDescription, p.run, tool.Enum("action", "create", "set_label", "list", "delete"),
+	return tool.New("browser_profiles", profilesDescription, p.run, tool.Enum("action", "create", "set_label", "list", "reset", "delete"),
 		tool.Exclusive(), tool.Adjust(func(s *jsonschema.Schema) {
 			if l := s.Properties["label"]; l != nil {
 				minLen, maxLen := 1, driver.MaxLabel
@@ -77,6 +77,8 @@ func (p *profilesTool) run(ctx context.Context, _ tool.Env, a profileArgs) (tool
 			fmt.Fprintf(&b, "%s\t%q\t%s\t%t\n", pr.ID, pr.Label, pr.Storage, p.o.Driver.Active(driver.ProfileKey(pr.ID)))
 		}
 		return tool.Text(b.String()), nil
+	case "reset":
+		return p.reset(ctx, a.ID)
 	case "delete":
 		if a.ID == "" {
 			return tool.Errorf("error: delete needs the exact id (see list)"), nil
@@ -105,4 +107,35 @@ func labelText(l string) string {
 		return ""
 	}
 	return fmt.Sprintf(" (label %q)", l)
+}
+
+// reset is OpenClaw's reset-profile: the profile's browser is closed, a
+// browser process still holding its folder (an orphan of a crashed
+// runtime) is killed, and its local data is emptied; the profile keeps its
+// id and label, so its next use starts logged out. Local profiles only.
+func (p *profilesTool) reset(ctx context.Context, id string) (tool.Result, error) {
+	if id == "" {
+		return tool.Errorf("error: reset needs the exact id (see list)"), nil
+	}
+	if _, err := p.o.Profiles.Get(ctx, p.o.Agent, id); err != nil {
+		return tool.Errorf("error: %v", err), nil
+	}
+	dir := p.o.Profiles.UserDataDir(p.o.Agent, id)
+	if dir == "" {
+		return tool.Errorf("error: profile %s lives in a browser pod; only local profiles can be reset (delete it and create a new one instead)", id), nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, DeleteWait)
+	defer cancel()
+	if err := p.o.Driver.CloseKey(wctx, driver.ProfileKey(id)); err != nil {
+		return tool.Errorf("error: the profile is busy: %v; try again later", err), nil
+	}
+	res, err := driver.ResetUserData(dir, 5*time.Second)
+	if err != nil {
+		return tool.Errorf("error: %v", err), nil
+	}
+	msg := "Reset browser profile " + id + ": its cookies, logins and data are gone; the next use starts a fresh browser."
+	if res.Orphan > 0 {
+		msg += fmt.Sprintf(" An orphaned browser process (pid %d) still held it and was stopped.", res.Orphan)
+	}
+	return tool.Text(msg), nil
 }

@@ -61,12 +61,12 @@ var builtinGroups = []struct {
 		"sessions_spawn", "agents_list"}},
 	{GroupMemory, []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}},
 	{GroupWeb, []string{"http_request", "web_fetch", "web_search"}},
-	{GroupUI, []string{"browser", "browser_profiles"}},
+	{GroupUI, []string{"browser", "browser_profiles", "bot_secret"}},
 	{GroupAutomation, []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda",
 		"gateway"}},
-	{GroupMessaging, []string{"send_message", "message"}},
+	{GroupMessaging, []string{"send_message", "message", "bot_connector"}},
 	{GroupSkills, []string{"get_skill"}},
-	{GroupSystem, []string{"health", "calculator", "todo", "llm_task", "image", "reload_config"}},
+	{GroupSystem, []string{"health", "calculator", "todo", "llm_task", "image", "reload_config", "bot_status"}},
 }
 
 // Profile names a base allowlist (tools.profile) that is applied before the

@@ -20,11 +20,11 @@ var (
 	tSessions   = []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history", "sessions_send", "sessions_spawn", "agents_list"}
 	tMemory     = []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}
 	tWeb        = []string{"http_request", "web_fetch", "web_search"}
-	tUI         = []string{"browser", "browser_profiles"}
+	tUI         = []string{"browser", "browser_profiles", "bot_secret"}
 	tAutomation = []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda", "gateway"}
-	tMessaging  = []string{"send_message", "message"}
+	tMessaging  = []string{"send_message", "message", "bot_connector"}
 	tSkills     = []string{"get_skill"}
-	tSystem     = []string{"health", "calculator", "todo", "llm_task", "image", "reload_config"}
+	tSystem     = []string{"health", "calculator", "todo", "llm_task", "image", "reload_config", "bot_status"}
 
 	tAll        = set(tRuntime, tFS, tSessions, tMemory, tWeb, tUI, tAutomation, tMessaging, tSkills, tSystem)
 	tCoding     = set(tFS, tRuntime, tSessions, tMemory, []string{"image"})
@@ -59,7 +59,7 @@ func TestCatalog(t *testing.T) {
 	c := DefaultCatalog()
 
 	g.Expect(c.Tools()).To(Equal(tAll))
-	g.Expect(c.Tools()).To(HaveLen(50))
+	g.Expect(c.Tools()).To(HaveLen(53))
 	g.Expect(c.Groups()).To(Equal(map[string][]string{
 		GroupRuntime:    set(tRuntime),
 		GroupFS:         set(tFS),
@@ -147,7 +147,7 @@ func TestResolve(t *testing.T) {
 		{name: "prefix wildcard", spec: Spec{Allow: []string{"memory_*"}}, want: []string{"memory_forget", "memory_recall", "memory_store"}},
 		{name: "suffix wildcard", spec: Spec{Allow: []string{"*_recall"}}, want: []string{"bot_recall", "memory_recall", "timeline_recall"}},
 		{name: "infix wildcard", spec: Spec{Allow: []string{"cron_*able", "B*H"}}, want: []string{"bash", "cron_disable", "cron_enable"}},
-		{name: "several stars", spec: Spec{Allow: []string{"b*_*a*", "bot_*a*"}}, want: []string{"bot_agenda", "bot_recall", "bot_task"}},
+		{name: "several stars", spec: Spec{Allow: []string{"b*_*a*", "bot_*a*"}}, want: []string{"bot_agenda", "bot_recall", "bot_status", "bot_task"}},
 		{name: "wildcard deny", spec: Spec{Profile: ProfileCoding, Deny: []string{"file_*", "*_recall"}}, want: minus(tCoding, "file_read", "file_write", "file_edit", "file_search", "memory_recall", "timeline_recall", "bot_recall")},
 
 		// Groups.

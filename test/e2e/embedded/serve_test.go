@@ -277,6 +277,14 @@ func BenchmarkHelloBytesWithWebSearch(b *testing.B) {
 	helloBytes(b, "  tools: {webSearch: {provider: searxng, baseURL: \"http://127.0.0.1:9\"}}\n")
 }
 
+// BenchmarkHelloBytesWithBotTools is BenchmarkHelloBytes for an agent with
+// a connector (spec.channels) and a saved credential (spec.tools.secrets),
+// the only agents bot_connector and bot_secret are declared to.
+func BenchmarkHelloBytesWithBotTools(b *testing.B) {
+	helloBytes(b, "  tools: {secrets: [{name: site-password, secretKeyRef: {name: site, key: password}}]}\n",
+		"  channels: [{type: web, chatID: inbox}]\n")
+}
+
 // BenchmarkHelloBytesWithChatChannel is BenchmarkHelloBytes for an agent
 // with a chat platform channel (a webhook), the only agents the message
 // tool is declared to: what the tool costs them.

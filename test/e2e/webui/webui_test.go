@@ -344,7 +344,7 @@ func TestWebUI(t *testing.T) {
 		u.wait("a new turn", `(n) => document.querySelectorAll('#messages .turn').length === n + 1`, turns)
 		u.waitLastTurn("done")
 		g.Expect(u.text(turn + " .msg.user")).To(Equal("roll a die"))
-		g.Expect(u.text(turn + " .content")).To(Equal("You rolled a 2."), "a new answer")
+		g.Expect(u.text(turn+" .content")).To(Equal("You rolled a 2."), "a new answer")
 		// Commands get no actions.
 		g.Expect(u.eval(`() => [...document.querySelectorAll('#messages .turn')].filter((t) => t.querySelector('.msg.user') &&
 		  t.querySelector('.msg.user').textContent.startsWith('/') && t.querySelector('.turn-actions')).length`).Int()).To(BeZero())
