@@ -18,6 +18,19 @@ const SecretTool = "bot_secret"
 // ConnectorTool is the tool spec.channels turn on.
 const ConnectorTool = "bot_connector"
 
+// MessageTool is OpenClaw's message tool: channel actions on the agent's
+// chat platform channels, offered only to an Agent that has one.
+const MessageTool = "message"
+
+// HasChatPlatformChannel reports whether the Agent has a channel on a chat
+// platform (telegram, feishu, slack, a webhook), the channels message acts
+// on; web and terminal are the gateway's own.
+func HasChatPlatformChannel(a *picobotv1alpha1.Agent) bool {
+	return slices.ContainsFunc(a.Spec.Channels, func(c picobotv1alpha1.Channel) bool {
+		return c.Type != "" && c.Type != "web" && c.Type != "terminal"
+	})
+}
+
 // orchestrationTools are the tools of an Agent with delegate edges, which
 // the runtime injects past a profile or allowlist (as PicoBot does).
 var orchestrationTools = []string{"delegate", "agent_task"}
@@ -74,6 +87,11 @@ func ToolPolicyAs(a *picobotv1alpha1.Agent, root bool) policy.Spec {
 	// has nothing to list or send through.
 	if len(a.Spec.Channels) == 0 {
 		spec.Deny = append(spec.Deny, ConnectorTool)
+	}
+	// message acts on chat platforms: without a channel on one it is not
+	// declared (nor listed among the effective tools).
+	if !HasChatPlatformChannel(a) {
+		spec.Deny = append(spec.Deny, MessageTool)
 	}
 	// image needs a model that can see images (ImageModelRefs).
 	if len(ImageModelRefs(a.Spec.Model)) == 0 {

@@ -22,15 +22,15 @@ func TestToolPolicy(t *testing.T) {
 		want policy.Spec
 	}{
 		{name: "no tools settings: no delegate without delegates, no web_search without a backend",
-			want: policy.Spec{Deny: []string{"web_search", "bot_secret", "bot_connector", "reload_config", "gateway", "delegate", "agent_task", "agents_list", "sessions_spawn"}}},
-		{name: "delegates keep delegate", spec: picobotv1alpha1.AgentSpec{Delegates: delegates}, want: policy.Spec{Deny: []string{"web_search", "bot_secret", "bot_connector", "reload_config", "gateway"}}},
+			want: policy.Spec{Deny: []string{"web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway", "delegate", "agent_task", "agents_list", "sessions_spawn"}}},
+		{name: "delegates keep delegate", spec: picobotv1alpha1.AgentSpec{Delegates: delegates}, want: policy.Spec{Deny: []string{"web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway"}}},
 		{name: "a web search backend keeps web_search",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Tools: &picobotv1alpha1.ToolsSpec{WebSearch: &picobotv1alpha1.WebSearchSpec{Provider: picobotv1alpha1.WebSearchSearXNG, BaseURL: "http://searxng:8080"}}},
-			want: policy.Spec{Deny: []string{"bot_secret", "bot_connector", "reload_config", "gateway"}}},
+			want: policy.Spec{Deny: []string{"bot_secret", "bot_connector", "message", "reload_config", "gateway"}}},
 		{name: "profile, allow and deny carried over, the deny extended",
 			spec: picobotv1alpha1.AgentSpec{Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{
 				Profile: "coding", Allow: []string{"group:fs", "web_fetch"}, Deny: []string{"bash"}}}},
-			want: policy.Spec{Profile: policy.ProfileCoding, Allow: []string{"group:fs", "web_fetch"}, Deny: []string{"bash", "web_search", "bot_secret", "bot_connector", "reload_config", "gateway", "delegate", "agent_task", "agents_list", "sessions_spawn"}}},
+			want: policy.Spec{Profile: policy.ProfileCoding, Allow: []string{"group:fs", "web_fetch"}, Deny: []string{"bash", "web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway", "delegate", "agent_task", "agents_list", "sessions_spawn"}}},
 		{name: "by provider",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Tools: &picobotv1alpha1.ToolsSpec{ByProvider: map[string]picobotv1alpha1.ToolPolicy{
 				"anthropic":   {Profile: "minimal"},
@@ -38,34 +38,34 @@ func TestToolPolicy(t *testing.T) {
 			want: policy.Spec{ByProvider: map[string]policy.ProviderSpec{
 				"anthropic":   {Profile: policy.ProfileMinimal},
 				"openai/gpt*": {Allow: []string{"group:web"}, Deny: []string{"http_request"}}},
-				Deny: []string{"web_search", "bot_secret", "bot_connector", "reload_config", "gateway"}}},
+				Deny: []string{"web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway"}}},
 		{name: "delegates get delegate past a profile",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Profile: "minimal"}}},
-			want: policy.Spec{Profile: policy.ProfileMinimal, Allow: []string{"delegate", "agent_task"}, Deny: []string{"web_search", "bot_secret", "bot_connector", "reload_config", "gateway"}}},
+			want: policy.Spec{Profile: policy.ProfileMinimal, Allow: []string{"delegate", "agent_task"}, Deny: []string{"web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway"}}},
 		{name: "delegates get delegate past an allowlist, a deny still wins",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{
 				Allow: []string{"calculator"}, Deny: []string{"delegate"}}}},
-			want: policy.Spec{Allow: []string{"calculator", "delegate", "agent_task"}, Deny: []string{"delegate", "web_search", "bot_secret", "bot_connector", "reload_config", "gateway"}}},
+			want: policy.Spec{Allow: []string{"calculator", "delegate", "agent_task"}, Deny: []string{"delegate", "web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway"}}},
 		{name: "the root agent keeps the config tools",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Role: ptr(picobotv1alpha1.AgentRoleRoot)},
-			want: policy.Spec{Deny: []string{"web_search", "bot_secret", "bot_connector"}}},
+			want: policy.Spec{Deny: []string{"web_search", "bot_secret", "bot_connector", "message"}}},
 		{name: "browser disabled denies the ui group",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}},
-			want: policy.Spec{Deny: []string{policy.GroupUI, "web_search", "bot_secret", "bot_connector", "reload_config", "gateway"}}},
+			want: policy.Spec{Deny: []string{policy.GroupUI, "web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway"}}},
 		{name: "browser enabled denies nothing of it",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(true)}},
-			want: policy.Spec{Deny: []string{"web_search", "bot_secret", "bot_connector", "reload_config", "gateway"}}},
+			want: policy.Spec{Deny: []string{"web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway"}}},
 		{name: "memory disabled denies the memory group",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Memory: &picobotv1alpha1.MemorySpec{Enabled: ptr(false)}},
-			want: policy.Spec{Deny: []string{policy.GroupMemory, "web_search", "bot_secret", "bot_connector", "reload_config", "gateway"}}},
+			want: policy.Spec{Deny: []string{policy.GroupMemory, "web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway"}}},
 		{name: "saved secrets keep bot_secret, channels bot_connector",
 			spec: picobotv1alpha1.AgentSpec{Delegates: delegates, Channels: []picobotv1alpha1.Channel{{Type: "web"}},
 				Tools: &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{{Name: "pin"}}}},
-			want: policy.Spec{Deny: []string{"web_search", "reload_config", "gateway"}}},
+			want: policy.Spec{Deny: []string{"web_search", "message", "reload_config", "gateway"}}},
 		{name: "everything off, after the agent's own denies",
 			spec: picobotv1alpha1.AgentSpec{Tools: &picobotv1alpha1.ToolsSpec{ToolPolicy: picobotv1alpha1.ToolPolicy{Deny: []string{"exec"}}},
 				Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}, Memory: &picobotv1alpha1.MemorySpec{Enabled: ptr(false)}},
-			want: policy.Spec{Deny: []string{"exec", policy.GroupUI, policy.GroupMemory, "web_search", "bot_secret", "bot_connector", "reload_config", "gateway", "delegate", "agent_task", "agents_list", "sessions_spawn"}}},
+			want: policy.Spec{Deny: []string{"exec", policy.GroupUI, policy.GroupMemory, "web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway", "delegate", "agent_task", "agents_list", "sessions_spawn"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,7 +88,7 @@ func TestToolPolicyLeavesTheAgentAlone(t *testing.T) {
 		Browser: &picobotv1alpha1.BrowserSpec{Enabled: ptr(false)}, Model: seer}}
 	first := agentspec.ToolPolicy(a)
 	second := agentspec.ToolPolicy(a)
-	g.Expect(first.Deny).To(Equal([]string{"bash", policy.GroupUI, "web_search", "bot_secret", "bot_connector", "reload_config", "gateway", "delegate", "agent_task", "agents_list", "sessions_spawn"}))
+	g.Expect(first.Deny).To(Equal([]string{"bash", policy.GroupUI, "web_search", "bot_secret", "bot_connector", "message", "reload_config", "gateway", "delegate", "agent_task", "agents_list", "sessions_spawn"}))
 	g.Expect(second.Deny).To(Equal(first.Deny))
 	g.Expect(a.Spec.Tools.Deny).To(Equal([]string{"bash"}))
 	g.Expect(deny[:3]).To(Equal([]string{"bash", "", ""}), "nothing written past the Agent's list")

@@ -10,6 +10,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/session"
@@ -72,7 +73,7 @@ func NewMessage(cfg toolConfig) tool.Tool {
 // hasChatChannel reports whether the agent has a chat platform channel,
 // the condition for offering message.
 func (c toolConfig) hasChatChannel() bool {
-	return c.spec != nil && slices.ContainsFunc(c.spec.Spec.Channels, func(ch picobotv1alpha1.Channel) bool { return isChatType(ch.Type) })
+	return c.spec != nil && agentspec.HasChatPlatformChannel(c.spec)
 }
 
 // crossChat reports whether the Agent lets message reach other chats than
