@@ -483,7 +483,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	}
 
 	view := &feature.Agent{Spec: a, Provider: prov, ProviderName: providerName, ModelName: modelName, Policy: pol,
-		Model: res.Effective, ModelReason: res.Reason, ModelMessage: res.Message,
+		Model: res.Effective, ModelReason: res.Reason, ModelMessage: res.Message, Endpoint: b.Endpoint,
 		Host: &feature.Host{Mode: h.Mode, Tenant: h.Tenant, Store: h.Store, StateDir: h.StateDir, Kube: h.Kube, Log: h.Log, Secrets: h.Secrets}}
 	prompts, err := b.addFeatures(ctx, h.Features, view, register)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
@@ -86,5 +87,8 @@ type Agent struct {
 	// then say why.
 	Model                     *picobotv1alpha1.EffectiveModel
 	ModelReason, ModelMessage string
-	Policy                    policy.Result
+	// Endpoint is the model endpoint the agent calls first, key included
+	// (what a reachability probe asks); nil without a usable model.
+	Endpoint *provider.Config
+	Policy   policy.Result
 }

@@ -6,8 +6,10 @@ import (
 
 	"github.com/picobot/picobot/runtime/agenthost"
 	driver "github.com/picobot/picobot/runtime/browser"
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/healthtool"
+	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/memory"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/scheduler"
@@ -42,6 +44,9 @@ type featureOptions struct {
 	browser driver.Config
 	// health is the health service the health tool reports.
 	health *health.Service
+	// probe probes model endpoints (the health service's prober), so
+	// bot_status tells an unreachable model from a working one.
+	probe *modelcheck.Prober
 	// onBrowser, when set, gets the browser feature (session pods run the
 	// provider's lease heartbeat over its driver).
 	onBrowser func(*browsertool.Feature)
@@ -65,7 +70,7 @@ func features(o featureOptions) ([]agenthost.Feature, func()) {
 		messaging.NewFeature(messaging.Options{Sender: o.sender, Channels: o.channels}),
 		browser,
 		healthtool.NewFeature(o.health),
-		bot.NewFeature(bot.Config{Instances: o.instances, Queue: o.queue, Sender: o.sender, Channels: o.channels}),
+		bot.NewFeature(bot.Config{Instances: o.instances, Queue: o.queue, Sender: o.sender, Channels: o.channels, Probe: modelProbe(o.probe)}),
 	}
 	if o.cron {
 		feats = append(feats, cron.NewFeature(cron.Config{}), bottask.NewFeature(bottask.Config{}))
@@ -86,4 +91,16 @@ func (n notices) Deliver(ctx context.Context, no scheduler.Notice) error {
 	_, err := n.sender.Deliver(store.WithTenant(ctx, no.Tenant), outbound.Message{Agent: n.owner(no.Channel), Target: target,
 		Text: no.Text, Origin: no.ID})
 	return err
+}
+
+// modelProbe is bot_status's reachability probe on the health service's
+// prober (its results cached for both).
+func modelProbe(p *modelcheck.Prober) bot.ModelProbe {
+	if p == nil {
+		return nil
+	}
+	return func(ctx context.Context, a *feature.Agent) (bool, string) {
+		c := p.Check(ctx, "model", a.Endpoint, a.ModelMessage)
+		return c.OK, c.Message
+	}
 }

@@ -13,7 +13,10 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/health/modelcheck"
+	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -125,4 +128,22 @@ func TestHealthCommand(t *testing.T) {
 	err = runHealth(context.Background(), []string{"--dir", dir, "--url", noGateway}, env, &out, noGateway)
 	g.Expect(err).To(MatchError("cannot reach the gateway at " + noGateway + " (connect: connection refused): start it, or check the manifests folder here with --local"))
 	g.Expect(out.String()).To(BeEmpty())
+}
+
+// bot_status asks the health service's prober: a model that answers, one
+// configured at an address nothing listens on, and none.
+func TestBotStatusProbe(t *testing.T) {
+	g := NewWithT(t)
+	llm := fakellm.New()
+	defer llm.Close()
+	probe := modelProbe(modelcheck.NewProber())
+	ok, detail := probe(context.Background(), &feature.Agent{Endpoint: &provider.Config{Provider: "openai", Model: "m", BaseURL: llm.URL(), APIKey: "k"}})
+	g.Expect(ok).To(BeTrue(), detail)
+	ok, detail = probe(context.Background(), &feature.Agent{Endpoint: &provider.Config{Provider: "openai", Model: "m", BaseURL: "http://" + closedPort(t) + "/v1", APIKey: "k"}})
+	g.Expect(ok).To(BeFalse())
+	g.Expect(detail).To(HavePrefix("model configured but unreachable: openai/m at http://127.0.0.1:"))
+	ok, detail = probe(context.Background(), &feature.Agent{ModelMessage: "spec.model is not set"})
+	g.Expect(ok).To(BeFalse())
+	g.Expect(detail).To(Equal("no model configured: spec.model is not set"))
+	g.Expect(modelProbe(nil)).To(BeNil())
 }

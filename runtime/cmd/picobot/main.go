@@ -22,6 +22,7 @@ import (
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/warm"
@@ -155,9 +156,9 @@ mode: SQLite, an in-process bus and a local folder).
 	// to it (Options.Health), the health tool and /health report it, the
 	// gateway serves it as GET /api/v1/health (the web UI's health page,
 	// `picobot health`).
-	checks := health.NewService()
+	checks, probe := health.NewService(), modelcheck.NewProber()
 	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir, sender: disp, channels: channels,
-		health: checks,
+		health: checks, probe: probe,
 		instances: func(ctx context.Context, tenant, agent string) ([]bot.Instance, error) {
 			return rt.Instances(ctx, tenant, agent)
 		},
@@ -171,7 +172,7 @@ mode: SQLite, an in-process bus and a local folder).
 		wcfg.Max = -1
 	}
 	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
-		RunRetention: *retention, WarmSandbox: wcfg, Health: checks,
+		RunRetention: *retention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {
 		state.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/picobot/picobot/runtime/browser"
 	"github.com/picobot/picobot/runtime/browser/remote"
 	"github.com/picobot/picobot/runtime/cluster"
+	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 )
@@ -43,7 +44,7 @@ func session(args []string) error {
 	defer func() { closeFeatures() }()
 	checks := podHealthService()
 	err := cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Health: checks, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
-		o := featureOptions{log: log, cron: true, health: checks,
+		o := featureOptions{log: log, cron: true, health: checks, probe: modelcheck.NewProber(),
 			// Messages to chat platforms leave through the gateway, which
 			// holds the channels' credentials.
 			sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis}}
