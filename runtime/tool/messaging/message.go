@@ -46,9 +46,9 @@ type MessageArgs struct {
 	Limit      int      `json:"limit,omitempty"`
 }
 
-const messageDescription = "Send messages and act on your chat platform channels (Telegram, Slack, Feishu/Lark): " +
-	"send, react, reactions, read, edit, delete, pin, unpin, list-pins, thread-create, thread-list, thread-reply, " +
-	"search, member-info, channel-info, channel-list. An action a platform lacks returns an error saying so."
+// messageDescription does not list the actions: the schema's enum does.
+const messageDescription = "Send messages and act on your chat platform channels (Telegram, Slack, Feishu/Lark). " +
+	"An action a platform lacks returns an error saying so."
 
 // NewMessage returns the message tool for one agent.
 func NewMessage(cfg toolConfig) tool.Tool {
