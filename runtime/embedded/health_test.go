@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/picobot/picobot/runtime/health/healthtool"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/test/services"
 )
 
 const healthAgents = `apiVersion: agents.picobot.io/v1alpha1
@@ -66,18 +66,6 @@ metadata: {name: bad}
 stringData: {apiKey: sk-bad}
 `
 
-// closedPort is a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // One health service behind every surface of a running runtime: the
 // gateway's report, the health tool a model calls (both protocols, text and
 // JSON) and /health show the same checks; the model check tells no model
@@ -88,7 +76,7 @@ func TestOneHealthReportEverywhere(t *testing.T) {
 	s := fakellm.New()
 	t.Cleanup(s.Close)
 	s.SetAPIKey("sk-test")
-	refused := "http://" + closedPort(t) + "/v1"
+	refused := "http://" + services.ClosedAddr(t) + "/v1"
 	dir := t.TempDir()
 	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, healthAgents, s.URL(), s.AnthropicURL(), refused), 0o600)).To(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(dir, "secret.yaml"), []byte(secretYAML), 0o600)).To(Succeed())

@@ -3,7 +3,6 @@ package provider_test
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -11,20 +10,8 @@ import (
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/test/services"
 )
-
-// closedPort is a loopback address nothing listens on: connections to it
-// are refused.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
 
 // Probe lists the endpoint's models through the official SDKs: it passes
 // against a server that accepts the key, reports a refused key as the
@@ -34,7 +21,7 @@ func TestProbe(t *testing.T) {
 	s := fakellm.New()
 	t.Cleanup(s.Close)
 	s.SetAPIKey(testKey)
-	refused := closedPort(t)
+	refused := services.ClosedAddr(t)
 	for _, proto := range []struct{ name, url, refused string }{
 		{provider.OpenAI, s.URL(), "http://" + refused + "/v1"},
 		{provider.Anthropic, s.AnthropicURL(), "http://" + refused},

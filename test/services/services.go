@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 
 	"github.com/picobot/picobot/test/repo"
 )
@@ -23,6 +24,17 @@ func FreePort() (int, error) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	return port, l.Close()
+}
+
+// ClosedAddr is a loopback address ("127.0.0.1:port") nothing listens on:
+// connections to it are refused.
+func ClosedAddr(tb testing.TB) string {
+	tb.Helper()
+	port, err := FreePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
 // Unavailable handles a server that could not start: under CI it is fatal

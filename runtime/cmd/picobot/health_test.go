@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +17,7 @@ import (
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/test/services"
 )
 
 const healthAgent = `apiVersion: agents.picobot.io/v1alpha1
@@ -34,18 +34,6 @@ spec:
       key: openai
 `
 
-// closedPort is a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // The local checks of a manifests folder (--local, or when no gateway
 // answers at the default address).
 func TestHealthCommand(t *testing.T) {
@@ -57,7 +45,7 @@ func TestHealthCommand(t *testing.T) {
 	agent := fmt.Sprintf(healthAgent, llm.URL())
 	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(agent), 0o600)).To(Succeed())
 	noEnv := func(string) string { return "" }
-	noGateway := "http://" + closedPort(t)
+	noGateway := "http://" + services.ClosedAddr(t)
 
 	// No gateway at the default address: it says so and checks the folder.
 	// No key: the model check fails with the exact fix, and the exit code
@@ -98,7 +86,7 @@ func TestHealthCommand(t *testing.T) {
 		Message: "openai/gpt-5.2 at " + llm.URL() + " answers"}), "the endpoint was probed with the key")
 
 	// A model configured but unreachable is told apart from none.
-	refused := "http://" + closedPort(t) + "/v1"
+	refused := "http://" + services.ClosedAddr(t) + "/v1"
 	g.Expect(os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(fmt.Sprintf(healthAgent, refused)), 0o600)).To(Succeed())
 	out.Reset()
 	g.Expect(runHealth(context.Background(), []string{"--dir", dir, "--local"}, env, &out, noGateway)).To(MatchError(errChecksFailed))
@@ -139,7 +127,7 @@ func TestBotStatusProbe(t *testing.T) {
 	probe := modelProbe(modelcheck.NewProber())
 	ok, detail := probe(context.Background(), &feature.Agent{Endpoint: &provider.Config{Provider: "openai", Model: "m", BaseURL: llm.URL(), APIKey: "k"}})
 	g.Expect(ok).To(BeTrue(), detail)
-	ok, detail = probe(context.Background(), &feature.Agent{Endpoint: &provider.Config{Provider: "openai", Model: "m", BaseURL: "http://" + closedPort(t) + "/v1", APIKey: "k"}})
+	ok, detail = probe(context.Background(), &feature.Agent{Endpoint: &provider.Config{Provider: "openai", Model: "m", BaseURL: "http://" + services.ClosedAddr(t) + "/v1", APIKey: "k"}})
 	g.Expect(ok).To(BeFalse())
 	g.Expect(detail).To(HavePrefix("model configured but unreachable: openai/m at http://127.0.0.1:"))
 	ok, detail = probe(context.Background(), &feature.Agent{ModelMessage: "spec.model is not set"})

@@ -2,7 +2,6 @@ package modelcheck_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,22 +13,12 @@ import (
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/test/services"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const key = "sk-health-SECRET-77"
-
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
 
 // The check tells "no model configured" from "configured but unreachable"
 // (refused connection, refused key) from a model that answers, on both
@@ -38,7 +27,7 @@ func TestCheck(t *testing.T) {
 	s := fakellm.New()
 	t.Cleanup(s.Close)
 	s.SetAPIKey(key)
-	refused := "http://" + closedPort(t) + "/v1"
+	refused := "http://" + services.ClosedAddr(t) + "/v1"
 	p := modelcheck.NewProber()
 	ctx := context.Background()
 	tests := []struct {
