@@ -18,7 +18,9 @@ import (
 func BenchmarkMeteredCall(b *testing.B) {
 	s := fakellm.New()
 	defer s.Close()
-	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok", Usage: &fakellm.Usage{InputTokens: 10}} })
+	s.Respond(func(fakellm.Recorded) fakellm.Turn {
+		return fakellm.Turn{Text: "ok", Usage: &fakellm.Usage{InputTokens: 10}}
+	})
 	run := func(b *testing.B, p llm.Provider) {
 		var d []time.Duration
 		for b.Loop() {
