@@ -126,6 +126,17 @@ func (e *cfgEnv) send(agent, text string) string {
 	return answer
 }
 
+// sendApproving sends text to agent's chat over the WebSocket, answers the
+// approval request its turn makes with decision (approve or deny) as the
+// chat's user would, and returns the answer and the request.
+func (e *cfgEnv) sendApproving(agent, text, decision string) (string, gatewaytest.Frame) {
+	e.t.Helper()
+	req, frames := e.c.Dial(e.t).SendAnswering(e.t, fmt.Sprintf("m%d", time.Now().UnixNano()), agent, "c1", text, decision)
+	final := gatewaytest.Event(frames, "final")
+	NewWithT(e.t).Expect(final).NotTo(BeNil(), "%v", frames)
+	return final["text"].(string), req
+}
+
 // lastRequest is the model request of the last turn's first step.
 func (e *cfgEnv) lastRequest() fakellm.Recorded {
 	e.mu.Lock()
@@ -194,7 +205,16 @@ func TestGatewayTool(t *testing.T) {
 	got = e.send("assistant", `call gateway {"action":"config.schema","path":"tools.nothing"}`)
 	g.Expect(got).To(And(ContainSubstring("): error: "), ContainSubstring(`no field "nothing"`)))
 
-	got = e.send("assistant", `call gateway {"action":"config.patch","patch":{"instructions":"Patched."}}`)
+	// A change waits for the chat's user: denied, nothing is written.
+	before, err := os.ReadFile(filepath.Join(e.dir, "assistant.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	got, req := e.sendApproving("assistant", `call gateway {"action":"config.patch","patch":{"instructions":"Unseen."}}`, "deny")
+	g.Expect(req).To(And(HaveKeyWithValue("name", "gateway"), HaveKeyWithValue("command", `config.patch {"instructions":"Unseen."}`)))
+	g.Expect(got).To(ContainSubstring("): error: the configuration was not changed: the user denied it"))
+	g.Expect(os.ReadFile(filepath.Join(e.dir, "assistant.yaml"))).To(Equal(before))
+	g.Expect(e.rt.Generation()).To(Equal(1))
+
+	got, _ = e.sendApproving("assistant", `call gateway {"action":"config.patch","patch":{"instructions":"Patched."}}`, "approve")
 	g.Expect(got).To(ContainSubstring("): Saved and reloaded: generation 2"))
 	file, err := os.ReadFile(filepath.Join(e.dir, "assistant.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -203,7 +223,7 @@ func TestGatewayTool(t *testing.T) {
 	g.Expect(e.lastRequest().System).To(ContainSubstring("Patched."))
 
 	// Invalid: the API server's validation (enum) refuses it, nothing is written.
-	got = e.send("assistant", `call gateway {"action":"config.patch","patch":{"model":{"provider":"nope"}}}`)
+	got, _ = e.sendApproving("assistant", `call gateway {"action":"config.patch","patch":{"model":{"provider":"nope"}}}`, "approve")
 	g.Expect(got).To(And(ContainSubstring("): error: "), ContainSubstring("not saved"), ContainSubstring("spec.model.provider")))
 	after, err := os.ReadFile(filepath.Join(e.dir, "assistant.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -213,7 +233,7 @@ func TestGatewayTool(t *testing.T) {
 	// restart: disabled by default.
 	got = e.send("assistant", `call gateway {"action":"restart"}`)
 	g.Expect(got).To(And(ContainSubstring("): error: "), ContainSubstring("spec.tools.gateway.restart")))
-	got = e.send("assistant", `call gateway {"action":"config.patch","patch":{"tools":{"gateway":{"restart":true}}}}`)
+	got, _ = e.sendApproving("assistant", `call gateway {"action":"config.patch","patch":{"tools":{"gateway":{"restart":true}}}}`, "approve")
 	g.Expect(got).To(ContainSubstring("generation 3"))
 	got = e.send("assistant", `call gateway {"action":"restart","delayMs":5000}`)
 	g.Expect(got).To(ContainSubstring("Restarting in 5s"))

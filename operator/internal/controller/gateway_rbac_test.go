@@ -41,12 +41,27 @@ func podClient(t *testing.T, ns, agent string) client.Client {
 	return c
 }
 
-// gatewayCall runs the gateway tool over src as the root agent's chat does.
+// gatewayCall runs the gateway tool over src as the root agent's chat does,
+// its user approving every change (the approval flow itself is tested end
+// to end in runtime/embedded's TestGatewayTool).
 func gatewayCall(t *testing.T, src agentconfig.Source, args string) tool.Result {
+	t.Helper()
+	return gatewayCallAs(t, src, args, userSays(true))
+}
+
+func gatewayCallAs(t *testing.T, src agentconfig.Source, args string, user tool.Approver) tool.Result {
 	t.Helper()
 	reg, err := tool.NewRegistry(agentconfig.New(agentconfig.Config{Source: src})...)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-	return reg.Execute(context.Background(), tool.Env{SessionID: "web:c1:default"}, llm.ToolCall{ID: "c1", Name: agentconfig.GatewayName, Arguments: args})
+	return reg.Execute(context.Background(), tool.Env{SessionID: "web:c1:default", Approver: user},
+		llm.ToolCall{ID: "c1", Name: agentconfig.GatewayName, Arguments: args})
+}
+
+// userSays is a chat's user who answers every approval request the same.
+type userSays bool
+
+func (u userSays) Approve(context.Context, tool.ApprovalRequest) (bool, string, error) {
+	return bool(u), "the user denied it", nil
 }
 
 // TestGatewayToolRBAC: with the real credentials of a root agent's session
@@ -85,6 +100,15 @@ func TestGatewayToolRBAC(t *testing.T) {
 	g.Expect(res.Content).To(ContainSubstring("Saved and reloaded: Patched by the pod."))
 	g.Expect(getAgent(g, ns, "boss").Spec.Instructions).To(Equal("Patched by the pod."))
 	g.Expect(switched).To(Equal(1))
+
+	// Without its user's yes nothing changes: denied, or no user to ask.
+	res = gatewayCallAs(t, src, `{"action":"config.patch","patch":{"instructions":"Unseen."}}`, userSays(false))
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(res.Content).To(ContainSubstring("not changed: the user denied it"))
+	res = gatewayCallAs(t, src, `{"action":"config.patch","patch":{"instructions":"Unseen."}}`, nil)
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(res.Content).To(ContainSubstring("no user to ask"))
+	g.Expect(getAgent(g, ns, "boss").Spec.Instructions).To(Equal("Patched by the pod."))
 
 	// The API server's schema (with its dry run) refuses an invalid change.
 	res = gatewayCall(t, src, `{"action":"config.patch","patch":{"model":{"provider":"nope"}}}`)

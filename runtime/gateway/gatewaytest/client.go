@@ -236,6 +236,38 @@ func (w *WS) RequestDuring(tb testing.TB, f Frame, id any) (reply Frame, frames 
 	return reply, frames
 }
 
+// UntilApproval reads the frames of message id until its turn asks the
+// user for an approval, and returns that approval event; a turn that ends
+// without asking fails the test.
+func (w *WS) UntilApproval(tb testing.TB, id any) Frame {
+	tb.Helper()
+	for {
+		f := w.Read(tb)
+		if f["id"] != id {
+			continue
+		}
+		if ev := Event([]Frame{f}, "approval"); ev != nil {
+			return ev
+		}
+		if f["type"] == "done" {
+			tb.Fatalf("the turn of %v ended without asking for an approval: %v", id, f)
+		}
+	}
+}
+
+// SendAnswering sends a message to agent's chat, answers the approval its
+// turn asks for with decision (approve or deny) as the chat's user, and
+// returns the approval request and the turn's frames after the answer, up
+// to "done".
+func (w *WS) SendAnswering(tb testing.TB, id, agent, chat, text, decision string) (approval Frame, frames []Frame) {
+	tb.Helper()
+	w.Write(tb, Frame{"type": "send", "id": id, "agent": agent, "chat_id": chat, "text": text})
+	approval = w.UntilApproval(tb, id)
+	_, frames = w.RequestDuring(tb, Frame{"type": "approve", "id": "a-" + id, "agent": agent, "chat_id": chat,
+		"code": approval["code"], "decision": decision}, id)
+	return approval, frames
+}
+
 // Event returns the body of the first event of kind in frames, nil if none.
 func Event(frames []Frame, kind string) Frame {
 	for _, f := range frames {

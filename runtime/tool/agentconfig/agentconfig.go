@@ -23,6 +23,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/delegate"
@@ -163,7 +164,7 @@ func (t *tools) gateway(ctx context.Context, env tool.Env, a GatewayArgs) (tool.
 		}
 		return tool.Text(s), nil
 	case actionPatch, actionApply:
-		return t.write(ctx, a)
+		return t.write(ctx, env, a)
 	case actionRestart:
 		return t.restart(ctx, a)
 	}
@@ -190,7 +191,7 @@ func view(a *picobotv1alpha1.Agent) map[string]any {
 // write is config.patch and config.apply: refused for an Agent a GitOps
 // tool manages, otherwise the new spec is validated and stored by the
 // Source, then reloaded.
-func (t *tools) write(ctx context.Context, a GatewayArgs) (tool.Result, error) {
+func (t *tools) write(ctx context.Context, env tool.Env, a GatewayArgs) (tool.Result, error) {
 	var doc map[string]any
 	switch a.Action {
 	case actionPatch:
@@ -219,6 +220,13 @@ func (t *tools) write(ctx context.Context, a GatewayArgs) (tool.Result, error) {
 	if hasMaskedValue(next) {
 		return tool.Errorf("error: the spec carries \"(hidden)\", config.get's mask of an MCP server's env value; leave those entries out of the patch or give the real value"), nil
 	}
+	refused, err := confirm(ctx, env, a.Action, doc)
+	if err != nil {
+		return tool.Result{}, err
+	}
+	if refused != nil {
+		return *refused, nil
+	}
 	if err := t.cfg.Source.Update(ctx, next); err != nil {
 		return tool.Errorf("error: the change is invalid and was not saved: %v", err), nil
 	}
@@ -227,6 +235,42 @@ func (t *tools) write(ctx context.Context, a GatewayArgs) (tool.Result, error) {
 		return tool.Errorf("error: the change was saved, but reloading it failed and the running configuration stays: %v", err), nil
 	}
 	return tool.Text("Saved and reloaded: " + gen + ". The next turn uses it."), nil
+}
+
+// maxShownChange bounds the change an approval request shows.
+const maxShownChange = 2000
+
+// confirm asks the turn's user to approve a change of the agent's own
+// configuration, in the chat the turn belongs to (the exec approval flow:
+// the web UI and the terminal show Approve/Deny, chat platforms get a
+// code). The session pod's RBAC lets the root agent patch its Agent; what
+// keeps a model steered by a page it read from lifting its own limits
+// (exec approvals, allowed paths and ports, MCP servers) unseen is that a
+// person says yes. It returns nil when approved, else the result the model
+// gets; a turn without a user to ask (stateless) is refused.
+func confirm(ctx context.Context, env tool.Env, action string, doc map[string]any) (*tool.Result, error) {
+	if env.Approver == nil {
+		r := tool.Errorf("error: %s changes the agent's configuration only with its user's approval, and this turn has no user to ask; nothing was changed", action)
+		return &r, nil
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode the change: %w", err)
+	}
+	shown := string(b)
+	if len(shown) > maxShownChange {
+		shown = strings.ToValidUTF8(shown[:maxShownChange], "") + "…"
+	}
+	ok, why, err := env.Approver.Approve(ctx, tool.ApprovalRequest{Tool: GatewayName, Command: action + " " + shown,
+		Reason: "the agent asks to change its own configuration", Timeout: approval.DefaultTimeout, SessionID: env.SessionID})
+	if err != nil {
+		return nil, fmt.Errorf("failed to get an approval for the change: %w", err)
+	}
+	if !ok {
+		r := tool.Errorf("error: the configuration was not changed: %s. Do not retry it unchanged; ask the user what to do instead.", why)
+		return &r, nil
+	}
+	return nil, nil
 }
 
 // newSpec applies a merge patch to the current spec, or replaces it.

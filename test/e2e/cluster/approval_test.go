@@ -39,18 +39,6 @@ func TestExecApprovalsInClusterMode(t *testing.T) {
 	c := gatewaytest.Client{URL: st.gatewayURL, Key: key}
 	ws := c.Dial(t)
 	const chat = "approvals"
-	untilApproval := func(id string) gatewaytest.Frame {
-		for {
-			f := ws.Read(t)
-			if f["id"] != id {
-				continue
-			}
-			if ev := gatewaytest.Event([]gatewaytest.Frame{f}, "approval"); ev != nil {
-				return ev
-			}
-			g.Expect(f["type"]).NotTo(Equal("done"), "the turn ended without asking: %v", f)
-		}
-	}
 	final := func(frames []gatewaytest.Frame) string {
 		ev := gatewaytest.Event(frames, "final")
 		g.Expect(ev).NotTo(BeNil(), "%v", frames)
@@ -58,7 +46,7 @@ func TestExecApprovalsInClusterMode(t *testing.T) {
 	}
 
 	ws.Write(t, gatewaytest.Frame{"type": "send", "id": "m1", "agent": "helper", "chat_id": chat, "text": "run A"})
-	req := untilApproval("m1")
+	req := ws.UntilApproval(t, "m1")
 	g.Expect(req).To(And(HaveKeyWithValue("name", "bash"), HaveKeyWithValue("command", "echo ran-A-as-$(id -u)")))
 	ack, frames := ws.RequestDuring(t, gatewaytest.Frame{"type": "approve", "id": "a1", "agent": "helper", "chat_id": chat, "code": req["code"], "decision": "approve"}, "m1")
 	g.Expect(ack).To(HaveKeyWithValue("answered", true))
@@ -66,7 +54,7 @@ func TestExecApprovalsInClusterMode(t *testing.T) {
 	g.Expect(final(frames)).To(HavePrefix("model saw: ran-A-as-65533"), "it ran in the sandbox container")
 
 	ws.Write(t, gatewaytest.Frame{"type": "send", "id": "m2", "agent": "helper", "chat_id": chat, "text": "run B"})
-	req = untilApproval("m2")
+	req = ws.UntilApproval(t, "m2")
 	other := c.Dial(t)
 	cmd := other.Exchange(t, gatewaytest.Frame{"id": "x1", "agent": "helper", "chat_id": chat, "text": "/deny " + req["code"].(string)})
 	g.Expect(gatewaytest.Event(cmd, "command")).To(HaveKeyWithValue("text", HavePrefix("Denied")))
@@ -75,7 +63,7 @@ func TestExecApprovalsInClusterMode(t *testing.T) {
 	g.Expect(final(frames)).To(HavePrefix("model saw: error: the command was not run: the user denied it"))
 
 	ws.Write(t, gatewaytest.Frame{"type": "send", "id": "m3", "agent": "helper", "chat_id": chat, "text": "run C"})
-	untilApproval("m3")
+	ws.UntilApproval(t, "m3")
 	frames = ws.Until(t, "m3", "done")
 	g.Expect(gatewaytest.Event(frames, "approval_result")).To(HaveKeyWithValue("outcome", "timed_out"))
 	g.Expect(final(frames)).To(ContainSubstring("did not answer the approval request within 4s"))

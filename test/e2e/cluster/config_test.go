@@ -56,6 +56,15 @@ func TestConfigToolsInASessionPod(t *testing.T) {
 		g.Expect(ev).NotTo(BeNil(), "%v", frames)
 		return ev["text"].(string)
 	}
+	// sayApproved is say for a turn that asks its user to approve a change
+	// of the agent's configuration, and gets a yes.
+	sayApproved := func(id, text string) string {
+		req, frames := ws.SendAnswering(t, id, "helper", "config", text, "approve")
+		g.Expect(req).To(HaveKeyWithValue("name", "gateway"))
+		ev := gatewaytest.Event(frames, "final")
+		g.Expect(ev).NotTo(BeNil(), "%v", frames)
+		return ev["text"].(string)
+	}
 	agent := func() *picobotv1alpha1.Agent {
 		var a picobotv1alpha1.Agent
 		g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "helper"}, &a)).To(Succeed())
@@ -65,13 +74,13 @@ func TestConfigToolsInASessionPod(t *testing.T) {
 	g.Expect(say("m1", "hi one")).To(Equal("ok"))
 	g.Expect(systemOf("hi one")).To(ContainSubstring("You are a test agent."))
 
-	g.Expect(say("m2", `call gateway {"action":"config.patch","patch":{"instructions":"You are patched by the pod."}}`)).
+	g.Expect(sayApproved("m2", `call gateway {"action":"config.patch","patch":{"instructions":"You are patched by the pod."}}`)).
 		To(ContainSubstring("tool said: Saved and reloaded: generation 2 of Agent tenant-config/helper"))
 	g.Expect(agent().Spec.Instructions).To(Equal("You are patched by the pod."))
 	g.Expect(say("m3", "hi two")).To(Equal("ok"))
 	g.Expect(systemOf("hi two")).To(ContainSubstring("You are patched by the pod."))
 
-	g.Expect(say("m4", `call gateway {"action":"config.patch","patch":{"model":{"provider":"nope"}}}`)).
+	g.Expect(sayApproved("m4", `call gateway {"action":"config.patch","patch":{"model":{"provider":"nope"}}}`)).
 		To(And(ContainSubstring("not saved"), ContainSubstring("spec.model.provider")))
 	g.Expect(agent().Spec.Model.Provider).To(Equal(picobotv1alpha1.ProviderOpenAI))
 
