@@ -256,6 +256,20 @@ type ToolSecret struct {
 	// or PICOBOT_SECRET_<NAME>_<KEY> in embedded mode).
 	// +required
 	SecretKeyRef corev1.SecretKeySelector `json:"secretKeyRef"`
+
+	// domains are the sites the credential belongs to: bot_secret types it
+	// only into a page whose address is one of these hosts or a subdomain
+	// of one ("shop.example" also covers "login.shop.example"), and only
+	// into the page itself, not a frame of another page inside it. The
+	// runtime checks the page's address with the browser before typing, so
+	// a page that talks the model into it cannot collect the credential.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=set
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`
+	// +kubebuilder:validation:items:MaxLength=253
+	Domains []string `json:"domains"`
 }
 
 // LLMTaskSpec configures the llm_task tool: a JSON-only model call made on

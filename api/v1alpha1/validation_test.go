@@ -81,7 +81,7 @@ func validAgent() *picobotv1alpha1.Agent {
 
 func toolSecret(name string) picobotv1alpha1.ToolSecret {
 	return picobotv1alpha1.ToolSecret{Name: name, SecretKeyRef: corev1.SecretKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: name}}
+		LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: name}, Domains: []string{"shop.example"}}
 }
 
 func validCronJob() *picobotv1alpha1.CronJob {
@@ -233,6 +233,20 @@ func TestCreateValidation(t *testing.T) {
 			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{sec}}
 			return a
 		}, `spec.tools.secrets[0].type: Unsupported value: "pgp"`},
+		{"saved secret without its sites", func() client.Object {
+			a := validAgent()
+			sec := toolSecret("pin")
+			sec.Domains = nil
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{sec}}
+			return a
+		}, `spec.tools.secrets[0].domains: Required value`},
+		{"saved secret for a URL instead of a host", func() client.Object {
+			a := validAgent()
+			sec := toolSecret("pin")
+			sec.Domains = []string{"https://shop.example/login"}
+			a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{sec}}
+			return a
+		}, `spec.tools.secrets[0].domains[0]: Invalid value: "https://shop.example/login"`},
 		{"skill with content and configMapRef", func() client.Object {
 			a := validAgent()
 			a.Spec.Skills = []picobotv1alpha1.SkillSource{{Name: "x", Content: "---\nname: x\n---", ConfigMapRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}, Key: "SKILL.md"}}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/go-rod/rod/lib/proto"
@@ -18,13 +19,32 @@ var ErrNotPasswordField = errors.New("the field is not a password field (input t
 // could split). With password set the field must be an input of type
 // password, whose value the page's accessibility tree and snapshots mask.
 // The value is never part of an error: anything the browser answers is
-// scrubbed of it before it is returned.
-func (b *Browser) TypeSecret(ctx context.Context, ref, value string, password bool) error {
+// scrubbed of it before it is returned. domains are the sites the
+// credential belongs to: the page's address (read from the browser, not
+// from the page's script) must be one of them or a subdomain, and the
+// field must be in the page itself, not in a frame of another page.
+func (b *Browser) TypeSecret(ctx context.Context, ref, value string, password bool, domains []string) error {
 	actx, cancel := b.actionCtx(ctx)
 	defer cancel()
+	info, err := b.Info(actx)
+	if err != nil {
+		return err
+	}
+	if err := onSite(info.URL, domains); err != nil {
+		return err
+	}
 	el, err := b.element(actx, ref)
 	if err != nil {
 		return err
+	}
+	// window and top are unforgeable: a frame's script cannot make its
+	// field look like the page's.
+	top, err := el.call(`function () { return window === window.top; }`)
+	if err != nil {
+		return b.wrap(actx, "inspect "+el.ref, scrub(err, value))
+	}
+	if !top.Bool() {
+		return fmt.Errorf("%s is inside a frame of another page; a saved credential is typed only into the page of its site", el.ref)
 	}
 	kind, err := el.call(`function () {
 		if (this instanceof HTMLInputElement) return this.type === 'password' ? 'password' : (this.disabled || this.readOnly ? 'locked' : 'input');
@@ -61,4 +81,20 @@ func scrub(err error, value string) error {
 		return err
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), value, "[secret]"))
+}
+
+// onSite checks that the page at address is on one of domains (a host or
+// a subdomain of it), over http or https.
+func onSite(address string, domains []string) error {
+	u, err := url.Parse(address)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") {
+		return fmt.Errorf("the page is not a web site (%q); a saved credential is typed only on %s", address, strings.Join(domains, ", "))
+	}
+	host := strings.ToLower(u.Hostname())
+	for _, d := range domains {
+		if host == d || strings.HasSuffix(host, "."+d) {
+			return nil
+		}
+	}
+	return fmt.Errorf("this credential belongs to %s, and the page is on %s: it is not typed here", strings.Join(domains, ", "), host)
 }

@@ -39,9 +39,11 @@ spec:
     secrets:
     - name: shop-password
       secretKeyRef: {name: shop, key: password}
+      domains: ["127.0.0.1"]
     - name: shop-user
       type: username
       secretKeyRef: {name: shop, key: user}
+      domains: ["127.0.0.1"]
 ---
 apiVersion: agents.picobot.io/v1alpha1
 kind: Agent
@@ -54,6 +56,7 @@ spec:
     secrets:
     - name: shop-password
       secretKeyRef: {name: shop, key: password}
+      domains: ["127.0.0.1"]
 ---
 apiVersion: agents.picobot.io/v1alpha1
 kind: Agent
@@ -178,7 +181,7 @@ func TestBotSecretTypesWithoutTheModelSeeingIt(t *testing.T) {
 		g.Expect(reqs[0].Tools).To(ContainElement("bot_secret"))
 		results := toolResults(reqs[len(reqs)-1])
 		g.Expect(results).To(HaveLen(7), agent)
-		g.Expect(results[2]).To(ContainSubstring(`{"name":"shop-password","type":"password"}`))
+		g.Expect(results[2]).To(ContainSubstring(`{"name":"shop-password","type":"password","domains":["127.0.0.1"]}`))
 		g.Expect(results[3]).To(ContainSubstring("not a password field"))
 		g.Expect(results[4]).To(Equal(`Typed secret "shop-password" (password) into @e1.`))
 		g.Expect(results[5]).To(ContainSubstring(`textbox "Password" [ref=@e1`), "the field is in the snapshot, its value masked")

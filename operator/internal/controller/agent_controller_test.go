@@ -335,7 +335,7 @@ func TestAgentSavedSecretIsAReference(t *testing.T) {
 	g.Expect(k8s.Create(ctx, secret(ns, "k", "apiKey"))).To(Succeed())
 	a := openAIAgent(ns, "shopper", "k")
 	sel := corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "shop"}, Key: "password"}
-	a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{{Name: "shop-password", SecretKeyRef: sel}}}
+	a.Spec.Tools = &picobotv1alpha1.ToolsSpec{Secrets: []picobotv1alpha1.ToolSecret{{Name: "shop-password", SecretKeyRef: sel, Domains: []string{"shop.example"}}}}
 	g.Expect(k8s.Create(ctx, a)).To(Succeed())
 	got := expectCondition(t, ns, "shopper", picobotv1alpha1.ConditionReferencesResolved, metav1.ConditionFalse, picobotv1alpha1.ReasonReferenceNotFound)
 	g.Expect(cond(got, picobotv1alpha1.ConditionReferencesResolved).Message).To(Equal(`Not found: Secret "shop"`))

@@ -32,7 +32,7 @@ type secretArgs struct {
 	PersistentID string `json:"persistent_id,omitempty"`
 }
 
-const secretDescription = "Use a saved credential without seeing it. list: names and types. type: the runtime types the secret into " +
+const secretDescription = "Use a saved credential without seeing it. list: names, types and the sites each belongs to. type: the runtime types the secret into " +
 	"the browser field ref (from the browser tool's snapshot, same dialog/persistent_id); its value never reaches you. " +
 	"Never ask the user for a saved password or write one down."
 
@@ -59,12 +59,13 @@ func (t *secretTool) run(ctx context.Context, env tool.Env, a secretArgs) (tool.
 	switch a.Action {
 	case "list":
 		type entry struct {
-			Name string `json:"name"`
-			Type string `json:"type"`
+			Name    string   `json:"name"`
+			Type    string   `json:"type"`
+			Domains []string `json:"domains"`
 		}
 		out := make([]entry, len(t.o.Secrets))
 		for i, s := range t.o.Secrets {
-			out[i] = entry{Name: s.Name, Type: string(secretType(s))}
+			out[i] = entry{Name: s.Name, Type: string(secretType(s)), Domains: s.Domains}
 		}
 		b, err := json.Marshal(map[string]any{"secrets": out})
 		if err != nil {
@@ -121,7 +122,7 @@ func (t *secretTool) typeSecret(ctx context.Context, env tool.Env, a secretArgs)
 	}
 	defer release()
 	password := secretType(*spec) == picobotv1alpha1.ToolSecretPassword
-	if err := b.TypeSecret(ctx, a.Ref, value, password); err != nil {
+	if err := b.TypeSecret(ctx, a.Ref, value, password, spec.Domains); err != nil {
 		return tool.Errorf("error: %s", strings.ReplaceAll(err.Error(), value, "[secret]")), nil
 	}
 	msg := fmt.Sprintf("Typed secret %q (%s) into %s.", a.Name, secretType(*spec), a.Ref)

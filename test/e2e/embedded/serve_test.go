@@ -281,7 +281,7 @@ func BenchmarkHelloBytesWithWebSearch(b *testing.B) {
 // a connector (spec.channels) and a saved credential (spec.tools.secrets),
 // the only agents bot_connector and bot_secret are declared to.
 func BenchmarkHelloBytesWithBotTools(b *testing.B) {
-	helloBytes(b, "  tools: {secrets: [{name: site-password, secretKeyRef: {name: site, key: password}}]}\n",
+	helloBytes(b, "  tools: {secrets: [{name: site-password, secretKeyRef: {name: site, key: password}, domains: [site.example]}]}\n",
 		"  channels: [{type: web, chatID: inbox}]\n")
 }
 
