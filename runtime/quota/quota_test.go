@@ -63,7 +63,7 @@ func model(t *testing.T, s *fakellm.Server, proto, name string) llm.Provider {
 	return p
 }
 
-func openSQLite(t *testing.T) store.Store {
+func openSQLite(t testing.TB) store.Store {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "picobot.db"))
 	if err != nil {
