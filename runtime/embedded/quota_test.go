@@ -77,7 +77,8 @@ func (s *syncBuffer) String() string {
 
 // TestTenantQuotaBudget: a TenantQuota manifest's dayTokens stops tenant A's
 // third turn with budget_exhausted before the model is asked (each turn
-// uses 100 tokens), warns once at the soft limit, prices A's calls with
+// uses 100 tokens), warns once at the soft limit (a notice event to the
+// WebSocket client of the turn, a log line), prices A's calls with
 // its ConfigMap's table, and tenant B, served by the same runtime and
 // agents, keeps working. Both wire protocols through the official SDKs.
 func TestTenantQuotaBudget(t *testing.T) {
@@ -117,15 +118,24 @@ func TestTenantQuotaBudget(t *testing.T) {
 				return c.Do(t, http.MethodPost, "/api/v1/send", gatewaytest.Frame{"id": id, "agent": "assistant", "chat_id": "c1", "text": "hi"})
 			}
 
-			for _, id := range []string{"a1", "a2"} {
-				status, body := send(a, id)
-				g.Expect(status).To(Equal(http.StatusOK), "%s: %v", id, body)
+			status, body := send(a, "a1")
+			g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+			// The second turn finds 100 of 200 tokens used: its client
+			// gets a notice (once), the log a warning.
+			ws := a.Dial(t)
+			frames := ws.Exchange(t, gatewaytest.Frame{"id": "a2", "agent": "assistant", "chat_id": "c1", "text": "hi"})
+			var notices []string
+			for _, f := range frames {
+				if ev, _ := f["event"].(map[string]any); ev["kind"] == "notice" {
+					notices = append(notices, ev["text"].(string))
+				}
 			}
+			g.Expect(notices).To(Equal([]string{"Model budget: 50% of today's model budget of 200 tokens is used (100); calls stop when it is spent."}), "%v", frames)
+			g.Expect(frames[len(frames)-1]).To(HaveKeyWithValue("type", "done"))
 			g.Expect(strings.Count(logs.String(), "Model budget soft limit reached")).To(Equal(1), "warned at 100 of 200 tokens, once")
-			g.Expect(logs.String()).To(ContainSubstring("50% of today's model budget of 200 tokens is used (100)"))
 			asked := len(s.Requests())
 
-			status, body := send(a, "a3")
+			status, body = send(a, "a3")
 			g.Expect(status).To(Equal(http.StatusTooManyRequests), "%v", body)
 			e, _ := body["error"].(map[string]any)
 			g.Expect(e).To(HaveKeyWithValue("code", gateway.CodeBudgetExhausted))

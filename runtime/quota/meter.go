@@ -13,6 +13,7 @@ import (
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // Budget caps a tenant's model use per UTC day and per month; a zero field
@@ -148,6 +149,7 @@ func (m *Meter) Check(ctx context.Context) error {
 	if key, why := b.SoftLimit(t, m.Clock.Now()); key != "" {
 		if _, warned := m.soft.LoadOrStore(tenant+"/"+key, struct{}{}); !warned {
 			m.Log.Warn("Model budget soft limit reached", "tenant", tenant, "agent", m.Agent, "limit", why)
+			turn.Notify(ctx, "Model budget: "+why+"; calls stop when it is spent.")
 		}
 	}
 	return nil
