@@ -54,7 +54,9 @@ func TestSoftLimitWarnsOnce(t *testing.T) {
 	var logs bytes.Buffer
 	clk := clocktesting.NewFakePassiveClock(day)
 	m := &quota.Meter{Store: st, Tenant: "team", Agent: "helper", Clock: clk, Log: slog.New(slog.NewTextHandler(&logs, nil)),
-		Budget: func(string) quota.Budget { return quota.Budget{DayTokens: 1000, MonthTokens: 100_000, SoftLimitPercent: 75} }}
+		Budget: func(string) quota.Budget {
+			return quota.Budget{DayTokens: 1000, MonthTokens: 100_000, SoftLimitPercent: 75}
+		}}
 	ctx := context.Background()
 	warnings := func() int { return strings.Count(logs.String(), "Model budget soft limit reached") }
 	add := func(tokens int64) { m.Add(ctx, store.UsageCounts{InputTokens: tokens, ModelCalls: 1}) }
