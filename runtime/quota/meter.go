@@ -102,8 +102,21 @@ type Meter struct {
 	Clock  clock.PassiveClock
 	Log    *slog.Logger
 
-	unpriced sync.Map // model name -> struct{}: warned once
-	soft     sync.Map // SoftLimit key -> struct{}: warned once
+	unpriced     sync.Map // model name -> struct{}: warned once
+	soft         sync.Map // SoftLimit key -> struct{}: warned once
+	defaultsOnce sync.Once
+	defaults     Prices
+}
+
+// prices is the tenant's price table; DefaultPrices is built once per Meter.
+func (m *Meter) prices(tenant string) Prices {
+	if m.Prices != nil {
+		if p := m.Prices(tenant); p != nil {
+			return p
+		}
+	}
+	m.defaultsOnce.Do(func() { m.defaults = DefaultPrices() })
+	return m.defaults
 }
 
 // tenant is the tenant of a call: ctx's, else m.Tenant.
@@ -185,14 +198,7 @@ func (c counter) Complete(ctx context.Context, req llm.Request, onDelta func(llm
 	if err != nil {
 		return resp, err
 	}
-	var prices Prices
-	if c.m.Prices != nil {
-		prices = c.m.Prices(c.m.tenant(ctx))
-	}
-	if prices == nil {
-		prices = DefaultPrices()
-	}
-	price, ok := prices.Lookup(c.name)
+	price, ok := c.m.prices(c.m.tenant(ctx)).Lookup(c.name)
 	if !ok {
 		if _, warned := c.m.unpriced.LoadOrStore(c.name, struct{}{}); !warned {
 			c.m.Log.Warn("No price for this model: its calls count tokens but no cost; add it to the price table", "model", c.name)
