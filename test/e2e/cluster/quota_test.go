@@ -1,10 +1,16 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
@@ -30,17 +36,36 @@ metadata: {name: default, namespace: %s}
 spec:
   budget: {dayTokens: 1}
 `, capped))
+	for _, ns := range []string{capped, free} {
+		g.Eventually(func(g Gomega) {
+			agent := &picobotv1alpha1.Agent{}
+			g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "helper"}, agent)).To(Succeed())
+			g.Expect(meta.IsStatusConditionTrue(agent.Status.Conditions, picobotv1alpha1.ConditionReady)).To(BeTrue(), "%+v", agent.Status.Conditions)
+		}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
+	}
 	send := func(ws *gatewaytest.WS, id string) []gatewaytest.Frame {
 		return ws.Exchange(t, gatewaytest.Frame{"id": id, "agent": "helper", "chat_id": "alice", "text": "hello"})
 	}
-	a := gatewaytest.Client{URL: st.gatewayURL, Key: capped + "-key"}.Dial(t)
-	b := gatewaytest.Client{URL: st.gatewayURL, Key: free + "-key"}.Dial(t)
+	// The operator publishes the tenants' API keys to the gateway.
+	dial := func(key string) *gatewaytest.WS {
+		var ws *gatewaytest.WS
+		g.Eventually(func() error {
+			var err error
+			ws, err = gatewaytest.Client{URL: st.gatewayURL, Key: key}.DialErr(context.Background())
+			return err
+		}, 90*time.Second, 250*time.Millisecond).Should(Succeed())
+		t.Cleanup(func() { _ = ws.Conn.CloseNow() })
+		return ws
+	}
+	a, b := dial(capped+"-key"), dial(free+"-key")
 
-	g.Expect(gatewaytest.Event(send(a, "a1"), "final")).To(HaveKeyWithValue("text", "answered"), "nothing used yet")
+	frames := send(a, "a1")
+	g.Expect(gatewaytest.Event(frames, "final")).To(HaveKeyWithValue("text", "answered"), "nothing used yet: %v", frames)
 	e := gatewaytest.ErrorFrame(send(a, "a2"))
 	g.Expect(e).To(HaveKeyWithValue("code", "budget_exhausted"))
 	g.Expect(e["message"]).To(ContainSubstring("today's model budget of 1 tokens is spent (42 used)"))
 	for _, id := range []string{"b1", "b2"} {
-		g.Expect(gatewaytest.Event(send(b, id), "final")).To(HaveKeyWithValue("text", "answered"), id)
+		frames := send(b, id)
+		g.Expect(gatewaytest.Event(frames, "final")).To(HaveKeyWithValue("text", "answered"), "%s: %v", id, frames)
 	}
 }
