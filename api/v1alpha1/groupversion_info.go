@@ -1,4 +1,5 @@
-// Package v1alpha1 holds the PicoBot API types: Agent, CronJob and BrowserProfile.
+// Package v1alpha1 holds the PicoBot API types: Agent, CronJob, BrowserProfile and
+// TenantQuota.
 // It imports only k8s.io/apimachinery and k8s.io/api so that clients and the
 // embedded-mode loader can depend on it without pulling in the operator.
 //
@@ -28,6 +29,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&Agent{}, &AgentList{},
 		&CronJob{}, &CronJobList{},
 		&BrowserProfile{}, &BrowserProfileList{},
+		&TenantQuota{}, &TenantQuotaList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

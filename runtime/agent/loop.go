@@ -195,6 +195,7 @@ func (t *turnRun) callModel(ctx context.Context) (resp *llm.Response, retry bool
 	req := llm.Request{System: t.system, Messages: t.l.Images.limit(t.out.History), Tools: t.defs, MaxTokens: t.l.MaxTokens}
 	t.in.Settings.Apply(&req)
 	t.partial.Reset()
+	ctx = turn.WithNotices(ctx, func(text string) { t.emit(turn.Event{Kind: turn.EventNotice, Step: t.step, Text: text}) })
 	resp, err = t.l.Provider.Complete(ctx, req, t.onDelta)
 	if err == nil {
 		return resp, false, nil

@@ -114,12 +114,12 @@ type Host struct {
 	// agent alone gets reload_config and gateway over it. Nil gives them
 	// to no agent.
 	ConfigSource func(a *picobotv1alpha1.Agent) agentconfig.Source
-	// Prices price the agents' model calls for usage accounting (every
-	// call is added to the tenant's usage in Store, package quota);
-	// quota.DefaultPrices when nil.
-	Prices quota.Prices
-	// Budget returns the tenant's model budget; nil is no budget.
-	Budget func() quota.Budget
+	// Prices returns a tenant's price table of the agents' model calls for
+	// usage accounting (every call is added to the tenant's usage in
+	// Store, package quota) now; quota.DefaultPrices when nil.
+	Prices func(tenant string) quota.Prices
+	// Budget returns a tenant's model budget now; nil is no budget.
+	Budget func(tenant string) quota.Budget
 	// Clock times gateway's restart delay and dates usage (the real clock
 	// when nil).
 	Clock clock.WithDelayedExecution
@@ -131,10 +131,6 @@ func (h *Host) meter(agent string) *quota.Meter {
 	if h.Store == nil {
 		return nil
 	}
-	prices := h.Prices
-	if prices == nil {
-		prices = quota.DefaultPrices()
-	}
 	var clk clock.PassiveClock = clock.RealClock{}
 	if h.Clock != nil {
 		clk = h.Clock
@@ -143,7 +139,7 @@ func (h *Host) meter(agent string) *quota.Meter {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &quota.Meter{Store: h.Store, Tenant: h.Tenant, Agent: agent, Prices: prices, Budget: h.Budget, Clock: clk, Log: log}
+	return &quota.Meter{Store: h.Store, Tenant: h.Tenant, Agent: agent, Prices: h.Prices, Budget: h.Budget, Clock: clk, Log: log}
 }
 
 // Feature adds capabilities to an agent (runtime/feature).

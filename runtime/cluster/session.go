@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -25,6 +26,7 @@ import (
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/cluster/agentsource"
+	"github.com/picobot/picobot/runtime/cluster/quotasource"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/protocol"
@@ -179,8 +181,12 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 			b.Close()
 		}
 	}()
+	// The namespace's TenantQuota: read now so that the first turn is
+	// checked, then again every quotasource.DefaultEvery.
+	quotas := &quotasource.Source{Kube: kube, Namespace: tenant, Clock: clock.RealClock{}, Log: log}
+	_ = quotas.Refresh(ctx) // logged; no quota read is no budget yet
 	var built *agenthost.Built
-	host := &agenthost.Host{Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
+	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),

@@ -223,6 +223,9 @@ type Runtime struct {
 	reloads    sync.Mutex
 	generation int
 	retired    []*agenthost.Built
+	// quotas are the tenants' budgets and price tables of the folder's
+	// TenantQuotas (quota.go), replaced by every generation.
+	quotas atomic.Pointer[tenantQuotas]
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // tenantAgent.waiterKey -> the gateway calls waiting for it

@@ -24,6 +24,10 @@ import (
 // error nothing of it is left running.
 func (r *Runtime) build(set *manifest.Set) (map[string]*agentGen, error) {
 	secrets, defaults := otherObjects(set)
+	quotas, err := quotasOf(set)
+	if err != nil {
+		return nil, err
+	}
 	root, rootErr := agentspec.RootAgent(set.Agents)
 	gens := map[string]*agentGen{}
 	closeAll := func() {
@@ -43,6 +47,7 @@ func (r *Runtime) build(set *manifest.Set) (map[string]*agentGen, error) {
 			// turn can delegate.
 			Delegates: r.delegates, Background: r.background, ActiveRuns: r.active, Exchanges: r.exchanges,
 			WarmSandboxes: r.warm, Clock: r.opts.Clock, Health: r.opts.Health,
+			Budget: r.budget, Prices: r.prices,
 			ConfigSource: func(a *picobotv1alpha1.Agent) agentconfig.Source {
 				if rootErr != nil || a.Name != root {
 					return nil
@@ -57,6 +62,7 @@ func (r *Runtime) build(set *manifest.Set) (map[string]*agentGen, error) {
 		}
 		gens[a.Name] = &agentGen{Built: built, info: built.Info, spec: a, secrets: host.Secrets}
 	}
+	r.quotas.Store(quotas)
 	r.generation++
 	return gens, nil
 }

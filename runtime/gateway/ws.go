@@ -121,6 +121,8 @@ func toEventBody(e turn.Event) *eventBody {
 			IsError: e.ToolResult.IsError, Attachments: toAttachments(e.Attachments)}
 	case turn.EventUsage:
 		return &eventBody{Kind: string(e.Kind), InputTokens: e.Usage.InputTokens, OutputTokens: e.Usage.OutputTokens}
+	case turn.EventNotice:
+		return &eventBody{Kind: string(e.Kind), Text: e.Text}
 	case turn.EventApproval, turn.EventApprovalResult:
 		if a := e.Approval; a != nil {
 			return &eventBody{Kind: string(e.Kind), Code: a.Code, Name: a.Tool, Command: a.Command, Reason: a.Reason,

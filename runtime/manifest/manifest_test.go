@@ -232,7 +232,7 @@ spec:
 kind: Agnet
 metadata: {name: x}
 `, func(g *WithT, _ *manifest.Set, err error) {
-			g.Expect(err).To(MatchError(`f.yaml:1 Agnet/x: unsupported kind "Agnet" in apiVersion "agents.picobot.io/v1alpha1"; supported: agents.picobot.io/v1alpha1 Agent, agents.picobot.io/v1alpha1 BrowserProfile, agents.picobot.io/v1alpha1 CronJob`))
+			g.Expect(err).To(MatchError(`f.yaml:1 Agnet/x: unsupported kind "Agnet" in apiVersion "agents.picobot.io/v1alpha1"; supported: agents.picobot.io/v1alpha1 Agent, agents.picobot.io/v1alpha1 BrowserProfile, agents.picobot.io/v1alpha1 CronJob, agents.picobot.io/v1alpha1 TenantQuota`))
 		}},
 		{"unknown version", `apiVersion: agents.picobot.io/v1beta1
 kind: Agent
@@ -284,6 +284,32 @@ metadata: {name: soon}
 spec: {idleTimeout: soon}
 `, func(g *WithT, _ *manifest.Set, err error) {
 			g.Expect(err).To(MatchError(`f.yaml:1 BrowserProfile/soon: spec.idleTimeout: Invalid value: "soon": idleTimeout must be a duration such as 30s, 10m or 1h30m, from 1s to 24h`))
+		}},
+		{"tenant quota", `apiVersion: agents.picobot.io/v1alpha1
+kind: TenantQuota
+metadata: {name: default, namespace: team-a}
+spec:
+  budget: {dayTokens: 1000, dayCost: "2.50"}
+  maxCronJobs: 3
+`, func(g *WithT, set *manifest.Set, err error) {
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(set.TenantQuotas).To(HaveLen(1))
+			q := set.TenantQuotas[0]
+			g.Expect(q.Namespace).To(Equal("team-a"))
+			g.Expect(*q.Spec.Budget.DayTokens).To(Equal(int64(1000)))
+			g.Expect(*q.Spec.Budget.SoftLimitPercent).To(Equal(int32(80)), "defaulted as by the API server")
+			g.Expect(*q.Spec.MaxCronJobs).To(Equal(int32(3)))
+		}},
+		{"tenant quota of another name and a bad cost", `apiVersion: agents.picobot.io/v1alpha1
+kind: TenantQuota
+metadata: {name: team-quota}
+spec:
+  budget: {monthCost: "12,50"}
+`, func(g *WithT, _ *manifest.Set, err error) {
+			g.Expect(problems(err)).To(ConsistOf(
+				`f.yaml:1 TenantQuota/team-quota: <nil>: Invalid value: a TenantQuota must be named default: a namespace has one quota`,
+				`f.yaml:1 TenantQuota/team-quota: spec.budget.monthCost: Invalid value: "12,50": monthCost must be a positive decimal such as 300 or 12.50 (at most 6 decimals)`,
+			))
 		}},
 		{"status is ignored as on a create", `apiVersion: agents.picobot.io/v1alpha1
 kind: Agent

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/turn"
 )
 
 // Budget caps a tenant's model use per UTC day and per month; a zero field
@@ -21,10 +23,36 @@ type Budget struct {
 	MonthTokens     int64
 	DayCostMicros   int64
 	MonthCostMicros int64
+	// SoftLimitPercent of a cap at which the runtime warns, once per cap
+	// and period; 0 never warns.
+	SoftLimitPercent int64
 }
 
 // IsZero reports a budget without any cap.
-func (b Budget) IsZero() bool { return b == Budget{} }
+func (b Budget) IsZero() bool {
+	return b.DayTokens == 0 && b.MonthTokens == 0 && b.DayCostMicros == 0 && b.MonthCostMicros == 0
+}
+
+// SoftLimit says which cap t has passed SoftLimitPercent of (and its key,
+// naming the cap and its period, for warning once), or "" when none.
+func (b Budget) SoftLimit(t store.UsageTotals, now time.Time) (key, why string) {
+	if b.SoftLimitPercent <= 0 {
+		return "", ""
+	}
+	over := func(used, limit int64) bool { return limit > 0 && used*100 >= limit*b.SoftLimitPercent }
+	day, month := now.UTC().Format(time.DateOnly), now.UTC().Format("2006-01")
+	switch {
+	case over(t.Day.Tokens(), b.DayTokens):
+		return "day-tokens/" + day, fmt.Sprintf("%d%% of today's model budget of %d tokens is used (%d)", b.SoftLimitPercent, b.DayTokens, t.Day.Tokens())
+	case over(t.Month.Tokens(), b.MonthTokens):
+		return "month-tokens/" + month, fmt.Sprintf("%d%% of this month's model budget of %d tokens is used (%d)", b.SoftLimitPercent, b.MonthTokens, t.Month.Tokens())
+	case over(t.Day.CostMicros, b.DayCostMicros):
+		return "day-cost/" + day, fmt.Sprintf("%d%% of today's model budget of %s is used (%s)", b.SoftLimitPercent, Money(b.DayCostMicros), Money(t.Day.CostMicros))
+	case over(t.Month.CostMicros, b.MonthCostMicros):
+		return "month-cost/" + month, fmt.Sprintf("%d%% of this month's model budget of %s is used (%s)", b.SoftLimitPercent, Money(b.MonthCostMicros), Money(t.Month.CostMicros))
+	}
+	return "", ""
+}
 
 // Exceeded says which cap t has reached, or "" when none.
 func (b Budget) Exceeded(t store.UsageTotals) string {
@@ -60,21 +88,47 @@ var ErrBudgetExhausted = errors.New("model budget exhausted")
 // when the budget ran out (one per concurrent turn).
 type Meter struct {
 	Store store.Store
-	// Tenant scopes the store calls.
+	// Tenant scopes the store calls of a call whose context names no
+	// tenant; one that does (store.WithTenant: the session runtime's turns,
+	// of whichever tenant an embedded runtime serves) is that tenant's.
 	Tenant string
 	Agent  string
-	Prices Prices
+	// Prices returns the tenant's price table now (it may change while the
+	// runtime runs); nil is DefaultPrices for every tenant.
+	Prices func(tenant string) Prices
 	// Budget returns the tenant's budget now (it may change while the
 	// runtime runs); nil or a zero budget is no cap.
-	Budget func() Budget
+	Budget func(tenant string) Budget
 	Clock  clock.PassiveClock
 	Log    *slog.Logger
 
-	unpriced sync.Map // model name -> struct{}: warned once
+	unpriced     sync.Map // model name -> struct{}: warned once
+	soft         sync.Map // SoftLimit key -> struct{}: warned once
+	defaultsOnce sync.Once
+	defaults     Prices
 }
 
-func (m *Meter) ctx(ctx context.Context) context.Context {
-	return store.WithTenant(context.WithoutCancel(ctx), m.Tenant)
+// prices is the tenant's price table; DefaultPrices is built once per Meter.
+func (m *Meter) prices(tenant string) Prices {
+	if m.Prices != nil {
+		if p := m.Prices(tenant); p != nil {
+			return p
+		}
+	}
+	m.defaultsOnce.Do(func() { m.defaults = DefaultPrices() })
+	return m.defaults
+}
+
+// tenant is the tenant of a call: ctx's, else m.Tenant.
+func (m *Meter) tenant(ctx context.Context) string {
+	if t, err := store.TenantFrom(ctx); err == nil && t != "" {
+		return t
+	}
+	return m.Tenant
+}
+
+func (m *Meter) ctx(ctx context.Context, tenant string) context.Context {
+	return store.WithTenant(context.WithoutCancel(ctx), tenant)
 }
 
 // Guard wraps the agent's provider (its whole fallback chain): each call
@@ -92,11 +146,12 @@ func (m *Meter) Check(ctx context.Context) error {
 	if m.Budget == nil {
 		return nil
 	}
-	b := m.Budget()
+	tenant := m.tenant(ctx)
+	b := m.Budget(tenant)
 	if b.IsZero() {
 		return nil
 	}
-	t, err := m.Store.UsageTotals(m.ctx(ctx), m.Clock.Now())
+	t, err := m.Store.UsageTotals(m.ctx(ctx, tenant), m.Clock.Now())
 	if err != nil {
 		return fmt.Errorf("failed to check the model budget: %w", err)
 	}
@@ -104,12 +159,18 @@ func (m *Meter) Check(ctx context.Context) error {
 		return &protocol.CodedError{Code: protocol.CodeBudgetExhausted,
 			Err: fmt.Errorf("%w: %s; the platform team sets the budget", ErrBudgetExhausted, why)}
 	}
+	if key, why := b.SoftLimit(t, m.Clock.Now()); key != "" {
+		if _, warned := m.soft.LoadOrStore(tenant+"/"+key, struct{}{}); !warned {
+			m.Log.Warn("Model budget soft limit reached", "tenant", tenant, "agent", m.Agent, "limit", why)
+			turn.Notify(ctx, "Model budget: "+why+"; calls stop when it is spent.")
+		}
+	}
 	return nil
 }
 
 // Add records usage of the agent now.
 func (m *Meter) Add(ctx context.Context, c store.UsageCounts) {
-	if err := m.Store.AddUsage(m.ctx(ctx), store.UsageDelta{Agent: m.Agent, Day: m.Clock.Now(), UsageCounts: c}); err != nil {
+	if err := m.Store.AddUsage(m.ctx(ctx, m.tenant(ctx)), store.UsageDelta{Agent: m.Agent, Day: m.Clock.Now(), UsageCounts: c}); err != nil {
 		m.Log.Warn("Failed to record usage", "agent", m.Agent, "err", err)
 	}
 }
@@ -137,7 +198,7 @@ func (c counter) Complete(ctx context.Context, req llm.Request, onDelta func(llm
 	if err != nil {
 		return resp, err
 	}
-	price, ok := c.m.Prices.Lookup(c.name)
+	price, ok := c.m.prices(c.m.tenant(ctx)).Lookup(c.name)
 	if !ok {
 		if _, warned := c.m.unpriced.LoadOrStore(c.name, struct{}{}); !warned {
 			c.m.Log.Warn("No price for this model: its calls count tokens but no cost; add it to the price table", "model", c.name)

@@ -74,8 +74,8 @@ func openSQLite(t testing.TB) store.Store {
 }
 
 func meter(st store.Store, agent string, b quota.Budget) *quota.Meter {
-	return &quota.Meter{Store: st, Tenant: "team", Agent: agent, Prices: quota.DefaultPrices(),
-		Budget: func() quota.Budget { return b }, Clock: clocktesting.NewFakePassiveClock(day), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return &quota.Meter{Store: st, Tenant: "team", Agent: agent,
+		Budget: func(string) quota.Budget { return b }, Clock: clocktesting.NewFakePassiveClock(day), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 func ask(p llm.Provider) error {

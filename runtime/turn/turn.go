@@ -7,6 +7,7 @@
 package turn
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -26,6 +27,9 @@ const (
 	EventUsage      EventKind = "usage"       // tokens of one model call
 	EventCompressed EventKind = "compressed"  // history was compressed
 	EventFinal      EventKind = "final"       // the final answer
+	// EventNotice is a message of the platform to the user, not of the
+	// model: a model budget's soft limit was reached (Notify).
+	EventNotice EventKind = "notice"
 	// EventApproval asks the user to approve a command before it runs;
 	// EventApprovalResult says how the request ended.
 	EventApproval       EventKind = "approval"
@@ -175,4 +179,25 @@ func AttachmentsMarkdown(list []Attachment) string {
 		lines[i] = a.Markdown()
 	}
 	return strings.Join(lines, "\n")
+}
+
+// noticesKey carries the function that emits a turn's notices.
+type noticesKey struct{}
+
+// WithNotices returns ctx with emit, which the agent loop sets around each
+// model call so that what wraps the model (the budget check) can tell the
+// turn's client something as a notice event.
+func WithNotices(ctx context.Context, emit func(text string)) context.Context {
+	return context.WithValue(ctx, noticesKey{}, emit)
+}
+
+// Notify emits text as a notice event of the turn ctx belongs to; it
+// reports false when ctx is not a turn's (nobody to tell).
+func Notify(ctx context.Context, text string) bool {
+	emit, ok := ctx.Value(noticesKey{}).(func(string))
+	if !ok || emit == nil {
+		return false
+	}
+	emit(text)
+	return true
 }

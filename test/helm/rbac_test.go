@@ -167,6 +167,21 @@ func TestAuthCanI(t *testing.T) {
 		{"tenant viewer", "bob", "get", "cronjobs.agents.picobot.io", "team-a", true},
 		{"tenant viewer", "bob", "create", "agents.agents.picobot.io", "team-a", false},
 		{"tenant viewer", "bob", "list", "agents.agents.picobot.io", "team-b", false},
+		// The platform team sets a namespace's TenantQuota: its tenant
+		// reads it and cannot change it; the operator reads them all (it
+		// grants session pods get on theirs).
+		{"tenant editor", "alice", "get", "tenantquotas.agents.picobot.io", "team-a", true},
+		{"tenant editor", "alice", "watch", "tenantquotas.agents.picobot.io", "team-a", true},
+		{"tenant editor", "alice", "create", "tenantquotas.agents.picobot.io", "team-a", false},
+		{"tenant editor", "alice", "update", "tenantquotas.agents.picobot.io", "team-a", false},
+		{"tenant editor", "alice", "patch", "tenantquotas.agents.picobot.io", "team-a", false},
+		{"tenant editor", "alice", "delete", "tenantquotas.agents.picobot.io", "team-a", false},
+		{"tenant editor", "alice", "update", "tenantquotas.agents.picobot.io/status", "team-a", false},
+		{"tenant viewer", "bob", "list", "tenantquotas.agents.picobot.io", "team-a", true},
+		{"tenant viewer", "bob", "create", "tenantquotas.agents.picobot.io", "team-a", false},
+		{"operator", operator, "list", "tenantquotas.agents.picobot.io", "", true},
+		{"operator", operator, "update", "tenantquotas.agents.picobot.io", "team-a", false},
+		{"namespaced operator", nsOperator, "get", "tenantquotas.agents.picobot.io", "team-a", true},
 	}
 	// Prometheus, bound to the chart's metrics-reader ClusterRole, may get
 	// /metrics; nobody else may.

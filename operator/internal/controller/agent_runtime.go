@@ -75,6 +75,7 @@ const createRetry = 30 * time.Second
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=agents.picobot.io,resources=cronjobs;browserprofiles,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=agents.picobot.io,resources=tenantquotas,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // runtimeResult is what the runtime phase contributes to status.

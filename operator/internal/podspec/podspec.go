@@ -296,7 +296,7 @@ func ServiceAccount(a *picobotv1alpha1.Agent) *corev1.ServiceAccount {
 // target's readiness and effective tools) and, for a root agent
 // (spec.role: root), patch its own Agent (the gateway tool's config.patch
 // and config.apply; no other Agent), the namespace defaults, watch
-// skill ConfigMaps, and manage the CronJobs and BrowserProfiles its tools
+// skill ConfigMaps, get the namespace's TenantQuota, and manage the CronJobs and BrowserProfiles its tools
 // create (the tools label them agent-made; the label is what GitOps tools
 // ignore).
 func Role(a *picobotv1alpha1.Agent) *rbacv1.Role {
@@ -311,6 +311,10 @@ func Role(a *picobotv1alpha1.Agent) *rbacv1.Role {
 		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"cronjobs", "browserprofiles"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+		// The namespace's quota (its model budget and price table ConfigMap),
+		// read by the runtime before model calls; never written.
+		{APIGroups: []string{picobotv1alpha1.GroupVersion.Group}, Resources: []string{"tenantquotas"},
+			ResourceNames: []string{picobotv1alpha1.TenantQuotaName}, Verbs: []string{"get"}},
 		// Browser pods: the session asks for one with a Lease and reads its
 		// endpoint and token from the agent's own endpoints Secret.
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},

@@ -191,7 +191,14 @@ func TestRoleGrantsOnlyWhatTheToolsNeed(t *testing.T) {
 			verbs[res] = rule.Verbs
 		}
 	}
-	g.Expect(verbs).To(HaveLen(6))
+	g.Expect(verbs).To(HaveLen(7))
+	// The namespace's TenantQuota: read, only the one named default.
+	g.Expect(verbs["tenantquotas"]).To(Equal([]string{"get"}))
+	for _, rule := range r.Rules {
+		if slices.Contains(rule.Resources, "tenantquotas") {
+			g.Expect(rule.ResourceNames).To(Equal([]string{picobotv1alpha1.TenantQuotaName}))
+		}
+	}
 	g.Expect(verbs["agents"]).To(ConsistOf("get", "watch"))
 	g.Expect(r.Rules[0].ResourceNames).To(Equal([]string{"helper"}))
 	// A lead also reads the Agents its delegate edges name, once each.

@@ -88,6 +88,14 @@
   verbs:
   - update
 - apiGroups:
+  - agents.picobot.io
+  resources:
+  - tenantquotas
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
   - coordination.k8s.io
   resources:
   - leases

@@ -1,0 +1,80 @@
+package embedded
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/picobot/picobot/runtime/manifest"
+	"github.com/picobot/picobot/runtime/quota"
+)
+
+// tenantQuotas are the budgets and price tables of a manifests folder's
+// TenantQuotas, by tenant (the quota's namespace). A tenant without one
+// has no budget and the built-in prices.
+type tenantQuotas struct {
+	budgets map[string]quota.Budget
+	prices  map[string]quota.Prices
+}
+
+// quotasOf reads the TenantQuotas of set and the price ConfigMaps they
+// name (in their namespace, from the same folder). A quota whose price
+// table is missing or unreadable is an error: the folder is not run with a
+// budget priced otherwise than its author wrote.
+func quotasOf(set *manifest.Set) (*tenantQuotas, error) {
+	out := &tenantQuotas{budgets: map[string]quota.Budget{}, prices: map[string]quota.Prices{}}
+	for i := range set.TenantQuotas {
+		q := &set.TenantQuotas[i]
+		b, err := quota.BudgetOf(q)
+		if err != nil {
+			return nil, err
+		}
+		out.budgets[q.Namespace] = b
+		if q.Spec.PricesConfigMap == nil {
+			continue
+		}
+		cm := configMap(set, q.Namespace, *q.Spec.PricesConfigMap)
+		if cm == nil {
+			return nil, fmt.Errorf("TenantQuota %s/%s names pricesConfigMap %q: the folder has no ConfigMap %q in namespace %q",
+				q.Namespace, q.Name, *q.Spec.PricesConfigMap, *q.Spec.PricesConfigMap, q.Namespace)
+		}
+		p, err := quota.PricesOf(cm.Name, cm.Data)
+		if err != nil {
+			return nil, fmt.Errorf("failed to read the prices of TenantQuota %s/%s: %w", q.Namespace, q.Name, err)
+		}
+		out.prices[q.Namespace] = p
+	}
+	return out, nil
+}
+
+// configMap finds a ConfigMap of the folder, nil when there is none.
+func configMap(set *manifest.Set, namespace, name string) *corev1.ConfigMap {
+	for _, u := range set.Other {
+		if u.GetKind() != "ConfigMap" || u.GetNamespace() != namespace || u.GetName() != name {
+			continue
+		}
+		cm := &corev1.ConfigMap{}
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cm) == nil {
+			return cm
+		}
+	}
+	return nil
+}
+
+// budget is agenthost.Host.Budget: the tenant's budget of the current
+// generation.
+func (r *Runtime) budget(tenant string) quota.Budget {
+	if q := r.quotas.Load(); q != nil {
+		return q.budgets[tenant]
+	}
+	return quota.Budget{}
+}
+
+// prices is agenthost.Host.Prices; nil is the built-in prices.
+func (r *Runtime) prices(tenant string) quota.Prices {
+	if q := r.quotas.Load(); q != nil {
+		return q.prices[tenant]
+	}
+	return nil
+}
