@@ -415,6 +415,11 @@ test('command, error and stopped turns', () => {
   s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'done', id: 'c-2' } });
   assert.deepEqual(s.turns['c-2'].commands, ['Started a new conversation (d_k3x9qa2m).']);
   assert.equal(s.turns['c-2'].status, 'done');
+  // A notice of the runtime (a budget nearly spent) shows as a note of its turn.
+  s = UI.reduce(s, { type: 'send', turn: UI.newTurn('c-n', 'hi', { agent: 'a' }) });
+  s = UI.reduce(s, { type: 'frame', frame: ev('c-n', { kind: 'notice', text: "80% of today's model budget is used." }) });
+  assert.deepEqual(s.turns['c-n'].commands, ["80% of today's model budget is used."]);
+  s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'done', id: 'c-n' } });
 
   s = UI.reduce(s, { type: 'send', turn: UI.newTurn('c-3', 'hi', { agent: 'a' }) });
   s = UI.reduce(s, { type: 'frame', frame: { v: 1, type: 'error', id: 'c-3', code: 'no_model', message: 'Agent a has no usable model: set OPENAI_API_KEY' } });

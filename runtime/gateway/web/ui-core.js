@@ -871,6 +871,7 @@
         t.attachments = t.attachments.concat(normalizeAttachments(ev.attachments));
         break;
       case 'command':
+      case 'notice': // the runtime's word to the user during a turn (a budget nearly spent)
         t.commands = t.commands.concat([ev.text || '']);
         break;
       case 'approval': {
