@@ -1,7 +1,6 @@
 package embedded_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -19,6 +17,7 @@ import (
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/test/logbuf"
 )
 
 // quotaYAML is tenant-a's quota: 200 tokens a day, a warning at half, and
@@ -57,24 +56,6 @@ spec:
     apiKeySecretRef: {name: llm, key: apiKey}
 `
 
-// syncBuffer is a log sink safe for the runtime's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestTenantQuotaBudget: a TenantQuota manifest's dayTokens stops tenant A's
 // third turn with budget_exhausted before the model is asked (each turn
 // uses 100 tokens), warns once at the soft limit (a notice event to the
@@ -97,7 +78,7 @@ func TestTenantQuotaBudget(t *testing.T) {
 			dir := t.TempDir()
 			g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, quotaAgentYAML, proto, url), 0o600)).To(Succeed())
 			g.Expect(os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(quotaYAML), 0o600)).To(Succeed())
-			logs := &syncBuffer{}
+			logs := &logbuf.Buffer{}
 			rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Tenant: "tenant-a", Tenants: []string{"tenant-b"},
 				Log: slog.New(slog.NewTextHandler(logs, nil)),
 				Env: func(k string) string {

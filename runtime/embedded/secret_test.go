@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/picobot/picobot/runtime/netguard"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tool/browser"
+	"github.com/picobot/picobot/test/logbuf"
 )
 
 // sitePassword is the saved credential; nothing but the page may see it.
@@ -76,24 +76,6 @@ stringData:
   user: alice
 `
 
-// syncBuffer is a log sink shared by the runtime's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
-}
-
 // shopSite is a login form; logins receives each password it was sent.
 func shopSite(t *testing.T) (*httptest.Server, <-chan string) {
 	logins := make(chan string, 4)
@@ -134,7 +116,7 @@ func TestBotSecretTypesWithoutTheModelSeeingIt(t *testing.T) {
 	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, secretAgentsYAML, s.URL()), 0o600)).To(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(dir, "secret.yaml"), []byte(secretYAML), 0o600)).To(Succeed())
 
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	resolver := netguard.ResolverFunc(func(context.Context, string) ([]netip.Addr, error) {
 		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil

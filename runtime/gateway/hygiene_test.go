@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -21,25 +19,8 @@ import (
 
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
+	"github.com/picobot/picobot/test/logbuf"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Guessing keys: every failure is logged without the key, and after ten
 // from one address that address is refused with 429 before its key is even
@@ -47,7 +28,7 @@ func (s *syncBuffer) String() string {
 // tell a wrong key from a right one.
 func TestFailedAuthenticationIsThrottledAndLogged(t *testing.T) {
 	g := NewWithT(t)
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	e := start(t, func(c *gateway.Config) { c.Log = slog.New(slog.NewJSONHandler(logs, nil)) })
 	const guess = "guess-0123456789-secret"
 	for i := range 10 {
@@ -216,7 +197,7 @@ func TestErrorsDoNotLeakInternalURLs(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	dead := "http://" + ln.Addr().String() + "/internal-llm/v1"
 	g.Expect(ln.Close()).To(Succeed()) // nothing listens there now
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	e := startAgents(t, func(string) string { return fmt.Sprintf(agentYAML, dead, dead) }, nil,
 		func(c *gateway.Config) { c.Log = slog.New(slog.NewJSONHandler(logs, nil)) })
 	ws := e.a.Dial(t)
