@@ -601,13 +601,21 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	return w.wait(ctx, r.ctx, !first)
 }
 
+// now is the runtime's clock's time (Options.Clock, else the real clock).
+func (r *Runtime) now() time.Time {
+	if r.opts.Clock != nil {
+		return r.opts.Clock.Now()
+	}
+	return time.Now()
+}
+
 // queue puts a message on its chat's stream and has the chat served.
 func (r *Runtime) queue(ctx context.Context, ta *tenantAgent, chat sessionrt.Chat, in protocol.Inbound) error {
 	payload, err := protocol.EncodeInbound(in)
 	if err != nil {
 		return err
 	}
-	if err := r.state.Bus.Publish(ctx, ta.rt.Stream(chat), bus.Message{ID: in.ID, Payload: payload}); err != nil {
+	if err := r.state.Bus.Publish(ctx, ta.rt.Stream(chat), bus.Message{ID: in.ID, Payload: payload, Headers: bus.QueuedAt(r.now())}); err != nil {
 		return fmt.Errorf("failed to queue message: %w", err)
 	}
 	r.wake(ta, chat)

@@ -53,6 +53,7 @@ const (
 	PhaseTotal = "total"
 	PhaseModel = "model"
 	PhaseTools = "tools"
+	PhaseQueue = "queue"
 )
 
 var (
@@ -108,7 +109,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "turns_total",
 			Help: "Model turns that ended, by outcome: ok or the protocol's error code."}, []string{"tenant", "agent", "outcome"}),
 		turnSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "turn_duration_seconds",
-			Help:    "Time of a turn by phase: total (from the runtime taking the message to its outcome), model (its model calls) and tools (its tool calls).",
+			Help:    "Time of a turn by phase: total (from the runtime taking the message to its outcome), model (its model calls), tools (its tool calls) and queue (from the message being queued to the runtime taking it).",
 			Buckets: turnBuckets}, []string{"tenant", "agent", "phase"}),
 		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "model_calls_total",
 			Help: "Model calls (retries included) by outcome: ok, an HTTP status, truncated, context_overflow, cancelled or error (a network or other failure)."},
@@ -160,6 +161,7 @@ type Turn struct {
 	m             *Metrics
 	tenant, agent string
 	start         time.Time
+	queued        time.Time    // zero when unknown
 	model, tools  atomic.Int64 // nanoseconds
 }
 
@@ -180,6 +182,14 @@ func turnOf(ctx context.Context) *Turn {
 	return t
 }
 
+// QueuedAt says when the turn's message was queued (bus.HeaderQueuedAt):
+// the time from then to the turn's start is its queue phase.
+func (t *Turn) QueuedAt(at time.Time) {
+	if t != nil {
+		t.queued = at
+	}
+}
+
 // End records the turn with outcome (OutcomeOK or an error code).
 func (t *Turn) End(outcome string) {
 	if t == nil {
@@ -190,6 +200,10 @@ func (t *Turn) End(outcome string) {
 	h.WithLabelValues(t.tenant, t.agent, PhaseTotal).Observe(t.m.clock.Since(t.start).Seconds())
 	h.WithLabelValues(t.tenant, t.agent, PhaseModel).Observe(time.Duration(t.model.Load()).Seconds())
 	h.WithLabelValues(t.tenant, t.agent, PhaseTools).Observe(time.Duration(t.tools.Load()).Seconds())
+	if !t.queued.IsZero() {
+		// Clocks of two hosts may disagree: a negative wait is none.
+		h.WithLabelValues(t.tenant, t.agent, PhaseQueue).Observe(max(t.start.Sub(t.queued), 0).Seconds())
+	}
 }
 
 // SessionStarted counts a chat this process starts serving; the returned

@@ -155,6 +155,7 @@ func TestTurnsOverOpenAI(t *testing.T) {
 	g.Expect(value(fams, "picobot_turn_duration_seconds", with("phase", "total"))).To(Equal(3.0))
 	g.Expect(value(fams, "picobot_turn_duration_seconds", with("phase", "model"))).To(Equal(3.0))
 	g.Expect(value(fams, "picobot_turn_duration_seconds", with("phase", "tools"))).To(Equal(3.0))
+	g.Expect(value(fams, "picobot_turn_duration_seconds", with("phase", "queue"))).To(Equal(3.0))
 
 	m := with("provider", "openai", "model", "fake")
 	g.Expect(value(fams, "picobot_model_calls_total", with("provider", "openai", "model", "fake", "outcome", "ok"))).To(Equal(4.0))

@@ -342,6 +342,11 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 	}
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
 	tctx, timer := r.cfg.Metrics.StartTurn(tctx, r.cfg.Tenant, r.cfg.Agent)
+	if at, ok := m.QueuedTime(); ok && m.Deliveries <= 1 {
+		// A message handed over again waited for a crashed owner, not
+		// in the queue.
+		timer.QueuedAt(at)
+	}
 	reply, err := r.handle(tctx, mgr, c, m.ID, in)
 	end()
 	if err != nil && ctx.Err() != nil {
