@@ -78,6 +78,8 @@ type Metrics struct {
 	sessions       *prometheus.GaugeVec
 	gwConns        *prometheus.GaugeVec
 	gwFrames       *prometheus.CounterVec
+	frameIn        prometheus.Counter // of gwFrames, resolved once: every frame counts
+	frameOut       prometheus.Counter
 	gwAuthFailures prometheus.Counter
 	gwRateLimited  *prometheus.CounterVec
 
@@ -140,6 +142,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Help: "Requests refused with 429 by reason: key (the API key's rate limit) or auth_failures (too many failed authentications from the address)."},
 			[]string{"reason"}),
 	}
+	m.frameIn, m.frameOut = m.gwFrames.WithLabelValues("in"), m.gwFrames.WithLabelValues("out")
 	cs := []prometheus.Collector{m.turns, m.turnSeconds, m.modelCalls, m.modelSeconds, m.modelTTFT, m.modelTokens, m.modelFallbacks,
 		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited}
 	for _, c := range cs {
@@ -295,11 +298,11 @@ func (m *Metrics) Frame(in bool) {
 	if m == nil {
 		return
 	}
-	dir := "out"
 	if in {
-		dir = "in"
+		m.frameIn.Inc()
+		return
 	}
-	m.gwFrames.WithLabelValues(dir).Inc()
+	m.frameOut.Inc()
 }
 
 // AuthFailure counts a request refused for its API key.
