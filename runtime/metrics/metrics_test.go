@@ -2,6 +2,8 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/picobot/picobot/runtime/client"
 	"github.com/picobot/picobot/runtime/embedded/embeddedtest"
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -271,12 +275,75 @@ spec:
 		}
 		g.Expect(status).To(Equal(want), "scrape %d", i)
 	}
-	got, err := reg.Gather()
+	fams = gather(t, reg)
+	g.Expect(value(fams, "picobot_gateway_auth_failures_total", nil)).To(Equal(10.0))
+	g.Expect(value(fams, "picobot_gateway_rate_limited_total", lbl("reason", "auth_failures"))).To(Equal(1.0))
+}
+
+// TestToolLabelsAreBounded: a tool name the model made up is "unknown",
+// and past MaxToolLabels distinct tools further ones are "other".
+func TestToolLabelsAreBounded(t *testing.T) {
+	g := NewWithT(t)
+	reg := prometheus.NewRegistry()
+	env := embeddedtest.Start(t, embeddedtest.Options{Registry: reg})
+	env.LLM.Script(
+		fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "secret_of_user_42", Args: `{}`}}},
+		fakellm.Turn{Text: "No such tool."},
+	)
+	c, err := client.New(env.URL, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
-	fams = map[string]*dto.MetricFamily{}
+	conn, err := c.Dial(hangGuard(t))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = conn.Ask(hangGuard(t), client.Send{Agent: "assistant", ChatID: "c1", Text: "hi"}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// The same process's other agents' tools, past the cap.
+	m, err := metrics.New(reg, metrics.Options{})
+	g.Expect(err).To(HaveOccurred(), "a registry takes PicoBot's metrics once")
+	g.Expect(m).To(BeNil())
+	own := prometheus.NewRegistry()
+	m, err = metrics.New(own, metrics.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	tools := m.Tools("default", "assistant")
+	for i := range metrics.MaxToolLabels + 2 {
+		tools.ToolStarted(context.Background(), fmt.Sprintf("tool_%d", i))(i%2 == 0)
+	}
+
+	fams := gather(t, reg)
+	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", "unknown", "outcome", "error"))).To(Equal(1.0))
+	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", "secret_of_user_42"))).To(Equal(-1.0))
+	fams = gather(t, own)
+	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", "other"))).To(Equal(2.0))
+	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", "tool_0", "outcome", "error"))).To(Equal(1.0))
+	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", fmt.Sprintf("tool_%d", metrics.MaxToolLabels)))).To(Equal(-1.0))
+}
+
+func gather(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	got, err := reg.Gather()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	fams := map[string]*dto.MetricFamily{}
 	for _, f := range got {
 		fams[f.GetName()] = f
 	}
-	g.Expect(value(fams, "picobot_gateway_auth_failures_total", nil)).To(Equal(10.0))
-	g.Expect(value(fams, "picobot_gateway_rate_limited_total", lbl("reason", "auth_failures"))).To(Equal(1.0))
+	return fams
+}
+
+func TestErrorCode(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want string
+	}{
+		{context.Background(), fmt.Errorf("failed: %w", &llm.StatusError{Provider: "openai", StatusCode: 429}), "429"},
+		{context.Background(), fmt.Errorf("failed: %w", llm.ErrContextOverflow), "context_overflow"},
+		{context.Background(), llm.ErrTruncated, "truncated"},
+		{cancelled, errors.New("read: connection closed"), "cancelled"},
+		{context.Background(), errors.New("dial tcp: connection refused"), "error"},
+	} {
+		NewWithT(t).Expect(metrics.ErrorCode(tc.ctx, tc.err)).To(Equal(tc.want), "%v", tc.err)
+	}
 }
