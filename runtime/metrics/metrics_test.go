@@ -54,7 +54,7 @@ func scrape(t *testing.T, url, key string) (int, map[string]*dto.MetricFamily) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	g.Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return resp.StatusCode, nil
 	}
@@ -244,7 +244,7 @@ spec:
 	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
 	resp, err := http.DefaultClient.Do(req)
 	g.Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
 	g.Expect(resp.Header.Get("Content-Type")).To(HavePrefix("application/openmetrics-text"))
 
