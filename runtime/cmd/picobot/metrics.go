@@ -24,8 +24,9 @@ func newMetrics() (*prometheus.Registry, *metrics.Metrics, error) {
 	return reg, m, err
 }
 
-// serveMetrics serves reg on /metrics of its own listener at addr until the
-// returned server is shut down; failed reports a serving error. addr ""
+// serveMetrics serves reg on /metrics of its own listener at addr (the
+// server's Addr) until the returned server is shut down; failed reports a
+// serving error. addr ""
 // serves nothing (the returned server may still be shut down). The listener
 // has no authentication: it is for a scraper reaching the pod inside the
 // cluster, never for an Ingress.
@@ -41,6 +42,7 @@ func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (srv *
 		return nil, nil, fmt.Errorf("failed to listen on %s: %w", addr, err)
 	}
 	srv = gateway.HTTPServer(mux, gateway.Limits{})
+	srv.Addr = ln.Addr().String() // the port chosen for ":0"
 	fmt.Fprintf(os.Stderr, "PicoBot serves metrics on http://%s/metrics\n", ln.Addr())
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
