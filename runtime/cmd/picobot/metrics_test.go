@@ -22,7 +22,7 @@ func TestServeMetrics(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 
-	get := func(path, accept string) (*http.Response, string) {
+	get := func(path, accept string) (status int, contentType, body string) {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+srv.Addr+path, nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		if accept != "" {
@@ -31,18 +31,18 @@ func TestServeMetrics(t *testing.T) {
 		resp, err := http.DefaultClient.Do(req)
 		g.Expect(err).NotTo(HaveOccurred())
 		defer func() { _ = resp.Body.Close() }()
-		body, err := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(resp.Body)
 		g.Expect(err).NotTo(HaveOccurred())
-		return resp, string(body)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
 	}
-	resp, body := get("/metrics", "application/openmetrics-text; version=1.0.0")
-	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-	g.Expect(resp.Header.Get("Content-Type")).To(HavePrefix("application/openmetrics-text"))
+	status, contentType, body := get("/metrics", "application/openmetrics-text; version=1.0.0")
+	g.Expect(status).To(Equal(http.StatusOK))
+	g.Expect(contentType).To(HavePrefix("application/openmetrics-text"))
 	g.Expect(body).To(MatchRegexp(`(?m)^picobot_gateway_auth_failures_total 1(\.0)?$`))
 	g.Expect(body).To(ContainSubstring("go_goroutines "))
 	g.Expect(body).To(HaveSuffix("# EOF\n"))
-	resp, _ = get("/api/v1/health", "")
-	g.Expect(resp.StatusCode).To(Equal(http.StatusNotFound))
+	status, _, _ = get("/api/v1/health", "")
+	g.Expect(status).To(Equal(http.StatusNotFound))
 
 	off, _, err := serveMetrics("", reg, slog.New(slog.DiscardHandler))
 	g.Expect(err).NotTo(HaveOccurred())
