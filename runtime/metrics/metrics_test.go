@@ -310,7 +310,11 @@ func TestToolLabelsAreBounded(t *testing.T) {
 		tools.ToolStarted(context.Background(), fmt.Sprintf("tool_%d", i))(i%2 == 0)
 	}
 
-	fams := gather(t, reg)
+	// Without an API key, loopback clients are served, as for /api/.
+	status, fams := scrape(t, env.URL, "")
+	g.Expect(status).To(Equal(http.StatusOK))
+	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", "unknown", "outcome", "error"))).To(Equal(1.0))
+	fams = gather(t, reg)
 	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", "unknown", "outcome", "error"))).To(Equal(1.0))
 	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", "secret_of_user_42"))).To(Equal(-1.0))
 	fams = gather(t, own)
