@@ -31,6 +31,7 @@ import (
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
 	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool/agentconfig"
 	"github.com/picobot/picobot/runtime/turn"
@@ -246,7 +247,10 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
 		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs,
 		Stateless: func(ctx context.Context, req protocol.Stateless, stream bool, sink func(turn.Event)) (protocol.Outcome, error) {
-			return cur.Load().Complete(ctx, req, stream, sink)
+			ctx, timer := opts.Metrics.StartTurn(ctx, tenant, agentName)
+			out, err := cur.Load().Complete(ctx, req, stream, sink)
+			timer.End(sessionrt.Outcome(err))
+			return out, err
 		}, Log: log, Drain: ctx.Done(), Metrics: opts.Metrics,
 		Delegated: SubAgentRuns(svc.Store, agentName, func(tools []string) session.Config { return cur.Load().SubAgent(tools) }),
 		// A session pod spends most of its life waiting: warm for a wake,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -321,6 +322,38 @@ func TestToolLabelsAreBounded(t *testing.T) {
 	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", "other"))).To(Equal(2.0))
 	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", "tool_0", "outcome", "error"))).To(Equal(1.0))
 	g.Expect(value(fams, "picobot_tool_calls_total", lbl("tool", fmt.Sprintf("tool_%d", metrics.MaxToolLabels)))).To(Equal(-1.0))
+}
+
+// TestStatelessTurns: a stateless request of the OpenAI-compatible endpoint
+// (several messages, no chat: nothing stored, no bus) is a turn too, with
+// no queue phase.
+func TestStatelessTurns(t *testing.T) {
+	g := NewWithT(t)
+	reg := prometheus.NewRegistry()
+	env := embeddedtest.Start(t, embeddedtest.Options{Registry: reg})
+	env.LLM.Script(
+		fakellm.Turn{Text: "hello", Usage: &fakellm.Usage{InputTokens: 11, OutputTokens: 2}},
+		fakellm.Turn{Status: http.StatusBadRequest, ErrorBody: "no"},
+	)
+	for _, want := range []int{http.StatusOK, http.StatusBadRequest} {
+		req, err := http.NewRequestWithContext(hangGuard(t), http.MethodPost, env.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"assistant","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yes?"},{"role":"user","content":"hi"}]}`))
+		g.Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(want))
+	}
+	fams := gather(t, reg)
+	a := func(kv ...string) map[string]string {
+		return lbl(append([]string{"tenant", "default", "agent", "assistant"}, kv...)...)
+	}
+	g.Expect(value(fams, "picobot_turns_total", a("outcome", "ok"))).To(Equal(1.0))
+	g.Expect(value(fams, "picobot_turns_total", a("outcome", "model_rejected"))).To(Equal(1.0))
+	g.Expect(value(fams, "picobot_turn_duration_seconds", a("phase", "model"))).To(Equal(2.0))
+	g.Expect(value(fams, "picobot_turn_duration_seconds", a("phase", "queue"))).To(Equal(-1.0))
+	g.Expect(value(fams, "picobot_model_tokens_total", a("direction", "in"))).To(Equal(11.0))
 }
 
 func gather(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {

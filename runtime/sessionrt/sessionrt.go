@@ -366,6 +366,13 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 	return once, nil
 }
 
+// Outcome is the outcome label of a turn that ended with err (nil: ok) in
+// PicoBot's metrics: "ok" or its protocol code (Coded).
+func Outcome(err error) string {
+	ce, _ := Coded(err)
+	return outcome(ce)
+}
+
 // outcome is the turns_total outcome of a turn's coded error.
 func outcome(ce *protocol.CodedError) string {
 	if ce == nil {
