@@ -49,6 +49,19 @@ type Loop struct {
 	// files, MCP image content) reach the model as image parts; the zero
 	// value sends a note in their place.
 	Images Images
+	// Observer is told of every tool call the loop runs (metrics).
+	// Optional.
+	Observer ToolObserver
+}
+
+// ToolObserver is told of the tool calls of turns (package metrics
+// implements it). It is called on the goroutine of the call, concurrently
+// for a concurrent batch.
+type ToolObserver interface {
+	// ToolStarted is called as a call of the tool named name starts (""
+	// when the registry has no such tool: the name is the model's, not a
+	// tool's); done is called with whether its result is an error.
+	ToolStarted(ctx context.Context, name string) (done func(isError bool))
 }
 
 // Input is one turn.
@@ -392,7 +405,7 @@ func (l *Loop) runTools(ctx context.Context, reg *tool.Registry, env tool.Env, c
 					results[i] = cancelled(c)
 					return
 				}
-				results[i] = reg.Execute(ctx, env, c)
+				results[i] = l.execute(ctx, reg, env, c)
 			})
 		}
 		wg.Wait()
@@ -406,11 +419,26 @@ func (l *Loop) runTools(ctx context.Context, reg *tool.Registry, env tool.Env, c
 	for _, c := range calls {
 		r := cancelled(c)
 		if ctx.Err() == nil {
-			r = reg.Execute(ctx, env, c)
+			r = l.execute(ctx, reg, env, c)
 		}
 		if err := done(c, r); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// execute runs one call, told to the Observer.
+func (l *Loop) execute(ctx context.Context, reg *tool.Registry, env tool.Env, c llm.ToolCall) tool.Result {
+	if l.Observer == nil {
+		return reg.Execute(ctx, env, c)
+	}
+	name := c.Name
+	if _, ok := reg.Get(name); !ok {
+		name = ""
+	}
+	done := l.Observer.ToolStarted(ctx, name)
+	r := reg.Execute(ctx, env, c)
+	done(r.IsError)
+	return r
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/mcp"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/quota"
@@ -123,7 +124,10 @@ type Host struct {
 	// Clock times gateway's restart delay and dates usage (the real clock
 	// when nil).
 	Clock clock.WithDelayedExecution
-	Log   *slog.Logger
+	// Metrics records the agents' model and tool calls; nil records
+	// nothing.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 // meter accounts agent's model calls, nil without a store.
@@ -617,7 +621,7 @@ func (h *Host) llmTask(a *picobotv1alpha1.Agent, prov llm.Provider, providerName
 			if err != nil {
 				return nil, err
 			}
-			p = provider.Retry(p, provider.RetryPolicy{})
+			p = h.Metrics.Model(h.Tenant, a.Name, provName+"/"+model, false, provider.Retry(p, provider.RetryPolicy{}))
 			if m := h.meter(a.Name); m != nil {
 				p = m.Guard(m.Count(provName+"/"+model, p))
 			}
@@ -734,6 +738,9 @@ func (h *Host) session(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveMod
 	}
 	comp := &agent.Compressor{Window: window, Summarizer: prov}
 	loop := &agent.Loop{Provider: prov, Tools: reg, Compressor: comp}
+	if t := h.Metrics.Tools(h.Tenant, a.Name); t != nil {
+		loop.Observer = t
+	}
 	ws := filepath.Join(h.StateDir, "workspaces")
 	var signals session.SignalSource
 	if len(a.Spec.Delegates) > 0 {
@@ -816,6 +823,7 @@ func (h *Host) models(agent string, refs []picobotv1alpha1.ModelRef) (llm.Provid
 				continue // unusable fallback
 			}
 		}
+		fallback := len(named) > 0
 		p, err := provider.New(provider.Config{Provider: string(ref.Provider), Model: ref.Model, BaseURL: ref.BaseURL, APIKey: key})
 		if err != nil {
 			return nil, err
@@ -825,6 +833,7 @@ func (h *Host) models(agent string, refs []picobotv1alpha1.ModelRef) (llm.Provid
 			p = provider.TextOnly(p)
 		}
 		name := string(ref.Provider) + "/" + ref.Model
+		p = h.Metrics.Model(h.Tenant, agent, name, fallback, p)
 		if m != nil {
 			p = m.Count(name, p)
 		}

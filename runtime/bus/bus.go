@@ -32,6 +32,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -49,6 +50,26 @@ const DefaultBatch = 100
 // trace continues across the bus (otel's propagation.MapCarrier(msg.Headers)
 // reads and writes it).
 const HeaderTraceparent = "traceparent"
+
+// HeaderQueuedAt carries when the publisher queued the message (Unix
+// milliseconds), so the consumer can tell how long it waited (the queue
+// phase of a turn in package metrics). Across hosts it is only as exact as
+// their clocks agree.
+const HeaderQueuedAt = "queued-at"
+
+// QueuedAt returns the headers of a message queued at t.
+func QueuedAt(t time.Time) map[string]string {
+	return map[string]string{HeaderQueuedAt: strconv.FormatInt(t.UnixMilli(), 10)}
+}
+
+// QueuedTime is when m was queued, false when its publisher did not say.
+func (m Message) QueuedTime() (time.Time, bool) {
+	ms, err := strconv.ParseInt(m.Headers[HeaderQueuedAt], 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
 
 // ErrClosed is returned by the operations of a bus after Close.
 var ErrClosed = errors.New("bus is closed")

@@ -191,7 +191,7 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		return gateway.Outcome{}, err
 	}
 	err = b.retryRedis(ctx, queueBy, "queue message", func() error {
-		return b.cfg.Bus.Publish(ctx, chatStream(tenant, s.Agent, channel, chat), bus.Message{ID: msgID, Payload: payload})
+		return b.cfg.Bus.Publish(ctx, chatStream(tenant, s.Agent, channel, chat), bus.Message{ID: msgID, Payload: payload, Headers: bus.QueuedAt(time.Now())})
 	})
 	if err != nil {
 		return gateway.Outcome{}, err
@@ -423,7 +423,7 @@ func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbo
 	if err != nil {
 		return err
 	}
-	if err := b.cfg.Bus.Publish(ctx, chatStream(tenant, agentName, in.Channel, chat), bus.Message{ID: id, Payload: payload}); err != nil {
+	if err := b.cfg.Bus.Publish(ctx, chatStream(tenant, agentName, in.Channel, chat), bus.Message{ID: id, Payload: payload, Headers: bus.QueuedAt(time.Now())}); err != nil {
 		return fmt.Errorf("failed to queue message: %w", err)
 	}
 	return b.ensureRuntime(ctx, tenant, agentName, in.Channel, chat)

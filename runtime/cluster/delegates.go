@@ -133,7 +133,7 @@ func (d *Delegates) Run(ctx context.Context, req delegate.Request) (string, stri
 	if err != nil {
 		return "", "", err
 	}
-	if err := d.Bus.Publish(ctx, chatStream(d.Tenant, req.Agent, ch, chat), bus.Message{ID: req.RunID, Payload: payload}); err != nil {
+	if err := d.Bus.Publish(ctx, chatStream(d.Tenant, req.Agent, ch, chat), bus.Message{ID: req.RunID, Payload: payload, Headers: bus.QueuedAt(time.Now())}); err != nil {
 		return "", "", fmt.Errorf("failed to queue the task for agent %q: %w", req.Agent, err)
 	}
 	d.ensureRuntime(ctx, req.Agent, chat)

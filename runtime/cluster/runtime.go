@@ -14,6 +14,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
@@ -64,7 +65,9 @@ type RuntimeConfig struct {
 	// (SIGTERM); Run's context then bounds the turn still running (see
 	// sessionrt.Config.Drain).
 	Drain <-chan struct{}
-	Log   *slog.Logger
+	// Metrics records the turns and the chat served; nil records nothing.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 // Runtime is a session pod's main loop: wait as a warm pod for a wake, claim
@@ -94,7 +97,7 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 	// (this pod owns the chat): wait for it rather than fail the turn.
 	r.rt = sessionrt.New(sessionrt.Config{Tenant: cfg.Tenant, Agent: cfg.Agent, Consumer: cfg.Pod, Bus: cfg.Bus, Store: cfg.Store,
 		Manager: cfg.Manager, Delegated: cfg.Delegated, Owner: s, Reporter: s, IdleTimeout: cfg.IdleTimeout, Block: fetchBlock, BusyWait: cfg.LeaseTTL / 6,
-		OnQuiet: cfg.OnQuiet, Drain: cfg.Drain, Log: cfg.Log})
+		OnQuiet: cfg.OnQuiet, Drain: cfg.Drain, Metrics: cfg.Metrics, Log: cfg.Log})
 	return r
 }
 

@@ -29,9 +29,11 @@ import (
 	"github.com/picobot/picobot/runtime/cluster/quotasource"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
 	"github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool/agentconfig"
 	"github.com/picobot/picobot/runtime/turn"
@@ -83,7 +85,10 @@ type SessionOptions struct {
 	// Health is the pod's health service (the health tool's): the agent's
 	// model and feature checks are added to it, and /health reports it.
 	Health *health.Service
-	Log    *slog.Logger
+	// Metrics records the pod's turns, model and tool calls and chat
+	// (package metrics); nil records nothing.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 // Pod is what features may know of the session pod.
@@ -188,7 +193,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	var built *agenthost.Built
 	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
-		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health,
+		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health, Metrics: opts.Metrics,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
 		// A sub-agent's model key is its own Agent's Secret, which this pod
 		// must not read: its runs go to its own session pods.
@@ -248,8 +253,11 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
 		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs,
 		Stateless: func(ctx context.Context, req protocol.Stateless, stream bool, sink func(turn.Event)) (protocol.Outcome, error) {
-			return cur.Load().Complete(ctx, req, stream, sink)
-		}, Log: log, Drain: ctx.Done(),
+			ctx, timer := opts.Metrics.StartTurn(ctx, tenant, agentName)
+			out, err := cur.Load().Complete(ctx, req, stream, sink)
+			timer.End(sessionrt.Outcome(err))
+			return out, err
+		}, Log: log, Drain: ctx.Done(), Metrics: opts.Metrics,
 		Delegated: SubAgentRuns(svc.Store, agentName, func(tools []string) session.Config { return cur.Load().SubAgent(tools) }),
 		// A session pod spends most of its life waiting: warm for a wake,
 		// then for the user's next message. Start-up and each turn leave

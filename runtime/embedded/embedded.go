@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
@@ -43,6 +44,7 @@ import (
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/manifest"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/sandbox"
@@ -117,6 +119,12 @@ type Options struct {
 	// so the outbound dispatcher it hands to features exists first). Open
 	// opens them with OpenState when it is nil. The runtime closes them.
 	State *State
+	// Metrics records the turns, model and tool calls and chats of the
+	// runtime (package metrics); nil records nothing. Gatherer is what
+	// the gateway serves on /metrics (the registry Metrics is on); nil
+	// serves no /metrics.
+	Metrics  *metrics.Metrics
+	Gatherer prometheus.Gatherer
 }
 
 // State is what an embedded runtime keeps its state in.
@@ -363,7 +371,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			cfg.Workspace = workspaceFunc(opts.StateDir, t, a.Name)
 			ta := &tenantAgent{tenant: t, agent: a.Name, manager: session.NewManager(cfg)}
 			ta.rt = sessionrt.New(sessionrt.Config{Tenant: t, Agent: a.Name, Consumer: "embedded", Bus: r.state.Bus, Store: st,
-				Manager: ta.manager, Owner: owner{r, ta}, Reporter: reporter{r, ta}, IdleTimeout: chatIdle, Log: opts.Log})
+				Manager: ta.manager, Owner: owner{r, ta}, Reporter: reporter{r, ta}, IdleTimeout: chatIdle, Metrics: opts.Metrics, Log: opts.Log})
 			ar.byTenant[t] = ta
 		}
 		ar.manager = ar.byTenant[opts.Tenant].manager
@@ -415,6 +423,12 @@ func checkTenant(t string) error {
 
 // Tenant is the default tenant: gateway.New serves it.
 func (r *Runtime) Tenant() string { return r.opts.Tenant }
+
+// Metrics returns what the gateway records its own metrics on and what it
+// serves on /metrics (Options.Metrics and Options.Gatherer).
+func (r *Runtime) Metrics() (*metrics.Metrics, prometheus.Gatherer) {
+	return r.opts.Metrics, r.opts.Gatherer
+}
 
 // Tenants lists the tenants served, sorted.
 func (r *Runtime) Tenants() []string {
@@ -590,13 +604,21 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	return w.wait(ctx, r.ctx, !first)
 }
 
+// now is the runtime's clock's time (Options.Clock, else the real clock).
+func (r *Runtime) now() time.Time {
+	if r.opts.Clock != nil {
+		return r.opts.Clock.Now()
+	}
+	return time.Now()
+}
+
 // queue puts a message on its chat's stream and has the chat served.
 func (r *Runtime) queue(ctx context.Context, ta *tenantAgent, chat sessionrt.Chat, in protocol.Inbound) error {
 	payload, err := protocol.EncodeInbound(in)
 	if err != nil {
 		return err
 	}
-	if err := r.state.Bus.Publish(ctx, ta.rt.Stream(chat), bus.Message{ID: in.ID, Payload: payload}); err != nil {
+	if err := r.state.Bus.Publish(ctx, ta.rt.Stream(chat), bus.Message{ID: in.ID, Payload: payload, Headers: bus.QueuedAt(r.now())}); err != nil {
 		return fmt.Errorf("failed to queue message: %w", err)
 	}
 	r.wake(ta, chat)

@@ -46,7 +46,7 @@ func (r *Runtime) build(set *manifest.Set) (map[string]*agentGen, error) {
 			// Sub-agents run here too; r.agents is complete before a
 			// turn can delegate.
 			Delegates: r.delegates, Background: r.background, ActiveRuns: r.active, Exchanges: r.exchanges,
-			WarmSandboxes: r.warm, Clock: r.opts.Clock, Health: r.opts.Health,
+			WarmSandboxes: r.warm, Clock: r.opts.Clock, Health: r.opts.Health, Metrics: r.opts.Metrics,
 			Budget: r.budget, Prices: r.prices,
 			ConfigSource: func(a *picobotv1alpha1.Agent) agentconfig.Source {
 				if rootErr != nil || a.Name != root {

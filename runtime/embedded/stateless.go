@@ -12,7 +12,7 @@ import (
 // session, no bus message and nothing of the conversation stored
 // (agenthost.Built.Complete).
 func (r *Runtime) Complete(ctx context.Context, c gateway.Completion) (gateway.Completed, error) {
-	a, _, err := r.scope(ctx, c.Agent)
+	a, ta, err := r.scope(ctx, c.Agent)
 	if err != nil {
 		return gateway.Completed{}, err
 	}
@@ -20,7 +20,9 @@ func (r *Runtime) Complete(ctx context.Context, c gateway.Completion) (gateway.C
 	if !g.info.Ready {
 		return gateway.Completed{}, gateway.Errorf(gateway.CodeNoModel, "agent %s has no usable model (%s): %s", a.name, g.info.Reason, g.info.Message)
 	}
+	ctx, timer := r.opts.Metrics.StartTurn(ctx, ta.tenant, a.name)
 	out, err := g.Complete(ctx, c.Stateless, c.Stream, c.Sink)
+	timer.End(sessionrt.Outcome(err))
 	if err != nil {
 		ce, known := sessionrt.Coded(err)
 		if !known {

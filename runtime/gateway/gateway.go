@@ -18,7 +18,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/turn"
@@ -210,6 +213,12 @@ type Config struct {
 	// StreamKeepAlive is how often a streamed OpenAI answer sends an SSE
 	// comment while no text comes (DefaultStreamKeepAlive).
 	StreamKeepAlive time.Duration
+	// Metrics records connections, frames, authentication failures and
+	// rate-limited requests; nil records nothing.
+	Metrics *metrics.Metrics
+	// MetricsGatherer, when set, is served on GET /metrics (OpenMetrics or
+	// Prometheus text) behind the same API key as /api/.
+	MetricsGatherer prometheus.Gatherer
 }
 
 // Server is the gateway's HTTP handler.
@@ -226,6 +235,8 @@ type Server struct {
 	origins     []string
 	ui          fs.FS
 	log         *slog.Logger
+	metrics     *metrics.Metrics
+	gatherer    prometheus.Gatherer
 	mux         *http.ServeMux
 }
 
@@ -234,7 +245,8 @@ type Server struct {
 // served, browsers only with the key of the web UI this gateway serves (its
 // UIKey() when the backend has that method, else a key of this process). The
 // tenant is the backend's Tenant() when it has that method, else "default".
-// NewServer configures everything else.
+// A backend with a Metrics() method gives the gateway its metrics and what
+// it serves on /metrics. NewServer configures everything else.
 func New(b Backend, apiKey string, ui fs.FS, log *slog.Logger) *Server {
 	tenant := "default"
 	if t, ok := b.(interface{ Tenant() string }); ok && t.Tenant() != "" {
@@ -248,7 +260,13 @@ func New(b Backend, apiKey string, ui fs.FS, log *slog.Logger) *Server {
 	if apiKey != "" {
 		auth = MustStaticKeys(StaticKey{ID: "api-key", Token: apiKey, Tenant: tenant})
 	}
-	s, err := NewServer(Config{Backend: b, Auth: auth, UI: ui, Log: log})
+	cfg := Config{Backend: b, Auth: auth, UI: ui, Log: log}
+	if m, ok := b.(interface {
+		Metrics() (*metrics.Metrics, prometheus.Gatherer)
+	}); ok {
+		cfg.Metrics, cfg.MetricsGatherer = m.Metrics()
+	}
+	s, err := NewServer(cfg)
 	if err != nil {
 		panic(err) // unreachable: the config above is complete
 	}
@@ -276,7 +294,8 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.StreamKeepAlive = DefaultStreamKeepAlive
 	}
 	s := &Server{backend: cfg.Backend, auth: cfg.Auth, limits: newLimiters(cfg.DefaultLimit), authFails: newAuthFailures(),
-		bodyTimeout: cfg.BodyTimeout, hosts: cfg.AllowedHosts, keepAlive: cfg.StreamKeepAlive, maxBody: cfg.MaxBodyBytes, origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log, mux: http.NewServeMux()}
+		bodyTimeout: cfg.BodyTimeout, hosts: cfg.AllowedHosts, keepAlive: cfg.StreamKeepAlive, maxBody: cfg.MaxBodyBytes, origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log,
+		metrics: cfg.Metrics, gatherer: cfg.MetricsGatherer, mux: http.NewServeMux()}
 	_, s.keyless = cfg.Auth.(Loopback)
 	s.routes()
 	return s, nil
@@ -303,6 +322,10 @@ func (s *Server) routes() {
 	api("PATCH /api/v1/dialogs/{dialog}", s.renameDialog)
 	api("POST /api/v1/dialogs/{dialog}/archive", s.archiveDialog)
 	api("DELETE /api/v1/dialogs/{dialog}", s.deleteDialog)
+	if s.gatherer != nil {
+		h := metrics.Handler(s.gatherer)
+		s.mux.HandleFunc("GET /metrics", s.guard(styleProtocol, h.ServeHTTP))
+	}
 	s.mux.HandleFunc("/api/", s.guard(styleProtocol, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s (see docs/protocol.md)", r.Method, r.URL.Path))
 	}))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/buildinfo"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/store"
@@ -51,6 +52,7 @@ func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Requ
 			return
 		}
 		if ok, wait := s.limits.allow(p); !ok {
+			s.metrics.RateLimited(metrics.RateLimitKey)
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
 			fail(CodeRateLimited, fmt.Sprintf("rate limit of this API key exceeded; retry in %s", wait.Round(time.Millisecond)))
 			return
@@ -70,6 +72,7 @@ func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Requ
 // too often is refused before its key is looked at.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, style errStyle, fail func(code, msg string)) (Principal, bool) {
 	if blocked, wait := s.authFails.blocked(r); blocked {
+		s.metrics.RateLimited(metrics.RateLimitAuthFailures)
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
 		fail(CodeRateLimited, fmt.Sprintf("too many failed authentications from this address; retry in %s", wait.Round(time.Second)))
 		return Principal{}, false
@@ -96,6 +99,7 @@ func (s *Server) principal(r *http.Request, token string, count bool) (Principal
 	case !errors.Is(err, ErrUnauthorized):
 		s.log.Error("Failed to authenticate request", "path", r.URL.Path, "err", err)
 	case count:
+		s.metrics.AuthFailure()
 		s.authFails.fail(r)
 		s.log.Warn("Authentication failed", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path,
 			"key_sent", token != "", "reason", err.Error())

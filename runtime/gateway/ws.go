@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/turn"
 )
@@ -134,9 +135,10 @@ func toEventBody(e turn.Event) *eventBody {
 
 // conn is one WebSocket client; writes are serialised.
 type conn struct {
-	ws  *websocket.Conn
-	mu  sync.Mutex
-	ctx context.Context
+	ws      *websocket.Conn
+	mu      sync.Mutex
+	ctx     context.Context
+	metrics *metrics.Metrics
 }
 
 func (c *conn) send(f frame) {
@@ -149,7 +151,9 @@ func (c *conn) send(f frame) {
 	defer c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
 	defer cancel()
-	_ = c.ws.Write(ctx, websocket.MessageText, b) // a failed write ends the read loop too
+	if c.ws.Write(ctx, websocket.MessageText, b) == nil { // a failed write ends the read loop too
+		c.metrics.Frame(false)
+	}
 }
 
 func (c *conn) fail(id, code, msg string) {
@@ -165,7 +169,8 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 	p, _ := PrincipalFrom(r.Context())
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	c := &conn{ws: ws, ctx: ctx}
+	c := &conn{ws: ws, ctx: ctx, metrics: s.metrics}
+	defer s.metrics.ConnOpened(metrics.ConnWebSocket)()
 	var turns sync.WaitGroup
 	defer turns.Wait()
 	for {
@@ -175,6 +180,7 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			_ = ws.CloseNow()
 			return
 		}
+		s.metrics.Frame(true)
 		if typ == websocket.MessageText && !utf8.Valid(data) {
 			// RFC 6455 §8.1: a text frame that is not UTF-8 fails the
 			// connection with 1007.
@@ -185,6 +191,7 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 		var f frame
 		jsonErr := json.Unmarshal(data, &f)
 		if ok, wait := s.limits.allow(p); !ok { // every frame counts, valid or not
+			s.metrics.RateLimited(metrics.RateLimitKey)
 			c.send(frame{Type: "error", ID: f.ID, Code: CodeRateLimited, RetryAfterMS: wait.Milliseconds() + 1,
 				Message: fmt.Sprintf("rate limit of this API key exceeded; retry in %dms", wait.Milliseconds()+1)})
 			if f.Type == "send" {

@@ -35,6 +35,7 @@ import (
 	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
@@ -132,7 +133,10 @@ type Config struct {
 	// period), and Serve then returns with the chat released; what was not
 	// taken stays queued for the chat's next owner.
 	Drain <-chan struct{}
-	Log   *slog.Logger
+	// Metrics records the turns and the chats served; nil records
+	// nothing.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 // DefaultMaxDeliveries is Config.MaxDeliveries' default.
@@ -237,6 +241,7 @@ func (r *Runtime) serveHeld(ctx context.Context, c Chat) (served, lost bool, err
 		return false, false, err
 	}
 	defer stop()
+	defer r.cfg.Metrics.SessionStarted(r.cfg.Tenant, r.cfg.Agent)()
 	// The consumer stops taking messages when the runtime drains; the
 	// turn it handed over goes on with the chat's own context.
 	taking, stopTaking := r.UntilDrain(held)
@@ -336,6 +341,12 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 		}()
 	}
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
+	tctx, timer := r.cfg.Metrics.StartTurn(tctx, r.cfg.Tenant, r.cfg.Agent)
+	if at, ok := m.QueuedTime(); ok && m.Deliveries <= 1 {
+		// A message handed over again waited for a crashed owner, not
+		// in the queue.
+		timer.QueuedAt(at)
+	}
 	reply, err := r.handle(tctx, mgr, c, m.ID, in)
 	end()
 	if err != nil && ctx.Err() != nil {
@@ -346,9 +357,28 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 	}
 	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate, Failed: reply.Failed}
 	ce := r.coded(c, err)
+	if reply.Command == "" {
+		// A slash command is no model turn.
+		timer.End(outcome(ce))
+	}
 	r.recordFailure(ctx, reply.SessionID, m.ID, ce)
 	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, ce)
 	return once, nil
+}
+
+// Outcome is the outcome label of a turn that ended with err (nil: ok) in
+// PicoBot's metrics: "ok" or its protocol code (Coded).
+func Outcome(err error) string {
+	ce, _ := Coded(err)
+	return outcome(ce)
+}
+
+// outcome is the turns_total outcome of a turn's coded error.
+func outcome(ce *protocol.CodedError) string {
+	if ce == nil {
+		return metrics.OutcomeOK
+	}
+	return ce.Code
 }
 
 // recordFailure keeps why a turn failed beside its session's messages (the

@@ -374,7 +374,7 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 	g.Expect(migrateEnv).To(Equal([]string{"PICOBOT_POSTGRES_OWNER_URL", "PICOBOT_S3_ENDPOINT", "PICOBOT_S3_BUCKET",
 		"PICOBOT_S3_REGION", "PICOBOT_S3_PATH_STYLE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}), "the migration also creates the bucket")
 	g.Expect(gc[1].command).To(Equal([]string{"/picobot"}))
-	g.Expect(gc[1].args).To(Equal([]string{"gateway", "--addr=:8080", "--blob-addr=:8090", "--namespace=picobot-system"}), "API keys are published in the release namespace")
+	g.Expect(gc[1].args).To(Equal([]string{"gateway", "--addr=:8080", "--blob-addr=:8090", "--metrics-addr=:9090", "--namespace=picobot-system"}), "API keys are published in the release namespace")
 	g.Expect(gc[1].image).To(Equal("ghcr.io/picobot/picobot:0.1.0"), "the tag defaults to appVersion")
 
 	// With an external database the migration is a hook before install and upgrade.

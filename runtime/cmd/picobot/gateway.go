@@ -52,6 +52,7 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	namespace := fs.String("namespace", os.Getenv("POD_NAMESPACE"), "The gateway's namespace, where the operator publishes tenants' API-key hashes and channel credentials (default $POD_NAMESPACE).")
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for registering chat platform webhooks (default $PICOBOT_PUBLIC_URL).")
 	blobAddr := fs.String("blob-addr", ":8090", "Address of the blob grant service for session pods (presigned S3 requests of their tenant's keys); empty: off.")
+	metricsAddr := fs.String("metrics-addr", os.Getenv("PICOBOT_METRICS_ADDR"), metricsAddrHelp)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -102,8 +103,14 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	}
 	backend := cluster.NewBackend(cluster.BackendConfig{Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store, Artifacts: svc.Artifacts,
 		Kube: agents, ReplyTimeout: *replyTimeout, Log: log})
+	// The metrics are served on their own listener (--metrics-addr), not
+	// behind the tenants' API keys: they span every tenant.
+	reg, met, err := newMetrics()
+	if err != nil {
+		return err
+	}
 	srv, err := gateway.NewServer(gateway.Config{Backend: backend, Auth: keys, UI: web.FS, Log: log,
-		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins)})
+		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins), Metrics: met})
 	if err != nil {
 		return err
 	}
@@ -142,10 +149,22 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	if err != nil {
 		return errors.Join(err, hs.Close(), stopLoops(stop, loops))
 	}
+	ms, metricsFailed, err := serveMetrics(*metricsAddr, reg, log)
+	if err != nil {
+		return errors.Join(err, hs.Close(), blobs.Close(), stopLoops(stop, loops))
+	}
+	loops.Go(func() error {
+		select {
+		case err := <-metricsFailed:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	})
 	<-ctx.Done() // a signal, or a loop failed
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return errors.Join(hs.Shutdown(shutdown), blobs.Shutdown(shutdown), stopLoops(stop, loops))
+	return errors.Join(hs.Shutdown(shutdown), blobs.Shutdown(shutdown), ms.Shutdown(shutdown), stopLoops(stop, loops))
 }
 
 // serveBlobGrants serves the blob grant service on its own listener: it is

@@ -23,6 +23,7 @@ import (
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/warm"
@@ -171,8 +172,16 @@ mode: SQLite, an in-process bus and a local folder).
 	if *warmMax <= 0 {
 		wcfg.Max = -1
 	}
+	// One registry per process, served on the gateway's /metrics behind
+	// its API key.
+	reg := metrics.NewRegistry()
+	met, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		state.Close()
+		return err
+	}
 	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
-		RunRetention: *retention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe,
+		RunRetention: *retention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe, Metrics: met, Gatherer: reg,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {
 		state.Close()

@@ -23,14 +23,25 @@ import (
 func session(args []string) error {
 	fs := flag.NewFlagSet("session", flag.ContinueOnError)
 	fs.Usage = func() {
-		_, _ = fs.Output().Write([]byte("Usage: picobot session\n\nRuns one session pod: waits for a wake, serves that chat until idle, exits.\n" +
+		_, _ = fs.Output().Write([]byte("Usage: picobot session [--metrics-addr ADDR]\n\nRuns one session pod: waits for a wake, serves that chat until idle, exits.\n" +
 			"Configured by the operator through PICOBOT_TENANT, PICOBOT_AGENT, PICOBOT_POD, PICOBOT_POSTGRES_URL,\n" +
-			"PICOBOT_REDIS_URL, PICOBOT_S3_* and PICOBOT_SECRET_<NAME>_<KEY>.\n"))
+			"PICOBOT_REDIS_URL, PICOBOT_S3_* and PICOBOT_SECRET_<NAME>_<KEY>.\n\n"))
+		fs.PrintDefaults()
 	}
+	metricsAddr := fs.String("metrics-addr", os.Getenv("PICOBOT_METRICS_ADDR"), metricsAddrHelp)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	reg, met, err := newMetrics()
+	if err != nil {
+		return err
+	}
+	ms, _, err := serveMetrics(*metricsAddr, reg, log) // a failed metrics server does not stop the pod's turns
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ms.Close() }()
 	if sock := os.Getenv(execserver.SocketEnv); sock != "" {
 		// The workspace is shared with the sandbox container, another user
 		// of the pod's group: what the runtime creates there stays group
@@ -43,7 +54,7 @@ func session(args []string) error {
 	closeFeatures := func() {}
 	defer func() { closeFeatures() }()
 	checks := podHealthService()
-	err := cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Health: checks, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
+	err = cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Health: checks, Metrics: met, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
 		o := featureOptions{log: log, cron: true, health: checks, probe: modelcheck.NewProber(),
 			// Messages to chat platforms leave through the gateway, which
 			// holds the channels' credentials.

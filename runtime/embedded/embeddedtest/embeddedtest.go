@@ -15,8 +15,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -30,6 +33,13 @@ type Options struct {
 	Keyless string
 	// APIKey is the key clients must send ("" for none).
 	APIKey string
+	// Manifests are further manifests (YAML documents) of the folder; the
+	// fake LLM's URLs replace {{openai}} and {{anthropic}} in them, and
+	// the Secret "llm" holds its key.
+	Manifests []string
+	// Registry, when set, gets the runtime's metrics (package metrics),
+	// which the gateway serves on /metrics.
+	Registry *prometheus.Registry
 }
 
 // Env is a running gateway.
@@ -80,6 +90,9 @@ func Start(tb testing.TB, opts Options) *Env {
 	if opts.Keyless != "" {
 		docs = append(docs, AgentYAML(opts.Keyless, llm.URL(), "missing"))
 	}
+	for _, m := range opts.Manifests {
+		docs = append(docs, strings.NewReplacer("{{openai}}", llm.URL(), "{{anthropic}}", llm.AnthropicURL()).Replace(m))
+	}
 	if err := os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(strings.Join(docs, "---\n")), 0o600); err != nil {
 		tb.Fatal(err)
 	}
@@ -89,7 +102,15 @@ func Start(tb testing.TB, opts Options) *Env {
 		}
 		return ""
 	}
-	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Env: env})
+	eopts := embedded.Options{Dir: dir, Env: env}
+	if opts.Registry != nil {
+		m, err := metrics.New(opts.Registry, metrics.Options{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		eopts.Metrics, eopts.Gatherer = m, opts.Registry
+	}
+	rt, err := embedded.Open(context.Background(), eopts)
 	if err != nil {
 		tb.Fatalf("failed to open the embedded runtime: %v", err)
 	}

@@ -1,0 +1,344 @@
+// Package metrics holds PicoBot's own Prometheus metrics: turns, model calls,
+// tool calls, the gateway and the session runtime. A process builds one
+// Metrics on its own registry (no global registry, so tests and several
+// runtimes in one process never share counters) and hands it to the parts it
+// wires; every method is safe on a nil *Metrics, which records nothing.
+//
+// Labels are bounded by configuration, never by what users send: tenant
+// (a namespace), agent, provider and model (the agent's configured chain),
+// tool (the agent's registered tools, capped at MaxToolLabels) and outcome
+// codes. Session ids and user text never become labels.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/clock"
+
+	"github.com/picobot/picobot/runtime/llm"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "picobot"
+
+// MaxToolLabels caps the distinct tool names used as label values; calls of
+// further tools (an MCP server with hundreds of tools) count as OtherTool.
+const MaxToolLabels = 200
+
+// Label values that stand for many.
+const (
+	// OtherTool labels the calls of tools past MaxToolLabels.
+	OtherTool = "other"
+	// UnknownTool labels calls of a name the agent has no tool for (the
+	// model made it up: it must not become a label).
+	UnknownTool = "unknown"
+)
+
+// Turn outcomes besides the protocol's error codes.
+const (
+	OutcomeOK = "ok"
+)
+
+// Phases of a turn in picobot_turn_duration_seconds.
+const (
+	PhaseTotal = "total"
+	PhaseModel = "model"
+	PhaseTools = "tools"
+	PhaseQueue = "queue"
+)
+
+var (
+	turnBuckets  = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	modelBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120}
+	toolBuckets  = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+)
+
+// Metrics is the set of PicoBot's metrics of one process.
+type Metrics struct {
+	clock clock.PassiveClock
+
+	turns          *prometheus.CounterVec
+	turnSeconds    *prometheus.HistogramVec
+	modelCalls     *prometheus.CounterVec
+	modelSeconds   *prometheus.HistogramVec
+	modelTTFT      *prometheus.HistogramVec
+	modelTokens    *prometheus.CounterVec
+	modelFallbacks *prometheus.CounterVec
+	toolCalls      *prometheus.CounterVec
+	toolSeconds    *prometheus.HistogramVec
+	sessions       *prometheus.GaugeVec
+	gwConns        *prometheus.GaugeVec
+	gwFrames       *prometheus.CounterVec
+	frameIn        prometheus.Counter // of gwFrames, resolved once: every frame counts
+	frameOut       prometheus.Counter
+	gwAuthFailures prometheus.Counter
+	gwRateLimited  *prometheus.CounterVec
+
+	toolsMu sync.Mutex
+	tools   map[string]struct{} // tool names given a label of their own
+}
+
+// Options tune New.
+type Options struct {
+	// Clock times turns and calls (the real clock when nil).
+	Clock clock.PassiveClock
+}
+
+// NewRegistry returns the registry of a process: the Go runtime and process
+// collectors, to which New adds PicoBot's metrics. Tests use an empty
+// prometheus.NewRegistry to see only PicoBot's.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// New registers PicoBot's metrics on reg.
+func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	m := &Metrics{clock: opts.Clock, tools: map[string]struct{}{},
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "turns_total",
+			Help: "Model turns that ended, by outcome: ok or the protocol's error code."}, []string{"tenant", "agent", "outcome"}),
+		turnSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "turn_duration_seconds",
+			Help:    "Time of a turn by phase: total (from the runtime taking the message to its outcome), model (its model calls), tools (its tool calls) and queue (from the message being queued to the runtime taking it).",
+			Buckets: turnBuckets}, []string{"tenant", "agent", "phase"}),
+		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "model_calls_total",
+			Help: "Model calls (retries included) by outcome: ok, an HTTP status, truncated, context_overflow, cancelled or error (a network or other failure)."},
+			[]string{"tenant", "agent", "provider", "model", "outcome"}),
+		modelSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "model_call_duration_seconds",
+			Help: "Time of a model call, retries included.", Buckets: modelBuckets}, []string{"tenant", "agent", "provider", "model"}),
+		modelTTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "model_time_to_first_token_seconds",
+			Help: "Time from a streamed model call's start to its first text delta.", Buckets: modelBuckets}, []string{"tenant", "agent", "provider", "model"}),
+		modelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "model_tokens_total",
+			Help: "Tokens of successful model calls as the provider reported them: direction in, out, or cached (the part of in served from a prompt cache)."},
+			[]string{"tenant", "agent", "provider", "model", "direction"}),
+		modelFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "model_fallbacks_total",
+			Help: "Calls made to a fallback model (provider, model) after the models before it in the agent's chain failed."},
+			[]string{"tenant", "agent", "provider", "model"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "tool_calls_total",
+			Help: "Tool calls by tool and outcome (ok or error)."}, []string{"tenant", "agent", "tool", "outcome"}),
+		toolSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "tool_call_duration_seconds",
+			Help: "Time of a tool call.", Buckets: toolBuckets}, []string{"tenant", "agent", "tool"}),
+		sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "sessions_active",
+			Help: "Chats this process serves now (each runs one session's turns at a time)."}, []string{"tenant", "agent"}),
+		gwConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "gateway_connections",
+			Help: "Open client connections of the gateway by kind (websocket)."}, []string{"kind"}),
+		gwFrames: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "gateway_frames_total",
+			Help: "WebSocket frames by direction (in, out)."}, []string{"direction"}),
+		gwAuthFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "gateway_auth_failures_total",
+			Help: "Requests refused for a missing or wrong API key."}),
+		gwRateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "gateway_rate_limited_total",
+			Help: "Requests refused with 429 by reason: key (the API key's rate limit) or auth_failures (too many failed authentications from the address)."},
+			[]string{"reason"}),
+	}
+	m.frameIn, m.frameOut = m.gwFrames.WithLabelValues("in"), m.gwFrames.WithLabelValues("out")
+	cs := []prometheus.Collector{m.turns, m.turnSeconds, m.modelCalls, m.modelSeconds, m.modelTTFT, m.modelTokens, m.modelFallbacks,
+		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, errors.Join(errors.New("failed to register PicoBot's metrics"), err)
+		}
+	}
+	return m, nil
+}
+
+// Handler serves g's metrics, in OpenMetrics when the scraper asks for it.
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+// Turn times one turn; the model and tool calls made with its context add
+// their time to its phases.
+type Turn struct {
+	m             *Metrics
+	tenant, agent string
+	start         time.Time
+	queued        time.Time    // zero when unknown
+	model, tools  atomic.Int64 // nanoseconds
+}
+
+type turnKey struct{}
+
+// StartTurn starts timing a turn of agent; calls made with the returned
+// context count towards its phases. End it with Turn.End.
+func (m *Metrics) StartTurn(ctx context.Context, tenant, agent string) (context.Context, *Turn) {
+	if m == nil {
+		return ctx, nil
+	}
+	t := &Turn{m: m, tenant: tenant, agent: agent, start: m.clock.Now()}
+	return context.WithValue(ctx, turnKey{}, t), t
+}
+
+func turnOf(ctx context.Context) *Turn {
+	t, _ := ctx.Value(turnKey{}).(*Turn)
+	return t
+}
+
+// QueuedAt says when the turn's message was queued (bus.HeaderQueuedAt):
+// the time from then to the turn's start is its queue phase.
+func (t *Turn) QueuedAt(at time.Time) {
+	if t != nil {
+		t.queued = at
+	}
+}
+
+// End records the turn with outcome (OutcomeOK or an error code).
+func (t *Turn) End(outcome string) {
+	if t == nil {
+		return
+	}
+	t.m.turns.WithLabelValues(t.tenant, t.agent, outcome).Inc()
+	h := t.m.turnSeconds
+	h.WithLabelValues(t.tenant, t.agent, PhaseTotal).Observe(t.m.clock.Since(t.start).Seconds())
+	h.WithLabelValues(t.tenant, t.agent, PhaseModel).Observe(time.Duration(t.model.Load()).Seconds())
+	h.WithLabelValues(t.tenant, t.agent, PhaseTools).Observe(time.Duration(t.tools.Load()).Seconds())
+	if !t.queued.IsZero() {
+		// Clocks of two hosts may disagree: a negative wait is none.
+		h.WithLabelValues(t.tenant, t.agent, PhaseQueue).Observe(max(t.start.Sub(t.queued), 0).Seconds())
+	}
+}
+
+// SessionStarted counts a chat this process starts serving; the returned
+// func counts its end.
+func (m *Metrics) SessionStarted(tenant, agent string) (ended func()) {
+	if m == nil {
+		return func() {}
+	}
+	g := m.sessions.WithLabelValues(tenant, agent)
+	g.Inc()
+	return g.Dec
+}
+
+// toolLabel bounds the tool label: a name the agent has no tool for is
+// UnknownTool, names past MaxToolLabels are OtherTool.
+func (m *Metrics) toolLabel(name string) string {
+	if name == "" {
+		return UnknownTool
+	}
+	m.toolsMu.Lock()
+	defer m.toolsMu.Unlock()
+	if _, ok := m.tools[name]; ok {
+		return name
+	}
+	if len(m.tools) >= MaxToolLabels {
+		return OtherTool
+	}
+	m.tools[name] = struct{}{}
+	return name
+}
+
+// Tools records the tool calls of one agent; agent.Loop calls it.
+type Tools struct {
+	m             *Metrics
+	tenant, agent string
+}
+
+// Tools returns the recorder of agent's tool calls, nil when m is.
+func (m *Metrics) Tools(tenant, agent string) *Tools {
+	if m == nil {
+		return nil
+	}
+	return &Tools{m: m, tenant: tenant, agent: agent}
+}
+
+// ToolStarted implements agent.ToolObserver: name is a tool of the agent's
+// registry, "" for a name it has none for.
+func (t *Tools) ToolStarted(ctx context.Context, name string) func(isError bool) {
+	if t == nil {
+		return func(bool) {}
+	}
+	start := t.m.clock.Now()
+	turn := turnOf(ctx)
+	tenant := t.tenant
+	if turn != nil {
+		tenant = turn.tenant // an agent's tools serve several tenants in embedded mode
+	}
+	return func(isError bool) {
+		d := t.m.clock.Since(start)
+		label := t.m.toolLabel(name)
+		outcome := OutcomeOK
+		if isError {
+			outcome = "error"
+		}
+		t.m.toolCalls.WithLabelValues(tenant, t.agent, label, outcome).Inc()
+		t.m.toolSeconds.WithLabelValues(tenant, t.agent, label).Observe(d.Seconds())
+		if turn != nil {
+			turn.tools.Add(int64(d))
+		}
+	}
+}
+
+// ConnWebSocket is the gateway connection kind of a WebSocket client.
+const ConnWebSocket = "websocket"
+
+// ConnOpened counts an open gateway connection of kind; the returned func
+// counts its close.
+func (m *Metrics) ConnOpened(kind string) (closed func()) {
+	if m == nil {
+		return func() {}
+	}
+	g := m.gwConns.WithLabelValues(kind)
+	g.Inc()
+	return g.Dec
+}
+
+// Frame counts a WebSocket frame; in is a client's frame.
+func (m *Metrics) Frame(in bool) {
+	if m == nil {
+		return
+	}
+	if in {
+		m.frameIn.Inc()
+		return
+	}
+	m.frameOut.Inc()
+}
+
+// AuthFailure counts a request refused for its API key.
+func (m *Metrics) AuthFailure() {
+	if m == nil {
+		return
+	}
+	m.gwAuthFailures.Inc()
+}
+
+// Reasons of picobot_gateway_rate_limited_total.
+const (
+	RateLimitKey          = "key"
+	RateLimitAuthFailures = "auth_failures"
+)
+
+// RateLimited counts a request refused with 429 for reason.
+func (m *Metrics) RateLimited(reason string) {
+	if m == nil {
+		return
+	}
+	m.gwRateLimited.WithLabelValues(reason).Inc()
+}
+
+// ErrorCode is the outcome label of a failed model call.
+func ErrorCode(ctx context.Context, err error) string {
+	var se *llm.StatusError
+	switch {
+	case errors.As(err, &se):
+		return strconv.Itoa(se.StatusCode)
+	case errors.Is(err, llm.ErrContextOverflow):
+		return "context_overflow"
+	case errors.Is(err, llm.ErrTruncated):
+		return "truncated"
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		return "cancelled"
+	}
+	return "error"
+}
