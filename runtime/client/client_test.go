@@ -22,14 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The embedded runtime's SQLite driver and HTTP keep-alives of the
-		// fake LLM outlive single tests.
-		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionOpener"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m, embeddedtest.LeakOptions()...)
 }
 
 // hangGuard bounds a test step that would otherwise hang on a bug.

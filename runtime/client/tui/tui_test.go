@@ -17,13 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The embedded runtime's SQLite driver and HTTP keep-alives of the
-		// fake LLM outlive single tests.
-		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionOpener"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+	goleak.VerifyTestMain(m, append(embeddedtest.LeakOptions(),
 		// The input cursor's blink command waits out one blink interval
 		// (530 ms) and then ends by itself; a loaded machine may still be
 		// in it when the last test returns.
@@ -31,7 +25,7 @@ func TestMain(m *testing.M) {
 		// The code highlighter's regexp engine keeps a coarse clock for
 		// match timeouts, which stops by itself a while after the last use.
 		goleak.IgnoreAnyFunction("github.com/dlclark/regexp2.runClock"),
-	)
+	)...)
 }
 
 func TestTranscriptStreamsAndCollapsesTools(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
@@ -191,4 +192,16 @@ func (p *Proxy) Close() {
 	_ = p.ln.Close()
 	p.Cut()
 	p.wg.Wait()
+}
+
+// LeakOptions are the goroutines goleak ignores in tests of an embedded
+// gateway: the runtime's SQLite driver and the HTTP keep-alives of the fake
+// LLM outlive single tests.
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionOpener"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+	}
 }
