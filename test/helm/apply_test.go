@@ -59,7 +59,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	const ns = "picobot-it"
 	// CRDs applied before the chart (as envtest did here, or as a kustomize
 	// install does) are adopted by the release once labelled and annotated.
-	for _, crd := range []string{"agents.agents.picobot.io", "cronjobs.agents.picobot.io", "browserprofiles.agents.picobot.io"} {
+	for _, crd := range []string{"agents.agents.picobot.io", "cronjobs.agents.picobot.io", "browserprofiles.agents.picobot.io", "tenantquotas.agents.picobot.io"} {
 		_, stderr, err := kubectl("", "label", "--overwrite", "crd", crd, "app.kubernetes.io/managed-by=Helm")
 		g.Expect(err).NotTo(HaveOccurred(), stderr)
 		_, stderr, err = kubectl("", "annotate", "--overwrite", "crd", crd, "meta.helm.sh/release-name="+releaseName, "meta.helm.sh/release-namespace="+ns)
@@ -114,7 +114,8 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(strings.TrimSpace(out)).To(BeEmpty())
 	g.Expect(secretData()).To(Equal(before))
-	_, stderr, err = kubectl("", "get", "crd", "agents.agents.picobot.io", "cronjobs.agents.picobot.io", "browserprofiles.agents.picobot.io")
+	_, stderr, err = kubectl("", "get", "crd", "agents.agents.picobot.io", "cronjobs.agents.picobot.io", "browserprofiles.agents.picobot.io",
+		"tenantquotas.agents.picobot.io")
 	g.Expect(err).NotTo(HaveOccurred(), "a kept CRD is gone: %s", stderr)
 }
 
