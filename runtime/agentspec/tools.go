@@ -22,13 +22,17 @@ const ConnectorTool = "bot_connector"
 // chat platform channels, offered only to an Agent that has one.
 const MessageTool = "message"
 
+// IsChatPlatform reports whether channels of type t are on a chat platform
+// (telegram, feishu, slack, a webhook), the channels message acts on; web
+// and terminal are the gateway's own clients.
+func IsChatPlatform(t picobotv1alpha1.ChannelType) bool {
+	return t != "" && t != "web" && t != "terminal"
+}
+
 // HasChatPlatformChannel reports whether the Agent has a channel on a chat
-// platform (telegram, feishu, slack, a webhook), the channels message acts
-// on; web and terminal are the gateway's own.
+// platform (IsChatPlatform).
 func HasChatPlatformChannel(a *picobotv1alpha1.Agent) bool {
-	return slices.ContainsFunc(a.Spec.Channels, func(c picobotv1alpha1.Channel) bool {
-		return c.Type != "" && c.Type != "web" && c.Type != "terminal"
-	})
+	return slices.ContainsFunc(a.Spec.Channels, func(c picobotv1alpha1.Channel) bool { return IsChatPlatform(c.Type) })
 }
 
 // orchestrationTools are the tools of an Agent with delegate edges, which

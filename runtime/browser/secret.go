@@ -91,10 +91,10 @@ func onSite(address string, domains []string) error {
 		return fmt.Errorf("the page is not a web site (%q); a saved credential is typed only on %s", address, strings.Join(domains, ", "))
 	}
 	host := strings.ToLower(u.Hostname())
-	for _, d := range domains {
-		if host == d || strings.HasSuffix(host, "."+d) {
-			return nil
-		}
+	// An empty list would allow every host to Allows; a credential with no
+	// site is typed nowhere.
+	if len(domains) > 0 && Domains(domains).Allows(host) {
+		return nil
 	}
 	return fmt.Errorf("this credential belongs to %s, and the page is on %s: it is not typed here", strings.Join(domains, ", "), host)
 }

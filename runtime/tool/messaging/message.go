@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/outbound"
@@ -101,7 +100,7 @@ func (c toolConfig) message(ctx context.Context, env tool.Env, a MessageArgs) (t
 	}
 	var chats []channel.Status
 	for _, s := range c.channels(ctx) {
-		if isChatType(s.Type) {
+		if agentspec.IsChatPlatform(s.Type) {
 			chats = append(chats, s)
 		}
 	}
@@ -186,10 +185,4 @@ func where(name, target string) string {
 		return name
 	}
 	return name + ":" + target
-}
-
-// isChatType reports whether channels of type t are chat platform
-// connectors (not the gateway's web and terminal clients).
-func isChatType(t picobotv1alpha1.ChannelType) bool {
-	return t != channel.TypeWeb && t != channel.TypeTerminal && t != ""
 }
