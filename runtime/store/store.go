@@ -159,6 +159,13 @@ type Store interface {
 	// UsageTotals sums the tenant's usage of every agent on day and in the
 	// month of day (from its first day up to day).
 	UsageTotals(ctx context.Context, day time.Time) (UsageTotals, error)
+	// ClaimNotice records that the tenant was told what key names (a soft
+	// limit reached, a chat told its budget is spent) until expires, and
+	// reports whether this call is the first to claim it: true when key
+	// was never claimed or its last claim expired at or before now. It is
+	// atomic, so of many runtimes claiming at once exactly one wins, and
+	// the notice goes out once however many there are.
+	ClaimNotice(ctx context.Context, key string, now, expires time.Time) (bool, error)
 
 	// CreateDelivery stores a new outbound delivery; ErrExists on a duplicate ID.
 	CreateDelivery(ctx context.Context, d Delivery) (Delivery, error)

@@ -337,3 +337,17 @@ func ValidatePlan(sessionID string, plan []byte) error {
 	}
 	return nil
 }
+
+// MaxNoticeKeyBytes bounds a notice's key (ClaimNotice).
+const MaxNoticeKeyBytes = 512
+
+// ValidateNotice checks a notice claim before it is recorded.
+func ValidateNotice(key string, now, expires time.Time) error {
+	switch {
+	case key == "" || len(key) > MaxNoticeKeyBytes:
+		return fmt.Errorf("%w: a notice key has 1 to %d bytes", ErrInvalid, MaxNoticeKeyBytes)
+	case now.IsZero() || !expires.After(now):
+		return fmt.Errorf("%w: a notice expires after now", ErrInvalid)
+	}
+	return nil
+}

@@ -307,4 +307,9 @@ ON CONFLICT (tenant, agent, day) DO UPDATE SET input_tokens = usage_daily.input_
 WHERE tenant = $1 AND ($2 = '' OR agent = $2) AND day >= $3::date AND day <= $4::date ORDER BY day, agent`
 	sqlUsageTotals = `SELECT COALESCE(SUM(input_tokens) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(output_tokens) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(cost_micros) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(model_calls) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(turns) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(tool_calls) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(sessions) FILTER (WHERE day = $2::date), 0), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_micros), 0), COALESCE(SUM(model_calls), 0), COALESCE(SUM(turns), 0), COALESCE(SUM(tool_calls), 0), COALESCE(SUM(sessions), 0)
 FROM usage_daily WHERE tenant = $1 AND day >= $3::date AND day <= $2::date`
+
+	// sqlClaimNotice inserts a notice or renews one that expired by now
+	// ($3); a notice still in force is left alone, so no row changes.
+	sqlClaimNotice = `INSERT INTO quota_notices (tenant, key, expires_at) VALUES ($1, $2, $4)
+ON CONFLICT (tenant, key) DO UPDATE SET expires_at = excluded.expires_at WHERE quota_notices.expires_at <= $3`
 )

@@ -428,3 +428,15 @@ func (s *Store) UsageTotals(ctx context.Context, day time.Time) (store.UsageTota
 	}
 	return t, nil
 }
+
+// ClaimNotice implements store.Store.
+func (s *Store) ClaimNotice(ctx context.Context, key string, now, expires time.Time) (bool, error) {
+	if err := store.ValidateNotice(key, now, expires); err != nil {
+		return false, fmt.Errorf("failed to claim notice %q: %w", key, err)
+	}
+	tag, err := exec(ctx, s, sqlClaimNotice, key, now.UTC(), expires.UTC())
+	if err != nil {
+		return false, fmt.Errorf("failed to claim notice %q: %w", key, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

@@ -296,4 +296,9 @@ ON CONFLICT (tenant, agent, day) DO UPDATE SET input_tokens = usage_daily.input_
 WHERE tenant = ?1 AND (?2 = '' OR agent = ?2) AND day >= ?3 AND day <= ?4 ORDER BY day, agent`
 	sqlUsageTotals = `SELECT COALESCE(SUM(CASE WHEN day = ?2 THEN input_tokens END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN output_tokens END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN cost_micros END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN model_calls END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN turns END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN tool_calls END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN sessions END), 0), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_micros), 0), COALESCE(SUM(model_calls), 0), COALESCE(SUM(turns), 0), COALESCE(SUM(tool_calls), 0), COALESCE(SUM(sessions), 0)
 FROM usage_daily WHERE tenant = ?1 AND day >= ?3 AND day <= ?2`
+
+	// sqlClaimNotice inserts a notice or renews one that expired by now
+	// (?3); a notice still in force is left alone, so no row changes.
+	sqlClaimNotice = `INSERT INTO quota_notices (tenant, key, expires_at) VALUES (?1, ?2, ?4)
+ON CONFLICT (tenant, key) DO UPDATE SET expires_at = excluded.expires_at WHERE quota_notices.expires_at <= ?3`
 )

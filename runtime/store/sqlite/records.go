@@ -471,3 +471,19 @@ func (s *Store) UsageTotals(ctx context.Context, day time.Time) (store.UsageTota
 // usageDay is the schema's form of a usage day (YYYY-MM-DD, which sorts
 // and compares as the dates do).
 func usageDay(t time.Time) string { return store.UsageDayOf(t).Format(time.DateOnly) }
+
+// ClaimNotice implements store.Store.
+func (s *Store) ClaimNotice(ctx context.Context, key string, now, expires time.Time) (bool, error) {
+	if err := store.ValidateNotice(key, now, expires); err != nil {
+		return false, fmt.Errorf("failed to claim notice %q: %w", key, err)
+	}
+	res, err := exec(ctx, s, sqlClaimNotice, key, micros(now), micros(expires))
+	if err != nil {
+		return false, fmt.Errorf("failed to claim notice %q: %w", key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("failed to claim notice %q: %w", key, err)
+	}
+	return n == 1, nil
+}

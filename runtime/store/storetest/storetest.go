@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"SessionPlans", testSessionPlans},
 		{"TurnErrors", testTurnErrors},
 		{"Usage", testUsage},
+		{"Notices", testNotices},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},
 		{"TenantIsolation", testTenantIsolation},
