@@ -25,6 +25,7 @@ import (
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
+	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
@@ -52,7 +53,13 @@ type BackendConfig struct {
 	// while Redis is unreachable (a restart) before it fails with
 	// CodeUnavailable.
 	QueueTimeout time.Duration
-	Log          *slog.Logger
+	// Limits returns the tenant's session and message caps (its
+	// TenantQuota); nil is no caps.
+	Limits func(ctx context.Context, tenant string) quota.Limits
+	// Admitter counts the tenants' messages against their caps, across
+	// the gateway's replicas (quota.RedisAdmitter); nil admits all.
+	Admitter quota.Admitter
+	Log      *slog.Logger
 }
 
 // Backend implements gateway.Backend for cluster mode: it never runs a turn
@@ -169,6 +176,9 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		// into the queue behind it.
 		answered := b.approve(ctx, tenant, s.Agent, channel, chat, code, approve)
 		return gateway.Outcome{Command: approval.CommandOf(approve), Text: gateway.ApprovalReply(code, approve, answered)}, nil
+	}
+	if err := b.admit(ctx, tenant, s.Agent, channel, chat); err != nil {
+		return gateway.Outcome{}, err
 	}
 	msgID := chat + "/" + s.ID
 	// Subscribing and queueing ride out a Redis restart: both are retried
@@ -289,6 +299,23 @@ func (b *Backend) retryRedis(ctx context.Context, deadline time.Time, what strin
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// admit counts a message of the chat against the tenant's session and
+// message caps; only a refusal is an error. When the counts cannot be
+// reached (Redis down), the message goes on: the queue, in the same Redis,
+// decides whether it can be taken.
+func (b *Backend) admit(ctx context.Context, tenant, agentName, channel, chat string) error {
+	if b.cfg.Admitter == nil || b.cfg.Limits == nil {
+		return nil
+	}
+	err := b.cfg.Admitter.Admit(ctx, tenant, channel+":"+agentName+"/"+chat, b.cfg.Limits(ctx, tenant))
+	var ce *gateway.CodedError
+	if err != nil && !errors.As(err, &ce) {
+		b.cfg.Log.Warn("Failed to count a message against the tenant's quota; admitting it", "tenant", tenant, "err", err)
+		return nil
+	}
+	return err
 }
 
 // ensureRuntime wakes a runtime for the chat unless one owns it.
@@ -417,6 +444,16 @@ func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbo
 		answered := b.approve(ctx, tenant, agentName, in.Channel, chat, code, approve)
 		return QueueReply(ctx, b.cfg.Bus, tenant, outbound.Message{Agent: agentName, Target: in.Channel + ":" + chat,
 			Text: gateway.ApprovalReply(code, approve, answered), Stored: true})
+	}
+	if err := b.admit(ctx, tenant, agentName, in.Channel, chat); err != nil {
+		// Refused for the tenant's caps: the chat is told (once a
+		// minute), and the platform is not asked to deliver it again.
+		target := in.Channel + ":" + chat
+		if !quota.ChatNotice(ctx, b.cfg.Store, time.Now(), agentName, target, err) {
+			return nil
+		}
+		return QueueReply(ctx, b.cfg.Bus, tenant, outbound.Message{Agent: agentName, Target: target,
+			Text: "Sorry, I could not answer: " + err.Error()})
 	}
 	id := in.Channel + "/" + in.ChatID + "/" + in.MessageID
 	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: id, Channel: in.Channel, ChatKey: chat, Text: in.Text})

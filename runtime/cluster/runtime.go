@@ -17,6 +17,7 @@ import (
 	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
+	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/sessionrt"
@@ -373,6 +374,7 @@ func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out 
 	if err != nil {
 		r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: protocol.FrameError, Code: err.Code, Message: err.Error(), Outcome: &out,
 			Status: err.Status, RetryAfterMS: err.RetryAfter.Milliseconds()})
+		r.tellBudget(ctx, c, err)
 		return
 	}
 	r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: protocol.FrameDone, Outcome: &out})
@@ -382,6 +384,23 @@ func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out 
 		if err != nil {
 			r.cfg.Log.Error("Failed to queue the reply for delivery", "chat", c.Key, "err", err)
 		}
+	}
+}
+
+// tellBudget tells a chat platform's chat that the model budget is spent,
+// once per chat, cap and period across the tenant's pods (quota.ChatNotice):
+// its messages go on being refused without a reply each.
+func (r strategy) tellBudget(ctx context.Context, c sessionrt.Chat, err *protocol.CodedError) {
+	if protocol.GatewayClient(c.Channel) || err.Code != protocol.CodeBudgetExhausted {
+		return
+	}
+	target := c.Channel + ":" + c.Key
+	if !quota.ChatNotice(store.WithTenant(context.WithoutCancel(ctx), r.cfg.Tenant), r.cfg.Store, time.Now(), r.cfg.Agent, target, err) {
+		return
+	}
+	if qerr := QueueReply(ctx, r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent, Target: target,
+		Text: "Sorry, I could not answer: " + err.Error()}); qerr != nil {
+		r.cfg.Log.Error("Failed to queue the budget notice for delivery", "chat", c.Key, "err", qerr)
 	}
 }
 

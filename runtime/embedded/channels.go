@@ -9,6 +9,7 @@ import (
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/store"
 )
 
@@ -72,6 +73,11 @@ func (r *Runtime) answerChannel(ctx context.Context, disp *outbound.Dispatcher, 
 	if err != nil {
 		var ce *gateway.CodedError
 		if errors.As(err, &ce) && ce.Code == gateway.CodeStopped {
+			return
+		}
+		if !quota.ChatNotice(ctx, r.state.Store, r.now(), agentName, in.Channel+":"+in.ChatID, err) {
+			// Told already: a spent budget once per cap and period, a
+			// session or message cap once a minute.
 			return
 		}
 		text, stored = fmt.Sprintf("Sorry, I could not answer: %v", err), false

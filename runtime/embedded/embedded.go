@@ -47,6 +47,7 @@ import (
 	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
+	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/warm"
 	"github.com/picobot/picobot/runtime/session"
@@ -234,6 +235,9 @@ type Runtime struct {
 	// quotas are the tenants' budgets and price tables of the folder's
 	// TenantQuotas (quota.go), replaced by every generation.
 	quotas atomic.Pointer[tenantQuotas]
+	// admit enforces the tenants' session and message caps (one process:
+	// counted in memory).
+	admit *quota.LocalAdmitter
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // tenantAgent.waiterKey -> the gateway calls waiting for it
@@ -320,6 +324,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	r := &Runtime{opts: opts, state: state, agents: map[string]*agentRuntime{},
 		log: opts.Log, ctx: store.WithTenant(rctx, opts.Tenant), cancel: cancel, tenants: map[string]bool{opts.Tenant: true},
 		waiters: map[string]*waiter{}, serving: map[string]bool{}, running: map[string]int{}}
+	r.admit = &quota.LocalAdmitter{Clock: runtimeClock{r}}
 	r.Service = dialog.Service{Store: st, Manager: r.manager, Tenant: r.checkTenant}
 	wcfg := opts.WarmSandbox
 	if wcfg.Log == nil {
@@ -585,6 +590,11 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 			return gateway.Outcome{}, err
 		}
 		return gateway.Outcome{Command: approval.CommandOf(approve), Text: gateway.ApprovalReply(code, approve, answered)}, nil
+	}
+	// Past the commands above (a /stop or an approval is never refused):
+	// the tenant's session and message caps.
+	if err := r.admit.Admit(ctx, ta.tenant, c.Key(), r.limits(ta.tenant)); err != nil {
+		return gateway.Outcome{}, err
 	}
 	id := c.Key() + "/" + s.ID
 	chat := chatOf(c)

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +17,7 @@ import (
 type tenantQuotas struct {
 	budgets map[string]quota.Budget
 	prices  map[string]quota.Prices
+	limits  map[string]quota.Limits
 }
 
 // quotasOf reads the TenantQuotas of set and the price ConfigMaps they
@@ -23,7 +25,7 @@ type tenantQuotas struct {
 // table is missing or unreadable is an error: the folder is not run with a
 // budget priced otherwise than its author wrote.
 func quotasOf(set *manifest.Set) (*tenantQuotas, error) {
-	out := &tenantQuotas{budgets: map[string]quota.Budget{}, prices: map[string]quota.Prices{}}
+	out := &tenantQuotas{budgets: map[string]quota.Budget{}, prices: map[string]quota.Prices{}, limits: map[string]quota.Limits{}}
 	for i := range set.TenantQuotas {
 		q := &set.TenantQuotas[i]
 		b, err := quota.BudgetOf(q)
@@ -31,6 +33,7 @@ func quotasOf(set *manifest.Set) (*tenantQuotas, error) {
 			return nil, err
 		}
 		out.budgets[q.Namespace] = b
+		out.limits[q.Namespace] = quota.LimitsOf(q)
 		if q.Spec.PricesConfigMap == nil {
 			continue
 		}
@@ -78,3 +81,21 @@ func (r *Runtime) prices(tenant string) quota.Prices {
 	}
 	return nil
 }
+
+// limits are the tenant's session and message caps of the current
+// generation; NoLimits without a quota.
+func (r *Runtime) limits(tenant string) quota.Limits {
+	if q := r.quotas.Load(); q != nil {
+		if l, ok := q.limits[tenant]; ok {
+			return l
+		}
+	}
+	return quota.NoLimits
+}
+
+// runtimeClock is the runtime's clock (Options.Clock, else the real clock)
+// as a clock.PassiveClock.
+type runtimeClock struct{ r *Runtime }
+
+func (c runtimeClock) Now() time.Time                  { return c.r.now() }
+func (c runtimeClock) Since(t time.Time) time.Duration { return c.r.now().Sub(t) }

@@ -148,6 +148,8 @@ const (
 	CodeRateLimited      = protocol.CodeRateLimited
 	CodeNoModel          = protocol.CodeNoModel
 	CodeBudgetExhausted  = protocol.CodeBudgetExhausted
+	CodeSessionLimit     = protocol.CodeSessionLimit
+	CodeMessageLimit     = protocol.CodeMessageLimit
 	CodeUnavailable      = protocol.CodeUnavailable
 	CodeInternal         = protocol.CodeInternal
 )
@@ -174,6 +176,8 @@ var statusOf = map[string]int{
 	CodeRateLimited:      http.StatusTooManyRequests,
 	CodeNoModel:          http.StatusServiceUnavailable,
 	CodeBudgetExhausted:  http.StatusTooManyRequests,
+	CodeSessionLimit:     http.StatusTooManyRequests,
+	CodeMessageLimit:     http.StatusTooManyRequests,
 	CodeUnavailable:      http.StatusServiceUnavailable,
 	CodeInternal:         http.StatusInternalServerError,
 }

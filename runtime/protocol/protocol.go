@@ -147,6 +147,8 @@ const (
 	CodeDeadLetter       = "dead_letter"      // set aside after too many deliveries (sessionrt.MaxDeliveries)
 	CodeUnanswered       = "unanswered"       // a resent message whose turn failed and was overtaken by a later one
 	CodeBudgetExhausted  = "budget_exhausted" // the tenant's model budget for the day or month is spent
+	CodeSessionLimit     = "session_limit"    // a new session over the tenant's maxConcurrentSessions
+	CodeMessageLimit     = "message_limit"    // a message over the tenant's messagesPerMinute
 	CodeInternal         = "internal"
 )
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,18 +57,52 @@ func (b Budget) SoftLimit(t store.UsageTotals, now time.Time) (key, why string) 
 
 // Exceeded says which cap t has reached, or "" when none.
 func (b Budget) Exceeded(t store.UsageTotals) string {
+	_, why := b.exceeded(t)
+	return why
+}
+
+// exceeded names the cap t has reached ("day-tokens", ...) and says why.
+func (b Budget) exceeded(t store.UsageTotals) (limit, why string) {
 	switch {
 	case b.DayTokens > 0 && t.Day.Tokens() >= b.DayTokens:
-		return fmt.Sprintf("today's model budget of %d tokens is spent (%d used)", b.DayTokens, t.Day.Tokens())
+		return "day-tokens", fmt.Sprintf("today's model budget of %d tokens is spent (%d used)", b.DayTokens, t.Day.Tokens())
 	case b.MonthTokens > 0 && t.Month.Tokens() >= b.MonthTokens:
-		return fmt.Sprintf("this month's model budget of %d tokens is spent (%d used)", b.MonthTokens, t.Month.Tokens())
+		return "month-tokens", fmt.Sprintf("this month's model budget of %d tokens is spent (%d used)", b.MonthTokens, t.Month.Tokens())
 	case b.DayCostMicros > 0 && t.Day.CostMicros >= b.DayCostMicros:
-		return fmt.Sprintf("today's model budget of %s is spent (%s used)", Money(b.DayCostMicros), Money(t.Day.CostMicros))
+		return "day-cost", fmt.Sprintf("today's model budget of %s is spent (%s used)", Money(b.DayCostMicros), Money(t.Day.CostMicros))
 	case b.MonthCostMicros > 0 && t.Month.CostMicros >= b.MonthCostMicros:
-		return fmt.Sprintf("this month's model budget of %s is spent (%s used)", Money(b.MonthCostMicros), Money(t.Month.CostMicros))
+		return "month-cost", fmt.Sprintf("this month's model budget of %s is spent (%s used)", Money(b.MonthCostMicros), Money(t.Month.CostMicros))
 	}
-	return ""
+	return "", ""
 }
+
+// PeriodEnd is when the period of a cap ("day-tokens", "month-cost", ...)
+// that includes now ends: the next UTC midnight for a day's cap, the first
+// of the next month (UTC) for a month's.
+func PeriodEnd(limit string, now time.Time) time.Time {
+	y, m, d := now.UTC().Date()
+	if strings.HasPrefix(limit, "month") {
+		return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
+}
+
+// ExhaustedError is a model call refused for the tenant's budget (inside a
+// protocol.CodedError budget_exhausted): Limit names the cap spent and Until
+// is when its period ends, so a chat platform's chat is told once per cap
+// and period (ChatNotice).
+type ExhaustedError struct {
+	Limit string
+	Until time.Time
+	Why   string
+}
+
+func (e *ExhaustedError) Error() string {
+	return ErrBudgetExhausted.Error() + ": " + e.Why + "; the platform team sets the budget"
+}
+
+// Is makes errors.Is(err, ErrBudgetExhausted) hold.
+func (e *ExhaustedError) Is(target error) bool { return target == ErrBudgetExhausted }
 
 // Money formats millionths of the currency unit with two decimals, rounded
 // up ("12.35").
@@ -103,7 +138,7 @@ type Meter struct {
 	Log    *slog.Logger
 
 	unpriced     sync.Map // model name -> struct{}: warned once
-	soft         sync.Map // SoftLimit key -> struct{}: warned once
+	soft         sync.Map // SoftLimit key -> struct{}: claimed once (ClaimNotice decides who warns)
 	defaultsOnce sync.Once
 	defaults     Prices
 }
@@ -155,17 +190,31 @@ func (m *Meter) Check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("failed to check the model budget: %w", err)
 	}
-	if why := b.Exceeded(t); why != "" {
+	now := m.Clock.Now()
+	if limit, why := b.exceeded(t); why != "" {
 		return &protocol.CodedError{Code: protocol.CodeBudgetExhausted,
-			Err: fmt.Errorf("%w: %s; the platform team sets the budget", ErrBudgetExhausted, why)}
+			Err: &ExhaustedError{Limit: limit, Until: PeriodEnd(limit, now), Why: why}}
 	}
-	if key, why := b.SoftLimit(t, m.Clock.Now()); key != "" {
-		if _, warned := m.soft.LoadOrStore(tenant+"/"+key, struct{}{}); !warned {
+	if key, why := b.SoftLimit(t, now); key != "" {
+		if _, seen := m.soft.LoadOrStore(tenant+"/"+key, struct{}{}); !seen && m.claimSoft(ctx, tenant, key, now) {
 			m.Log.Warn("Model budget soft limit reached", "tenant", tenant, "agent", m.Agent, "limit", why)
 			turn.Notify(ctx, "Model budget: "+why+"; calls stop when it is spent.")
 		}
 	}
 	return nil
+}
+
+// claimSoft claims the tenant's soft-limit notice key ("day-tokens/2026-06-01")
+// in the store, so that of all the tenant's runtimes one warns; the store
+// unreachable, this runtime warns (twice beats never).
+func (m *Meter) claimSoft(ctx context.Context, tenant, key string, now time.Time) bool {
+	limit, _, _ := strings.Cut(key, "/")
+	first, err := m.Store.ClaimNotice(m.ctx(ctx, tenant), "soft-limit/"+limit, now, PeriodEnd(limit, now))
+	if err != nil {
+		m.Log.Warn("Failed to claim the soft limit notice; warning anyway", "tenant", tenant, "err", err)
+		return true
+	}
+	return first
 }
 
 // Add records usage of the agent now.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,10 +30,12 @@ import (
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/cluster"
 	"github.com/picobot/picobot/runtime/cluster/published"
+	"github.com/picobot/picobot/runtime/cluster/quotasource"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/kubeauth"
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/quota"
 )
 
 // gatewayCmd is `picobot gateway`, the cluster-mode gateway: tenant API keys
@@ -101,8 +104,17 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	if !keys.WaitForSync(ctx) || !agents.WaitForCacheSync(ctx) {
 		return errors.Join(errors.New("stopped before the API-key and agent caches synced"), stopLoops(stop, loops))
 	}
+	// The tenants' session and message caps: their TenantQuotas read
+	// directly (one GET per tenant per 30 s), counted in Redis so that
+	// every replica enforces the same caps.
+	quotaReader, err := client.New(cfg, client.Options{Scheme: cluster.NewScheme()})
+	if err != nil {
+		return fmt.Errorf("failed to create the TenantQuota client: %w", err)
+	}
+	limits := &quotasource.Limits{Kube: quotaReader, Clock: clock.RealClock{}, Log: log}
 	backend := cluster.NewBackend(cluster.BackendConfig{Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store, Artifacts: svc.Artifacts,
-		Kube: agents, ReplyTimeout: *replyTimeout, Log: log})
+		Kube: agents, ReplyTimeout: *replyTimeout, Log: log,
+		Limits: limits.Limits, Admitter: &quota.RedisAdmitter{Redis: svc.Redis, Clock: clock.RealClock{}}})
 	// The metrics are served on their own listener (--metrics-addr), not
 	// behind the tenants' API keys: they span every tenant.
 	reg, met, err := newMetrics()
