@@ -29,6 +29,9 @@ import (
 var (
 	pg       *schedulertest.Postgres
 	pgReason string
+	// redisURL is a real Redis server's (test/services), for the
+	// gateway replicas' shared counts; redisReason why there is none.
+	redisURL, redisReason string
 	day      = time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
 )
 
@@ -43,7 +46,20 @@ func TestMain(m *testing.M) {
 		}
 		pgReason = reason
 	}
+	url, stopRedis, err := services.Redis()
+	if err != nil {
+		reason, fatal := services.Unavailable("Redis", err)
+		if fatal {
+			fmt.Fprintln(os.Stderr, reason)
+			os.Exit(1)
+		}
+		redisReason = reason
+	}
+	redisURL = url
 	code := m.Run()
+	if stopRedis != nil {
+		stopRedis()
+	}
 	if pg != nil {
 		pg.Stop()
 	}
