@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/picobot/picobot/runtime/scheduler/schedulertest"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/runtime/turn"
 	"github.com/picobot/picobot/test/services"
 )
 
@@ -212,4 +214,42 @@ func TestBudgetHoldsAcrossRuntimes(t *testing.T) {
 		total += n
 	}
 	g.Expect(total).To(Equal(runtimes*10 - len(s.Requests())))
+}
+
+// TestSoftLimitNoticeOncePerTenant: 8 runtimes (session pods) of a tenant
+// past the soft limit, checking at once and again, send one notice between
+// them: the store decides which (ClaimNotice).
+func TestSoftLimitNoticeOncePerTenant(t *testing.T) {
+	if pg == nil {
+		t.Skip("SKIPPED: " + pgReason)
+	}
+	g := NewWithT(t)
+	dsn := pg.NewDatabase(t)
+	st := schedulertest.Open(t, dsn)
+	tenantCtx := store.WithTenant(context.Background(), "team")
+	g.Expect(st.AddUsage(tenantCtx, store.UsageDelta{Agent: "agent-0", Day: day, UsageCounts: store.UsageCounts{InputTokens: 850}})).To(Succeed())
+	var notices atomic.Int32
+	ctx := turn.WithNotices(tenantCtx, func(text string) {
+		g.Expect(text).To(Equal("Model budget: 80% of today's model budget of 1000 tokens is used (850); calls stop when it is spent."))
+		notices.Add(1)
+	})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		m := meter(schedulertest.Open(t, dsn), fmt.Sprintf("agent-%d", i), quota.Budget{DayTokens: 1000, SoftLimitPercent: 80})
+		wg.Go(func() {
+			for range 3 {
+				g.Expect(m.Check(ctx)).To(Succeed())
+			}
+		})
+	}
+	wg.Wait()
+	g.Expect(notices.Load()).To(Equal(int32(1)))
+
+	// The next day is another period: warned again, once.
+	m := &quota.Meter{Store: st, Tenant: "team", Agent: "agent-0", Budget: func(string) quota.Budget { return quota.Budget{DayTokens: 1000, SoftLimitPercent: 80} },
+		Clock: clocktesting.NewFakePassiveClock(day.AddDate(0, 0, 1)), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	g.Expect(st.AddUsage(tenantCtx, store.UsageDelta{Agent: "agent-0", Day: day.AddDate(0, 0, 1), UsageCounts: store.UsageCounts{InputTokens: 850}})).To(Succeed())
+	g.Expect(m.Check(ctx)).To(Succeed())
+	g.Expect(m.Check(ctx)).To(Succeed())
+	g.Expect(notices.Load()).To(Equal(int32(2)))
 }
