@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
@@ -165,5 +167,81 @@ func TestTenantQuotaPricesAreChecked(t *testing.T) {
 			}
 			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
 		})
+	}
+}
+
+// capsYAML caps tenant-a at 2 open sessions and 4 messages a minute.
+const capsYAML = `apiVersion: agents.picobot.io/v1alpha1
+kind: TenantQuota
+metadata:
+  name: default
+  namespace: tenant-a
+spec:
+  maxConcurrentSessions: 2
+  messagesPerMinute: 4
+`
+
+// TestTenantQuotaCaps: tenant A's third chat is refused with session_limit
+// (HTTP 429, and an error frame on the WebSocket) while its two open chats
+// go on, its fifth message in the minute is refused with message_limit and
+// a Retry-After, and tenant B, same runtime and agent, keeps being served.
+func TestTenantQuotaCaps(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	t.Cleanup(s.Close)
+	s.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
+	dir := t.TempDir()
+	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, quotaAgentYAML, fakellm.ProtocolOpenAI, s.URL()), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(capsYAML), 0o600)).To(Succeed())
+	// A fixed clock: the minute and the sessions' window do not move.
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 9, 0, 10, 0, time.UTC))
+	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Tenant: "tenant-a", Tenants: []string{"tenant-b"},
+		Log: slog.New(slog.DiscardHandler), Clock: clk,
+		Env: func(k string) string {
+			if k == embedded.SecretEnvName("llm", "apiKey") {
+				return "sk-test"
+			}
+			return ""
+		}})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(rt.Close)
+	srv, err := gateway.NewServer(gateway.Config{Backend: rt, DefaultLimit: gateway.Unlimited, Auth: gateway.MustStaticKeys(
+		gateway.StaticKey{ID: "a", Token: "key-a", Tenant: "tenant-a"}, gateway.StaticKey{ID: "b", Token: "key-b", Tenant: "tenant-b"})})
+	g.Expect(err).NotTo(HaveOccurred())
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	a, b := gatewaytest.Client{URL: hs.URL, Key: "key-a"}, gatewaytest.Client{URL: hs.URL, Key: "key-b"}
+	send := func(c gatewaytest.Client, id, chat string) (int, map[string]any) {
+		status, body := c.Do(t, http.MethodPost, "/api/v1/send", gatewaytest.Frame{"id": id, "agent": "assistant", "chat_id": chat, "text": "hi"})
+		e, _ := body["error"].(map[string]any)
+		return status, e
+	}
+
+	for i, chat := range []string{"c1", "c2"} {
+		status, e := send(a, fmt.Sprint("a", i), chat)
+		g.Expect(status).To(Equal(http.StatusOK), "%v", e)
+	}
+	status, e := send(a, "a2", "c3")
+	g.Expect(status).To(Equal(http.StatusTooManyRequests))
+	g.Expect(e).To(HaveKeyWithValue("code", gateway.CodeSessionLimit))
+	g.Expect(e["message"]).To(ContainSubstring("this workspace has 2 sessions open, the most its quota allows (maxConcurrentSessions)"))
+	// The WebSocket client of a new chat gets the same as an error frame.
+	frames := a.Dial(t).Exchange(t, gatewaytest.Frame{"id": "a3", "agent": "assistant", "chat_id": "c4", "text": "hi"})
+	g.Expect(frames).To(ContainElement(And(HaveKeyWithValue("type", "error"), HaveKeyWithValue("code", gateway.CodeSessionLimit),
+		HaveKeyWithValue("retry_after_ms", 600000.0))), "%v", frames)
+	status, e = send(a, "a4", "c1")
+	g.Expect(status).To(Equal(http.StatusOK), "an open chat goes on: %v", e)
+	status, e = send(a, "a5", "c2")
+	g.Expect(status).To(Equal(http.StatusOK), "4 messages admitted in the minute: %v", e)
+
+	status, body := a.Do(t, http.MethodPost, "/api/v1/send", gatewaytest.Frame{"id": "a6", "agent": "assistant", "chat_id": "c1", "text": "hi"})
+	g.Expect(status).To(Equal(http.StatusTooManyRequests))
+	g.Expect(body["error"]).To(HaveKeyWithValue("code", gateway.CodeMessageLimit))
+	g.Expect(body["error"].(map[string]any)["message"]).To(ContainSubstring("this workspace has sent 4 messages in the last minute"))
+
+	// Tenant B has no quota: new chats and many messages are served.
+	for i := range 6 {
+		status, e := send(b, fmt.Sprint("b", i), fmt.Sprint("c", i))
+		g.Expect(status).To(Equal(http.StatusOK), "%d: %v", i, e)
 	}
 }
