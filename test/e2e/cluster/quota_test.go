@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -67,5 +69,105 @@ spec:
 	for _, id := range []string{"b1", "b2"} {
 		frames := send(b, id)
 		g.Expect(gatewaytest.Event(frames, "final")).To(HaveKeyWithValue("text", "answered"), "%s: %v", id, frames)
+	}
+}
+
+// secondGateway starts another gateway replica on the stack's PostgreSQL,
+// Redis and API server, and returns its URL.
+func secondGateway(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gateway-2.log")
+	urlc := make(chan string, 1)
+	stop, err := st.spawn(path, func(line string) {
+		if m := servingRE.FindStringSubmatch(line); m != nil {
+			urlc <- m[1]
+		}
+	}, st.picobot, "gateway", "--addr=127.0.0.1:0", "--blob-addr=", "--reply-timeout=2m", "--namespace="+systemNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	select {
+	case u := <-urlc:
+		return u
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the second gateway did not start; log:\n%s", tail(path, 40))
+		return ""
+	}
+}
+
+// TestTenantQuotaCapsAtTheGateways: two gateway replicas enforce one
+// session cap per tenant between them (the counts are in the shared
+// Redis): tenant A's chats opened through either fill its
+// maxConcurrentSessions of 2, and a third chat is refused with
+// session_limit through both, while its open chats go on; a tenant with
+// messagesPerMinute 0 has every message refused with message_limit; a
+// tenant without a quota is served through both.
+func TestTenantQuotaCapsAtTheGateways(t *testing.T) {
+	needStack(t)
+	g := NewWithT(t)
+	st.llm.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "answered"} })
+	capped, muted, free := "tenant-caps-a", "tenant-caps-m", "tenant-caps-b"
+	for _, ns := range []string{capped, muted, free} {
+		st.apply(t, fmt.Sprintf(tenantManifest, ns, ns+"-key", st.llm.URL(), "1m", 0))
+	}
+	st.apply(t, fmt.Sprintf(`
+apiVersion: agents.picobot.io/v1alpha1
+kind: TenantQuota
+metadata: {name: default, namespace: %s}
+spec:
+  maxConcurrentSessions: 2
+---
+apiVersion: agents.picobot.io/v1alpha1
+kind: TenantQuota
+metadata: {name: default, namespace: %s}
+spec:
+  messagesPerMinute: 0
+`, capped, muted))
+	for _, ns := range []string{capped, muted, free} {
+		g.Eventually(func(g Gomega) {
+			agent := &picobotv1alpha1.Agent{}
+			g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "helper"}, agent)).To(Succeed())
+			g.Expect(meta.IsStatusConditionTrue(agent.Status.Conditions, picobotv1alpha1.ConditionReady)).To(BeTrue(), "%+v", agent.Status.Conditions)
+		}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
+	}
+	gw2 := secondGateway(t)
+	send := func(gw, key, id, chat string) (int, gatewaytest.Frame) {
+		c := gatewaytest.Client{URL: gw, Key: key}
+		var status int
+		var body gatewaytest.Frame
+		// The operator publishes the tenants' API keys to the gateways.
+		g.Eventually(func() int {
+			status, body = c.Do(t, http.MethodPost, "/api/v1/send", gatewaytest.Frame{"id": id, "agent": "helper", "chat_id": chat, "text": "hello"})
+			return status
+		}, 90*time.Second, 250*time.Millisecond).ShouldNot(Equal(http.StatusUnauthorized))
+		return status, body
+	}
+	code := func(body gatewaytest.Frame) any {
+		e, _ := body["error"].(map[string]any)
+		return e["code"]
+	}
+	a := capped + "-key"
+	status, body := send(st.gatewayURL, a, "a1", "c1")
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	status, body = send(gw2, a, "a2", "c2")
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	for _, gw := range []string{st.gatewayURL, gw2} {
+		status, body = send(gw, a, "a3", "c3")
+		g.Expect(status).To(Equal(http.StatusTooManyRequests), "%v", body)
+		g.Expect(code(body)).To(Equal("session_limit"))
+		g.Expect(body["error"].(map[string]any)["message"]).To(ContainSubstring("this workspace has 2 sessions open, the most its quota allows (maxConcurrentSessions)"))
+	}
+	status, body = send(gw2, a, "a4", "c1")
+	g.Expect(status).To(Equal(http.StatusOK), "an open chat goes on through the other replica: %v", body)
+
+	for _, gw := range []string{st.gatewayURL, gw2} {
+		status, body = send(gw, muted+"-key", "m1", "c1")
+		g.Expect(status).To(Equal(http.StatusTooManyRequests), "%v", body)
+		g.Expect(code(body)).To(Equal("message_limit"))
+	}
+	for i, gw := range []string{st.gatewayURL, gw2, st.gatewayURL} {
+		status, body = send(gw, free+"-key", fmt.Sprint("b", i), fmt.Sprint("c", i))
+		g.Expect(status).To(Equal(http.StatusOK), "%v", body)
 	}
 }
