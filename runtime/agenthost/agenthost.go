@@ -143,7 +143,11 @@ func (h *Host) meter(agent string) *quota.Meter {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &quota.Meter{Store: h.Store, Tenant: h.Tenant, Agent: agent, Prices: h.Prices, Budget: h.Budget, Clock: clk, Log: log}
+	m := &quota.Meter{Store: h.Store, Tenant: h.Tenant, Agent: agent, Prices: h.Prices, Budget: h.Budget, Clock: clk, Log: log}
+	if h.Metrics != nil {
+		m.Costs = h.Metrics
+	}
+	return m
 }
 
 // Feature adds capabilities to an agent (runtime/feature).

@@ -23,6 +23,7 @@ import (
 	"github.com/picobot/picobot/runtime/dialog"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/quota"
@@ -59,7 +60,9 @@ type BackendConfig struct {
 	// Admitter counts the tenants' messages against their caps, across
 	// the gateway's replicas (quota.RedisAdmitter); nil admits all.
 	Admitter quota.Admitter
-	Log      *slog.Logger
+	// Metrics counts the messages refused for the caps; nil counts none.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 // Backend implements gateway.Backend for cluster mode: it never runs a turn
@@ -311,10 +314,14 @@ func (b *Backend) admit(ctx context.Context, tenant, agentName, channel, chat st
 	}
 	err := b.cfg.Admitter.Admit(ctx, tenant, channel+":"+agentName+"/"+chat, b.cfg.Limits(ctx, tenant))
 	var ce *gateway.CodedError
-	if err != nil && !errors.As(err, &ce) {
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &ce):
 		b.cfg.Log.Warn("Failed to count a message against the tenant's quota; admitting it", "tenant", tenant, "err", err)
 		return nil
 	}
+	b.cfg.Metrics.QuotaRefused(tenant, ce.Code)
 	return err
 }
 

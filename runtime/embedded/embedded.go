@@ -594,6 +594,10 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	// Past the commands above (a /stop or an approval is never refused):
 	// the tenant's session and message caps.
 	if err := r.admit.Admit(ctx, ta.tenant, c.Key(), r.limits(ta.tenant)); err != nil {
+		var ce *gateway.CodedError
+		if errors.As(err, &ce) {
+			r.opts.Metrics.QuotaRefused(ta.tenant, ce.Code)
+		}
 		return gateway.Outcome{}, err
 	}
 	id := c.Key() + "/" + s.ID

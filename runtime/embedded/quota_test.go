@@ -13,11 +13,13 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/test/logbuf"
 )
@@ -81,8 +83,11 @@ func TestTenantQuotaBudget(t *testing.T) {
 			g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, quotaAgentYAML, proto, url), 0o600)).To(Succeed())
 			g.Expect(os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(quotaYAML), 0o600)).To(Succeed())
 			logs := &logbuf.Buffer{}
+			reg := prometheus.NewRegistry()
+			met, err := metrics.New(reg, metrics.Options{})
+			g.Expect(err).NotTo(HaveOccurred())
 			rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Tenant: "tenant-a", Tenants: []string{"tenant-b"},
-				Log: slog.New(slog.NewTextHandler(logs, nil)),
+				Log: slog.New(slog.NewTextHandler(logs, nil)), Metrics: met,
 				Env: func(k string) string {
 					if k == embedded.SecretEnvName("llm", "apiKey") {
 						return "sk-test"
@@ -141,6 +146,10 @@ func TestTenantQuotaBudget(t *testing.T) {
 			g.Expect(status).To(Equal(http.StatusOK), "%v", body)
 			g.Expect(body["today"]).To(And(HaveKeyWithValue("input_tokens", 240.0), HaveKeyWithValue("model_calls", 3.0),
 				HaveKeyWithValue("cost_micros", 0.0)), "no price for quota-model in the built-in table")
+			// The same cost as a metric, in the currency unit.
+			g.Expect(metricValue(t, reg, "picobot_model_cost_total", map[string]string{"tenant": "tenant-a", "agent": "assistant", "provider": proto, "model": "quota-model"})).
+				To(BeNumerically("~", 0.000240, 1e-12))
+			g.Expect(metricValue(t, reg, "picobot_model_cost_total", map[string]string{"tenant": "tenant-b"})).To(Equal(-1.0), "no cost: no series")
 		})
 	}
 }
@@ -195,8 +204,11 @@ func TestTenantQuotaCaps(t *testing.T) {
 	g.Expect(os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(capsYAML), 0o600)).To(Succeed())
 	// A fixed clock: the minute and the sessions' window do not move.
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 9, 0, 10, 0, time.UTC))
+	reg := prometheus.NewRegistry()
+	met, err := metrics.New(reg, metrics.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
 	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Tenant: "tenant-a", Tenants: []string{"tenant-b"},
-		Log: slog.New(slog.DiscardHandler), Clock: clk,
+		Log: slog.New(slog.DiscardHandler), Clock: clk, Metrics: met,
 		Env: func(k string) string {
 			if k == embedded.SecretEnvName("llm", "apiKey") {
 				return "sk-test"
@@ -244,4 +256,33 @@ func TestTenantQuotaCaps(t *testing.T) {
 		status, e := send(b, fmt.Sprint("b", i), fmt.Sprint("c", i))
 		g.Expect(status).To(Equal(http.StatusOK), "%d: %v", i, e)
 	}
+	g.Expect(metricValue(t, reg, "picobot_gateway_quota_refused_total", map[string]string{"tenant": "tenant-a", "code": "session_limit"})).To(Equal(2.0))
+	g.Expect(metricValue(t, reg, "picobot_gateway_quota_refused_total", map[string]string{"tenant": "tenant-a", "code": "message_limit"})).To(Equal(1.0))
+}
+
+// metricValue is the value of the counter name with labels in reg, -1 when
+// there is none.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return -1
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,7 @@ type Metrics struct {
 	modelSeconds   *prometheus.HistogramVec
 	modelTTFT      *prometheus.HistogramVec
 	modelTokens    *prometheus.CounterVec
+	modelCost      *prometheus.CounterVec
 	modelFallbacks *prometheus.CounterVec
 	toolCalls      *prometheus.CounterVec
 	toolSeconds    *prometheus.HistogramVec
@@ -82,6 +84,7 @@ type Metrics struct {
 	frameOut       prometheus.Counter
 	gwAuthFailures prometheus.Counter
 	gwRateLimited  *prometheus.CounterVec
+	gwQuotaRefused *prometheus.CounterVec
 
 	toolsMu sync.Mutex
 	tools   map[string]struct{} // tool names given a label of their own
@@ -123,6 +126,9 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		modelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "model_tokens_total",
 			Help: "Tokens of successful model calls as the provider reported them: direction in, out, or cached (the part of in served from a prompt cache)."},
 			[]string{"tenant", "agent", "provider", "model", "direction"}),
+		modelCost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "model_cost_total",
+			Help: "Cost of successful model calls as usage accounting priced them, in the price table's currency unit (USD for the built-in prices); a model without a price adds nothing."},
+			[]string{"tenant", "agent", "provider", "model"}),
 		modelFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "model_fallbacks_total",
 			Help: "Calls made to a fallback model (provider, model) after the models before it in the agent's chain failed."},
 			[]string{"tenant", "agent", "provider", "model"}),
@@ -138,13 +144,16 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Help: "WebSocket frames by direction (in, out)."}, []string{"direction"}),
 		gwAuthFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "gateway_auth_failures_total",
 			Help: "Requests refused for a missing or wrong API key."}),
+		gwQuotaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "gateway_quota_refused_total",
+			Help: "Messages the gateway refused for the tenant's TenantQuota caps, by code: session_limit (maxConcurrentSessions) or message_limit (messagesPerMinute)."},
+			[]string{"tenant", "code"}),
 		gwRateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "gateway_rate_limited_total",
 			Help: "Requests refused with 429 by reason: key (the API key's rate limit) or auth_failures (too many failed authentications from the address)."},
 			[]string{"reason"}),
 	}
 	m.frameIn, m.frameOut = m.gwFrames.WithLabelValues("in"), m.gwFrames.WithLabelValues("out")
-	cs := []prometheus.Collector{m.turns, m.turnSeconds, m.modelCalls, m.modelSeconds, m.modelTTFT, m.modelTokens, m.modelFallbacks,
-		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited}
+	cs := []prometheus.Collector{m.turns, m.turnSeconds, m.modelCalls, m.modelSeconds, m.modelTTFT, m.modelTokens, m.modelCost, m.modelFallbacks,
+		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited, m.gwQuotaRefused}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("failed to register PicoBot's metrics"), err)
@@ -341,4 +350,27 @@ func ErrorCode(ctx context.Context, err error) string {
 		return "cancelled"
 	}
 	return "error"
+}
+
+// ModelCost adds the cost of a call of agent's model named
+// "provider/model", in millionths of the price table's currency unit
+// (quota.Meter prices every call).
+func (m *Metrics) ModelCost(tenant, agent, name string, micros int64) {
+	if m == nil || micros <= 0 {
+		return
+	}
+	prov, model, ok := strings.Cut(name, "/")
+	if !ok {
+		prov, model = "", name
+	}
+	m.modelCost.WithLabelValues(tenant, agent, prov, model).Add(float64(micros) / 1e6)
+}
+
+// QuotaRefused counts a message refused for the tenant's TenantQuota caps
+// (its protocol code: session_limit or message_limit).
+func (m *Metrics) QuotaRefused(tenant, code string) {
+	if m == nil {
+		return
+	}
+	m.gwQuotaRefused.WithLabelValues(tenant, code).Inc()
 }

@@ -115,6 +115,12 @@ func Money(micros int64) string {
 // budget_exhausted) of a model call refused for the tenant's budget.
 var ErrBudgetExhausted = errors.New("model budget exhausted")
 
+// CostRecorder sees the cost of each model call of an agent, named
+// "provider/model", in millionths of the currency unit (metrics.Metrics).
+type CostRecorder interface {
+	ModelCost(tenant, agent, name string, micros int64)
+}
+
 // Meter accounts an agent's model calls in the store and, with a budget,
 // refuses calls once the tenant has spent it. Every runtime of the tenant
 // (session pods, embedded mode) adds to the same rows, so the budget holds
@@ -136,6 +142,9 @@ type Meter struct {
 	Budget func(tenant string) Budget
 	Clock  clock.PassiveClock
 	Log    *slog.Logger
+	// Costs, when set, sees the cost of every call priced (the
+	// picobot_model_cost_total metric).
+	Costs CostRecorder
 
 	unpriced     sync.Map // model name -> struct{}: warned once
 	soft         sync.Map // SoftLimit key -> struct{}: claimed once (ClaimNotice decides who warns)
@@ -247,13 +256,18 @@ func (c counter) Complete(ctx context.Context, req llm.Request, onDelta func(llm
 	if err != nil {
 		return resp, err
 	}
-	price, ok := c.m.prices(c.m.tenant(ctx)).Lookup(c.name)
+	tenant := c.m.tenant(ctx)
+	price, ok := c.m.prices(tenant).Lookup(c.name)
 	if !ok {
 		if _, warned := c.m.unpriced.LoadOrStore(c.name, struct{}{}); !warned {
 			c.m.Log.Warn("No price for this model: its calls count tokens but no cost; add it to the price table", "model", c.name)
 		}
 	}
+	cost := price.Cost(resp.Usage)
 	c.m.Add(ctx, store.UsageCounts{InputTokens: int64(resp.Usage.InputTokens), OutputTokens: int64(resp.Usage.OutputTokens),
-		CostMicros: price.Cost(resp.Usage), ModelCalls: 1, ToolCalls: int64(len(resp.Message.ToolCalls))})
+		CostMicros: cost, ModelCalls: 1, ToolCalls: int64(len(resp.Message.ToolCalls))})
+	if c.m.Costs != nil {
+		c.m.Costs.ModelCost(tenant, c.m.Agent, c.name, cost)
+	}
 	return resp, nil
 }

@@ -104,6 +104,12 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	if !keys.WaitForSync(ctx) || !agents.WaitForCacheSync(ctx) {
 		return errors.Join(errors.New("stopped before the API-key and agent caches synced"), stopLoops(stop, loops))
 	}
+	// The metrics are served on their own listener (--metrics-addr), not
+	// behind the tenants' API keys: they span every tenant.
+	reg, met, err := newMetrics()
+	if err != nil {
+		return err
+	}
 	// The tenants' session and message caps: their TenantQuotas read
 	// directly (one GET per tenant per 30 s), counted in Redis so that
 	// every replica enforces the same caps.
@@ -114,13 +120,7 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	limits := &quotasource.Limits{Kube: quotaReader, Clock: clock.RealClock{}, Log: log}
 	backend := cluster.NewBackend(cluster.BackendConfig{Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store, Artifacts: svc.Artifacts,
 		Kube: agents, ReplyTimeout: *replyTimeout, Log: log,
-		Limits: limits.Limits, Admitter: &quota.RedisAdmitter{Redis: svc.Redis, Clock: clock.RealClock{}}})
-	// The metrics are served on their own listener (--metrics-addr), not
-	// behind the tenants' API keys: they span every tenant.
-	reg, met, err := newMetrics()
-	if err != nil {
-		return err
-	}
+		Limits: limits.Limits, Admitter: &quota.RedisAdmitter{Redis: svc.Redis, Clock: clock.RealClock{}}, Metrics: met})
 	srv, err := gateway.NewServer(gateway.Config{Backend: backend, Auth: keys, UI: web.FS, Log: log,
 		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins), Metrics: met})
 	if err != nil {
