@@ -2,6 +2,7 @@ package quota_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -51,13 +52,22 @@ func admitters(t testing.TB, clk *clocktesting.FakeClock) map[string]func(n int)
 }
 
 func code(err error) string {
-	if ce, ok := err.(*protocol.CodedError); ok {
+	if ce := coded(err); ce != nil {
 		return ce.Code
 	}
 	if err != nil {
 		return "error: " + err.Error()
 	}
 	return ""
+}
+
+// coded is err's protocol.CodedError, nil when it has none.
+func coded(err error) *protocol.CodedError {
+	var ce *protocol.CodedError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return nil
 }
 
 // TestSessionCap: tenant A's third session is refused with session_limit
@@ -81,7 +91,7 @@ func TestSessionCap(t *testing.T) {
 			g.Expect(err).To(MatchError(ContainSubstring("this workspace has 2 sessions open, the most its quota allows (maxConcurrentSessions)")))
 			// The oldest session closes 10 minutes after its message, 9
 			// from now.
-			g.Expect(err.(*protocol.CodedError).RetryAfter).To(Equal(9 * time.Minute))
+			g.Expect(coded(err).RetryAfter).To(Equal(9 * time.Minute))
 			g.Expect(adm.Admit(ctx, a, "web:helper/1", two)).To(Succeed(), "an open session goes on")
 			g.Expect(adm.Admit(ctx, b, "web:helper/3", two)).To(Succeed(), "another tenant's sessions are its own")
 
@@ -119,7 +129,7 @@ func TestMessageCap(t *testing.T) {
 				g.Expect(err).To(MatchError(ContainSubstring("this workspace has sent 3 messages in the last minute, the most its quota allows (messagesPerMinute); try again in 1m10s")))
 				// The next minute starts in 50 s; 20 s into it, a third
 				// of the 3 messages still counts (the sliding estimate).
-				g.Expect(err.(*protocol.CodedError).RetryAfter).To(Equal(70 * time.Second))
+				g.Expect(coded(err).RetryAfter).To(Equal(70 * time.Second))
 			}
 			g.Expect(adm.Admit(ctx, b, "web:helper/1", three)).To(Succeed(), "another tenant's messages are its own")
 

@@ -34,7 +34,7 @@ var (
 	// redisURL is a real Redis server's (test/services), for the
 	// gateway replicas' shared counts; redisReason why there is none.
 	redisURL, redisReason string
-	day      = time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	day                   = time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
 )
 
 func TestMain(m *testing.M) {
