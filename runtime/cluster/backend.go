@@ -180,7 +180,7 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		answered := b.approve(ctx, tenant, s.Agent, channel, chat, code, approve)
 		return gateway.Outcome{Command: approval.CommandOf(approve), Text: gateway.ApprovalReply(code, approve, answered)}, nil
 	}
-	if err := b.admit(ctx, tenant, s.Agent, channel, chat); err != nil {
+	if err := b.admit(ctx, tenant, quota.Session(channel, s.Agent, s.ChatID)); err != nil {
 		return gateway.Outcome{}, err
 	}
 	msgID := chat + "/" + s.ID
@@ -304,15 +304,15 @@ func (b *Backend) retryRedis(ctx context.Context, deadline time.Time, what strin
 	}
 }
 
-// admit counts a message of the chat against the tenant's session and
-// message caps; only a refusal is an error. When the counts cannot be
-// reached (Redis down), the message goes on: the queue, in the same Redis,
-// decides whether it can be taken.
-func (b *Backend) admit(ctx context.Context, tenant, agentName, channel, chat string) error {
+// admit counts a message of the session (quota.Session) against the
+// tenant's session and message caps; only a refusal is an error. When the
+// counts cannot be reached (Redis down), the message goes on: the queue, in
+// the same Redis, decides whether it can be taken.
+func (b *Backend) admit(ctx context.Context, tenant, session string) error {
 	if b.cfg.Admitter == nil || b.cfg.Limits == nil {
 		return nil
 	}
-	err := b.cfg.Admitter.Admit(ctx, tenant, channel+":"+agentName+"/"+chat, b.cfg.Limits(ctx, tenant))
+	err := b.cfg.Admitter.Admit(ctx, tenant, session, b.cfg.Limits(ctx, tenant))
 	var ce *gateway.CodedError
 	switch {
 	case err == nil:
@@ -452,7 +452,7 @@ func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbo
 		return QueueReply(ctx, b.cfg.Bus, tenant, outbound.Message{Agent: agentName, Target: in.Channel + ":" + chat,
 			Text: gateway.ApprovalReply(code, approve, answered), Stored: true})
 	}
-	if err := b.admit(ctx, tenant, agentName, in.Channel, chat); err != nil {
+	if err := b.admit(ctx, tenant, quota.Session(in.Channel, agentName, in.ChatID)); err != nil {
 		// Refused for the tenant's caps: the chat is told (once a
 		// minute), and the platform is not asked to deliver it again.
 		target := in.Channel + ":" + chat

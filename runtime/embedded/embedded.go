@@ -593,7 +593,7 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	}
 	// Past the commands above (a /stop or an approval is never refused):
 	// the tenant's session and message caps.
-	if err := r.admit.Admit(ctx, ta.tenant, c.Key(), r.limits(ta.tenant)); err != nil {
+	if err := r.admit.Admit(ctx, ta.tenant, quota.Session(c.ChannelName(), c.Agent, c.ChatID), r.limits(ta.tenant)); err != nil {
 		var ce *gateway.CodedError
 		if errors.As(err, &ce) {
 			r.opts.Metrics.QuotaRefused(ta.tenant, ce.Code)

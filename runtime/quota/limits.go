@@ -54,6 +54,10 @@ func LimitsOf(q *picobotv1alpha1.TenantQuota) Limits {
 	return l
 }
 
+// Session is the session a message counts towards: its chat, on one
+// channel of one agent (the chat's dialogs are one session).
+func Session(channel, agent, chatID string) string { return channel + ":" + agent + "/" + chatID }
+
 // Admitter admits a tenant's message to a session (a chat: channel, agent
 // and chat id), or refuses it with a protocol.CodedError: session_limit when
 // it would open a session over l.MaxSessions, message_limit when it is over
