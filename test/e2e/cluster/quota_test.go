@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,7 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
-
+	"github.com/picobot/picobot/runtime/channel"
+	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
@@ -166,6 +170,55 @@ spec:
 		g.Expect(status).To(Equal(http.StatusTooManyRequests), "%v", body)
 		g.Expect(code(body)).To(Equal("message_limit"))
 	}
+	// A chat platform's chat (a webhook channel) of the muted tenant is
+	// told why through the outbound stream, once a minute however many of
+	// its messages are refused, through either replica; nothing is queued
+	// for a session pod.
+	st.apply(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Secret
+metadata: {name: alerts, namespace: %[1]s}
+stringData: {signingSecret: s3cret, url: "http://127.0.0.1:9/unused"}
+---
+apiVersion: agents.picobot.io/v1alpha1
+kind: Agent
+metadata: {name: hooked, namespace: %[1]s}
+spec:
+  model: {provider: openai, model: fake-model, baseURL: %[2]s, apiKeySecretRef: {name: model-key, key: apiKey}}
+  channels:
+  - {type: webhook, name: alerts, secretRef: {name: alerts}}
+`, muted, st.llm.URL()))
+	hook := func(gw, id string) int {
+		body := fmt.Appendf(nil, `{"chat_id":"room1","message_id":%q,"text":"status?"}`, id)
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		req, err := http.NewRequest(http.MethodPost, gw+"/hooks/"+muted+"/hooked/alerts", bytes.NewReader(body))
+		g.Expect(err).NotTo(HaveOccurred())
+		req.Header.Set(channel.HeaderPicoBotTimestamp, ts)
+		req.Header.Set(channel.HeaderPicoBotSignature, channel.WebhookSignature("s3cret", ts, body))
+		resp, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Both replicas set the channel up once the operator published its
+	// credentials.
+	for i, gw := range []string{st.gatewayURL, gw2} {
+		g.Eventually(func() int { return hook(gw, fmt.Sprint("h", i)) }, 90*time.Second, 250*time.Millisecond).Should(Equal(http.StatusOK))
+	}
+	g.Expect(hook(st.gatewayURL, "h2")).To(Equal(http.StatusOK))
+	entries, err := st.redis.XRange(context.Background(), wake.OutboundStream(muted), "-", "+").Result()
+	g.Expect(err).NotTo(HaveOccurred())
+	var told []string
+	for _, e := range entries {
+		var req wake.OutboundRequest
+		g.Expect(json.Unmarshal([]byte(fmt.Sprint(e.Values["p"])), &req)).To(Succeed())
+		if req.Message.Target == "alerts:room1" {
+			told = append(told, req.Message.Text)
+		}
+	}
+	g.Expect(told).To(HaveLen(1), "three refused messages, one notice: %v", told)
+	g.Expect(told[0]).To(ContainSubstring("the most its quota allows (messagesPerMinute)"))
+
 	for i, gw := range []string{st.gatewayURL, gw2, st.gatewayURL} {
 		status, body = send(gw, free+"-key", fmt.Sprint("b", i), fmt.Sprint("c", i))
 		g.Expect(status).To(Equal(http.StatusOK), "%v", body)
