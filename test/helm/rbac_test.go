@@ -45,6 +45,8 @@ func applyRBAC(t *testing.T, release, ns string, extra ...string) []*unstructure
 func canI(t *testing.T, subject, verb, resource, ns string) bool {
 	t.Helper()
 	resource, sub, _ := strings.Cut(resource, "/")
+	// "kind:name" asks about one object by name (kubectl's kind/name).
+	resource = strings.Replace(resource, ":", "/", 1)
 	args := []string{"auth", "can-i", verb, resource, "--as=" + subject}
 	if sub != "" {
 		args = append(args, "--subresource="+sub)
@@ -182,6 +184,12 @@ func TestAuthCanI(t *testing.T) {
 		{"operator", operator, "list", "tenantquotas.agents.picobot.io", "", true},
 		{"operator", operator, "update", "tenantquotas.agents.picobot.io", "team-a", false},
 		{"namespaced operator", nsOperator, "get", "tenantquotas.agents.picobot.io", "team-a", true},
+		// The gateway enforces each tenant's session and message caps: it
+		// reads the quota named default, and nothing else of the kind.
+		{"gateway", gateway, "get", "tenantquotas.agents.picobot.io:default", "team-a", true},
+		{"gateway", gateway, "get", "tenantquotas.agents.picobot.io:other", "team-a", false},
+		{"gateway", gateway, "list", "tenantquotas.agents.picobot.io", "team-a", false},
+		{"gateway", gateway, "update", "tenantquotas.agents.picobot.io:default", "team-a", false},
 	}
 	// Prometheus, bound to the chart's metrics-reader ClusterRole, may get
 	// /metrics; nobody else may.
