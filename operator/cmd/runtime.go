@@ -49,7 +49,10 @@ func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&r.servicePorts, "service-ports", "5432,6379,8333,9000,443,8090", "Ports session pods may reach in the system namespace (8090: the gateway's blob grant service).")
 	fs.StringVar(&r.serviceCIDRs, "service-cidrs", "", "Comma-separated CIDRs of external PostgreSQL/Redis/S3 that session pods may reach.")
 	fs.StringVar(&r.blobURL, "blob-url", os.Getenv(remoteblob.EnvURL), "URL of the blob grant service (the gateway's --blob-addr) that session pods get presigned S3 requests from; they hold no S3 credential (default $PICOBOT_BLOB_URL; empty: session pods have no artifact store).")
-	fs.IntVar(&r.metricsPort, "session-metrics-port", 9090, "Port session pods serve PicoBot's metrics on (their container port \"metrics\"), admitted by their NetworkPolicy; 0: they serve none.")
+	// Off by default: processes standing in for pods on one host (local
+	// runs, the end-to-end tests) would share the port. The chart and the
+	// kustomize install turn it on.
+	fs.IntVar(&r.metricsPort, "session-metrics-port", 0, "Port session pods serve PicoBot's metrics on (their container port \"metrics\", e.g. 9090), admitted by their NetworkPolicy; 0: they serve none.")
 	fs.StringVar(&r.metricsFrom, "session-metrics-from", "", `Who may scrape session pods' metrics: a JSON list of NetworkPolicyPeer objects (e.g. [{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]); empty: anyone.`)
 	r.policy.bindFlags(fs)
 	r.tenants.bindFlags(fs)

@@ -20,14 +20,14 @@ func TestSessionMetricsFlags(t *testing.T) {
 	g.Expect(fs.Parse(nil)).To(Succeed())
 	port, from, err := r.sessionMetrics()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(port).To(BeEquivalentTo(9090), "on by default")
+	g.Expect(port).To(BeZero(), "off by default (the chart turns it on)")
 	g.Expect(from).To(BeNil(), "from anyone by default")
 
-	g.Expect(fs.Parse([]string{"--session-metrics-port=0",
+	g.Expect(fs.Parse([]string{"--session-metrics-port=9090",
 		`--session-metrics-from=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}},{"ipBlock":{"cidr":"10.1.0.0/16"}}]`})).To(Succeed())
 	port, from, err = r.sessionMetrics()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(port).To(BeZero())
+	g.Expect(port).To(BeEquivalentTo(9090))
 	g.Expect(from).To(Equal([]networkingv1.NetworkPolicyPeer{
 		{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}},
 		{IPBlock: &networkingv1.IPBlock{CIDR: "10.1.0.0/16"}},
