@@ -10,7 +10,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/picobot/picobot/operator/internal/controller"
 	"github.com/picobot/picobot/operator/internal/podspec"
@@ -31,6 +33,8 @@ type runtimeOptions struct {
 	servicePorts    string
 	serviceCIDRs    string
 	blobURL         string
+	metricsPort     int
+	metricsFrom     string
 	policy          policyOptions
 	tenants         tenantOptions
 }
@@ -45,8 +49,34 @@ func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&r.servicePorts, "service-ports", "5432,6379,8333,9000,443,8090", "Ports session pods may reach in the system namespace (8090: the gateway's blob grant service).")
 	fs.StringVar(&r.serviceCIDRs, "service-cidrs", "", "Comma-separated CIDRs of external PostgreSQL/Redis/S3 that session pods may reach.")
 	fs.StringVar(&r.blobURL, "blob-url", os.Getenv(remoteblob.EnvURL), "URL of the blob grant service (the gateway's --blob-addr) that session pods get presigned S3 requests from; they hold no S3 credential (default $PICOBOT_BLOB_URL; empty: session pods have no artifact store).")
+	// Off by default: processes standing in for pods on one host (local
+	// runs, the end-to-end tests) would share the port. The chart and the
+	// kustomize install turn it on.
+	fs.IntVar(&r.metricsPort, "session-metrics-port", 0, "Port session pods serve PicoBot's metrics on (their container port \"metrics\", e.g. 9090), admitted by their NetworkPolicy; 0: they serve none.")
+	fs.StringVar(&r.metricsFrom, "session-metrics-from", "", `Who may scrape session pods' metrics: a JSON list of NetworkPolicyPeer objects (e.g. [{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]); empty: anyone.`)
 	r.policy.bindFlags(fs)
 	r.tenants.bindFlags(fs)
+}
+
+// sessionMetrics returns the session pods' metrics port and who may scrape
+// it, from --session-metrics-port and --session-metrics-from.
+func (r *runtimeOptions) sessionMetrics() (int32, []networkingv1.NetworkPolicyPeer, error) {
+	if r.metricsPort < 0 || r.metricsPort > 65535 {
+		return 0, nil, fmt.Errorf("--session-metrics-port: %d is not a port (1-65535, or 0 for none)", r.metricsPort)
+	}
+	var from []networkingv1.NetworkPolicyPeer
+	if strings.TrimSpace(r.metricsFrom) != "" {
+		// Strict: a misspelt selector would otherwise admit anyone.
+		if err := yaml.UnmarshalStrict([]byte(r.metricsFrom), &from); err != nil {
+			return 0, nil, fmt.Errorf("--session-metrics-from: not a JSON list of NetworkPolicyPeer objects: %w", err)
+		}
+		for i, p := range from {
+			if p.PodSelector == nil && p.NamespaceSelector == nil && p.IPBlock == nil {
+				return 0, nil, fmt.Errorf("--session-metrics-from: peer %d names no podSelector, namespaceSelector or ipBlock", i)
+			}
+		}
+	}
+	return int32(r.metricsPort), from, nil
 }
 
 func (r *runtimeOptions) config(ctx context.Context, mgr ctrl.Manager) (*controller.RuntimeConfig, func(), error) {
@@ -55,6 +85,10 @@ func (r *runtimeOptions) config(ctx context.Context, mgr ctrl.Manager) (*control
 	}
 	if r.redisURL == "" {
 		return nil, nil, fmt.Errorf("--runtime-image needs --redis-url or $PICOBOT_REDIS_URL")
+	}
+	metricsPort, metricsFrom, err := r.sessionMetrics()
+	if err != nil {
+		return nil, nil, err
 	}
 	pol, err := r.policy.policy()
 	if err != nil {
@@ -105,6 +139,6 @@ func (r *runtimeOptions) config(ctx context.Context, mgr ctrl.Manager) (*control
 		env = append(env, corev1.EnvVar{Name: "PICOBOT_IDLE_TIMEOUT", Value: r.idleTimeout.String()})
 	}
 	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, BlobURL: r.blobURL, Tenants: tenants, Env: env,
-		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol,
-		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs}}, closeAll, nil
+		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol, MetricsPort: metricsPort,
+		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs, MetricsFrom: metricsFrom}}, closeAll, nil
 }

@@ -194,6 +194,14 @@ func TestSchemaRejectsInvalidValues(t *testing.T) {
 			[]string{`postgres.appRole must not be "postgres": the runtime refuses superusers`}},
 		{"service account to reuse without a name", []string{"--set", "gateway.serviceAccount.create=false"},
 			[]string{"gateway.serviceAccount.name is required when gateway.serviceAccount.create is false"}},
+		{"session metrics port out of range", []string{"--set", "operator.sessionMetricsPort=70000"},
+			[]string{"at '/operator/sessionMetricsPort': maximum: got 70,000, want 65,535"}},
+		{"alert ratio above one", []string{"--set-json", "monitoring.prometheusRule.turnErrorRatio=1.5"},
+			[]string{"at '/monitoring/prometheusRule/turnErrorRatio': maximum: got 1.5, want 1"}},
+		{"alert threshold not a number", []string{"--set", "monitoring.prometheusRule.turnLatencyP99Seconds=2m"},
+			[]string{"at '/monitoring/prometheusRule/turnLatencyP99Seconds': '2m' does not match pattern"}},
+		{"misspelt monitoring key", []string{"--set", "monitoring.gateway.serviceMonitors=true"},
+			[]string{"at '/monitoring/gateway': additional properties 'serviceMonitors' not allowed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -321,13 +329,15 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 	// blob tokens), the tenant roles picobot-edit and picobot-view, and
 	// picobot-metrics-reader for Prometheus. Roles in the release namespace: the
 	// operator's leader election and publishing for the gateway, the
-	// gateway's reading of what is published.
+	// gateway's reading of what is published. External adds the monitoring
+	// objects: the operator's and the gateway's ServiceMonitors, the session
+	// PodMonitor, the alerts and two dashboard ConfigMaps.
 	g.Expect(kinds(def)).To(Equal(map[string]int{"CustomResourceDefinition": 4, "ClusterRole": 7, "ClusterRoleBinding": 4,
 		"Role": 3, "RoleBinding": 3, "ServiceAccount": 2, "Deployment": 2, "Service": 5, "PodDisruptionBudget": 2,
 		"NetworkPolicy": 5, "Secret": 2, "ConfigMap": 1, "StatefulSet": 3}))
 	g.Expect(kinds(ext)).To(Equal(map[string]int{"CustomResourceDefinition": 4, "ClusterRole": 7, "ClusterRoleBinding": 4,
 		"Role": 3, "RoleBinding": 3, "ServiceAccount": 2, "Deployment": 2, "Service": 2, "PodDisruptionBudget": 2,
-		"NetworkPolicy": 3, "Job": 1, "Ingress": 1, "ServiceMonitor": 1, "Secret": 1}))
+		"NetworkPolicy": 3, "Job": 1, "Ingress": 1, "ServiceMonitor": 2, "PodMonitor": 1, "PrometheusRule": 1, "ConfigMap": 2, "Secret": 1}))
 	g.Expect(kinds(aws)).To(Equal(map[string]int{"ClusterRole": 7, "ClusterRoleBinding": 4,
 		"Role": 3, "RoleBinding": 3, "Deployment": 2, "Service": 2, "Job": 1}))
 
@@ -355,6 +365,9 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 		"--zap-log-level=debug",
 		// Session pods reach S3 through the gateway's blob grant service.
 		"--blob-url=http://picobot-gateway." + releaseNamespace + ".svc:8090",
+		// Session pods' metrics, scrapable from networkPolicy.metricsFrom.
+		"--session-metrics-port=9090",
+		`--session-metrics-from=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`,
 		// The runtime policy's defaults.
 		"--default-requests=cpu=100m,memory=256Mi", "--default-limits=memory=1Gi", "--max-resources=cpu=2,memory=4Gi",
 		"--max-warm-pods-per-agent=5", "--max-sessions-per-agent=100", "--max-warm-pods-per-namespace=20", "--max-sessions-per-namespace=500",

@@ -84,7 +84,7 @@ func run(m *testing.M) (int, error) {
 		}
 	}()
 	// What a cluster has before the chart goes in: the release namespace and
-	// the Prometheus Operator's ServiceMonitor CRD (for serviceMonitor.enabled).
+	// the Prometheus Operator's CRDs the chart's monitoring objects need.
 	if _, stderr, err := kubectl("", "create", "namespace", releaseNamespace); err != nil {
 		return 1, fmt.Errorf("failed to create namespace %s: %w: %s", releaseNamespace, err, stderr)
 	}
@@ -92,8 +92,8 @@ func run(m *testing.M) (int, error) {
 	if _, stderr, err := kubectl("", "apply", "--server-side", "-f", crd); err != nil {
 		return 1, fmt.Errorf("failed to install the CRDs of %s: %w: %s", crd, err, stderr)
 	}
-	if _, stderr, err := kubectl("", "wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com", "--timeout=60s"); err != nil {
-		return 1, fmt.Errorf("ServiceMonitor CRD not established: %w: %s", err, stderr)
+	if _, stderr, err := kubectl("", append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, monitoringCRDs...)...); err != nil {
+		return 1, fmt.Errorf("Prometheus Operator CRDs not established: %w: %s", err, stderr)
 	}
 	return m.Run(), nil
 }

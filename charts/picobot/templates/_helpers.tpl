@@ -308,3 +308,24 @@ the Ingress host (https with TLS), else none. */}}
 {{- range $k, $v := . }}{{ $out = append $out (printf "%s=%v" $k $v) }}{{ end -}}
 {{- join "," $out -}}
 {{- end }}
+
+{{/*
+"true" when a Prometheus Operator kind, (dict "ctx" $ "kind" "PodMonitor"),
+may be rendered: the cluster serves monitoring.coreos.com/v1 <kind>, or
+monitoring.force says it will. Without the check an install or upgrade on a
+cluster without the CRD fails with no matches for kind.
+*/}}
+{{- define "picobot.monitoring.serves" -}}
+{{- if or .ctx.Values.monitoring.force (.ctx.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind)) }}true{{ end }}
+{{- end }}
+
+{{/*
+Labels of a monitoring object of a component: the chart's and
+monitoring.labels (what a Prometheus selects them by).
+*/}}
+{{- define "picobot.monitoring.labels" -}}
+{{ include "picobot.labels" . }}
+{{- with .ctx.Values.monitoring.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

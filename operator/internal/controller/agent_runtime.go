@@ -55,6 +55,10 @@ type RuntimeConfig struct {
 	Network podspec.Network
 	// Env is added to every session pod (e.g. PICOBOT_LEASE_TTL).
 	Env []corev1.EnvVar
+	// MetricsPort is where session pods serve PicoBot's metrics (0: they
+	// serve none); their NetworkPolicy admits scrapes of it from
+	// Network.MetricsFrom (Network.MetricsPort is set from it).
+	MetricsPort int32
 	// APIReader reads uncached (pods the cache has not seen yet).
 	APIReader client.Reader
 	// ResyncBusy is how often an agent with pods is looked at again, since
@@ -366,7 +370,7 @@ func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
 		a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{}
 	}
 	a.Spec.Runtime.Resources = &s.policy.resources
-	in := podspec.Input{Agent: a, Image: r.Runtime.Image, SecretKeys: s.secretKeys, Env: r.Runtime.Env}
+	in := podspec.Input{Agent: a, Image: r.Runtime.Image, SecretKeys: s.secretKeys, Env: r.Runtime.Env, MetricsPort: r.Runtime.MetricsPort}
 	p := podspec.SessionPod(in)
 	p.Name, p.GenerateName = "", s.agent.Name+"-"
 	if err := r.Create(ctx, p); err != nil {
@@ -390,7 +394,9 @@ func (rc *RuntimeConfig) namespaceObjects(c client.Client) *namespaceObjects {
 	watcher, _ := conn.(restartWatcher)
 	rot, _ := conn.(rotator)
 	conn = grantedBlobs{TenantConnection: conn, url: rc.BlobURL}
-	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, rotator: rot, network: rc.Network}
+	network := rc.Network
+	network.MetricsPort = rc.MetricsPort
+	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, rotator: rot, network: network}
 }
 
 // ensureNamespace creates the namespace's connection Secret and NetworkPolicy

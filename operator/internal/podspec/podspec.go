@@ -10,6 +10,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,12 @@ const (
 	// workspace volume: the exec server runs programs nowhere else. The
 	// runtime's other state there is its own user's (0700).
 	sandboxWorkspaces = workspaceDir + "/workspaces"
+	// PortMetrics names the container port of a session pod's /metrics
+	// (the PodMonitor and the NetworkPolicy refer to it by name).
+	PortMetrics = "metrics"
+	// EnvMetricsAddr is the listen address of `picobot session
+	// --metrics-addr` (its default comes from this variable).
+	EnvMetricsAddr = "PICOBOT_METRICS_ADDR"
 	// serviceAccountDir is where client-go finds the in-cluster token.
 	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// blobTokenVolume holds the blob grant service's token.
@@ -119,6 +126,9 @@ type Input struct {
 	SecretKeys []corev1.SecretKeySelector
 	// Env adds settings (lease TTL, idle timeout overrides); never secrets.
 	Env []corev1.EnvVar
+	// MetricsPort is where the runtime serves PicoBot's metrics, as the
+	// container port PortMetrics; 0: not served.
+	MetricsPort int32
 }
 
 // SecretEnvName mirrors agenthost.SecretEnvName (the operator must not import
@@ -181,6 +191,11 @@ func SessionPod(in Input) *corev1.Pod {
 	}
 	env = append(env, corev1.EnvVar{Name: "PICOBOT_SANDBOX_SOCKET", Value: SandboxSocket},
 		corev1.EnvVar{Name: remoteblob.EnvTokenFile, Value: remoteblob.TokenFile})
+	var ports []corev1.ContainerPort
+	if in.MetricsPort > 0 {
+		env = append(env, corev1.EnvVar{Name: EnvMetricsAddr, Value: ":" + strconv.Itoa(int(in.MetricsPort))})
+		ports = []corev1.ContainerPort{{Name: PortMetrics, ContainerPort: in.MetricsPort, Protocol: corev1.ProtocolTCP}}
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            in.Name,
@@ -211,6 +226,7 @@ func SessionPod(in Input) *corev1.Pod {
 				Env:     env,
 				EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: ConnectionSecret}}}},
+				Ports:           ports,
 				Resources:       resources,
 				SecurityContext: restrictedContainerSecurity(),
 				VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir}, {Name: "tmp", MountPath: "/tmp"},
@@ -347,15 +363,21 @@ type Network struct {
 	// PrivateCIDRs are excluded from the internet egress rule, so pods reach
 	// model endpoints but not other pods, nodes or metadata addresses.
 	PrivateCIDRs []string
+	// MetricsPort, when set, is the one port the policy admits connections
+	// to: the runtime's /metrics (Input.MetricsPort), from MetricsFrom
+	// (empty: from anywhere, as the chart's networkPolicy.metricsFrom).
+	MetricsPort int32
+	MetricsFrom []networkingv1.NetworkPolicyPeer
 }
 
 // DefaultPrivateCIDRs are RFC 1918, CGNAT, link-local (cloud metadata) and
 // loopback ranges.
 var DefaultPrivateCIDRs = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}
 
-// NetworkPolicy isolates the session pods of a namespace: no ingress; egress
-// to DNS, the shared services and the public internet only (model endpoints,
-// web tools), never to other tenants' pods.
+// NetworkPolicy isolates the session pods of a namespace: no ingress but
+// scrapes of their metrics port (when they serve one); egress to DNS, the
+// shared services and the public internet only (model endpoints, web
+// tools), never to other tenants' pods.
 func NetworkPolicy(namespace string, n Network) *networkingv1.NetworkPolicy {
 	private := n.PrivateCIDRs
 	if len(private) == 0 {
@@ -387,12 +409,20 @@ func NetworkPolicy(namespace string, n Network) *networkingv1.NetworkPolicy {
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
 			To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: cidr}}}, Ports: svcPorts})
 	}
+	var ingress []networkingv1.NetworkPolicyIngressRule
+	if n.MetricsPort > 0 {
+		port := intstr.FromInt32(n.MetricsPort)
+		ingress = append(ingress, networkingv1.NetworkPolicyIngressRule{
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+			From:  append([]networkingv1.NetworkPolicyPeer(nil), n.MetricsFrom...)})
+	}
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: NetworkPolicyName, Namespace: namespace,
 			Labels: map[string]string{LabelName: "picobot", LabelManagedBy: "picobot-operator"}},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelName: "picobot", LabelComponent: ComponentSession}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress:     ingress,
 			Egress:      egress,
 		},
 	}

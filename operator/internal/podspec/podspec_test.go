@@ -10,6 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
@@ -86,11 +87,31 @@ func TestSessionPod(t *testing.T) {
 			g.Expect(*p.Spec.RuntimeClassName).To(Equal("gvisor"))
 			g.Expect(c.Resources.Limits.Memory().String()).To(Equal("256Mi"))
 		}},
+		{"no metrics port unless asked for", agent(), func(g Gomega, p *corev1.Pod) {
+			g.Expect(p.Spec.Containers[0].Ports).To(BeEmpty())
+			for _, e := range p.Spec.Containers[0].Env {
+				g.Expect(e.Name).NotTo(Equal(EnvMetricsAddr))
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := SessionPod(Input{Agent: tc.agent, Name: "helper-abc12", Image: "registry.example/picobot:1.0", SecretKeys: keys})
 			tc.check(NewWithT(t), p)
 		})
+	}
+}
+
+// TestSessionPodMetricsPort: with a metrics port the runtime container (not
+// the sandbox) listens there and names the port, for a PodMonitor.
+func TestSessionPodMetricsPort(t *testing.T) {
+	g := NewWithT(t)
+	p := SessionPod(Input{Agent: agent(), Name: "helper-abc12", Image: "registry.example/picobot:1.0", MetricsPort: 9090})
+	c := p.Spec.Containers[0]
+	g.Expect(c.Ports).To(Equal([]corev1.ContainerPort{{Name: PortMetrics, ContainerPort: 9090, Protocol: corev1.ProtocolTCP}}))
+	g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "PICOBOT_METRICS_ADDR", Value: ":9090"}))
+	g.Expect(c.Args).To(BeEmpty(), "the address comes from the environment, as the other settings")
+	for _, e := range p.Spec.InitContainers[0].Env {
+		g.Expect(e.Name).NotTo(Equal(EnvMetricsAddr), "the sandbox serves nothing")
 	}
 }
 
@@ -257,4 +278,30 @@ func TestNetworkPolicy(t *testing.T) {
 	g.Expect(internet.Except).To(ContainElements("10.0.0.0/8", "169.254.0.0/16", "192.168.0.0/16"))
 	g.Expect(np.Spec.Egress).To(HaveLen(3))
 	g.Expect(np.Spec.Egress[2].Ports).To(HaveLen(3))
+}
+
+// TestNetworkPolicyAdmitsMetricsScrapes: with a metrics port the policy
+// admits that port alone, from the given peers or, with none, from
+// anywhere (an ingress rule without from); egress does not change.
+func TestNetworkPolicyAdmitsMetricsScrapes(t *testing.T) {
+	g := NewWithT(t)
+	base := Network{SystemNamespace: "picobot-system", ServicePorts: []int32{5432}}
+	tcp, port := corev1.ProtocolTCP, intstr.FromInt32(9090)
+	onlyMetrics := []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}}
+
+	anyone := base
+	anyone.MetricsPort = 9090
+	np := NetworkPolicy("team-a", anyone)
+	g.Expect(np.Spec.Ingress).To(Equal([]networkingv1.NetworkPolicyIngressRule{{Ports: onlyMetrics}}))
+	g.Expect(np.Spec.Egress).To(Equal(NetworkPolicy("team-a", base).Spec.Egress))
+
+	peers := []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}}
+	some := anyone
+	some.MetricsFrom = peers
+	np = NetworkPolicy("team-a", some)
+	g.Expect(np.Spec.Ingress).To(Equal([]networkingv1.NetworkPolicyIngressRule{{Ports: onlyMetrics, From: peers}}))
+
+	noPort := base
+	noPort.MetricsFrom = peers
+	g.Expect(NetworkPolicy("team-a", noPort).Spec.Ingress).To(BeEmpty(), "peers without a port admit nothing")
 }
