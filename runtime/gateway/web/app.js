@@ -43,6 +43,14 @@
  *   #input               message textarea (Enter sends, Shift+Enter new line,
  *                        Escape stops a running turn); slash commands typed
  *                        here go to the runtime as messages
+ *   #attach, #file-input the Attach button and its file picker; files pasted
+ *                        into #input or dropped on #chat-view (class
+ *                        .dropping while dragged over) upload too
+ *   #pending-files       the files to send with the next message:
+ *                        li.pending-file[data-name] .uploading|.ready|.error
+ *                        with .pending-state (size, or why it was refused)
+ *                        and button.pending-remove
+ *     .msg.user .msg-files  the files a message carried
  *   #send, #stop         buttons; #send is disabled while a turn runs or offline,
  *                        #stop is enabled only while a turn runs
  *   #composer-hint       short feedback under the input (empty when idle; then
@@ -124,6 +132,9 @@
     healthSummary: $('health-summary'),
     healthRefresh: $('health-refresh'),
     agentsInfo: $('agents-info'),
+    attach: $('attach'),
+    fileInput: $('file-input'),
+    pendingFiles: $('pending-files'),
   };
 
   /** h builds an element; string children become text nodes (never HTML). */
@@ -218,6 +229,7 @@
     turnEls: new Map(), // live turn id → render record
     noticeCount: 0,
     atBottom: true,        // the conversation is scrolled to its end
+    uploads: [],           // files to send with the next message: {key, name, size, status, error, file}
   };
 
   // ------------------------------------------------------------ REST
@@ -363,6 +375,8 @@
     app.sessions = [];
     app.currentDialog = '';
     app.currentSessionId = '';
+    app.uploads = []; // uploads belong to the agent's chat
+    renderPendingFiles();
     renderBanner();
     renderAgentModel();
     renderSessions();
@@ -988,9 +1002,10 @@
 
   function renderTurn(turn, rec) {
     rec.el.dataset.status = turn.status;
-    if (!rec.user && !turn.quiet && turn.text) {
+    if (!rec.user && !turn.quiet && (turn.text || turn.files.length)) {
       rec.user = h('div', { class: 'msg user' });
       rec.user.innerHTML = UI.renderPlain(turn.text, mdOpts()); // escaped text with links
+      if (turn.files.length) rec.user.append(h('div', { class: 'msg-files' }, ...turn.files.map(artifactEl)));
       if (turn.createdAt) rec.user.title = new Date(turn.createdAt).toLocaleString();
       rec.el.prepend(rec.user);
     }
@@ -1048,7 +1063,7 @@
         'The connection dropped before this reply finished; it may still complete on the server. The conversation reloads when the connection is back.');
       rec.el.append(rec.interrupted);
     }
-    if (turn.done && !rec.actions && !turn.quiet && turn.text && !UI.parseCommand(turn.text)) {
+    if (turn.done && !rec.actions && !turn.quiet && (turn.text || turn.files.length) && !UI.parseCommand(turn.text)) {
       rec.actions = turnActions(turn);
       rec.el.append(rec.actions);
     }
@@ -1070,13 +1085,15 @@
     }
     const edit = h('button', { type: 'button', class: 'turn-edit', title: 'Edit this message and send it again' }, 'Edit');
     edit.addEventListener('click', () => {
+      app.uploads = turn.files.map((f) => ({ key: UI.newControlId('u'), name: f.name, status: 'ready', file: f }));
+      renderPendingFiles();
       els.input.value = turn.text;
       els.input.dispatchEvent(new Event('input'));
       els.input.focus();
       els.input.setSelectionRange(turn.text.length, turn.text.length);
     });
     const again = h('button', { type: 'button', class: 'turn-regenerate', title: 'Send this message again for a new answer' }, 'Regenerate');
-    again.addEventListener('click', () => submit(turn.text));
+    again.addEventListener('click', () => submit(turn.text, { files: turn.files }));
     bar.append(edit, again);
     return bar;
   }
@@ -1159,6 +1176,7 @@
     els.send.disabled = busy || !online;
     els.stop.disabled = !busy || !online;
     for (const b of [els.newDialog, els.compactDialog, els.infoDialog, els.dumpDialog]) b.disabled = locked || !app.agent;
+    els.attach.disabled = !app.agent || app.authNeeded;
     for (const b of els.sessions.querySelectorAll('button')) b.disabled = locked;
     els.sessions.setAttribute('aria-busy', app.opBusy ? 'true' : 'false');
     els.agentSelect.disabled = busy || app.agents.length === 0;
@@ -1176,7 +1194,13 @@
   /** submit sends text as a `send` frame; quiet turns (sidebar commands) show no user bubble. */
   function submit(text, opts) {
     opts = opts || {};
-    if (!text || !text.trim()) return false;
+    const pending = !opts.files && !opts.quiet;
+    if (pending && app.uploads.some((u) => u.status === 'uploading')) {
+      hint('Wait for the files to finish uploading.');
+      return false;
+    }
+    const files = opts.files || (pending ? app.uploads.filter((u) => u.status === 'ready').map((u) => u.file) : []);
+    if ((!text || !text.trim()) && files.length === 0) return false;
     if (app.state.active) {
       const c = UI.parseCommand(text);
       if (c && c.name === 'stop') { stopTurn(); return true; }
@@ -1194,7 +1218,7 @@
       hint('The message is too long (the limit is ' + UI.MAX_TEXT_BYTES / 1024 + ' KiB).');
       return false;
     }
-    const turn = UI.newTurn(UI.newMessageId(), text, { agent: app.agent, quiet: !!opts.quiet });
+    const turn = UI.newTurn(UI.newMessageId(), text, { agent: app.agent, quiet: !!opts.quiet, files });
     try {
       app.ws.send(JSON.stringify(UI.sendFrame(turn, chatId)));
     } catch (e) {
@@ -1202,6 +1226,10 @@
       return false;
     }
     hint(opts.quiet ? 'Running ' + text.trim().split(/\s/)[0] + '…' : '');
+    if (pending && app.uploads.length) {
+      app.uploads = [];
+      renderPendingFiles();
+    }
     dispatch({ type: 'send', turn });
     const e = els.messages.querySelector('.empty-state');
     if (e) e.remove();
@@ -1209,6 +1237,109 @@
     scrollToBottom();
     return true;
   }
+
+  // ------------------------------------------------------------ attachments
+
+  /**
+   * addFiles uploads files (from the Attach button, a paste or a drop) to
+   * the chat at once; each shows as a chip above the input until the
+   * message that carries them is sent. What the gateway would refuse (too
+   * large, empty) is refused here first, with the same words.
+   */
+  function addFiles(list) {
+    const files = Array.from(list || []);
+    if (files.length === 0) return;
+    if (!app.agent) { hint('No agent to send files to.'); return; }
+    for (const f of files) {
+      const u = { key: UI.newControlId('u'), name: f.name || 'pasted', size: f.size, status: 'uploading', error: '', file: null };
+      if (app.uploads.length >= UI.MAX_FILES) {
+        hint('A message may carry at most ' + UI.MAX_FILES + ' files.');
+        break;
+      }
+      const why = UI.checkUpload(u.name, f.type, f.size);
+      if (why) {
+        u.status = 'error';
+        u.error = why;
+        hint(why);
+      }
+      app.uploads.push(u);
+      if (!why) uploadFile(u, f, app.agent);
+    }
+    renderPendingFiles();
+  }
+
+  async function uploadFile(u, f, agent) {
+    const headers = { 'Content-Type': 'application/octet-stream', Accept: 'application/json' };
+    if (apiKey) headers.Authorization = 'Bearer ' + apiKey;
+    let body = null;
+    let status = 0;
+    try {
+      const res = await fetch(UI.uploadPath(agent, chatId, u.name, f.type), { method: 'POST', headers, body: f, cache: 'no-store' });
+      status = res.status;
+      try { body = await res.json(); } catch (_) { body = null; }
+    } catch (e) {
+      body = null;
+    }
+    if (status === 201 && body && body.id) {
+      u.status = 'ready';
+      u.file = { id: body.id, name: body.name || u.name, url: body.url, image: /^image\/(png|jpeg|gif|webp)$/.test(body.media_type || '') };
+    } else {
+      u.status = 'error';
+      u.error = (body && body.error && body.error.message) || (status ? 'HTTP ' + status : 'The gateway cannot be reached.');
+      if (status === 401) needAuth();
+      hint('Could not attach ' + u.name + ': ' + u.error);
+    }
+    renderPendingFiles();
+  }
+
+  function renderPendingFiles() {
+    const box = els.pendingFiles;
+    box.replaceChildren(...app.uploads.map((u) => {
+      const remove = h('button', { type: 'button', class: 'pending-remove', title: 'Remove ' + u.name }, '×');
+      remove.addEventListener('click', () => {
+        app.uploads = app.uploads.filter((x) => x !== u);
+        renderPendingFiles();
+        els.input.focus();
+      });
+      const state = u.status === 'uploading' ? 'uploading…' : u.status === 'error' ? u.error : (u.size ? UI.sizeText(u.size) : 'ready');
+      return h('li', { class: 'pending-file ' + u.status, 'data-name': u.name, title: u.name + ' — ' + state },
+        u.file && u.file.image ? h('img', { class: 'pending-thumb', src: UI.withKey(u.file.url, apiKey), alt: '' }) : h('span', { class: 'pending-icon', 'aria-hidden': 'true' }, (u.name.match(/\.([a-z0-9]{1,4})$/i) || [null, 'file'])[1]),
+        h('span', { class: 'pending-name' }, u.name),
+        h('span', { class: 'pending-state' }, state),
+        remove);
+    }));
+    box.hidden = app.uploads.length === 0;
+  }
+
+  els.attach.addEventListener('click', () => els.fileInput.click());
+  els.fileInput.addEventListener('change', () => {
+    addFiles(els.fileInput.files);
+    els.fileInput.value = '';
+    els.input.focus();
+  });
+  els.input.addEventListener('paste', (e) => {
+    const files = e.clipboardData && e.clipboardData.files;
+    if (files && files.length > 0) {
+      e.preventDefault(); // a pasted image is a file, not its name as text
+      addFiles(files);
+    }
+  });
+  const hasFiles = (e) => !!e.dataTransfer && Array.from(e.dataTransfer.types || []).includes('Files');
+  els.chatView.addEventListener('dragover', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    e.dataTransfer.dropEffect = 'copy';
+    els.chatView.classList.add('dropping');
+  });
+  els.chatView.addEventListener('dragleave', (e) => {
+    if (!els.chatView.contains(e.relatedTarget)) els.chatView.classList.remove('dropping');
+  });
+  els.chatView.addEventListener('drop', (e) => {
+    els.chatView.classList.remove('dropping');
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    addFiles(e.dataTransfer.files);
+  });
 
   function stopTurn() {
     if (!wsOpen() || !app.state.active) return;
