@@ -444,7 +444,7 @@ func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID 
 	var backoff time.Duration
 	for {
 		reply, err := m.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, DialogID: in.DialogID, MessageID: msgID, Text: in.Text,
-			Files: uploads(in.Files),
+			Files:  uploads(in.Files),
 			Stream: true, Sink: func(e turn.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) },
 			Approver: approver{r: r, c: c, msgID: msgID}})
 		var wait time.Duration
