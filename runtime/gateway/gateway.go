@@ -131,6 +131,10 @@ type Backend interface {
 	ArchiveDialog(ctx context.Context, c Chat, dialogID string) (store.Session, error)
 	// DeleteDialog soft-deletes a dialog.
 	DeleteDialog(ctx context.Context, c Chat, dialogID string) error
+	// SearchMessages finds the chat's messages holding every word of text
+	// (at most limit, 0 for the store's default), newest first: the
+	// store's full-text search (store.MessageSearcher).
+	SearchMessages(ctx context.Context, c Chat, text string, limit int) ([]store.MessageHit, error)
 }
 
 // Error codes of the protocol (runtime/protocol holds the one definition).
@@ -325,6 +329,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /api/v1/uploads", s.guardBody(styleProtocol, MaxUploadBytes, true, s.upload))
 	api("GET /api/v1/usage", s.usage)
 	api("GET /api/v1/dialogs", s.listDialogs)
+	api("GET /api/v1/search", s.search)
 	api("POST /api/v1/dialogs", s.createDialog)
 	api("POST /api/v1/dialogs/{dialog}/switch", s.switchDialog)
 	api("PATCH /api/v1/dialogs/{dialog}", s.renameDialog)

@@ -62,6 +62,12 @@
  *                        .session-delete; the current row and its button have
  *                        class .current, the button aria-current="true".
  *                        Renaming shows form.rename-form > input.rename-input.
+ *   #session-search      search box of the conversation list (GET /api/v1/search);
+ *                        while it holds a query #search-results replaces
+ *                        #sessions: li > button.search-hit[data-dialog-id]
+ *                        [data-seq] with .search-hit-title and
+ *                        .search-hit-snippet (or li.search-empty); a click
+ *                        opens the conversation at the message (.turn.found)
  *   #sessions-status     outcome of the last dialog operation (role=status)
  *   #new-dialog          control channel `create`; rename/archive/delete/switch
  *                        are control-channel operations too
@@ -135,6 +141,8 @@
     attach: $('attach'),
     fileInput: $('file-input'),
     pendingFiles: $('pending-files'),
+    search: $('session-search'),
+    searchResults: $('search-results'),
   };
 
   /** h builds an element; string children become text nodes (never HTML). */
@@ -230,6 +238,8 @@
     noticeCount: 0,
     atBottom: true,        // the conversation is scrolled to its end
     uploads: [],           // files to send with the next message: {key, name, size, status, error, file}
+    searchToken: 0,
+    searchTimer: null,
   };
 
   // ------------------------------------------------------------ REST
@@ -376,6 +386,8 @@
     app.currentDialog = '';
     app.currentSessionId = '';
     app.uploads = []; // uploads belong to the agent's chat
+    els.search.value = '';
+    runSearch();
     renderPendingFiles();
     renderBanner();
     renderAgentModel();
@@ -712,6 +724,84 @@
     renderSessions();
     focusRow(id, '.session-rename');
   });
+
+  // ------------------------------------------------------------ conversation search
+
+  /**
+   * search asks the gateway for the chat's messages holding the words typed
+   * (GET /api/v1/search: the store's full-text index); while a query is
+   * typed the hits replace the list, and a click opens the conversation at
+   * the message.
+   */
+  async function runSearch() {
+    const q = els.search.value.trim();
+    const token = ++app.searchToken;
+    const searching = q !== '' && !!app.agent;
+    els.searchResults.hidden = !searching;
+    els.sessions.hidden = searching;
+    if (!searching) { els.searchResults.replaceChildren(); return; }
+    els.searchResults.setAttribute('aria-busy', 'true');
+    let r;
+    try {
+      r = await api('/api/v1/search?' + new URLSearchParams({ agent: app.agent, chat_id: chatId, q }).toString());
+    } catch (e) {
+      if (token !== app.searchToken) return;
+      els.searchResults.removeAttribute('aria-busy');
+      els.searchResults.replaceChildren(h('li', { class: 'search-empty error' }, 'Search failed: ' + e.message));
+      return;
+    }
+    if (token !== app.searchToken) return;
+    els.searchResults.removeAttribute('aria-busy');
+    const hits = Array.isArray(r.hits) ? r.hits : [];
+    if (hits.length === 0) {
+      els.searchResults.replaceChildren(h('li', { class: 'search-empty' }, 'No message holds “' + q + '”.'));
+      return;
+    }
+    els.searchResults.replaceChildren(...hits.map((hit) => h('li', null,
+      h('button', { type: 'button', class: 'search-hit', 'data-dialog-id': hit.dialog_id, 'data-seq': hit.seq },
+        h('span', { class: 'search-hit-title' }, UI.cleanTitle(hit.title) || 'Conversation'),
+        h('span', { class: 'search-hit-snippet' }, (hit.role === 'user' ? 'You: ' : '') + hit.snippet),
+        h('span', { class: 'session-meta' }, relTime(hit.created_at))))));
+  }
+
+  els.search.addEventListener('input', () => {
+    clearTimeout(app.searchTimer);
+    app.searchTimer = setTimeout(runSearch, 250);
+  });
+  els.search.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && els.search.value) {
+      e.stopPropagation(); // clears the search, does not close the drawer
+      els.search.value = '';
+      runSearch();
+    }
+  });
+
+  els.searchResults.addEventListener('click', async (e) => {
+    const b = e.target.closest('button.search-hit');
+    if (!b) return;
+    const id = b.dataset.dialogId;
+    const seq = Number(b.dataset.seq);
+    closeSidebar();
+    if (id !== app.currentDialog || app.currentImplicit) {
+      if (!(await switchDialog(id))) return;
+    }
+    showMessage(seq);
+  });
+
+  /** showMessage scrolls to the turn holding the stored message seq and marks it for a moment. */
+  function showMessage(seq) {
+    let best = null;
+    let bestSeq = -1;
+    for (const el of els.messages.querySelectorAll('.turn[data-turn-id^="h-"]')) {
+      const n = Number(el.dataset.turnId.slice(2));
+      if (n <= seq && n > bestSeq) { best = el; bestSeq = n; }
+    }
+    if (!best) { hint('That message is older than the part of the conversation shown.'); return; }
+    for (const el of els.messages.querySelectorAll('.turn.found')) el.classList.remove('found');
+    best.classList.add('found');
+    best.scrollIntoView({ block: 'center' });
+    app.atBottom = nearBottom();
+  }
 
   /** focusCurrentRow moves focus to the current conversation (or New) after its row went away. */
   function focusCurrentRow() {

@@ -103,6 +103,16 @@ LIMIT $5`
 
 	sqlSessionExists = `SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2)`
 
+	// sqlSearchMessages finds a chat's messages by the tsquery $2, newest
+	// first; deleted dialogs are left out.
+	sqlSearchMessages = `SELECT m.tenant, m.session_id, m.seq, m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.name,
+	m.is_error, m.images, m.meta, m.created_at, s.title
+FROM messages m
+JOIN sessions s ON s.tenant = m.tenant AND s.id = m.session_id
+WHERE m.tenant = $1 AND m.search @@ to_tsquery('simple', $2) AND s.channel = $3 AND s.chat_id = $4 AND s.deleted_at IS NULL
+ORDER BY m.created_at DESC, m.seq DESC
+LIMIT $5`
+
 	sqlCountMessages = `SELECT (SELECT count(*) FROM messages WHERE tenant = $1 AND session_id = $2)
 FROM sessions WHERE tenant = $1 AND id = $2`
 )

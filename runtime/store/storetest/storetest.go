@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"AgentSignals", testAgentSignals},
 		{"SessionPlans", testSessionPlans},
 		{"TurnErrors", testTurnErrors},
+		{"MessageSearch", testMessageSearch},
 		{"Usage", testUsage},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},

@@ -1,0 +1,50 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/picobot/picobot/runtime/store"
+)
+
+// SearchMessages implements store.MessageSearcher: the FTS5 table
+// message_fts, each query word a quoted prefix term (implicit AND).
+func (s *Store) SearchMessages(ctx context.Context, q store.MessageQuery) ([]store.MessageHit, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	terms := store.MessageSearchTerms(q.Text)
+	if len(terms) == 0 {
+		return nil, nil
+	}
+	match := make([]string, len(terms))
+	for i, t := range terms {
+		match[i] = `"` + t + `"*` // a term holds letters and digits only: no quote to escape
+	}
+	var out []store.MessageHit
+	err := s.read(ctx, func(tx *txn, tenant string) error {
+		var err error
+		out, err = queryAll(ctx, tx, scanMessageHit, sqlSearchMessages, strings.Join(match, " "), tenant, q.Channel, q.ChatID, q.HitLimit())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to search the messages of chat %q: %w", q.ChatID, classify(err))
+	}
+	return out, nil
+}
+
+func scanMessageHit(row scanner) (store.MessageHit, error) {
+	var h store.MessageHit
+	m, err := scanMessage(hitRow{row, &h.Title})
+	h.Message = m
+	return h, err
+}
+
+// hitRow scans a message's columns and then the dialog's title.
+type hitRow struct {
+	scanner
+	title *string
+}
+
+func (r hitRow) Scan(dest ...any) error { return r.scanner.Scan(append(dest, r.title)...) }
