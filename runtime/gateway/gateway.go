@@ -330,6 +330,8 @@ func (s *Server) routes() {
 	api("GET /api/v1/usage", s.usage)
 	api("GET /api/v1/dialogs", s.listDialogs)
 	api("GET /api/v1/search", s.search)
+	api("GET /api/v1/config/agents/{agent}", s.agentConfig)
+	api("PUT /api/v1/config/agents/{agent}", s.updateAgentConfig)
 	api("POST /api/v1/dialogs", s.createDialog)
 	api("POST /api/v1/dialogs/{dialog}/switch", s.switchDialog)
 	api("PATCH /api/v1/dialogs/{dialog}", s.renameDialog)

@@ -85,6 +85,13 @@
  *                        .check.fail with .check-name, .check-state,
  *                        .check-message, .check-fix
  *   #health-summary, #health-refresh, #agents-info
+ *   #agent-config        form of the chosen agent's configuration
+ *                        (GET/PUT /api/v1/config/agents/{name});
+ *                        data-editable "true" in embedded mode: #cfg-provider,
+ *                        #cfg-model, #cfg-base-url, #cfg-api-key, #cfg-profile,
+ *                        #cfg-allow, #cfg-deny, #cfg-save; #cfg-status says
+ *                        how a save went (.ok / .fail), #cfg-edit where the
+ *                        configuration lives (code.cfg-kubectl in cluster mode)
  *
  * URL parameters: ?agent=NAME preselects an agent; ?key=KEY stores the API key
  * (then removed from the address bar). #health opens the health view.
@@ -142,6 +149,19 @@
     fileInput: $('file-input'),
     pendingFiles: $('pending-files'),
     search: $('session-search'),
+    cfgForm: $('agent-config'),
+    cfgName: $('agent-config-name'),
+    cfgMode: $('agent-config-mode'),
+    cfgProvider: $('cfg-provider'),
+    cfgModel: $('cfg-model'),
+    cfgBaseURL: $('cfg-base-url'),
+    cfgKey: $('cfg-api-key'),
+    cfgProfile: $('cfg-profile'),
+    cfgAllow: $('cfg-allow'),
+    cfgDeny: $('cfg-deny'),
+    cfgSave: $('cfg-save'),
+    cfgStatus: $('cfg-status'),
+    cfgEdit: $('cfg-edit'),
     searchResults: $('search-results'),
   };
 
@@ -393,6 +413,7 @@
     renderAgentModel();
     renderSessions();
     updateControls();
+    if (els.app.dataset.view === 'config') loadAgentConfig();
     await refreshSessions();
     await loadHistory();
   }
@@ -1607,6 +1628,7 @@
     if (config) {
       loadHealth();
       loadAgents();
+      loadAgentConfig();
     }
   }
 
@@ -1659,6 +1681,93 @@
   }
 
   els.healthRefresh.addEventListener('click', loadHealth);
+
+  // ------------------------------------------------------------ agent configuration
+
+  const listText = (a) => (Array.isArray(a) ? a.join(', ') : '');
+  const textList = (s) => s.split(',').map((x) => x.trim()).filter(Boolean);
+
+  /**
+   * loadAgentConfig shows the chosen agent's model, key and tools
+   * (GET /api/v1/config/agents/{name}). In embedded mode the form saves
+   * them into the manifest folder (PUT: the loader's validation, then a
+   * reload); in cluster mode it is read-only and names the kubectl command.
+   */
+  async function loadAgentConfig() {
+    const name = app.agent;
+    els.cfgName.textContent = name ? '“' + name + '”' : '';
+    els.cfgStatus.textContent = '';
+    els.cfgStatus.className = 'cfg-status';
+    if (!name) { els.cfgForm.hidden = true; return; }
+    let r;
+    try {
+      r = await api('/api/v1/config/agents/' + encodeURIComponent(name));
+    } catch (e) {
+      els.cfgForm.hidden = true;
+      els.cfgMode.textContent = 'Unavailable: ' + e.message;
+      return;
+    }
+    if (name !== app.agent) return;
+    showAgentConfig(r.config || {});
+  }
+
+  function showAgentConfig(c) {
+    els.cfgForm.hidden = false;
+    els.cfgForm.dataset.editable = c.editable ? 'true' : 'false';
+    els.cfgProvider.value = c.provider || 'openai';
+    els.cfgModel.value = c.model || '';
+    els.cfgBaseURL.value = c.base_url || '';
+    els.cfgKey.value = '';
+    els.cfgKey.placeholder = c.key_set ? 'set (' + (c.key_source || 'hidden') + '); type a new one to replace it' : 'not set: paste the provider\'s key';
+    els.cfgProfile.value = c.tools_profile || '';
+    els.cfgAllow.value = listText(c.tools_allow);
+    els.cfgDeny.value = listText(c.tools_deny);
+    for (const el of [els.cfgProvider, els.cfgModel, els.cfgBaseURL, els.cfgKey, els.cfgProfile, els.cfgAllow, els.cfgDeny]) el.disabled = !c.editable;
+    els.cfgSave.hidden = !c.editable;
+    if (c.mode === 'cluster') {
+      els.cfgMode.textContent = 'Read-only: cluster mode';
+      els.cfgEdit.replaceChildren('Agents are Kubernetes resources here; change this one with ', h('code', { class: 'cfg-kubectl' }, c.edit || 'kubectl edit agent ' + c.agent), '.');
+    } else if (!c.editable) {
+      els.cfgMode.textContent = 'Read-only';
+      els.cfgEdit.replaceChildren('Only the installation\'s own API key may change the agents; the manifest is ', h('code', null, c.edit || ''), '.');
+    } else {
+      els.cfgMode.textContent = 'Saved to the manifest folder';
+      els.cfgEdit.replaceChildren('Saving rewrites ', h('code', null, c.edit || 'the agent\'s manifest'),
+        ' (a new key goes to a Secret manifest of its own) after the same validation as at start-up, then reloads the agent.');
+    }
+  }
+
+  els.cfgForm.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    if (els.cfgForm.dataset.editable !== 'true' || !app.agent) return;
+    const body = {
+      provider: els.cfgProvider.value, model: els.cfgModel.value.trim(), base_url: els.cfgBaseURL.value.trim(),
+      api_key: els.cfgKey.value.trim(), tools_profile: els.cfgProfile.value,
+      tools_allow: textList(els.cfgAllow.value), tools_deny: textList(els.cfgDeny.value),
+    };
+    els.cfgSave.disabled = true;
+    els.cfgStatus.className = 'cfg-status';
+    els.cfgStatus.textContent = 'Saving…';
+    const headers = { 'Content-Type': 'application/json', Accept: 'application/json' };
+    if (apiKey) headers.Authorization = 'Bearer ' + apiKey;
+    let res = null;
+    let out = null;
+    try {
+      res = await fetch('/api/v1/config/agents/' + encodeURIComponent(app.agent), { method: 'PUT', headers, body: JSON.stringify(body), cache: 'no-store' });
+      try { out = await res.json(); } catch (_) { out = null; }
+    } catch (_) { /* below */ }
+    els.cfgSave.disabled = false;
+    if (res && res.ok && out && out.config) {
+      showAgentConfig(out.config);
+      els.cfgStatus.className = 'cfg-status ok';
+      els.cfgStatus.textContent = 'Saved; the agent reloaded.';
+      loadAgents();
+      loadHealth();
+      return;
+    }
+    els.cfgStatus.className = 'cfg-status fail';
+    els.cfgStatus.textContent = 'Not saved: ' + ((out && out.error && out.error.message) || (res ? 'HTTP ' + res.status : 'the gateway cannot be reached'));
+  });
 
   function renderAgentsInfo() {
     const box = els.agentsInfo;
