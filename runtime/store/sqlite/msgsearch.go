@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"unicode"
 
 	"github.com/picobot/picobot/runtime/store"
 )
@@ -22,16 +23,26 @@ func (s *Store) SearchMessages(ctx context.Context, q store.MessageQuery) ([]sto
 	for i, t := range terms {
 		match[i] = `"` + t + `"*` // a term holds letters and digits only: no quote to escape
 	}
+	// The chat's session ids ("<channel>:<chat_id>:<dialog>") hold its
+	// words in a row: a phrase of them keeps the index's walk to the chat
+	// (the join checks the chat exactly).
+	query := "session_id : \"" + strings.Join(words(q.Channel+" "+q.ChatID), " ") + "\" AND content : (" + strings.Join(match, " ") + ")"
 	var out []store.MessageHit
 	err := s.read(ctx, func(tx *txn, tenant string) error {
 		var err error
-		out, err = queryAll(ctx, tx, scanMessageHit, sqlSearchMessages, strings.Join(match, " "), tenant, q.Channel, q.ChatID, q.HitLimit())
+		out, err = queryAll(ctx, tx, scanMessageHit, sqlSearchMessages, query, tenant, q.Channel, q.ChatID, q.HitLimit())
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to search the messages of chat %q: %w", q.ChatID, classify(err))
 	}
 	return out, nil
+}
+
+// words splits s as the unicode61 tokenizer does: runs of letters and
+// digits.
+func words(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !unicode.IsMark(r) })
 }
 
 func scanMessageHit(row scanner) (store.MessageHit, error) {

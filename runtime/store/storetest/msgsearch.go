@@ -1,8 +1,11 @@
 package storetest
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onsi/gomega"
 
@@ -85,4 +88,48 @@ func testMessageSearch(t *testing.T, newStore NewStore) {
 	}
 	_, err = st.SearchMessages(t.Context(), store.MessageQuery{Channel: "web", ChatID: "c", Text: "x"})
 	g.Expect(err).To(gomega.HaveOccurred(), "no tenant, no search")
+}
+
+// BenchmarkSearchMessages measures conversation search on a chat of 20
+// dialogs of 1,000 messages beside another chat of as many: per iteration
+// one search for a rare pair of words (about 1 message in 100 holds both)
+// and one for a word every message of the chat holds (its newest 20 hits).
+// Besides the mean it reports p50 and p99 per search in milliseconds.
+func BenchmarkSearchMessages(b *testing.B, st store.Store) {
+	ctx := store.WithTenant(b.Context(), tenantA)
+	words := []string{"river", "mountain", "budget", "flight", "museum", "dinner", "weather", "train", "hotel", "market"}
+	for _, chat := range []string{"assistant/bench", "assistant/other"} {
+		for d := range 20 {
+			sess, err := st.CreateSession(ctx, newSession("web", chat, fmt.Sprintf("d_%02d", d)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			msgs := make([]store.Message, 1000)
+			for i := range msgs {
+				text := fmt.Sprintf("message %d about the %s and the %s near the %s", i, words[i%10], words[(i/10)%10], words[(i*7)%10])
+				msgs[i] = userMsg(fmt.Sprintf("m%d", i), text)
+			}
+			if _, err := st.AppendMessages(ctx, sess.ID, msgs...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var durations []time.Duration
+	search := func(text string) {
+		begin := time.Now()
+		hits, err := st.SearchMessages(ctx, store.MessageQuery{Channel: "web", ChatID: "assistant/bench", Text: text})
+		if err != nil || len(hits) == 0 {
+			b.Fatalf("search %q: %d hits, %v", text, len(hits), err)
+		}
+		durations = append(durations, time.Since(begin))
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		search("museum budg")
+		search("message")
+	}
+	b.StopTimer()
+	slices.Sort(durations)
+	b.ReportMetric(percentile(durations, 0.50), "p50-ms")
+	b.ReportMetric(percentile(durations, 0.99), "p99-ms")
 }
