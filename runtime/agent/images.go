@@ -56,6 +56,11 @@ func (im Images) maxPerRequest() int {
 	return DefaultMaxImagesPerRequest
 }
 
+// Attach puts image artifacts on a message (a tool result's, or the
+// images a user attached to their message), or a note for each one the
+// model cannot be shown. Artifacts that are no model image are skipped.
+func (im Images) Attach(m *llm.Message, artifacts []tool.Artifact) { im.attach(m, artifacts) }
+
 // attach puts the image artifacts of a tool result on its message, or a
 // note for each one the model cannot be shown.
 func (im Images) attach(m *llm.Message, artifacts []tool.Artifact) {

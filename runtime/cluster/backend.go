@@ -199,7 +199,7 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		return gateway.Outcome{}, err
 	}
 	defer func() { _ = ps.Close() }()
-	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text})
+	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text, Files: s.Files})
 	if err != nil {
 		return gateway.Outcome{}, err
 	}
@@ -410,6 +410,19 @@ func (b *Backend) manager(ctx context.Context, agentName string) (*session.Manag
 // Artifact implements gateway.Backend.
 func (b *Backend) Artifact(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error) {
 	return b.cfg.Artifacts.Open(ctx, id)
+}
+
+// Upload implements gateway.Backend: the file becomes an artifact of the
+// chat's uploads, which its session pod reads when the message comes.
+func (b *Backend) Upload(ctx context.Context, c gateway.Chat, f gateway.Upload) (store.Artifact, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return store.Artifact{}, err
+	}
+	if err := b.known(ctx, tenant, c.Agent); err != nil {
+		return store.Artifact{}, err
+	}
+	return gateway.SaveUpload(ctx, b.cfg.Artifacts, c, f)
 }
 
 // Health implements gateway.Backend: the shared services' reachability.

@@ -116,6 +116,19 @@ func (s Service) DeleteDialog(ctx context.Context, c protocol.Chat, dialogID str
 	return m.Delete(ctx, id)
 }
 
+// SearchMessages finds the chat's messages holding every word of text
+// (store.MessageSearcher), newest first.
+func (s Service) SearchMessages(ctx context.Context, c protocol.Chat, text string, limit int) ([]store.MessageHit, error) {
+	if _, err := s.Manager(ctx, c.Agent); err != nil {
+		return nil, err
+	}
+	hits, err := s.Store.SearchMessages(ctx, store.MessageQuery{Channel: c.ChannelName(), ChatID: c.Key(), Text: text, Limit: limit})
+	if errors.Is(err, store.ErrInvalid) {
+		return nil, &protocol.CodedError{Code: protocol.CodeBadRequest, Err: err}
+	}
+	return hits, err
+}
+
 // Messages returns the last messages of a session of the tenant.
 func (s Service) Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error) {
 	if s.Tenant != nil {

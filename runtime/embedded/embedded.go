@@ -611,7 +611,7 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	if first {
 		// A message id sent again while its first sending waits is not
 		// queued again: both wait for the one turn.
-		if err := r.queue(ctx, ta, chat, protocol.Inbound{ID: id, Channel: chat.Channel, ChatKey: chat.Key, Text: s.Text}); err != nil {
+		if err := r.queue(ctx, ta, chat, protocol.Inbound{ID: id, Channel: chat.Channel, ChatKey: chat.Key, Text: s.Text, Files: s.Files}); err != nil {
 			w.finish(result{err: err})
 		}
 	}
@@ -685,6 +685,15 @@ func (r *Runtime) Artifact(ctx context.Context, id string) (io.ReadCloser, store
 		return nil, store.Artifact{}, err
 	}
 	return r.state.Artifacts.Open(ctx, id)
+}
+
+// Upload implements gateway.Backend: the file becomes an artifact of the
+// chat's uploads.
+func (r *Runtime) Upload(ctx context.Context, c gateway.Chat, f gateway.Upload) (store.Artifact, error) {
+	if _, _, err := r.scope(ctx, c.Agent); err != nil {
+		return store.Artifact{}, err
+	}
+	return gateway.SaveUpload(ctx, r.state.Artifacts, c, f)
 }
 
 // Health implements gateway.Backend: the report of the health service

@@ -68,7 +68,12 @@ func (s *Server) originAllowed(origin, host string) bool {
 // browser: an Origin other than the gateway's own on anything but a read,
 // and a body that is not JSON (an HTML form or a "simple" fetch can send
 // text/plain across sites without a preflight; JSON cannot).
-func (s *Server) browserSafe(r *http.Request, fail func(code, msg string)) bool {
+//
+// A binary route (uploads) takes any body but the types a page may send
+// across sites without a preflight (text/plain, form encodings): its
+// clients send application/octet-stream and name the file's type in the
+// query.
+func (s *Server) browserSafe(r *http.Request, binary bool, fail func(code, msg string)) bool {
 	read := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
 	upgrade := strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 	if o := r.Header.Get("Origin"); o != "" && (!read || upgrade) && !s.originAllowed(o, r.Host) {
@@ -79,6 +84,17 @@ func (s *Server) browserSafe(r *http.Request, fail func(code, msg string)) bool 
 		return true
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if binary {
+		switch {
+		case err != nil:
+			fail(CodeUnsupportedMedia, "send the file with Content-Type: application/octet-stream (its own type in ?media_type=)")
+			return false
+		case mt == "text/plain" || mt == "multipart/form-data" || mt == "application/x-www-form-urlencoded":
+			fail(CodeUnsupportedMedia, "send the file with Content-Type: application/octet-stream and its type in ?media_type= ("+mt+" is what any web page may post here)")
+			return false
+		}
+		return true
+	}
 	if err != nil || mt != "application/json" {
 		fail(CodeUnsupportedMedia, "request body must be JSON: send Content-Type: application/json")
 		return false

@@ -70,6 +70,9 @@ type Send struct {
 	ID string
 	// Channel is the chat's channel (ChannelWeb when empty).
 	Channel, Agent, ChatID, Text string
+	// Files are the files attached to the message (uploads of the chat,
+	// checked by the gateway).
+	Files []protocol.File
 	// Sink receives the turn's events; it is called from another goroutine.
 	Sink func(turn.Event)
 }
@@ -102,6 +105,10 @@ type Backend interface {
 	Messages(ctx context.Context, sessionID string, last int) ([]store.Message, error)
 	// Artifact opens a stored artifact.
 	Artifact(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error)
+	// Upload stores a file a client attaches to a message of the chat (as
+	// an artifact recorded under UploadScope; SaveUpload does it); the
+	// chat's agent must exist for the tenant.
+	Upload(ctx context.Context, c Chat, f Upload) (store.Artifact, error)
 	// Usage returns the tenant's model use per agent and day in f's range,
 	// and its totals of today and this month.
 	Usage(ctx context.Context, f store.UsageFilter) ([]store.UsageDay, store.UsageTotals, error)
@@ -124,6 +131,10 @@ type Backend interface {
 	ArchiveDialog(ctx context.Context, c Chat, dialogID string) (store.Session, error)
 	// DeleteDialog soft-deletes a dialog.
 	DeleteDialog(ctx context.Context, c Chat, dialogID string) error
+	// SearchMessages finds the chat's messages holding every word of text
+	// (at most limit, 0 for the store's default), newest first: the
+	// store's full-text search (store.MessageSearcher).
+	SearchMessages(ctx context.Context, c Chat, text string, limit int) ([]store.MessageHit, error)
 }
 
 // Error codes of the protocol (runtime/protocol holds the one definition).
@@ -319,8 +330,12 @@ func (s *Server) routes() {
 	api("GET /api/v1/sessions", s.listDialogs) // the list of docs/protocol.md v1; same as GET /api/v1/dialogs
 	api("GET /api/v1/sessions/{id}/messages", s.messages)
 	api("GET /api/v1/artifacts/{id}", s.artifact)
+	s.mux.HandleFunc("POST /api/v1/uploads", s.guardBody(styleProtocol, MaxUploadBytes, true, s.upload))
 	api("GET /api/v1/usage", s.usage)
 	api("GET /api/v1/dialogs", s.listDialogs)
+	api("GET /api/v1/search", s.search)
+	api("GET /api/v1/config/agents/{agent}", s.agentConfig)
+	api("PUT /api/v1/config/agents/{agent}", s.updateAgentConfig)
 	api("POST /api/v1/dialogs", s.createDialog)
 	api("POST /api/v1/dialogs/{dialog}/switch", s.switchDialog)
 	api("PATCH /api/v1/dialogs/{dialog}", s.renameDialog)

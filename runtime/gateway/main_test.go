@@ -62,6 +62,7 @@ type env struct {
 	llm *fakellm.Server
 	rt  *embedded.Runtime
 	url string
+	dir string // the manifest folder (state in .picobot)
 	a   gatewaytest.Client
 }
 
@@ -108,7 +109,7 @@ func startAgents(tb testing.TB, manifests func(llmURL string) string, features [
 		hs.Close()
 		rt.Close()
 	})
-	return &env{llm: llm, rt: rt, url: hs.URL, a: gatewaytest.Client{URL: hs.URL, Key: keyA}}
+	return &env{llm: llm, rt: rt, url: hs.URL, dir: dir, a: gatewaytest.Client{URL: hs.URL, Key: keyA}}
 }
 
 // echo makes the fake model answer "echo: <last user message>".

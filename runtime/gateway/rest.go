@@ -36,6 +36,16 @@ const (
 // guard authenticates a request, applies its key's rate limit and the body
 // size limit, and scopes its context to the principal's tenant.
 func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	return s.guardBody(style, 0, false, next)
+}
+
+// guardBody is guard with a body limit of its own (maxBody; the server's
+// when 0) and, when binary, a body of any type but those a web page may
+// send across sites (browserSafe): uploads.
+func (s *Server) guardBody(style errStyle, maxBody int64, binary bool, next func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	if maxBody <= 0 {
+		maxBody = s.maxBody
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		fail := func(code, msg string) {
 			if style == styleOpenAI {
@@ -44,7 +54,7 @@ func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Requ
 			}
 			writeError(w, statusOf[code], code, msg)
 		}
-		if !s.browserSafe(r, fail) {
+		if !s.browserSafe(r, binary, fail) {
 			return
 		}
 		p, ok := s.authenticate(w, r, style, fail)
@@ -57,11 +67,11 @@ func (s *Server) guard(style errStyle, next func(http.ResponseWriter, *http.Requ
 			fail(CodeRateLimited, fmt.Sprintf("rate limit of this API key exceeded; retry in %s", wait.Round(time.Millisecond)))
 			return
 		}
-		if r.ContentLength > s.maxBody {
-			fail(CodeTooLarge, fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, s.maxBody))
+		if r.ContentLength > maxBody {
+			fail(CodeTooLarge, fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, maxBody))
 			return
 		}
-		if !s.readBody(w, r, fail) {
+		if !s.readBody(w, r, maxBody, fail) {
 			return
 		}
 		next(w, r.WithContext(WithPrincipal(store.WithTenant(r.Context(), p.Tenant), p)))
@@ -110,13 +120,13 @@ func (s *Server) principal(r *http.Request, token string, count bool) (Principal
 // readBody reads a request's body whole, within the body timeout, so a
 // client cannot hold a connection (and a handler) by sending it slowly; the
 // handler then reads it from memory. WebSocket upgrades have no body.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, fail func(code, msg string)) bool {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, maxBody int64, fail func(code, msg string)) bool {
 	if r.Body == nil || r.Body == http.NoBody || strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		return true
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.bodyTimeout))
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
@@ -237,6 +247,8 @@ type sendRequest struct {
 	Agent  string `json:"agent"`
 	ChatID string `json:"chat_id"`
 	Text   string `json:"text"`
+	// Files are ids of uploads of the chat (POST /api/v1/uploads).
+	Files []string `json:"files,omitempty"`
 }
 
 // send runs a message to the end and answers with its final reply.
@@ -248,14 +260,18 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	if req.ID == "" {
 		req.ID = newRequestID("r-")
 	}
-	f := frame{ID: req.ID, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text}
+	f := frame{ID: req.ID, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text, Files: req.Files}
 	if msg := validateSend(f); msg != "" {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
 		return
 	}
 	files := &finalFiles{}
-	out, err := s.backend.Handle(r.Context(), Send{ID: req.ID, Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text,
-		Sink: files.sink})
+	attached, err := s.sendFiles(r.Context(), Chat{Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID}, req.Files)
+	var out Outcome
+	if err == nil {
+		out, err = s.backend.Handle(r.Context(), Send{ID: req.ID, Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text,
+			Files: attached, Sink: files.sink})
+	}
 	if err != nil {
 		code := errorCode(err, CodeUnknownSession)
 		if code == CodeInternal {

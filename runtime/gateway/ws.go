@@ -30,12 +30,14 @@ const (
 
 // frame is a WebSocket frame in either direction.
 type frame struct {
-	V       int        `json:"v"`
-	Type    string     `json:"type"`
-	ID      string     `json:"id,omitempty"`
-	Agent   string     `json:"agent,omitempty"`
-	ChatID  string     `json:"chat_id,omitempty"`
-	Text    string     `json:"text,omitempty"`
+	V      int    `json:"v"`
+	Type   string `json:"type"`
+	ID     string `json:"id,omitempty"`
+	Agent  string `json:"agent,omitempty"`
+	ChatID string `json:"chat_id,omitempty"`
+	Text   string `json:"text,omitempty"`
+	// Files are the ids of the files a send attaches (uploads of the chat).
+	Files   []string   `json:"files,omitempty"`
 	Session string     `json:"session,omitempty"`
 	Event   *eventBody `json:"event,omitempty"`
 	Code    string     `json:"code,omitempty"`
@@ -230,8 +232,10 @@ func validateSend(f frame) string {
 	switch {
 	case f.ID == "" || len(f.ID) > maxIDBytes:
 		return fmt.Sprintf("id is required (at most %d bytes)", maxIDBytes)
-	case strings.TrimSpace(f.Text) == "":
-		return "text is required"
+	case strings.TrimSpace(f.Text) == "" && len(f.Files) == 0:
+		return "text is required (or files)"
+	case len(f.Files) > MaxFilesPerMessage:
+		return fmt.Sprintf("a message may carry at most %d files (it names %d)", MaxFilesPerMessage, len(f.Files))
 	case len(f.Text) > MaxTextBytes:
 		return fmt.Sprintf("text is %d bytes; the limit is %d", len(f.Text), MaxTextBytes)
 	case strings.ContainsRune(f.Text, 0):
@@ -332,7 +336,12 @@ func (s *Server) turn(ctx context.Context, c *conn, f frame) {
 			c.send(frame{Type: "event", ID: f.ID, Session: e.Session, Event: b})
 		}
 	}
-	out, err := s.backend.Handle(ctx, Send{ID: f.ID, Channel: ChannelWeb, Agent: f.Agent, ChatID: f.ChatID, Text: f.Text, Sink: sink})
+	chat := Chat{Channel: ChannelWeb, Agent: f.Agent, ChatID: f.ChatID}
+	files, err := s.sendFiles(ctx, chat, f.Files)
+	var out Outcome
+	if err == nil {
+		out, err = s.backend.Handle(ctx, Send{ID: f.ID, Channel: ChannelWeb, Agent: f.Agent, ChatID: f.ChatID, Text: f.Text, Files: files, Sink: sink})
+	}
 	switch {
 	case err != nil:
 		code := errorCode(err, CodeUnknownSession)

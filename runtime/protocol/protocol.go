@@ -248,6 +248,10 @@ func ClientMessage(code string, err error) string {
 	case CodeUnknownSession:
 		return "no such session"
 	case CodeUnknownArtifact:
+		var ce *CodedError
+		if errors.As(err, &ce) {
+			return err.Error() // the gateway's own words (a send naming a file it cannot use)
+		}
 		return "no such artifact"
 	case CodeUnknownDialog:
 		var ce *CodedError

@@ -49,6 +49,19 @@ type Inbound struct {
 	// the run); otherwise, or when that dialog is gone, the chat's current
 	// dialog takes it.
 	DialogID string `json:"dialog_id,omitempty"`
+	// Files are the files the user attached to the message, uploaded to
+	// the artifact store before it was sent (POST /api/v1/uploads): the
+	// message carries their references, never their bytes. A reader older
+	// than the field answers the text alone.
+	Files []File `json:"files,omitempty"`
+}
+
+// File is a file attached to a user message: an artifact of the tenant.
+type File struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	MediaType string `json:"media_type,omitempty"`
+	Size      int64  `json:"size,omitempty"`
 }
 
 // Delegation is what the runtime of a sub-agent needs to know of the run it

@@ -34,7 +34,7 @@ type turnFiles struct {
 	// ctx outlives the turn: files produced before a stop are kept.
 	ctx   context.Context
 	sid   string
-	saver ArtifactSaver
+	saver ArtifactStore
 	url   func(store.Artifact) string
 	sink  func(turn.Event)
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,10 +42,12 @@ type TimelineStore interface {
 	RecentTimeline(ctx context.Context, agent, sessionID string, n int) ([]string, error)
 }
 
-// ArtifactSaver stores files a session produces (/dump, and the files tools
-// present to the user); artifact.Store implements it.
-type ArtifactSaver interface {
+// ArtifactStore stores files a session produces (/dump, and the files tools
+// present to the user) and opens the files users attach to their messages;
+// artifact.Store implements it.
+type ArtifactStore interface {
 	Save(ctx context.Context, sessionID, name, mediaType string, data []byte) (store.Artifact, error)
+	Open(ctx context.Context, id string) (io.ReadCloser, store.Artifact, error)
 }
 
 // Config wires a Manager.
@@ -52,8 +55,9 @@ type Config struct {
 	// Artifacts stores /dump transcripts and the files tools present to the
 	// user (screenshots, send_message's files to this conversation), owned
 	// by the session; without it /dump says so and such files are not
-	// attached (the tool result says so).
-	Artifacts ArtifactSaver
+	// attached (the tool result says so), nor are the files users attach to
+	// their messages (the message says so).
+	Artifacts ArtifactStore
 	// ArtifactURL is where clients fetch an artifact; it becomes the url of
 	// attachments and of their links in stored messages.
 	ArtifactURL func(store.Artifact) string
@@ -215,8 +219,12 @@ type Inbound struct {
 	// id is processed once. Generated when empty.
 	MessageID string
 	Text      string
-	Stream    bool
-	Sink      func(turn.Event)
+	// Files are the files the user attached: copied into the session's
+	// workspace, linked in the stored message, and images shown to the
+	// model with it (when it accepts images).
+	Files  []Upload
+	Stream bool
+	Sink   func(turn.Event)
 	// Approver asks the message's user to approve commands (exec
 	// approvals); nil when there is no user to ask.
 	Approver tool.Approver
@@ -344,6 +352,11 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *du
 		m.markLeased(sid)
 	}
 	text, commitSignals := in.Text, func(context.Context) error { return nil }
+	var uploads uploadedFiles
+	if len(in.Files) > 0 {
+		uploads = m.receiveUploads(ctx, id, in.Files)
+		text = JoinSections(text, uploads.lines)
+	}
 	if m.cfg.Signals != nil {
 		sigs, commit, err := m.cfg.Signals.Take(ctx, sid, false)
 		if err != nil {
@@ -379,6 +392,7 @@ func (m *Manager) prepare(ctx context.Context, id ID, in Inbound) (*pending, *du
 		return nil, nil, err
 	}
 	g := m.generation()
+	history = m.withUploadImages(g, history, text, uploads.images)
 	system := m.systemPrompt(ctx, g, id, in.Text)
 	history, compressed, err := m.compress(ctx, g, id, system, history, false)
 	if err != nil {
@@ -658,7 +672,7 @@ func (m *Manager) autoTitle(ctx context.Context, sid string) error {
 	}
 	for _, msg := range first {
 		if msg.Role == llm.RoleUser && strings.TrimSpace(msg.Content) != "" {
-			title := titleFrom(msg.Content)
+			title := titleFrom(titleText(msg.Content))
 			f := false
 			if _, err := m.cfg.Store.UpdateSession(ctx, sid, store.SessionUpdate{Title: &title, TitleIsDefault: &f}); err != nil {
 				return err

@@ -444,6 +444,7 @@ func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID 
 	var backoff time.Duration
 	for {
 		reply, err := m.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, DialogID: in.DialogID, MessageID: msgID, Text: in.Text,
+			Files:  uploads(in.Files),
 			Stream: true, Sink: func(e turn.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) },
 			Approver: approver{r: r, c: c, msgID: msgID}})
 		var wait time.Duration
@@ -459,6 +460,18 @@ func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID 
 			return reply, err
 		}
 	}
+}
+
+// uploads are the session's view of a message's files.
+func uploads(files []protocol.File) []session.Upload {
+	if len(files) == 0 {
+		return nil
+	}
+	out := make([]session.Upload, len(files))
+	for i, f := range files {
+		out[i] = session.Upload{ID: f.ID, Name: f.Name, MediaType: f.MediaType}
+	}
+	return out
 }
 
 // coded maps a turn's error to the protocol (Coded) and logs an internal

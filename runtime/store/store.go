@@ -44,6 +44,7 @@ const DefaultListLimit = 100
 // scoped to the tenant in ctx.
 type Store interface {
 	MemorySearcher
+	MessageSearcher
 
 	// CreateSession stores a new session. ID may be left empty when Channel,
 	// ChatID and DialogID are set, and vice versa; both given must agree.

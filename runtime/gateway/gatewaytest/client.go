@@ -89,7 +89,7 @@ func (c Client) Request(method, path string, body any, header http.Header) (Resp
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	if body != nil {
+	if body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.Key != "" {

@@ -43,6 +43,14 @@
  *   #input               message textarea (Enter sends, Shift+Enter new line,
  *                        Escape stops a running turn); slash commands typed
  *                        here go to the runtime as messages
+ *   #attach, #file-input the Attach button and its file picker; files pasted
+ *                        into #input or dropped on #chat-view (class
+ *                        .dropping while dragged over) upload too
+ *   #pending-files       the files to send with the next message:
+ *                        li.pending-file[data-name] .uploading|.ready|.error
+ *                        with .pending-state (size, or why it was refused)
+ *                        and button.pending-remove
+ *     .msg.user .msg-files  the files a message carried
  *   #send, #stop         buttons; #send is disabled while a turn runs or offline,
  *                        #stop is enabled only while a turn runs
  *   #composer-hint       short feedback under the input (empty when idle; then
@@ -54,6 +62,12 @@
  *                        .session-delete; the current row and its button have
  *                        class .current, the button aria-current="true".
  *                        Renaming shows form.rename-form > input.rename-input.
+ *   #session-search      search box of the conversation list (GET /api/v1/search);
+ *                        while it holds a query #search-results replaces
+ *                        #sessions: li > button.search-hit[data-dialog-id]
+ *                        [data-seq] with .search-hit-title and
+ *                        .search-hit-snippet (or li.search-empty); a click
+ *                        opens the conversation at the message (.turn.found)
  *   #sessions-status     outcome of the last dialog operation (role=status)
  *   #new-dialog          control channel `create`; rename/archive/delete/switch
  *                        are control-channel operations too
@@ -71,6 +85,13 @@
  *                        .check.fail with .check-name, .check-state,
  *                        .check-message, .check-fix
  *   #health-summary, #health-refresh, #agents-info
+ *   #agent-config        form of the chosen agent's configuration
+ *                        (GET/PUT /api/v1/config/agents/{name});
+ *                        data-editable "true" in embedded mode: #cfg-provider,
+ *                        #cfg-model, #cfg-base-url, #cfg-api-key, #cfg-profile,
+ *                        #cfg-allow, #cfg-deny, #cfg-save; #cfg-status says
+ *                        how a save went (.ok / .fail), #cfg-edit where the
+ *                        configuration lives (code.cfg-kubectl in cluster mode)
  *
  * URL parameters: ?agent=NAME preselects an agent; ?key=KEY stores the API key
  * (then removed from the address bar). #health opens the health view.
@@ -124,6 +145,24 @@
     healthSummary: $('health-summary'),
     healthRefresh: $('health-refresh'),
     agentsInfo: $('agents-info'),
+    attach: $('attach'),
+    fileInput: $('file-input'),
+    pendingFiles: $('pending-files'),
+    search: $('session-search'),
+    cfgForm: $('agent-config'),
+    cfgName: $('agent-config-name'),
+    cfgMode: $('agent-config-mode'),
+    cfgProvider: $('cfg-provider'),
+    cfgModel: $('cfg-model'),
+    cfgBaseURL: $('cfg-base-url'),
+    cfgKey: $('cfg-api-key'),
+    cfgProfile: $('cfg-profile'),
+    cfgAllow: $('cfg-allow'),
+    cfgDeny: $('cfg-deny'),
+    cfgSave: $('cfg-save'),
+    cfgStatus: $('cfg-status'),
+    cfgEdit: $('cfg-edit'),
+    searchResults: $('search-results'),
   };
 
   /** h builds an element; string children become text nodes (never HTML). */
@@ -218,6 +257,9 @@
     turnEls: new Map(), // live turn id → render record
     noticeCount: 0,
     atBottom: true,        // the conversation is scrolled to its end
+    uploads: [],           // files to send with the next message: {key, name, size, status, error, file}
+    searchToken: 0,
+    searchTimer: null,
   };
 
   // ------------------------------------------------------------ REST
@@ -363,10 +405,15 @@
     app.sessions = [];
     app.currentDialog = '';
     app.currentSessionId = '';
+    app.uploads = []; // uploads belong to the agent's chat
+    els.search.value = '';
+    runSearch();
+    renderPendingFiles();
     renderBanner();
     renderAgentModel();
     renderSessions();
     updateControls();
+    if (els.app.dataset.view === 'config') loadAgentConfig();
     await refreshSessions();
     await loadHistory();
   }
@@ -699,6 +746,84 @@
     focusRow(id, '.session-rename');
   });
 
+  // ------------------------------------------------------------ conversation search
+
+  /**
+   * search asks the gateway for the chat's messages holding the words typed
+   * (GET /api/v1/search: the store's full-text index); while a query is
+   * typed the hits replace the list, and a click opens the conversation at
+   * the message.
+   */
+  async function runSearch() {
+    const q = els.search.value.trim();
+    const token = ++app.searchToken;
+    const searching = q !== '' && !!app.agent;
+    els.searchResults.hidden = !searching;
+    els.sessions.hidden = searching;
+    if (!searching) { els.searchResults.replaceChildren(); return; }
+    els.searchResults.setAttribute('aria-busy', 'true');
+    let r;
+    try {
+      r = await api('/api/v1/search?' + new URLSearchParams({ agent: app.agent, chat_id: chatId, q }).toString());
+    } catch (e) {
+      if (token !== app.searchToken) return;
+      els.searchResults.removeAttribute('aria-busy');
+      els.searchResults.replaceChildren(h('li', { class: 'search-empty error' }, 'Search failed: ' + e.message));
+      return;
+    }
+    if (token !== app.searchToken) return;
+    els.searchResults.removeAttribute('aria-busy');
+    const hits = Array.isArray(r.hits) ? r.hits : [];
+    if (hits.length === 0) {
+      els.searchResults.replaceChildren(h('li', { class: 'search-empty' }, 'No message holds “' + q + '”.'));
+      return;
+    }
+    els.searchResults.replaceChildren(...hits.map((hit) => h('li', null,
+      h('button', { type: 'button', class: 'search-hit', 'data-dialog-id': hit.dialog_id, 'data-seq': hit.seq },
+        h('span', { class: 'search-hit-title' }, UI.cleanTitle(hit.title) || 'Conversation'),
+        h('span', { class: 'search-hit-snippet' }, (hit.role === 'user' ? 'You: ' : '') + hit.snippet),
+        h('span', { class: 'session-meta' }, relTime(hit.created_at))))));
+  }
+
+  els.search.addEventListener('input', () => {
+    clearTimeout(app.searchTimer);
+    app.searchTimer = setTimeout(runSearch, 250);
+  });
+  els.search.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && els.search.value) {
+      e.stopPropagation(); // clears the search, does not close the drawer
+      els.search.value = '';
+      runSearch();
+    }
+  });
+
+  els.searchResults.addEventListener('click', async (e) => {
+    const b = e.target.closest('button.search-hit');
+    if (!b) return;
+    const id = b.dataset.dialogId;
+    const seq = Number(b.dataset.seq);
+    closeSidebar();
+    if (id !== app.currentDialog || app.currentImplicit) {
+      if (!(await switchDialog(id))) return;
+    }
+    showMessage(seq);
+  });
+
+  /** showMessage scrolls to the turn holding the stored message seq and marks it for a moment. */
+  function showMessage(seq) {
+    let best = null;
+    let bestSeq = -1;
+    for (const el of els.messages.querySelectorAll('.turn[data-turn-id^="h-"]')) {
+      const n = Number(el.dataset.turnId.slice(2));
+      if (n <= seq && n > bestSeq) { best = el; bestSeq = n; }
+    }
+    if (!best) { hint('That message is older than the part of the conversation shown.'); return; }
+    for (const el of els.messages.querySelectorAll('.turn.found')) el.classList.remove('found');
+    best.classList.add('found');
+    best.scrollIntoView({ block: 'center' });
+    app.atBottom = nearBottom();
+  }
+
   /** focusCurrentRow moves focus to the current conversation (or New) after its row went away. */
   function focusCurrentRow() {
     if (document.activeElement && document.activeElement !== document.body && document.activeElement.isConnected) return;
@@ -988,9 +1113,10 @@
 
   function renderTurn(turn, rec) {
     rec.el.dataset.status = turn.status;
-    if (!rec.user && !turn.quiet && turn.text) {
+    if (!rec.user && !turn.quiet && (turn.text || turn.files.length)) {
       rec.user = h('div', { class: 'msg user' });
       rec.user.innerHTML = UI.renderPlain(turn.text, mdOpts()); // escaped text with links
+      if (turn.files.length) rec.user.append(h('div', { class: 'msg-files' }, ...turn.files.map(artifactEl)));
       if (turn.createdAt) rec.user.title = new Date(turn.createdAt).toLocaleString();
       rec.el.prepend(rec.user);
     }
@@ -1048,7 +1174,7 @@
         'The connection dropped before this reply finished; it may still complete on the server. The conversation reloads when the connection is back.');
       rec.el.append(rec.interrupted);
     }
-    if (turn.done && !rec.actions && !turn.quiet && turn.text && !UI.parseCommand(turn.text)) {
+    if (turn.done && !rec.actions && !turn.quiet && (turn.text || turn.files.length) && !UI.parseCommand(turn.text)) {
       rec.actions = turnActions(turn);
       rec.el.append(rec.actions);
     }
@@ -1070,13 +1196,15 @@
     }
     const edit = h('button', { type: 'button', class: 'turn-edit', title: 'Edit this message and send it again' }, 'Edit');
     edit.addEventListener('click', () => {
+      app.uploads = turn.files.map((f) => ({ key: UI.newControlId('u'), name: f.name, status: 'ready', file: f }));
+      renderPendingFiles();
       els.input.value = turn.text;
       els.input.dispatchEvent(new Event('input'));
       els.input.focus();
       els.input.setSelectionRange(turn.text.length, turn.text.length);
     });
     const again = h('button', { type: 'button', class: 'turn-regenerate', title: 'Send this message again for a new answer' }, 'Regenerate');
-    again.addEventListener('click', () => submit(turn.text));
+    again.addEventListener('click', () => submit(turn.text, { files: turn.files }));
     bar.append(edit, again);
     return bar;
   }
@@ -1159,6 +1287,7 @@
     els.send.disabled = busy || !online;
     els.stop.disabled = !busy || !online;
     for (const b of [els.newDialog, els.compactDialog, els.infoDialog, els.dumpDialog]) b.disabled = locked || !app.agent;
+    els.attach.disabled = !app.agent || app.authNeeded;
     for (const b of els.sessions.querySelectorAll('button')) b.disabled = locked;
     els.sessions.setAttribute('aria-busy', app.opBusy ? 'true' : 'false');
     els.agentSelect.disabled = busy || app.agents.length === 0;
@@ -1176,7 +1305,13 @@
   /** submit sends text as a `send` frame; quiet turns (sidebar commands) show no user bubble. */
   function submit(text, opts) {
     opts = opts || {};
-    if (!text || !text.trim()) return false;
+    const pending = !opts.files && !opts.quiet;
+    if (pending && app.uploads.some((u) => u.status === 'uploading')) {
+      hint('Wait for the files to finish uploading.');
+      return false;
+    }
+    const files = opts.files || (pending ? app.uploads.filter((u) => u.status === 'ready').map((u) => u.file) : []);
+    if ((!text || !text.trim()) && files.length === 0) return false;
     if (app.state.active) {
       const c = UI.parseCommand(text);
       if (c && c.name === 'stop') { stopTurn(); return true; }
@@ -1194,7 +1329,7 @@
       hint('The message is too long (the limit is ' + UI.MAX_TEXT_BYTES / 1024 + ' KiB).');
       return false;
     }
-    const turn = UI.newTurn(UI.newMessageId(), text, { agent: app.agent, quiet: !!opts.quiet });
+    const turn = UI.newTurn(UI.newMessageId(), text, { agent: app.agent, quiet: !!opts.quiet, files });
     try {
       app.ws.send(JSON.stringify(UI.sendFrame(turn, chatId)));
     } catch (e) {
@@ -1202,6 +1337,10 @@
       return false;
     }
     hint(opts.quiet ? 'Running ' + text.trim().split(/\s/)[0] + '…' : '');
+    if (pending && app.uploads.length) {
+      app.uploads = [];
+      renderPendingFiles();
+    }
     dispatch({ type: 'send', turn });
     const e = els.messages.querySelector('.empty-state');
     if (e) e.remove();
@@ -1209,6 +1348,109 @@
     scrollToBottom();
     return true;
   }
+
+  // ------------------------------------------------------------ attachments
+
+  /**
+   * addFiles uploads files (from the Attach button, a paste or a drop) to
+   * the chat at once; each shows as a chip above the input until the
+   * message that carries them is sent. What the gateway would refuse (too
+   * large, empty) is refused here first, with the same words.
+   */
+  function addFiles(list) {
+    const files = Array.from(list || []);
+    if (files.length === 0) return;
+    if (!app.agent) { hint('No agent to send files to.'); return; }
+    for (const f of files) {
+      const u = { key: UI.newControlId('u'), name: f.name || 'pasted', size: f.size, status: 'uploading', error: '', file: null };
+      if (app.uploads.length >= UI.MAX_FILES) {
+        hint('A message may carry at most ' + UI.MAX_FILES + ' files.');
+        break;
+      }
+      const why = UI.checkUpload(u.name, f.type, f.size);
+      if (why) {
+        u.status = 'error';
+        u.error = why;
+        hint(why);
+      }
+      app.uploads.push(u);
+      if (!why) uploadFile(u, f, app.agent);
+    }
+    renderPendingFiles();
+  }
+
+  async function uploadFile(u, f, agent) {
+    const headers = { 'Content-Type': 'application/octet-stream', Accept: 'application/json' };
+    if (apiKey) headers.Authorization = 'Bearer ' + apiKey;
+    let body = null;
+    let status = 0;
+    try {
+      const res = await fetch(UI.uploadPath(agent, chatId, u.name, f.type), { method: 'POST', headers, body: f, cache: 'no-store' });
+      status = res.status;
+      try { body = await res.json(); } catch (_) { body = null; }
+    } catch (e) {
+      body = null;
+    }
+    if (status === 201 && body && body.id) {
+      u.status = 'ready';
+      u.file = { id: body.id, name: body.name || u.name, url: body.url, image: /^image\/(png|jpeg|gif|webp)$/.test(body.media_type || '') };
+    } else {
+      u.status = 'error';
+      u.error = (body && body.error && body.error.message) || (status ? 'HTTP ' + status : 'The gateway cannot be reached.');
+      if (status === 401) needAuth();
+      hint('Could not attach ' + u.name + ': ' + u.error);
+    }
+    renderPendingFiles();
+  }
+
+  function renderPendingFiles() {
+    const box = els.pendingFiles;
+    box.replaceChildren(...app.uploads.map((u) => {
+      const remove = h('button', { type: 'button', class: 'pending-remove', title: 'Remove ' + u.name }, '×');
+      remove.addEventListener('click', () => {
+        app.uploads = app.uploads.filter((x) => x !== u);
+        renderPendingFiles();
+        els.input.focus();
+      });
+      const state = u.status === 'uploading' ? 'uploading…' : u.status === 'error' ? u.error : (u.size ? UI.sizeText(u.size) : 'ready');
+      return h('li', { class: 'pending-file ' + u.status, 'data-name': u.name, title: u.name + ' — ' + state },
+        u.file && u.file.image ? h('img', { class: 'pending-thumb', src: UI.withKey(u.file.url, apiKey), alt: '' }) : h('span', { class: 'pending-icon', 'aria-hidden': 'true' }, (u.name.match(/\.([a-z0-9]{1,4})$/i) || [null, 'file'])[1]),
+        h('span', { class: 'pending-name' }, u.name),
+        h('span', { class: 'pending-state' }, state),
+        remove);
+    }));
+    box.hidden = app.uploads.length === 0;
+  }
+
+  els.attach.addEventListener('click', () => els.fileInput.click());
+  els.fileInput.addEventListener('change', () => {
+    addFiles(els.fileInput.files);
+    els.fileInput.value = '';
+    els.input.focus();
+  });
+  els.input.addEventListener('paste', (e) => {
+    const files = e.clipboardData && e.clipboardData.files;
+    if (files && files.length > 0) {
+      e.preventDefault(); // a pasted image is a file, not its name as text
+      addFiles(files);
+    }
+  });
+  const hasFiles = (e) => !!e.dataTransfer && Array.from(e.dataTransfer.types || []).includes('Files');
+  els.chatView.addEventListener('dragover', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    e.dataTransfer.dropEffect = 'copy';
+    els.chatView.classList.add('dropping');
+  });
+  els.chatView.addEventListener('dragleave', (e) => {
+    if (!els.chatView.contains(e.relatedTarget)) els.chatView.classList.remove('dropping');
+  });
+  els.chatView.addEventListener('drop', (e) => {
+    els.chatView.classList.remove('dropping');
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    addFiles(e.dataTransfer.files);
+  });
 
   function stopTurn() {
     if (!wsOpen() || !app.state.active) return;
@@ -1386,6 +1628,7 @@
     if (config) {
       loadHealth();
       loadAgents();
+      loadAgentConfig();
     }
   }
 
@@ -1438,6 +1681,93 @@
   }
 
   els.healthRefresh.addEventListener('click', loadHealth);
+
+  // ------------------------------------------------------------ agent configuration
+
+  const listText = (a) => (Array.isArray(a) ? a.join(', ') : '');
+  const textList = (s) => s.split(',').map((x) => x.trim()).filter(Boolean);
+
+  /**
+   * loadAgentConfig shows the chosen agent's model, key and tools
+   * (GET /api/v1/config/agents/{name}). In embedded mode the form saves
+   * them into the manifest folder (PUT: the loader's validation, then a
+   * reload); in cluster mode it is read-only and names the kubectl command.
+   */
+  async function loadAgentConfig() {
+    const name = app.agent;
+    els.cfgName.textContent = name ? '“' + name + '”' : '';
+    els.cfgStatus.textContent = '';
+    els.cfgStatus.className = 'cfg-status';
+    if (!name) { els.cfgForm.hidden = true; return; }
+    let r;
+    try {
+      r = await api('/api/v1/config/agents/' + encodeURIComponent(name));
+    } catch (e) {
+      els.cfgForm.hidden = true;
+      els.cfgMode.textContent = 'Unavailable: ' + e.message;
+      return;
+    }
+    if (name !== app.agent) return;
+    showAgentConfig(r.config || {});
+  }
+
+  function showAgentConfig(c) {
+    els.cfgForm.hidden = false;
+    els.cfgForm.dataset.editable = c.editable ? 'true' : 'false';
+    els.cfgProvider.value = c.provider || 'openai';
+    els.cfgModel.value = c.model || '';
+    els.cfgBaseURL.value = c.base_url || '';
+    els.cfgKey.value = '';
+    els.cfgKey.placeholder = c.key_set ? 'set (' + (c.key_source || 'hidden') + '); type a new one to replace it' : 'not set: paste the provider\'s key';
+    els.cfgProfile.value = c.tools_profile || '';
+    els.cfgAllow.value = listText(c.tools_allow);
+    els.cfgDeny.value = listText(c.tools_deny);
+    for (const el of [els.cfgProvider, els.cfgModel, els.cfgBaseURL, els.cfgKey, els.cfgProfile, els.cfgAllow, els.cfgDeny]) el.disabled = !c.editable;
+    els.cfgSave.hidden = !c.editable;
+    if (c.mode === 'cluster') {
+      els.cfgMode.textContent = 'Read-only: cluster mode';
+      els.cfgEdit.replaceChildren('Agents are Kubernetes resources here; change this one with ', h('code', { class: 'cfg-kubectl' }, c.edit || 'kubectl edit agent ' + c.agent), '.');
+    } else if (!c.editable) {
+      els.cfgMode.textContent = 'Read-only';
+      els.cfgEdit.replaceChildren('Only the installation\'s own API key may change the agents; the manifest is ', h('code', null, c.edit || ''), '.');
+    } else {
+      els.cfgMode.textContent = 'Saved to the manifest folder';
+      els.cfgEdit.replaceChildren('Saving rewrites ', h('code', null, c.edit || 'the agent\'s manifest'),
+        ' (a new key goes to a Secret manifest of its own) after the same validation as at start-up, then reloads the agent.');
+    }
+  }
+
+  els.cfgForm.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    if (els.cfgForm.dataset.editable !== 'true' || !app.agent) return;
+    const body = {
+      provider: els.cfgProvider.value, model: els.cfgModel.value.trim(), base_url: els.cfgBaseURL.value.trim(),
+      api_key: els.cfgKey.value.trim(), tools_profile: els.cfgProfile.value,
+      tools_allow: textList(els.cfgAllow.value), tools_deny: textList(els.cfgDeny.value),
+    };
+    els.cfgSave.disabled = true;
+    els.cfgStatus.className = 'cfg-status';
+    els.cfgStatus.textContent = 'Saving…';
+    const headers = { 'Content-Type': 'application/json', Accept: 'application/json' };
+    if (apiKey) headers.Authorization = 'Bearer ' + apiKey;
+    let res = null;
+    let out = null;
+    try {
+      res = await fetch('/api/v1/config/agents/' + encodeURIComponent(app.agent), { method: 'PUT', headers, body: JSON.stringify(body), cache: 'no-store' });
+      try { out = await res.json(); } catch (_) { out = null; }
+    } catch (_) { /* below */ }
+    els.cfgSave.disabled = false;
+    if (res && res.ok && out && out.config) {
+      showAgentConfig(out.config);
+      els.cfgStatus.className = 'cfg-status ok';
+      els.cfgStatus.textContent = 'Saved; the agent reloaded.';
+      loadAgents();
+      loadHealth();
+      return;
+    }
+    els.cfgStatus.className = 'cfg-status fail';
+    els.cfgStatus.textContent = 'Not saved: ' + ((out && out.error && out.error.message) || (res ? 'HTTP ' + res.status : 'the gateway cannot be reached'));
+  });
 
   function renderAgentsInfo() {
     const box = els.agentsInfo;

@@ -622,3 +622,35 @@ test('an image already shown under a tool card is a link in the answer', () => {
   assert.match(html, /<img class="artifact-img" src="\/api\/v1\/artifacts\/c2"/);
   assert.equal((UI.renderMarkdown(md).match(/<img /g) || []).length, 2, 'both images without shown');
 });
+
+// ------------------------------------------------------------------ attachments
+
+test('checkUpload refuses what the gateway would, in its words', () => {
+  assert.equal(UI.checkUpload('a.txt', 'text/plain', 12), '');
+  assert.equal(UI.checkUpload('a.txt', 'text/plain', 0), 'a.txt is empty');
+  assert.equal(UI.checkUpload('big.zip', 'application/zip', UI.MAX_UPLOAD_BYTES + 1), 'big.zip is 10 MiB; a file may be at most 10 MiB');
+  assert.equal(UI.checkUpload('big.png', 'image/png', 4 << 20), 'big.png is 4 MiB; an image may be at most 3.75 MiB (what the model APIs accept)');
+  assert.equal(UI.checkUpload('big.svg', 'image/svg+xml', 4 << 20), '', 'only images the model sees have the smaller limit');
+  assert.equal(UI.uploadPath('assistant', 'browser-1', 'my notes.md', 'text/markdown'),
+    '/api/v1/uploads?agent=assistant&chat_id=browser-1&name=my+notes.md&media_type=text%2Fmarkdown');
+});
+
+test('a send frame names its files; the stored message gives them back', () => {
+  const files = [{ id: 'a1', name: 'cat.png', url: '/api/v1/artifacts/a1', image: true }];
+  const turn = UI.newTurn('c-1', 'what is this?', { agent: 'assistant', files });
+  assert.deepEqual(UI.sendFrame(turn, 'chat').files, ['a1']);
+  assert.equal(UI.sendFrame(UI.newTurn('c-2', 'hi', {}), 'chat').files, undefined);
+
+  const stored = 'what is this?\n\n![cat.png](/api/v1/artifacts/a1) (in the workspace: uploads/cat.png)\n' +
+    '[notes.md](/api/v1/artifacts/a%2F2) (in the workspace: uploads/notes.md)\n(gone.txt could not be read: not found)';
+  assert.deepEqual(UI.splitUserFiles(stored), { text: 'what is this?', files: [
+    { id: 'a1', name: 'cat.png', url: '/api/v1/artifacts/a1', image: true },
+    { id: 'a/2', name: 'notes.md', url: '/api/v1/artifacts/a%2F2', image: false }] });
+  assert.deepEqual(UI.splitUserFiles('![x.png](/api/v1/artifacts/b1) (in the workspace: uploads/x.png)').text, '');
+  // A link the user typed at the end of their text is text.
+  assert.deepEqual(UI.splitUserFiles('see\n[a](/api/v1/artifacts/b1)'), { text: 'see\n[a](/api/v1/artifacts/b1)', files: [] });
+  const [t] = UI.historyToTurns([{ role: 'user', content: stored, seq: 1 }, { role: 'assistant', content: 'A cat.', seq: 2 }]);
+  assert.equal(t.text, 'what is this?');
+  assert.equal(t.files.length, 2);
+  assert.equal(t.final, 'A cat.');
+});

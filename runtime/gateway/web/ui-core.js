@@ -34,6 +34,12 @@
   const PROTOCOL_VERSION = 1;
   const MAX_TEXT_BYTES = 64 << 10;
   const MAX_TITLE_CHARS = 200;
+  // Limits of attached files (runtime/gateway/uploads.go; the server checks
+  // them again).
+  const MAX_UPLOAD_BYTES = 10 << 20;
+  const MAX_UPLOAD_IMAGE_BYTES = Math.floor((3 << 20) * 5 / 4);
+  const MAX_FILES = 10;
+  const MODEL_IMAGES = new Set(['image/png', 'image/jpeg', 'image/gif', 'image/webp']);
 
   // ---------------------------------------------------------------- escaping
 
@@ -555,6 +561,66 @@
     return out.slice(0, 3).concat(['What can you do?']);
   }
 
+  // ---------------------------------------------------------------- files
+
+  /** sizeText: a byte count for people ("3.75 MiB", "12 KiB", "900 bytes"), as the server writes it. */
+  function sizeText(n) {
+    if (n >= 1 << 20) return (n / (1 << 20)).toFixed(2).replace(/\.?0+$/, '') + ' MiB';
+    if (n >= 1 << 10) return Math.floor(n / 1024) + ' KiB';
+    return n + ' bytes';
+  }
+
+  /**
+   * checkUpload says why a file cannot be attached ('' when it can): empty,
+   * over the size limit, or an image too large for the model. The gateway
+   * checks again (and the type against the bytes).
+   */
+  function checkUpload(name, type, size) {
+    if (!size) return name + ' is empty';
+    if (size > MAX_UPLOAD_BYTES) return name + ' is ' + sizeText(size) + '; a file may be at most ' + sizeText(MAX_UPLOAD_BYTES);
+    if (MODEL_IMAGES.has(String(type || '').toLowerCase()) && size > MAX_UPLOAD_IMAGE_BYTES) {
+      return name + ' is ' + sizeText(size) + '; an image may be at most ' + sizeText(MAX_UPLOAD_IMAGE_BYTES) + ' (what the model APIs accept)';
+    }
+    return '';
+  }
+
+  /** uploadPath: where a file of the chat is uploaded (POST, body application/octet-stream). */
+  function uploadPath(agent, chatId, name, type) {
+    const q = new URLSearchParams({ agent, chat_id: chatId, name });
+    if (type) q.set('media_type', type);
+    return '/api/v1/uploads?' + q.toString();
+  }
+
+  // A file line the runtime appends to a user message that carried files
+  // (runtime/session/uploads.go): a link to it, and where it is in the
+  // workspace; or a note on one that could not be read.
+  const FILE_LINE = /^(!?)\[([^\]\n]*)\]\((\/api\/v1\/artifacts\/[^)\s]+)\)(?: \([^\n]*\))?$/;
+  const FILE_NOTE = /^\([^\n]* could not be read: [^\n]*\)$/;
+
+  /**
+   * splitUserFiles separates a stored user message into the text the user
+   * typed and the files they attached: {text, files: [{id, name, url, image}]}.
+   */
+  function splitUserFiles(content) {
+    const s = String(content == null ? '' : content);
+    const lines = s.split('\n');
+    const files = [];
+    let i = lines.length;
+    let notes = 0;
+    for (; i > 0; i--) {
+      const m = FILE_LINE.exec(lines[i - 1]);
+      if (m) {
+        let id = m[3].slice(ARTIFACT_PREFIX.length);
+        try { id = decodeURIComponent(id); } catch (_) { /* keep it */ }
+        files.unshift({ id, name: m[2], url: m[3], image: m[1] === '!' });
+      } else if (FILE_NOTE.test(lines[i - 1])) notes++;
+      else break;
+    }
+    if (files.length === 0 && notes === 0) return { text: s, files: [] };
+    if (i > 0 && lines[i - 1] !== '') return { text: s, files: [] }; // the files follow a blank line
+    return { text: lines.slice(0, Math.max(0, i - 1)).join('\n'), files };
+  }
+
   function newChatId(bytes) {
     return 'browser-' + hex(bytes || randomBytes(8));
   }
@@ -648,6 +714,8 @@
       commands: [],
       errors: [],
       attachments: [],
+      // files: what the user attached to the message [{id, name, url, image}].
+      files: Array.isArray(opts.files) ? opts.files.slice() : [],
       usage: null,
       session: '',
       done: false,
@@ -655,7 +723,9 @@
   }
 
   function sendFrame(turn, chatId) {
-    return { v: PROTOCOL_VERSION, type: 'send', id: turn.id, agent: turn.agent, chat_id: chatId, text: turn.text };
+    const f = { v: PROTOCOL_VERSION, type: 'send', id: turn.id, agent: turn.agent, chat_id: chatId, text: turn.text };
+    if (turn.files && turn.files.length) f.files = turn.files.map((x) => x.id);
+    return f;
   }
 
   /** stopFrame: the `stop` frame of a chat; id ties the server's `stopped` answer to it. */
@@ -1030,8 +1100,10 @@
       if (!m || typeof m !== 'object') continue;
       const content = typeof m.content === 'string' ? m.content : '';
       switch (m.role) {
-        case 'user':
-          open(content, m);
+        case 'user': {
+          const split = splitUserFiles(content);
+          open(split.text, m);
+          cur.files = split.files;
           // A turn that failed without an answer: the server keeps what
           // the client was told and returns it on the user message.
           if (m.error && typeof m.error === 'object') {
@@ -1039,6 +1111,7 @@
             cur.status = 'error';
           }
           break;
+        }
         case 'assistant': {
           const t = cur || open(null, m);
           const calls = Array.isArray(m.tool_calls) ? m.tool_calls : [];
@@ -1094,7 +1167,14 @@
     PROTOCOL_VERSION,
     MAX_TEXT_BYTES,
     MAX_TITLE_CHARS,
+    MAX_UPLOAD_BYTES,
+    MAX_UPLOAD_IMAGE_BYTES,
+    MAX_FILES,
     DIALOG_COMMANDS,
+    sizeText,
+    checkUpload,
+    uploadPath,
+    splitUserFiles,
     escapeHtml,
     safeUrl,
     isArtifactUrl,

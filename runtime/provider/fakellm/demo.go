@@ -10,8 +10,9 @@ import (
 
 // Demo answers like a small, predictable model, for `make run` without a
 // key: it shows the agent's tools at work on a few kinds of request (a sum,
-// a web page, a file, a shell command, something to remember), picking only
-// tools the agent declared, and then reports what the tool returned.
+// a web page, a browser screenshot, a file, a shell command, something to
+// remember and to recall, a scheduled run), picking only tools the agent
+// declared, and then reports what the tool returned.
 // Anything else gets a short note on what to try.
 func Demo(r Recorded) Turn {
 	if len(r.Messages) == 0 {
@@ -19,6 +20,9 @@ func Demo(r Recorded) Turn {
 	}
 	last := r.Messages[len(r.Messages)-1]
 	if len(last.ToolResults) > 0 || last.Role == "tool" {
+		if call, ok := demoNext(r.Messages); ok {
+			return Turn{Text: "Now " + call.Name + " again.", ToolCalls: []Call{call}}
+		}
 		return Turn{Text: demoReport(r.Messages)}
 	}
 	if last.Role != "user" {
@@ -35,7 +39,28 @@ var (
 	demoURL      = regexp.MustCompile(`https?://[^\s"'<>]+`)
 	demoRemember = regexp.MustCompile(`(?i)\bremember(?: that)?\s+(.+)`)
 	demoRun      = regexp.MustCompile("(?i)\\brun\\s+`?([^`]+?)`?\\s*$")
+	demoRecall   = regexp.MustCompile(`(?i)\bwhat do you (?:remember|know) about\s+(.+?)\??$`)
+	demoEvery    = regexp.MustCompile(`(?i)\bevery\s+(\d+)\s+minutes?\s+(.+)`)
 )
+
+// demoNext is the second call of a two-step showcase: the screenshot of
+// the page the browser just opened.
+func demoNext(msgs []Message) (Call, bool) {
+	var user string
+	var prev Call
+	for _, m := range msgs {
+		if m.Role == "user" && len(m.ToolResults) == 0 {
+			user = m.Content
+		}
+		if len(m.ToolCalls) > 0 {
+			prev = m.ToolCalls[len(m.ToolCalls)-1]
+		}
+	}
+	if prev.Name == "browser" && strings.Contains(prev.Args, `"open"`) && strings.Contains(strings.ToLower(user), "screenshot") {
+		return Call{Name: "browser", Args: `{"action":"screenshot"}`}, true
+	}
+	return Call{}, false
+}
 
 // demoCall picks the tool call a request asks for, if the agent has it.
 func demoCall(text string, tools []string) (Call, bool) {
@@ -43,6 +68,16 @@ func demoCall(text string, tools []string) (Call, bool) {
 	args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	lower := strings.ToLower(text)
 	switch {
+	case demoURL.MatchString(text) && strings.Contains(lower, "screenshot") && has("browser"):
+		return Call{Name: "browser", Args: args(map[string]string{"action": "open", "url": strings.TrimRight(demoURL.FindString(text), ".,;)")})}, true
+	case demoEvery.MatchString(text) && has("cron_add"):
+		m := demoEvery.FindStringSubmatch(text)
+		var minutes int64
+		_, _ = fmt.Sscan(m[1], &minutes)
+		return Call{Name: "cron_add", Args: args(map[string]any{"name": demoKey(m[2]), "prompt": strings.TrimSpace(m[2]),
+			"schedule": map[string]any{"type": "every", "every_ms": max(minutes, 1) * 60_000}})}, true
+	case demoRecall.MatchString(text) && has("memory_recall"):
+		return Call{Name: "memory_recall", Args: args(map[string]string{"query": strings.TrimSpace(demoRecall.FindStringSubmatch(text)[1])})}, true
 	case demoURL.MatchString(text) && has("web_fetch"):
 		return Call{Name: "web_fetch", Args: args(map[string]string{"url": strings.TrimRight(demoURL.FindString(text), ".,;)")})}, true
 	case demoRemember.MatchString(text) && has("memory_store"):
@@ -111,6 +146,9 @@ func demoHelp(tools []string) string {
 		{"file_write", "`write a file`"},
 		{"bash", "`run ls -la`"},
 		{"memory_store", "`remember that my favourite colour is green`"},
+		{"memory_recall", "`what do you remember about my favourite colour?`"},
+		{"browser", "`take a screenshot of https://example.com`"},
+		{"cron_add", "`every 5 minutes check the weather`"},
 	} {
 		if slices.Contains(tools, t.tool) {
 			tries = append(tries, t.try)

@@ -401,6 +401,11 @@ func expectUntouched(ctx context.Context, g Gomega, st *Store, sess store.Sessio
 	g.Expect(out[0].Duplicate).To(BeFalse())
 }
 
+func BenchmarkSearchMessages(b *testing.B) {
+	st, _ := newStore(b)
+	storetest.BenchmarkSearchMessages(b, st)
+}
+
 func BenchmarkAppendAndLoadLast50(b *testing.B) {
 	st, _ := newStore(b)
 	storetest.BenchmarkAppendAndLoadLast50(b, st)

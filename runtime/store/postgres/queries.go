@@ -103,6 +103,24 @@ LIMIT $5`
 
 	sqlSessionExists = `SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2)`
 
+	// sqlSearchMessages finds a chat's messages by the tsquery $2, newest
+	// first; deleted dialogs are left out. Each dialog is searched on its
+	// own (LATERAL): the planner walks a dialog's newest messages by the
+	// primary key for a common word, and the GIN index for a rare one,
+	// instead of every match of the whole table.
+	sqlSearchMessages = `SELECT m.tenant, m.session_id, m.seq, m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.name,
+	m.is_error, m.images, m.meta, m.created_at, s.title
+FROM sessions s
+CROSS JOIN LATERAL (
+	SELECT * FROM messages m
+	WHERE m.tenant = s.tenant AND m.session_id = s.id AND m.search @@ to_tsquery('simple', $2)
+	ORDER BY m.seq DESC
+	LIMIT $5
+) m
+WHERE s.tenant = $1 AND s.channel = $3 AND s.chat_id = $4 AND s.deleted_at IS NULL
+ORDER BY m.created_at DESC, m.seq DESC
+LIMIT $5`
+
 	sqlCountMessages = `SELECT (SELECT count(*) FROM messages WHERE tenant = $1 AND session_id = $2)
 FROM sessions WHERE tenant = $1 AND id = $2`
 )

@@ -76,6 +76,18 @@ const (
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
 ON CONFLICT (tenant, session_id, id) DO NOTHING`
 
+	// sqlSearchMessages finds a chat's messages by the FTS5 query ?1 (which
+	// narrows to the chat's session ids too), newest first: FTS5 walks its
+	// matches in rowid order, so the first ?5 hits end the search.
+	sqlSearchMessages = `SELECT m.tenant, m.session_id, m.seq, m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.name,
+	m.is_error, m.images, m.meta, m.created_at, s.title
+FROM message_fts
+JOIN messages m ON m.rowid = message_fts.rowid
+JOIN sessions s ON s.tenant = m.tenant AND s.id = m.session_id
+WHERE message_fts MATCH ?1 AND m.tenant = ?2 AND s.channel = ?3 AND s.chat_id = ?4 AND s.deleted_at IS NULL
+ORDER BY message_fts.rowid DESC
+LIMIT ?5`
+
 	sqlAdvanceSession = `UPDATE sessions SET last_seq = ?3, last_message_at = MAX(last_message_at, ?4), updated_at = ?5
 WHERE tenant = ?1 AND id = ?2`
 

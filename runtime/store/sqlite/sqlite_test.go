@@ -147,6 +147,11 @@ func TestLeaseExpiryFollowsTheStoreClock(t *testing.T) {
 	g.Expect(ok).To(BeTrue(), "expired exactly at the ttl")
 }
 
+func BenchmarkSearchMessages(b *testing.B) {
+	st, _ := openTemp(b)
+	storetest.BenchmarkSearchMessages(b, st)
+}
+
 func BenchmarkAppendAndLoadLast50(b *testing.B) {
 	st, _ := openTemp(b)
 	storetest.BenchmarkAppendAndLoadLast50(b, st)

@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"AgentSignals", testAgentSignals},
 		{"SessionPlans", testSessionPlans},
 		{"TurnErrors", testTurnErrors},
+		{"MessageSearch", testMessageSearch},
 		{"Usage", testUsage},
 		{"Notices", testNotices},
 		{"Deliveries", testDeliveries},

@@ -130,6 +130,13 @@ func TestChatInTerminal(t *testing.T) {
 	g.Expect(screen).To(ContainSubstring("Here: bold words and a table"))
 	g.Expect(screen).NotTo(ContainSubstring("**"))
 	g.Expect(screen).To(MatchRegexp(`Oslo\s+│\s+12`))
+	g.Expect(screen).To(MatchRegexp(`\d+ in / \d+ out tokens`), "the finished turn's tokens")
+
+	// /dump's link opens from the terminal: the gateway's address in front;
+	// the token line was the last turn's, and /dump had none.
+	term.typeLine("/dump")
+	screen = term.waitForText(srv.url + "/api/v1/artifacts/")
+	g.Expect(screen).NotTo(ContainSubstring("out tokens"))
 
 	// Alt+Enter makes a message of several lines.
 	llm.Script(fakellm.Turn{Text: "Two lines received."})
@@ -181,6 +188,24 @@ func TestChatInTerminal(t *testing.T) {
 	g.Expect(screen).NotTo(ContainSubstring("Lost the connection"))
 
 	// Ctrl+C when idle quits.
+	term.keys("C-c")
+	term.waitForText("EXITED rc=0")
+}
+
+// TestChatShowsANotReadyAgent: an agent without a model is "not ready" in
+// the header from the start, never "online", and a message says why.
+func TestChatShowsANotReadyAgent(t *testing.T) {
+	g := NewWithT(t)
+	llm := fakellm.New()
+	defer llm.Close()
+	srv := serve(t, writeAgents(t, llm.URL(), []string{"assistant"}, []string{"keyless"}), "")
+	term := openTerminal(t, chatCommand(srv.url, "--agent", "keyless", "--chat", "nr"))
+	screen := term.waitForText("● not ready")
+	g.Expect(screen).NotTo(ContainSubstring("● online"))
+	term.typeLine("hello")
+	screen = term.waitForText("has no usable model")
+	g.Expect(screen).To(ContainSubstring("● not ready"))
+	g.Expect(screen).NotTo(MatchRegexp(`out tokens`), "a failed turn shows no token line")
 	term.keys("C-c")
 	term.waitForText("EXITED rc=0")
 }
