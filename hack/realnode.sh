@@ -79,7 +79,8 @@ wait_for() {
 start_daemon() {
   local name=$1
   shift
-  in_node "$@" >"$R/logs/$name.log" 2>&1 </dev/null &
+  # 7>&-: a daemon must not hold the lock of up and down.
+  in_node "$@" >"$R/logs/$name.log" 2>&1 </dev/null 7>&- &
   echo $! >"$R/run/$name.pid"
 }
 
@@ -118,7 +119,7 @@ namespaces() {
     mount --bind $R/host/run /run
     mount --bind $R/host/var-lib /var/lib
     mount --bind $R/host/var-log /var/log
-    exec sleep infinity" </dev/null >/dev/null 2>"$R/logs/holder.log" &
+    exec sleep infinity" </dev/null >/dev/null 2>"$R/logs/holder.log" 7>&- &
   echo $! >"$R/run/holder.pid"
   # The holder's mount namespace differs from ours once unshare has run.
   local h=$! mine i
