@@ -44,7 +44,7 @@ PAUSE_IMAGE=localhost/picobot-pause:3.10
 CONTAINERD_SOCK=/run/picobot-node/containerd/containerd.sock
 
 log() { echo "realnode: $*" >&2; }
-usage() { sed -n '7,14p' "$0" >&2; exit 2; }
+usage() { sed -n '8,15p' "$0" >&2; exit 2; }
 
 holder() { cat "$R/run/holder.pid" 2>/dev/null; }
 
