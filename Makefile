@@ -70,6 +70,18 @@ test-integration: controlplane ## Run the tests of the operator and API against 
 test-e2e: controlplane ## Run end-to-end tests (operator binary, kubectl).
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test $(GO_TEST_FLAGS) ./test/e2e/...
 
+.PHONY: test-realnode
+test-realnode: ## Cluster mode on a real single-node Kubernetes (root; builds kubelet & co. once, ~30 min): helm install, a chat through real session pods.
+	PICOBOT_E2E_REALNODE=1 go test $(GO_TEST_FLAGS) -timeout 30m ./test/e2e/realnode/
+
+.PHONY: realnode-up
+realnode-up: ## Start the real single-node Kubernetes (hack/realnode.sh; kubectl with `hack/realnode.sh kubectl ...`).
+	@hack/realnode.sh up >/dev/null
+
+.PHONY: realnode-down
+realnode-down: ## Stop the real node and remove its state (binaries and images stay cached).
+	@hack/realnode.sh down
+
 .PHONY: bench
 bench: controlplane chromium ## Run the benchmarks and print their figures.
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" go test -run '^$$' -bench . -benchmem -benchtime=1x ./test/e2e/... ./operator/...

@@ -363,6 +363,9 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 	}
 	r.recordFailure(ctx, reply.SessionID, m.ID, ce)
 	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, ce)
+	// One line per turn (never its text): what `kubectl logs` of a session
+	// pod shows of the work it did.
+	r.cfg.Log.Info("Turn done", "chat", c.Key, "id", m.ID, "session", reply.SessionID, "outcome", outcome(ce))
 	return once, nil
 }
 
