@@ -511,6 +511,9 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 	}
 	edges := delegate.Config{Agent: a.Name, Edges: a.Spec.Delegates, Runner: h.Delegates, Unavailable: h.DelegatesUnavailable, Runs: h.Store,
 		Background: h.Background, Active: h.ActiveRuns}
+	// A host whose background runs run elsewhere (cluster mode) stops
+	// them there too.
+	stopper, _ := h.Background.(delegate.RunStopper)
 	return []tool.Tool{
 		sessions.NewStatus(h.Store, model),
 		sessions.NewList(h.Store, time.Now),
@@ -518,7 +521,7 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 		sessions.NewSend(sessions.SendConfig{Agent: a.Name, Edges: a.Spec.Delegates, Store: h.Store, Exchanges: h.Exchanges,
 			Unavailable: h.ExchangesUnavailable}),
 		delegate.New(edges),
-		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns}),
+		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns, Stopper: stopper}),
 		delegate.NewAgentsList(edges),
 		delegate.NewSpawn(edges),
 	}

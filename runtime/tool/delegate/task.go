@@ -48,6 +48,15 @@ type TaskConfig struct {
 	Store TaskStore
 	// Active stops runs in progress in this process.
 	Active *ActiveRuns
+	// Stopper, when set, stops runs wherever they run (cluster mode: the
+	// session pod serving the run's chat).
+	Stopper RunStopper
+}
+
+// RunStopper stops a run that runs outside this process; it reports
+// whether something was running to stop.
+type RunStopper interface {
+	StopRun(ctx context.Context, run store.AgentRun) bool
 }
 
 // NewTask returns agent_task. Who may see a run comes from the caller, never
@@ -231,6 +240,9 @@ func (t *tasks) cancel(ctx context.Context, r store.AgentRun) (tool.Result, erro
 		return tool.Result{}, fmt.Errorf("failed to cancel run %q: %w", r.ID, err)
 	}
 	stopped := t.cfg.Active.Cancel(r.ID)
+	if !stopped && t.cfg.Stopper != nil {
+		stopped = t.cfg.Stopper.StopRun(wctx, updated)
+	}
 	superseded, err := t.cfg.Store.MarkAgentSignals(wctx, nil, r.ID, store.SignalSuperseded)
 	if err != nil {
 		return tool.Result{}, fmt.Errorf("failed to supersede the signals of run %q: %w", r.ID, err)
