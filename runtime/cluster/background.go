@@ -181,7 +181,7 @@ func (rc *RunCompletion) Done(ctx context.Context, c sessionrt.Chat, msgID strin
 	ctx = context.WithoutCancel(ctx)
 	if runID, ok := delegate.ContinuationRun(msgID); ok {
 		if err := delegate.MarkDelivered(ctx, rc.Store, runID); err != nil {
-			rc.Log.Error("Failed to mark a background run's completion delivered", "run", runID, "err", err)
+			rc.log().Error("Failed to mark a background run's completion delivered", "run", runID, "err", err)
 		}
 		return
 	}
@@ -191,7 +191,7 @@ func (rc *RunCompletion) Done(ctx context.Context, c sessionrt.Chat, msgID strin
 	run, err := rc.Store.GetAgentRun(ctx, msgID)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
-			rc.Log.Error("Failed to read a delegated run to complete it", "run", msgID, "err", err)
+			rc.log().Error("Failed to read a delegated run to complete it", "run", msgID, "err", err)
 		}
 		return
 	}
@@ -226,13 +226,13 @@ func (rc *RunCompletion) finish(ctx context.Context, run store.AgentRun, out pro
 		return // cancelled meanwhile, or another pod recorded it
 	}
 	if err != nil {
-		rc.Log.Error("Failed to record a background run's outcome", "run", run.ID, "err", err)
+		rc.log().Error("Failed to record a background run's outcome", "run", run.ID, "err", err)
 		return
 	}
 	if req, err := delegate.RequestOf(run); err == nil && req.Spawn != nil && req.Spawn.Delete && out.SessionID != "" {
 		deleted := true
 		if _, err := rc.Store.UpdateSession(ctx, out.SessionID, store.SessionUpdate{Deleted: &deleted}); err != nil {
-			rc.Log.Error("Failed to delete a spawned run's session", "run", run.ID, "session", out.SessionID, "err", err)
+			rc.log().Error("Failed to delete a spawned run's session", "run", run.ID, "session", out.SessionID, "err", err)
 		}
 	}
 	rc.ready(ctx, updated)
@@ -240,7 +240,7 @@ func (rc *RunCompletion) finish(ctx context.Context, run store.AgentRun, out pro
 
 func (rc *RunCompletion) ready(ctx context.Context, run store.AgentRun) {
 	if err := rc.Completions.Ready(ctx, run); err != nil {
-		rc.Log.Error("Failed to queue a background run's continuation; the gateway queues it again", "run", run.ID, "err", err)
+		rc.log().Error("Failed to queue a background run's continuation; the gateway queues it again", "run", run.ID, "err", err)
 	}
 }
 
@@ -249,4 +249,11 @@ func (rc *RunCompletion) now() time.Time {
 		return time.Now()
 	}
 	return rc.Clock()
+}
+
+func (rc *RunCompletion) log() *slog.Logger {
+	if rc.Log == nil {
+		return slog.Default()
+	}
+	return rc.Log
 }

@@ -316,6 +316,8 @@ func (s *Server) routes() {
 	api("GET /api/v1/sessions/{id}/messages", s.messages)
 	api("GET /api/v1/artifacts/{id}", s.artifact)
 	api("GET /api/v1/usage", s.usage)
+	api("GET /api/v1/runs/{id}", s.runCard)
+	api("POST /api/v1/runs/{id}/cancel", s.cancelRun)
 	api("GET /api/v1/dialogs", s.listDialogs)
 	api("POST /api/v1/dialogs", s.createDialog)
 	api("POST /api/v1/dialogs/{dialog}/switch", s.switchDialog)
