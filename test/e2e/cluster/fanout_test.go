@@ -92,7 +92,7 @@ func TestClusterBackgroundFanOutRepeated(t *testing.T) {
 	needStack(t)
 	g := NewWithT(t)
 	const n = 50
-	c, db, ctx := fanOutTenant(t, "tenant-bg-fanout", n, 10, nil)
+	c, db, ctx := fanOutTenant(t, "tenant-bg-fanout", n, 4, nil)
 	for rep := range fanOutReps() {
 		sid, _ := fanOutOnce(t, g, c, db, ctx, n, fmt.Sprintf("fan%d", rep))
 		checkOnceEach(g, db, ctx, "tenant-bg-fanout", sid, n)
@@ -100,16 +100,16 @@ func TestClusterBackgroundFanOutRepeated(t *testing.T) {
 }
 
 // BenchmarkClusterBackgroundFanOut50 measures, in cluster mode with a
-// model that answers at once and a warm pool of 10 researcher pods, the
+// model that answers at once and a warm pool of 4 researcher pods, the
 // time from the message whose turn starts 50 background runs to the 50th
 // continuation turn done in the chat. Each run is a chat of researcher and
-// a session pod serves one run, so the time is mostly 50 pod wakes (40 of
+// a session pod serves one run, so the time is mostly 50 pod wakes (46 of
 // them pods the operator creates as the pool drains).
 func BenchmarkClusterBackgroundFanOut50(b *testing.B) {
 	needStack(b)
 	g := NewWithT(b)
 	const n = 50
-	c, db, ctx := fanOutTenant(b, "bench-bg-fanout", n, 10, nil)
+	c, db, ctx := fanOutTenant(b, "bench-bg-fanout", n, 4, nil)
 	var took []time.Duration
 	for i := 0; b.Loop(); i++ {
 		sid, d := fanOutOnce(b, g, c, db, ctx, n, fmt.Sprintf("bench%d", i))
