@@ -39,7 +39,9 @@ func (s *Server) runCard(w http.ResponseWriter, r *http.Request) {
 
 // cancelRun answers POST /api/v1/runs/{id}/cancel?agent=&chat_id=.
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
-	s.withRun(w, r, func(rc RunCards, c Chat) (delegate.Card, error) { return rc.CancelRun(r.Context(), c, r.PathValue("id")) })
+	s.withRun(w, r, func(rc RunCards, c Chat) (delegate.Card, error) {
+		return rc.CancelRun(r.Context(), c, r.PathValue("id"))
+	})
 }
 
 func (s *Server) withRun(w http.ResponseWriter, r *http.Request, op func(RunCards, Chat) (delegate.Card, error)) {
