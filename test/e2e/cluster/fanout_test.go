@@ -58,7 +58,7 @@ func fanOutTenant(tb testing.TB, ns string, n, pool int, continued *atomic.Int64
 // fanOutOnce sends one message to lead's chat (its turn starts n runs) and
 // waits until every run's completion was delivered; it returns the session
 // and how long that took from the send.
-func fanOutOnce(tb testing.TB, g Gomega, c gatewaytest.Client, db store.Store, ctx context.Context, n int, tag string) (string, time.Duration) {
+func fanOutOnce(ctx context.Context, tb testing.TB, g Gomega, c gatewaytest.Client, db store.Store, n int, tag string) (string, time.Duration) {
 	tb.Helper()
 	start := time.Now()
 	_, sid := sendLead(tb, c, tag, tag, tag)
@@ -72,7 +72,7 @@ func fanOutOnce(tb testing.TB, g Gomega, c gatewaytest.Client, db store.Store, c
 
 // checkOnceEach checks that each of the session's n runs succeeded and had
 // exactly one continuation message and one answer to it in the session.
-func checkOnceEach(g Gomega, db store.Store, ctx context.Context, ns, sid string, n int) {
+func checkOnceEach(ctx context.Context, g Gomega, db store.Store, ns, sid string, n int) {
 	runs, err := db.ListAgentRuns(ctx, store.AgentRunFilter{SessionID: sid, Limit: 100})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(runs).To(HaveLen(n))
@@ -94,8 +94,8 @@ func TestClusterBackgroundFanOutRepeated(t *testing.T) {
 	const n = 50
 	c, db, ctx := fanOutTenant(t, "tenant-bg-fanout", n, 4, nil)
 	for rep := range fanOutReps() {
-		sid, _ := fanOutOnce(t, g, c, db, ctx, n, fmt.Sprintf("fan%d", rep))
-		checkOnceEach(g, db, ctx, "tenant-bg-fanout", sid, n)
+		sid, _ := fanOutOnce(ctx, t, g, c, db, n, fmt.Sprintf("fan%d", rep))
+		checkOnceEach(ctx, g, db, "tenant-bg-fanout", sid, n)
 	}
 }
 
@@ -112,10 +112,10 @@ func BenchmarkClusterBackgroundFanOut50(b *testing.B) {
 	c, db, ctx := fanOutTenant(b, "bench-bg-fanout", n, 4, nil)
 	var took []time.Duration
 	for i := 0; b.Loop(); i++ {
-		sid, d := fanOutOnce(b, g, c, db, ctx, n, fmt.Sprintf("bench%d", i))
+		sid, d := fanOutOnce(ctx, b, g, c, db, n, fmt.Sprintf("bench%d", i))
 		took = append(took, d)
 		b.StopTimer()
-		checkOnceEach(g, db, ctx, "bench-bg-fanout", sid, n)
+		checkOnceEach(ctx, g, db, "bench-bg-fanout", sid, n)
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(quantile(took, 0.50).Milliseconds()), "ms-all50-p50")
