@@ -62,7 +62,7 @@ func TestClusterBackgroundToolsOnPods(t *testing.T) {
 		g.Expect(r).To(MatchFields(IgnoreExtras, Fields{"Status": Equal(store.RunSucceeded), "Result": HavePrefix("Done: "),
 			"Completion": Equal(store.CompletionDelivered)}))
 	}, 2*time.Minute, 200*time.Millisecond).Should(Succeed())
-	announce := requestsOf("lead", "the spawn")
+	announce := requestsOf("lead", continuationPrefix+spawned.RunID)
 	g.Expect(announce).To(HaveLen(1), "one announce step")
 	g.Expect(string(announce[0].Body)).To(ContainSubstring("halfway there"), "the queue signal joins lead's next turn")
 	g.Expect(string(announce[0].Body)).To(ContainSubstring("ANNOUNCE_SKIP"))
