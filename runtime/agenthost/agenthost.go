@@ -469,7 +469,7 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 	if err := register(mcpTools); err != nil {
 		return fail(err)
 	}
-	if err := register(h.sessionTools(a, providerName, modelName)); err != nil {
+	if err := register(h.sessionTools(a, providerName, modelName, plans)); err != nil {
 		return fail(err)
 	}
 	if cfgSource != nil {
@@ -508,13 +508,16 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 // session_status, sessions_list, sessions_history and sessions_send, and
 // along the Agent's spec.delegates edges delegate, agent_task, agents_list
 // and sessions_spawn (the policy denies those to an Agent without any).
-func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName string) []tool.Tool {
+func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName string, plans todo.Store) []tool.Tool {
 	model := ""
 	if modelName != "" {
 		model = providerName + "/" + modelName
 	}
 	edges := delegate.Config{Agent: a.Name, Edges: a.Spec.Delegates, Runner: h.Delegates, Unavailable: h.DelegatesUnavailable, Runs: h.Store,
-		Background: h.Background, Active: h.ActiveRuns}
+		Background: h.Background, Active: h.ActiveRuns, Plans: plans}
+	// A host whose background runs run elsewhere (cluster mode) stops
+	// them there too.
+	stopper, _ := h.Background.(delegate.RunStopper)
 	return []tool.Tool{
 		sessions.NewStatus(h.Store, model),
 		sessions.NewList(h.Store, time.Now),
@@ -522,7 +525,7 @@ func (h *Host) sessionTools(a *picobotv1alpha1.Agent, providerName, modelName st
 		sessions.NewSend(sessions.SendConfig{Agent: a.Name, Edges: a.Spec.Delegates, Store: h.Store, Exchanges: h.Exchanges,
 			Unavailable: h.ExchangesUnavailable}),
 		delegate.New(edges),
-		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns}),
+		delegate.NewTask(delegate.TaskConfig{Store: h.Store, Active: h.ActiveRuns, Stopper: stopper}),
 		delegate.NewAgentsList(edges),
 		delegate.NewSpawn(edges),
 	}

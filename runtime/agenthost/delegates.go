@@ -70,6 +70,12 @@ func (b *Built) SubAgent(tools []string) session.Config {
 	return cfg
 }
 
+// SubAgentRun is SubAgent for a run of the given mode: a background run
+// also gets emit_signal (a session pod serving a background run's chat).
+func (b *Built) SubAgentRun(tools []string, background bool) (session.Config, error) {
+	return b.subAgent(tools, background)
+}
+
 // subAgent is SubAgent; a background run also gets emit_signal (every
 // background run, and nothing else, may signal its parent).
 func (b *Built) subAgent(tools []string, background bool) (session.Config, error) {

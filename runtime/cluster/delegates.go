@@ -127,14 +127,8 @@ func (d *Delegates) Run(ctx context.Context, req delegate.Request) (string, stri
 		return "", "", fmt.Errorf("failed to wait for the run of agent %q: %w", req.Agent, err)
 	}
 	defer func() { _ = ps.Close() }()
-	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: req.RunID, Channel: ch, ChatKey: chat, Text: req.Text,
-		Delegation: &protocol.Delegation{RunID: req.RunID, ParentAgent: req.Parent, ParentSession: req.ParentSession,
-			Depth: delegate.Depth(ctx), Tools: req.Tools}})
-	if err != nil {
+	if err := d.queue(ctx, req, delegate.Depth(ctx)); err != nil {
 		return "", "", err
-	}
-	if err := d.Bus.Publish(ctx, chatStream(d.Tenant, req.Agent, ch, chat), bus.Message{ID: req.RunID, Payload: payload, Headers: bus.QueuedAt(time.Now())}); err != nil {
-		return "", "", fmt.Errorf("failed to queue the task for agent %q: %w", req.Agent, err)
 	}
 	d.ensureRuntime(ctx, req.Agent, chat)
 	deadline := time.NewTimer(timeout)
@@ -226,7 +220,7 @@ func (d *Delegates) log() *slog.Logger {
 // names no run of this agent.
 func SubAgentRuns(runs interface {
 	GetAgentRun(ctx context.Context, id string) (store.AgentRun, error)
-}, agent string, subAgent func(tools []string) session.Config,
+}, agent string, subAgent func(tools []string, background bool) (session.Config, error),
 ) func(ctx context.Context, d protocol.Delegation) (context.Context, *session.Manager, error) {
 	return func(ctx context.Context, d protocol.Delegation) (context.Context, *session.Manager, error) {
 		run, err := runs.GetAgentRun(ctx, d.RunID)
@@ -245,7 +239,24 @@ func SubAgentRuns(runs interface {
 			return nil, nil, &protocol.CodedError{Code: protocol.CodeStopped,
 				Err: fmt.Errorf("delegated run %q is %s: its delegating turn no longer waits for it", d.RunID, run.Status)}
 		}
+		background := run.Mode == store.RunBackground
+		cfg, err := subAgent(d.Tools, background)
+		if err != nil {
+			return nil, nil, fmt.Errorf("failed to run delegated run %q: %w", d.RunID, err)
+		}
 		ctx = delegate.WithRun(delegate.WithDepth(ctx, d.Depth), d.RunID)
-		return ctx, session.NewManager(subAgent(d.Tools)), nil
+		if background {
+			// A sessions_spawn run's runTimeoutSeconds counts from its
+			// start, across the pods that serve it; the pod answering it
+			// records "timed out" (RunCompletion).
+			if req, err := delegate.RequestOf(run); err == nil && req.Spawn != nil && req.Spawn.TimeoutSeconds > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, run.CreatedAt.Add(time.Duration(req.Spawn.TimeoutSeconds)*time.Second))
+				// The pod exits after the run; its timer goes with the
+				// deadline or the serving context, whichever ends first.
+				context.AfterFunc(ctx, cancel)
+			}
+		}
+		return ctx, session.NewManager(cfg), nil
 	}
 }

@@ -57,6 +57,10 @@ type RuntimeConfig struct {
 	// Delegated runs the delegated tasks of the agent's sub-agent runs
 	// (SubAgentRuns); without it they are answered with an error.
 	Delegated func(ctx context.Context, d protocol.Delegation) (context.Context, *session.Manager, error)
+	// Completion completes background delegate runs: the outcome of a
+	// run's message and the delivery of a continuation (see
+	// RunCompletion); nil leaves them to another runtime.
+	Completion *RunCompletion
 	// OnQuiet is called when the chat has gone quiet after messages were
 	// processed (the first empty poll after them), and when the runtime is
 	// ready and starts waiting for a wake; session pods return memory to
@@ -371,6 +375,11 @@ func (r strategy) Event(ctx context.Context, c sessionrt.Chat, msgID string, e t
 // message from a chat platform is answered there, through the gateway's
 // dispatcher (which alone holds the channel's credentials).
 func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out protocol.Outcome, err *protocol.CodedError) {
+	// Last: a background run's outcome is recorded (and its continuation
+	// queued), or a continuation marked delivered once its reply is queued
+	// for a chat platform. A pod dying before leaves the message pending
+	// for the chat's next runtime, which RunWatch wakes.
+	defer r.cfg.Completion.Done(ctx, c, msgID, out, err)
 	if err != nil {
 		r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: protocol.FrameError, Code: err.Code, Message: err.Error(), Outcome: &out,
 			Status: err.Status, RetryAfterMS: err.RetryAfter.Milliseconds()})
@@ -378,7 +387,7 @@ func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out 
 		return
 	}
 	r.publish(ctx, c, protocol.Frame{MessageID: msgID, Kind: protocol.FrameDone, Outcome: &out})
-	if !protocol.GatewayClient(c.Channel) && out.Text != "" && !out.Duplicate {
+	if !protocol.GatewayClient(c.Channel) && out.Text != "" && !out.Duplicate && !r.cfg.Completion.Silent(msgID, out) {
 		err := QueueReply(ctx, r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent,
 			Target: c.Channel + ":" + c.Key, Text: out.Text, Origin: out.SessionID, Stored: true})
 		if err != nil {

@@ -191,13 +191,15 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	quotas := &quotasource.Source{Kube: kube, Namespace: tenant, Clock: clock.RealClock{}, Log: log}
 	_ = quotas.Refresh(ctx) // logged; no quota read is no budget yet
 	var built *agenthost.Built
+	delegates := &Delegates{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Kube: kube, Log: log}
 	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health, Metrics: opts.Metrics,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
 		// A sub-agent's model key is its own Agent's Secret, which this pod
 		// must not read: its runs go to its own session pods.
-		Delegates:            &Delegates{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Kube: kube, Log: log},
+		Delegates:            delegates,
+		Background:           &BackgroundRuns{Delegates: delegates},
 		ExchangesUnavailable: "in cluster mode agent-to-agent messages are not built yet (embedded mode, picobot serve, has them)",
 		SecretHint: func(sel corev1.SecretKeySelector) string {
 			return fmt.Sprintf("the operator passes Secret %q key %q to the pod as %s; check that the Secret exists", sel.Name, sel.Key, agenthost.SecretEnvName(sel.Name, sel.Key))
@@ -258,7 +260,10 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 			timer.End(sessionrt.Outcome(err))
 			return out, err
 		}, Log: log, Drain: ctx.Done(), Metrics: opts.Metrics,
-		Delegated: SubAgentRuns(svc.Store, agentName, func(tools []string) session.Config { return cur.Load().SubAgent(tools) }),
+		Delegated: SubAgentRuns(svc.Store, agentName, func(tools []string, background bool) (session.Config, error) {
+			return cur.Load().SubAgentRun(tools, background)
+		}),
+		Completion: &RunCompletion{Store: svc.Store, Completions: Continuations{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis}, Log: log},
 		// A session pod spends most of its life waiting: warm for a wake,
 		// then for the user's next message. Start-up and each turn leave
 		// garbage and heap the Go runtime would hand back to the OS only

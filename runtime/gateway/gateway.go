@@ -332,6 +332,8 @@ func (s *Server) routes() {
 	api("GET /api/v1/artifacts/{id}", s.artifact)
 	s.mux.HandleFunc("POST /api/v1/uploads", s.guardBody(styleProtocol, MaxUploadBytes, true, s.upload))
 	api("GET /api/v1/usage", s.usage)
+	api("GET /api/v1/runs/{id}", s.runCard)
+	api("POST /api/v1/runs/{id}/cancel", s.cancelRun)
 	api("GET /api/v1/dialogs", s.listDialogs)
 	api("GET /api/v1/search", s.search)
 	api("GET /api/v1/config/agents/{agent}", s.agentConfig)

@@ -33,6 +33,9 @@ type entry struct {
 	// Tool calls.
 	callID, name, args, result string
 	hasResult, isError         bool
+	// runs are the sub-agent runs a delegate or sessions_spawn call
+	// started (runcards.go).
+	runs []runCard
 
 	// cache is the entry's lines as last rendered, for look.
 	cache []string
@@ -91,13 +94,16 @@ func (t *transcript) apply(e client.Event) {
 	case client.KindToolCall:
 		t.endStream()
 		t.add(entry{kind: entryTool, callID: e.CallID, name: e.Name, args: e.Arguments})
+		t.last().runs = runCardsOf(*t.last())
 	case client.KindToolResult:
 		t.endStream()
 		if tc := t.tool(e.CallID); tc != nil {
 			tc.result, tc.hasResult, tc.isError, tc.look = e.Content, true, e.IsError, look{}
+			tc.runs = runCardsOf(*tc)
 			return
 		}
 		t.add(entry{kind: entryTool, callID: e.CallID, name: e.Name, result: e.Content, hasResult: true, isError: e.IsError})
+		t.last().runs = runCardsOf(*t.last())
 	case client.KindCommand:
 		t.endStream()
 		t.add(entry{kind: entryCommand, text: e.Text})
@@ -240,7 +246,7 @@ func renderTool(e entry, width int, open bool) string {
 	}
 	if !open {
 		line := "  " + mark + " " + e.name + " " + oneLine(e.args) + " " + state
-		return styleDim.Render(ansi.Truncate(line, width, "…")) + "\n"
+		return styleDim.Render(ansi.Truncate(line, width, "…")) + "\n" + renderRunCards(e.runs, width)
 	}
 	var b strings.Builder
 	b.WriteString(styleDim.Render(ansi.Truncate("  "+mark+" "+e.name+" ("+e.callID+")", width, "…")) + "\n")
@@ -263,6 +269,7 @@ func renderTool(e entry, width int, open bool) string {
 	default:
 		b.WriteString(styleDim.Render("    running…") + "\n")
 	}
+	b.WriteString(renderRunCards(e.runs, width))
 	return b.String()
 }
 

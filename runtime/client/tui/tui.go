@@ -84,6 +84,10 @@ type Model struct {
 	usage     string
 	errLine   string
 
+	// runsTicking is set while a read of the running run cards is
+	// scheduled (runcards.go).
+	runsTicking bool
+
 	input textarea.Model
 	// lines is the transcript as drawn; body is how many of them show, and
 	// scroll how far up from the end they are (0: following the end).
@@ -341,6 +345,10 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if msg.err != nil {
 			m.errLine = "Could not stop the turn: " + msg.err.Error()
 		}
+	case runsTickMsg:
+		cmd = m.readRuns()
+	case runReadMsg:
+		cmd = m.runRead(msg)
 	case approvedMsg:
 		switch {
 		case msg.err != nil:
@@ -354,7 +362,8 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.input, icmd = m.input.Update(msg) // cursor blink
 	}
 	m.layout()
-	return m, tea.Batch(cmd, icmd)
+	runs := m.scheduleRuns() // before m is returned: it marks the tick pending
+	return m, tea.Batch(cmd, icmd, runs)
 }
 
 // key handles a key press; done means the key was consumed and the caller
@@ -404,6 +413,9 @@ func (m Model) submit() (Model, tea.Cmd, bool) {
 	case text == "/quit" || text == "/exit":
 		m.quitting = true
 		return m, tea.Quit, true
+	case strings.HasPrefix(text, "/cancel-run"):
+		m.input.Reset()
+		return m, m.cancelRun(text), false
 	case m.busy() && text == "/stop":
 		m.input.Reset()
 		if m.stopping {

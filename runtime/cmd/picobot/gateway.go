@@ -36,6 +36,7 @@ import (
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/quota"
+	"github.com/picobot/picobot/runtime/tool/delegate"
 )
 
 // gatewayCmd is `picobot gateway`, the cluster-mode gateway: tenant API keys
@@ -56,6 +57,8 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for registering chat platform webhooks (default $PICOBOT_PUBLIC_URL).")
 	blobAddr := fs.String("blob-addr", ":8090", "Address of the blob grant service for session pods (presigned S3 requests of their tenant's keys); empty: off.")
 	metricsAddr := fs.String("metrics-addr", os.Getenv("PICOBOT_METRICS_ADDR"), metricsAddrHelp)
+	runRetention := fs.Duration("run-retention", delegate.DefaultRetention, "How long ended sub-agent (delegate) runs are kept before they are deleted.")
+	runGrace := fs.Duration("run-watch-grace", 15*time.Second, "How long a background sub-agent run or its continuation may go without a runtime before the gateway wakes one.")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -141,6 +144,11 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	}
 	relay := &cluster.OutboundRelay{Bus: svc.Bus, Redis: svc.Redis, Dispatcher: disp, Tenants: tenants, Log: log}
 	loops.Go(func() error { return relay.Start(ctx) })
+	// Background delegate runs outlive the pods that serve them: the watch
+	// wakes a runtime for a run or a continuation whose pod died.
+	runs := &cluster.RunWatch{Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store, Tenants: tenants, Retention: *runRetention,
+		Grace: *runGrace, Every: min(*runGrace/3, 5*time.Second), Log: log}
+	loops.Go(func() error { return runs.Start(ctx) })
 	root := http.NewServeMux()
 	root.Handle("/hooks/", channels.Handler())
 	root.Handle("/", srv)

@@ -1016,6 +1016,157 @@
     }
     r.item = item;
     r.done = turnDone;
+    updateRunCards(r, item, turnDone);
+  }
+
+  // ------------------------------------------------------------ sub-agent run cards
+  //
+  // A delegate or sessions_spawn call shows one card per run it starts,
+  // after its .tool-call, in request order:
+  //
+  //   .run-card            data-run-id (once known), data-status = running |
+  //                        succeeded | failed | cancelled
+  //     .run-target, .run-task, .run-status, .run-progress (the run's tool
+  //     steps so far), .run-result, button.run-cancel (while a run with an
+  //     id runs)
+  //
+  // A run with an id that has not ended is read every runPollMs from
+  // GET /api/v1/runs/{id}; its result also comes back as the chat's
+  // continuation turn (background) or the call's result (foreground).
+
+  const runTools = new Set(['delegate', 'sessions_spawn']);
+  const runPollMs = 2000;
+  const runEnded = new Set(['succeeded', 'failed', 'cancelled']);
+  /** continuationsShown: background runs whose continuation turn the history was reloaded for. */
+  const continuationsShown = new Set();
+
+  function parseJSON(s) {
+    try { return JSON.parse(s); } catch (_) { return null; }
+  }
+
+  /** runTasks lists the tasks a call names, in request order. */
+  function runTasks(item) {
+    const a = parseJSON(item.arguments) || {};
+    if (item.name === 'sessions_spawn') return [{ target: a.agentId || '', task: a.task || '', label: a.label || '' }];
+    if (Array.isArray(a.tasks) && a.tasks.length) return a.tasks.map((t) => ({ target: (t && t.target) || a.target || '', task: (t && t.task) || '' }));
+    return [{ target: a.target || '', task: a.task || '' }];
+  }
+
+  /** runResults reads the call's result: one {run_id, status, result} per task. */
+  function runResults(item) {
+    if (!item.hasResult) return [];
+    const v = parseJSON(item.content);
+    if (Array.isArray(v)) return v;
+    if (v && v.runId) return [{ run_id: v.runId, status: v.status === 'accepted' ? 'running' : v.status }];
+    if (v && (v.run_id || v.status)) return [v];
+    return [{ status: 'failed', result: item.content }];
+  }
+
+  function createRunCard() {
+    const c = { status: '' };
+    c.target = h('span', { class: 'run-target' });
+    c.task = h('div', { class: 'run-task' });
+    c.statusEl = h('span', { class: 'run-status', role: 'status' });
+    c.progress = h('div', { class: 'run-progress' });
+    c.result = h('pre', { class: 'run-result' });
+    c.result.hidden = true;
+    c.cancel = h('button', { type: 'button', class: 'run-cancel' }, 'Cancel');
+    c.cancel.hidden = true;
+    c.cancel.addEventListener('click', () => cancelRun(c));
+    c.el = h('div', { class: 'run-card', role: 'group', 'aria-label': 'Sub-agent run' },
+      h('div', { class: 'run-head' }, h('span', { class: 'run-icon', 'aria-hidden': 'true' }, '⇢'), c.target, c.statusEl, c.cancel),
+      c.task, c.progress, c.result);
+    return c;
+  }
+
+  function setRunStatus(c, status, result) {
+    c.status = status;
+    c.el.dataset.status = status;
+    c.statusEl.textContent = status;
+    c.cancel.hidden = !c.runId || runEnded.has(status);
+    if (result != null && result !== '' && status !== 'running') {
+      c.result.textContent = result;
+      c.result.hidden = false;
+    }
+  }
+
+  /** showRun updates a card from its GET /api/v1/runs answer. */
+  function showRun(c, run) {
+    if (!run) return;
+    if (run.label) c.task.textContent = run.label + ': ' + (run.task || '');
+    c.progress.textContent = run.steps ? run.steps + (run.steps === 1 ? ' step' : ' steps') + (run.last_tool ? ' · last: ' + run.last_tool : '') : '';
+    c.waiting = run.mode === 'background' && run.completion === 'ready'; // its continuation turn is yet to answer
+    if (run.completion === 'reserved' || run.completion === 'ready') c.undelivered = true;
+    setRunStatus(c, run.status, run.result);
+    if (run.mode === 'background' && run.completion === 'delivered' && !continuationsShown.has(run.run_id)) {
+      // The continuation turn answered: it is a turn of this chat the
+      // browser did not start, so it comes in with the history.
+      continuationsShown.add(run.run_id);
+      if (c.undelivered) loadHistory(); // seen before it came, not read with it
+    }
+  }
+
+  function runPath(c, suffix) {
+    return '/api/v1/runs/' + encodeURIComponent(c.runId) + (suffix || '') + '?agent=' + encodeURIComponent(app.agent) + '&chat_id=' + encodeURIComponent(chatId);
+  }
+
+  /** pollRun reads a running run's card until it ends or leaves the page. */
+  function pollRun(c) {
+    clearTimeout(c.timer);
+    c.timer = setTimeout(async () => {
+      c.timer = null;
+      if (!c.el.isConnected) return;
+      try {
+        const body = await api(runPath(c));
+        c.polled = true;
+        showRun(c, body.run);
+      } catch (e) {
+        if (e.status === 404) { c.progress.textContent = 'This run is no longer kept.'; return; }
+      }
+      if (!runEnded.has(c.status) || c.waiting) pollRun(c);
+    }, c.polled ? runPollMs : 0);
+  }
+
+  async function cancelRun(c) {
+    c.cancel.disabled = true;
+    const headers = { Accept: 'application/json' };
+    if (apiKey) headers.Authorization = 'Bearer ' + apiKey;
+    try {
+      const res = await fetch(runPath(c, '/cancel'), { method: 'POST', headers, cache: 'no-store' });
+      const body = await res.json().catch(() => null);
+      if (res.ok && body) showRun(c, body.run);
+      else c.progress.textContent = 'Could not cancel: ' + ((body && body.error && body.error.message) || 'HTTP ' + res.status);
+    } catch (_) {
+      c.progress.textContent = 'Could not cancel: the gateway cannot be reached.';
+    }
+    c.cancel.disabled = false;
+  }
+
+  function updateRunCards(r, item, turnDone) {
+    if (!runTools.has(item.name)) return;
+    const tasks = runTasks(item);
+    const results = runResults(item);
+    r.cards = r.cards || [];
+    tasks.forEach((t, i) => {
+      let c = r.cards[i];
+      if (!c) {
+        c = createRunCard();
+        r.cards[i] = c;
+        r.el.append(c.el);
+      }
+      c.target.textContent = t.target || 'sub-agent';
+      if (!c.polled) c.task.textContent = t.label ? t.label + ': ' + t.task : t.task;
+      const res = results[i] || {};
+      if (res.run_id && !c.runId) {
+        c.runId = res.run_id;
+        c.el.dataset.runId = res.run_id;
+      }
+      if (!c.polled) {
+        const status = res.status || (item.hasResult ? 'failed' : turnDone ? 'failed' : 'running');
+        setRunStatus(c, status, res.error || res.result);
+      }
+      if (c.runId && !runEnded.has(c.status) && !c.timer) pollRun(c);
+    });
   }
 
   /** maxHighlight bounds the code highlight.js colours (bigger blocks stay plain). */

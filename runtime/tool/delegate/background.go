@@ -255,7 +255,7 @@ func (b *BackgroundRuns) Recover(ctx context.Context) (rerun, requeued int, err 
 		if b.activeHere(r.ID) {
 			continue
 		}
-		req, err := requestOf(r)
+		req, err := RequestOf(r)
 		if err != nil {
 			b.recordBroken(ctx, r, err)
 			continue
@@ -285,8 +285,9 @@ func (b *BackgroundRuns) recordBroken(ctx context.Context, r store.AgentRun, cau
 	}
 }
 
-// requestOf rebuilds a background run's Request from its record.
-func requestOf(r store.AgentRun) (Request, error) {
+// RequestOf rebuilds a background run's Request from its record: what a
+// host needs to run it again after the process that started it died.
+func RequestOf(r store.AgentRun) (Request, error) {
 	var rec runRecord
 	if err := json.Unmarshal([]byte(r.Input), &rec); err != nil {
 		return Request{}, fmt.Errorf("failed to read the input of run %q: %w", r.ID, err)

@@ -26,6 +26,7 @@ import (
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/todo"
 )
 
 // Name is the tool's name.
@@ -106,6 +107,9 @@ type Config struct {
 	// Background starts background runs; nil answers mode background with
 	// an error saying it is not available here.
 	Background Background
+	// Plans is the sessions' todo plans: plan_item_id binds a run to an
+	// item of the calling session's active plan. Nil records the id only.
+	Plans todo.Store
 	// Active registers the runs in progress in this process, so agent_task
 	// can cancel them; a private registry when nil.
 	Active *ActiveRuns
@@ -253,6 +257,9 @@ func (d *delegator) run(ctx context.Context, env tool.Env, a Args) (tool.Result,
 		}
 		reqs[i] = req
 	}
+	if res := d.bindPlan(ctx, env, items, reqs, depth); res != nil {
+		return *res, nil
+	}
 	out := make([]Result, len(items))
 	if background {
 		for i := range items {
@@ -265,7 +272,58 @@ func (d *delegator) run(ctx context.Context, env tool.Env, a Args) (tool.Result,
 		wg.Go(func() { out[i] = d.runOne(ctx, env, items[i], reqs[i], depth) })
 	}
 	wg.Wait()
+	d.finishPlan(ctx, env, items, out, depth)
 	return encode(out, len(items) > 1)
+}
+
+// bindPlan binds the items' plan_item_id to the calling session's active
+// todo plan (the root agent's: sub-agents have no plan), after checking
+// every one; res is the tool's error when one is not an item of it.
+func (d *delegator) bindPlan(ctx context.Context, env tool.Env, items []Item, reqs []Request, depth int) *tool.Result {
+	if d.cfg.Plans == nil || depth > 0 || env.SessionID == "" {
+		return nil
+	}
+	for i, it := range items {
+		if it.PlanItemID == "" {
+			continue
+		}
+		msg, err := todo.CheckItem(ctx, d.cfg.Plans, env.SessionID, it.PlanItemID)
+		if err != nil {
+			r := tool.Errorf("error: failed to read the plan: %v", err)
+			return &r
+		}
+		if msg != "" {
+			if len(items) > 1 {
+				msg = fmt.Sprintf("tasks[%d]: %s", i, msg)
+			}
+			r := tool.Errorf("error: %s", msg)
+			return &r
+		}
+	}
+	for i, it := range items {
+		if it.PlanItemID != "" {
+			if err := todo.BindItem(ctx, d.cfg.Plans, env.SessionID, it.PlanItemID, reqs[i].RunID); err != nil {
+				r := tool.Errorf("error: %v", err)
+				return &r
+			}
+		}
+	}
+	return nil
+}
+
+// finishPlan ends the plan items bound to foreground runs with them.
+func (d *delegator) finishPlan(ctx context.Context, env tool.Env, items []Item, out []Result, depth int) {
+	if d.cfg.Plans == nil || depth > 0 || env.SessionID == "" {
+		return
+	}
+	for i, it := range items {
+		if it.PlanItemID == "" {
+			continue
+		}
+		// The run's outcome is what the model gets; a plan not updated
+		// is what it can still fix with todo.
+		_ = todo.FinishItem(context.WithoutCancel(ctx), d.cfg.Plans, env.SessionID, it.PlanItemID, out[i].RunID, out[i].Status)
+	}
 }
 
 // items turns the arguments into the tasks to run; res is set on bad input.

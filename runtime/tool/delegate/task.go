@@ -48,6 +48,15 @@ type TaskConfig struct {
 	Store TaskStore
 	// Active stops runs in progress in this process.
 	Active *ActiveRuns
+	// Stopper, when set, stops runs wherever they run (cluster mode: the
+	// session pod serving the run's chat).
+	Stopper RunStopper
+}
+
+// RunStopper stops a run that runs outside this process; it reports
+// whether something was running to stop.
+type RunStopper interface {
+	StopRun(ctx context.Context, run store.AgentRun) bool
 }
 
 // NewTask returns agent_task. Who may see a run comes from the caller, never
@@ -209,31 +218,17 @@ func (t *tasks) list(ctx context.Context, env tool.Env, a TaskArgs) (tool.Result
 	return jsonResult(out)
 }
 
-// cancel stops a run that has not ended: the record first (so a run that
-// ends meanwhile is not delivered as well), then the run itself, and its
-// unconsumed signals are superseded.
+// cancel stops a run that has not ended (CancelRun).
 func (t *tasks) cancel(ctx context.Context, r store.AgentRun) (tool.Result, error) {
 	if r.Terminal() {
 		return tool.Errorf("error: run %s has already ended (%s)", r.ID, r.Status), nil
 	}
-	wctx := context.WithoutCancel(ctx)
-	status, text := store.RunCancelled, "cancelled with agent_task"
-	u := store.AgentRunUpdate{Status: &status, Result: &text, IfActive: true}
-	if r.Mode == store.RunBackground {
-		closed := store.CompletionClosed
-		u.Completion = &closed
-	}
-	updated, err := t.cfg.Store.UpdateAgentRun(wctx, r.ID, u)
+	updated, stopped, superseded, err := CancelRun(ctx, t.cfg.Store, r, "cancelled with agent_task", t.cfg.Active, t.cfg.Stopper)
 	if errors.Is(err, store.ErrRunFinished) {
 		return tool.Errorf("error: run %s ended before it could be cancelled; get_result has its result", r.ID), nil
 	}
 	if err != nil {
-		return tool.Result{}, fmt.Errorf("failed to cancel run %q: %w", r.ID, err)
-	}
-	stopped := t.cfg.Active.Cancel(r.ID)
-	superseded, err := t.cfg.Store.MarkAgentSignals(wctx, nil, r.ID, store.SignalSuperseded)
-	if err != nil {
-		return tool.Result{}, fmt.Errorf("failed to supersede the signals of run %q: %w", r.ID, err)
+		return tool.Result{}, err
 	}
 	v := view(updated, false)
 	return jsonResult(struct {
@@ -241,6 +236,41 @@ func (t *tasks) cancel(ctx context.Context, r store.AgentRun) (tool.Result, erro
 		Stopped           bool `json:"stopped_here"`
 		SupersededSignals int  `json:"superseded_signals"`
 	}{v, stopped, superseded})
+}
+
+// CancelRun cancels a run that has not ended, for agent_task and the
+// chat's run cards: the record first (so a run that ends meanwhile is not
+// delivered as well; store.ErrRunFinished when it already ended), then the
+// run itself where it runs (active in this process, or through stopper),
+// and its unconsumed signals are superseded; a background run's slot is
+// closed, so no continuation comes.
+// reason becomes the run's result.
+func CancelRun(ctx context.Context, s TaskStore, r store.AgentRun, reason string, active *ActiveRuns, stopper RunStopper) (updated store.AgentRun, stopped bool, superseded int, err error) {
+	wctx := context.WithoutCancel(ctx)
+	status, text := store.RunCancelled, reason
+	u := store.AgentRunUpdate{Status: &status, Result: &text, IfActive: true}
+	if r.Mode == store.RunBackground {
+		closed := store.CompletionClosed
+		u.Completion = &closed
+	}
+	updated, err = s.UpdateAgentRun(wctx, r.ID, u)
+	if err != nil {
+		if errors.Is(err, store.ErrRunFinished) {
+			return store.AgentRun{}, false, 0, err
+		}
+		return store.AgentRun{}, false, 0, fmt.Errorf("failed to cancel run %q: %w", r.ID, err)
+	}
+	if active != nil {
+		stopped = active.Cancel(r.ID)
+	}
+	if !stopped && stopper != nil {
+		stopped = stopper.StopRun(wctx, updated)
+	}
+	superseded, err = s.MarkAgentSignals(wctx, nil, r.ID, store.SignalSuperseded)
+	if err != nil {
+		return updated, stopped, 0, fmt.Errorf("failed to supersede the signals of run %q: %w", r.ID, err)
+	}
+	return updated, stopped, superseded, nil
 }
 
 func jsonResult(v any) (tool.Result, error) {

@@ -237,7 +237,7 @@ func start() (*stack, func(), error) {
 		if m := blobGrantsRE.FindStringSubmatch(line); m != nil {
 			blobc <- m[1]
 		}
-	}, s.picobot, "gateway", "--addr=127.0.0.1:0", "--blob-addr=127.0.0.1:0", "--reply-timeout=2m", "--namespace="+systemNamespace)
+	}, s.picobot, "gateway", "--addr=127.0.0.1:0", "--blob-addr=127.0.0.1:0", "--reply-timeout=2m", "--run-watch-grace=3s", "--namespace="+systemNamespace)
 	if err != nil {
 		return fail(err)
 	}
