@@ -42,7 +42,10 @@ func (d QuotaDefaults) capsOf(q *picobotv1alpha1.TenantQuota) tenantCaps {
 		return c
 	}
 	s := q.Spec
-	for _, f := range []struct{ dst **int32; v *int32 }{
+	for _, f := range []struct {
+		dst **int32
+		v   *int32
+	}{
 		{&c.sessionPods, s.MaxSessionPods}, {&c.warmPods, s.MaxWarmPods}, {&c.browserPods, s.MaxBrowserPods}, {&c.cronJobs, s.MaxCronJobs},
 	} {
 		if f.v != nil {
