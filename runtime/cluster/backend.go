@@ -259,7 +259,14 @@ func (b *Backend) podsHeld(ctx context.Context, tenant string, a *picobotv1alpha
 	if c == nil || c.Status != "False" || c.Reason != picobotv1alpha1.ReasonSessionPodLimit {
 		return nil
 	}
-	if owned, err := b.sig.owned(ctx, ownerKey(tenant, a.Name, channel, chat)); err != nil || owned {
+	owned, err := b.sig.owned(ctx, ownerKey(tenant, a.Name, channel, chat))
+	if err != nil {
+		// Redis unreachable: the send keeps waiting (its re-wake reports
+		// it); a quota answer would be a guess.
+		b.cfg.Log.Warn("Failed to check the chat's runtime", "chat", chat, "err", err)
+		return nil
+	}
+	if owned {
 		return nil
 	}
 	return &gateway.CodedError{Code: codeQuotaExceeded, Status: http.StatusTooManyRequests, Err: fmt.Errorf(
