@@ -39,11 +39,12 @@ const (
 	ConditionReconciling = "Reconciling"
 	// ConditionWithinQuota says whether the tenant's TenantQuota (or the
 	// operator's default caps) lets the operator create what the object
-	// needs: False with reason ReasonSessionPodLimit, ReasonWarmPodLimit,
-	// ReasonBrowserPodLimit or ReasonCronJobLimit when a cap holds it back,
+	// needs: False with reason ReasonSessionPodLimit, ReasonWarmPodLimit
+	// (Agents) or ReasonCronJobLimit (CronJobs) when a cap holds it back,
 	// True again once the tenant has room. Set only on objects of a tenant
 	// with such a cap. An Agent's does not feed its Ready (its running
-	// sessions go on); a CronJob's does (it is not scheduled).
+	// sessions go on); a CronJob's does (it is not scheduled). A
+	// BrowserProfile held back says so on Ready (ReasonBrowserPodLimit).
 	ConditionWithinQuota = "WithinQuota"
 )
 
