@@ -875,6 +875,11 @@ type AgentStatus struct {
 	// warmPods is the number of idle runtime pods ready to claim a session.
 	// +optional
 	WarmPods *int32 `json:"warmPods,omitempty"`
+
+	// usage is the Agent's model usage today and this month (UTC), as
+	// recorded in the store; set when the operator reads the store.
+	// +optional
+	Usage *UsageStatus `json:"usage,omitempty"`
 }
 
 // Agent is an AI assistant: an LLM with instructions, tools, skills and memory,
@@ -888,6 +893,8 @@ type AgentStatus struct {
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.effectiveModel.source`,priority=1
 // +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.activeSessions`
 // +kubebuilder:printcolumn:name="Warm",type=integer,JSONPath=`.status.warmPods`,priority=1
+// +kubebuilder:printcolumn:name="Today Tokens",type=integer,JSONPath=`.status.usage.dayTokens`,priority=1
+// +kubebuilder:printcolumn:name="Today Cost",type=string,JSONPath=`.status.usage.dayCost`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Agent struct {
 	metav1.TypeMeta `json:",inline"`

@@ -37,6 +37,15 @@ const (
 	// fills an Agent's warm pool; it is absent otherwise, and never set
 	// together with Stalled. kstatus reads it as InProgress.
 	ConditionReconciling = "Reconciling"
+	// ConditionWithinQuota says whether the tenant's TenantQuota (or the
+	// operator's default caps) lets the operator create what the object
+	// needs: False with reason ReasonSessionPodLimit, ReasonWarmPodLimit
+	// (Agents) or ReasonCronJobLimit (CronJobs) when a cap holds it back,
+	// True again once the tenant has room. Set only on objects of a tenant
+	// with such a cap. An Agent's does not feed its Ready (its running
+	// sessions go on); a CronJob's does (it is not scheduled). A
+	// BrowserProfile held back says so on Ready (ReasonBrowserPodLimit).
+	ConditionWithinQuota = "WithinQuota"
 )
 
 // Condition reasons. They are CamelCase, stable, and documented because users and
@@ -128,6 +137,21 @@ const (
 	ReasonInvalidSchedule = "InvalidSchedule"
 	// ReasonInvalidSpec: a stored field is invalid (see ConditionSpecValid).
 	ReasonInvalidSpec = "InvalidSpec"
+
+	// ReasonWithinQuota: the tenant's caps leave room (ConditionWithinQuota).
+	ReasonWithinQuota = "WithinQuota"
+	// ReasonSessionPodLimit: the tenant's maxSessionPods is reached and a
+	// chat waiting for a session pod gets none until one exits.
+	ReasonSessionPodLimit = "SessionPodLimit"
+	// ReasonWarmPodLimit: the tenant's maxWarmPods (or maxSessionPods) keeps
+	// the Agent's warm pool below spec.runtime.warmPool; no chat waits.
+	ReasonWarmPodLimit = "WarmPodLimit"
+	// ReasonBrowserPodLimit: the tenant's maxBrowserPods is reached and a
+	// session asking for this browser gets none until another stops.
+	ReasonBrowserPodLimit = "BrowserPodLimit"
+	// ReasonCronJobLimit: the CronJob is past the tenant's maxCronJobs (in
+	// creation order) and is not scheduled.
+	ReasonCronJobLimit = "CronJobLimit"
 )
 
 // Labels and well-known names.

@@ -46,8 +46,7 @@ type ModelBudget struct {
 }
 
 // TenantQuotaSpec is what the platform team allows one tenant (namespace).
-// Only the budget is enforced today; the caps are declared for the parts
-// of the platform that will enforce them (docs/quotas.md says which).
+// docs/quotas.md says which part of the platform enforces each field.
 type TenantQuotaSpec struct {
 	// budget caps the tenant's model tokens and cost; the session runtime
 	// checks it before every model call and stops the turn with
@@ -70,25 +69,29 @@ type TenantQuotaSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	MaxConcurrentSessions *int32 `json:"maxConcurrentSessions,omitempty"`
 
-	// maxSessionPods caps the tenant's session pods (warm ones included).
-	// Declared; not enforced yet.
+	// maxSessionPods caps the tenant's session pods (warm ones included):
+	// the operator creates none beyond it (the Agent's WithinQuota
+	// condition and an Event say so).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxSessionPods *int32 `json:"maxSessionPods,omitempty"`
 
-	// maxWarmPods caps the tenant's warm (unclaimed) session pods.
-	// Declared; not enforced yet.
+	// maxWarmPods caps the tenant's warm (unclaimed) session pods: the
+	// Agents' warm pools are filled, by name, up to it.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxWarmPods *int32 `json:"maxWarmPods,omitempty"`
 
-	// maxBrowserPods caps the tenant's browser pods. Declared; not enforced
-	// yet.
+	// maxBrowserPods caps the tenant's browser pods: a browser beyond it is
+	// not started (its BrowserProfile's WithinQuota condition says so, and
+	// the session asking for it is told).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxBrowserPods *int32 `json:"maxBrowserPods,omitempty"`
 
-	// maxCronJobs caps the tenant's CronJobs. Declared; not enforced yet.
+	// maxCronJobs caps the tenant's CronJobs (the operator's own
+	// routine-maintenance job does not count): those past it, in creation
+	// order, are not scheduled (their WithinQuota condition says so).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxCronJobs *int32 `json:"maxCronJobs,omitempty"`
@@ -100,7 +103,32 @@ type TenantQuotaSpec struct {
 	MessagesPerMinute *int32 `json:"messagesPerMinute,omitempty"`
 }
 
-// TenantQuotaStatus is reserved for the usage the operator will publish.
+// UsageStatus is model usage as the store records it: tokens (input plus
+// output) and cost (in the price table's currency, a decimal such as
+// "0.012345") of the UTC day and the calendar month so far.
+type UsageStatus struct {
+	// day is the UTC day of dayTokens and dayCost (2006-01-02).
+	// +optional
+	// +kubebuilder:validation:MaxLength=10
+	Day string `json:"day,omitempty"`
+	// dayTokens are the input plus output tokens of day.
+	// +optional
+	DayTokens int64 `json:"dayTokens,omitempty"`
+	// dayCost is the cost of day's model calls.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	DayCost string `json:"dayCost,omitempty"`
+	// monthTokens are the input plus output tokens of day's month so far.
+	// +optional
+	MonthTokens int64 `json:"monthTokens,omitempty"`
+	// monthCost is the cost of the month's model calls so far.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	MonthCost string `json:"monthCost,omitempty"`
+}
+
+// TenantQuotaStatus is what the tenant uses of its quota, as the operator
+// counts it.
 type TenantQuotaStatus struct {
 	// conditions of the quota.
 	// +optional
@@ -112,6 +140,30 @@ type TenantQuotaStatus struct {
 	// observedGeneration is the spec generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// sessionPods are the namespace's session pods that are not finished
+	// (warm and starting ones included).
+	// +optional
+	SessionPods *int32 `json:"sessionPods,omitempty"`
+
+	// warmPods are the session pods not serving a chat (idle or starting).
+	// +optional
+	WarmPods *int32 `json:"warmPods,omitempty"`
+
+	// browserPods are the namespace's browser pods that are not finished.
+	// +optional
+	BrowserPods *int32 `json:"browserPods,omitempty"`
+
+	// cronJobs counts the namespace's CronJobs, the operator's own
+	// routine-maintenance job excepted (it does not count toward
+	// maxCronJobs).
+	// +optional
+	CronJobs *int32 `json:"cronJobs,omitempty"`
+
+	// usage is the tenant's model usage today and this month; set when the
+	// operator reads the store (its --postgres-url).
+	// +optional
+	Usage *UsageStatus `json:"usage,omitempty"`
 }
 
 // TenantQuota is what the platform team allows the tenant of its namespace:
@@ -126,6 +178,11 @@ type TenantQuotaStatus struct {
 // +kubebuilder:printcolumn:name="Month Tokens",type=integer,JSONPath=`.spec.budget.monthTokens`
 // +kubebuilder:printcolumn:name="Day Cost",type=string,JSONPath=`.spec.budget.dayCost`
 // +kubebuilder:printcolumn:name="Month Cost",type=string,JSONPath=`.spec.budget.monthCost`
+// +kubebuilder:printcolumn:name="Today Tokens",type=integer,JSONPath=`.status.usage.dayTokens`
+// +kubebuilder:printcolumn:name="Today Cost",type=string,JSONPath=`.status.usage.dayCost`
+// +kubebuilder:printcolumn:name="Session Pods",type=integer,JSONPath=`.status.sessionPods`
+// +kubebuilder:printcolumn:name="Browser Pods",type=integer,JSONPath=`.status.browserPods`,priority=1
+// +kubebuilder:printcolumn:name="CronJobs",type=integer,JSONPath=`.status.cronJobs`,priority=1
 // +kubebuilder:printcolumn:name="Prices",type=string,JSONPath=`.spec.pricesConfigMap`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TenantQuota struct {

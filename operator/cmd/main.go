@@ -35,6 +35,7 @@ type options struct {
 	zapOpts          zap.Options
 	runtime          runtimeOptions
 	scheduler        schedulerOptions
+	quota            quotaOptions
 }
 
 func main() {
@@ -50,6 +51,7 @@ func main() {
 	flag.StringVar(&o.gatewayNS, "gateway-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the gateway, where tenants' API-key hashes and channel credentials are published for it (default $POD_NAMESPACE); empty: nothing is published.")
 	o.runtime.bindFlags(flag.CommandLine)
 	o.scheduler.bindFlags(flag.CommandLine)
+	o.quota.bindFlags(flag.CommandLine)
 	o.zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zapOpts)))
@@ -112,8 +114,17 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeRuntime()
+	st, err := o.scheduler.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	var usage controller.UsageStore
+	if st != nil {
+		defer func() { _ = st.Close() }()
+		usage = st
+	}
 	if err := controller.Setup(ctx, mgr, controller.Config{Catalog: policy.DefaultCatalog(), Concurrency: o.concurrency, Runtime: rc,
-		GatewayNamespace: o.gatewayNS}); err != nil {
+		GatewayNamespace: o.gatewayNS, Quota: o.quota.defaults(), Usage: usage}); err != nil {
 		return err
 	}
 	if rc != nil && rc.Bus != nil {
@@ -125,11 +136,9 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("failed to add the dead-letter gauge: %w", err)
 		}
 	}
-	closeScheduler, err := o.scheduler.setup(ctx, mgr, rc)
-	if err != nil {
+	if err := o.scheduler.setup(mgr, rc, st); err != nil {
 		return err
 	}
-	defer closeScheduler()
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("failed to add health check: %w", err)
 	}

@@ -31,22 +31,31 @@ type schedulerOptions struct {
 
 func (s *schedulerOptions) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.postgresURL, "postgres-url", os.Getenv("PICOBOT_POSTGRES_URL"),
-		"PostgreSQL DSN of the application role, for CronJob run records (default $PICOBOT_POSTGRES_URL); the scheduler needs it.")
+		"PostgreSQL DSN of the application role, for CronJob run records and the usage shown in TenantQuota and Agent status (default $PICOBOT_POSTGRES_URL); the scheduler needs it.")
 	fs.BoolVar(&s.enabled, "scheduler", true, "Fire CronJobs (leader only; needs --postgres-url).")
 	fs.BoolVar(&s.maintenance, "scheduler-maintenance", true, "Create the daily routine-maintenance CronJob in every namespace with Agents.")
 	fs.StringVar(&s.maintenanceTZ, "scheduler-maintenance-tz", "", "Time zone of new routine-maintenance CronJobs (default UTC).")
 }
 
-// setup adds the scheduler Runnable to mgr when it is enabled; the returned
-// function closes its store.
-func (s *schedulerOptions) setup(ctx context.Context, mgr ctrl.Manager, rc *controller.RuntimeConfig) (func(), error) {
-	if !s.enabled || s.postgresURL == "" {
-		ctrl.Log.Info("CronJob scheduler is off", "enabled", s.enabled, "postgres", s.postgresURL != "")
-		return func() {}, nil
+// openStore opens the store of --postgres-url: the scheduler's run records
+// and the usage the operator shows in status. It returns nil without one.
+func (s *schedulerOptions) openStore(ctx context.Context) (*postgres.Store, error) {
+	if s.postgresURL == "" {
+		return nil, nil
 	}
 	st, err := postgres.Open(ctx, s.postgresURL)
 	if err != nil {
-		return nil, fmt.Errorf("failed to open the run records store: %w", err)
+		return nil, fmt.Errorf("failed to open the store: %w", err)
+	}
+	return st, nil
+}
+
+// setup adds the scheduler Runnable to mgr when it is enabled and st (the
+// store of --postgres-url) is set.
+func (s *schedulerOptions) setup(mgr ctrl.Manager, rc *controller.RuntimeConfig, st *postgres.Store) error {
+	if !s.enabled || st == nil {
+		ctrl.Log.Info("CronJob scheduler is off", "enabled", s.enabled, "postgres", st != nil)
+		return nil
 	}
 	// Runs go to session pods and outcomes to the gateway's dispatcher,
 	// both through Redis; without session pods they are recorded as failed.
@@ -56,13 +65,9 @@ func (s *schedulerOptions) setup(ctx context.Context, mgr ctrl.Manager, rc *cont
 		runner = wake.Runner{Bus: rc.Bus, Redis: rc.Redis}
 		deliverer = wake.RunNotices{Bus: rc.Bus, Redis: rc.Redis, Owner: channelOwner(mgr.GetClient())}
 	}
-	_, err = opscheduler.Add(mgr, opscheduler.Config{Store: st, Runner: runner, Deliverer: deliverer, Maintenance: s.maintenance,
+	_, err := opscheduler.Add(mgr, opscheduler.Config{Store: st, Runner: runner, Deliverer: deliverer, Maintenance: s.maintenance,
 		MaintenanceTZ: s.maintenanceTZ})
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	return func() { _ = st.Close() }, nil
+	return err
 }
 
 // unwiredRunner stands in when the operator runs no session pods

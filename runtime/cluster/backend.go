@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"sort"
 	"time"
 
@@ -240,8 +241,12 @@ func (b *Backend) await(ctx context.Context, s gateway.Send, tenant, msgID strin
 		case <-tick.C:
 			// The owner may have died mid-turn: its lease and hint expire,
 			// and a new runtime reclaims the message.
-			if err := b.agent(ctx, tenant, s.Agent); err != nil {
+			a, err := b.readyAgent(ctx, tenant, s.Agent)
+			if err != nil {
 				return gateway.Outcome{}, err // e.g. its pods cannot start
+			}
+			if err := b.podsHeld(ctx, tenant, a, c.ChannelName(), c.Key()); err != nil {
+				return gateway.Outcome{}, err
 			}
 			if err := b.ensureRuntime(ctx, tenant, s.Agent, c.ChannelName(), c.Key()); err != nil {
 				b.cfg.Log.Error("Failed to re-wake chat", "chat", c.Key(), "err", err)
@@ -252,6 +257,33 @@ func (b *Backend) await(ctx context.Context, s gateway.Send, tenant, msgID strin
 			return gateway.Outcome{}, ctx.Err()
 		}
 	}
+}
+
+// codeQuotaExceeded answers a message whose chat gets no session pod
+// because the tenant's maxSessionPods is reached.
+const codeQuotaExceeded = "quota_exceeded"
+
+// podsHeld tells a send waiting for a runtime that none is coming soon:
+// the chat has no runtime and the operator reports, on the Agent's
+// WithinQuota condition, that the tenant's session pod cap holds chats
+// back. The message stays queued; a pod answers it once one exits.
+func (b *Backend) podsHeld(ctx context.Context, tenant string, a *picobotv1alpha1.Agent, channel, chat string) error {
+	c := meta.FindStatusCondition(a.Status.Conditions, picobotv1alpha1.ConditionWithinQuota)
+	if c == nil || c.Status != "False" || c.Reason != picobotv1alpha1.ReasonSessionPodLimit {
+		return nil
+	}
+	owned, err := b.sig.owned(ctx, ownerKey(tenant, a.Name, channel, chat))
+	if err != nil {
+		// Redis unreachable: the send keeps waiting (its re-wake reports
+		// it); a quota answer would be a guess.
+		b.cfg.Log.Warn("Failed to check the chat's runtime", "chat", chat, "err", err)
+		return nil
+	}
+	if owned {
+		return nil
+	}
+	return &gateway.CodedError{Code: codeQuotaExceeded, Status: http.StatusTooManyRequests, Err: fmt.Errorf(
+		"agent %s has no session pod free for this chat: %s. The message stays queued and is answered once a pod is free", a.Name, c.Message)}
 }
 
 // relay hands one event frame of the awaited message to sink; done reports

@@ -371,6 +371,8 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 		// The runtime policy's defaults.
 		"--default-requests=cpu=100m,memory=256Mi", "--default-limits=memory=1Gi", "--max-resources=cpu=2,memory=4Gi",
 		"--max-warm-pods-per-agent=5", "--max-sessions-per-agent=100", "--max-warm-pods-per-namespace=20", "--max-sessions-per-namespace=500",
+		// The values' default tenant caps.
+		"--default-max-session-pods=50", "--default-max-warm-pods=10", "--default-max-browser-pods=5", "--default-max-cronjobs=100",
 		"--service-cidrs=10.20.0.0/16", "--concurrency=8"}))
 	replicas, _, _ := unstructured.NestedFieldNoCopy(op.Object, "spec", "replicas")
 	g.Expect(replicas).To(BeEquivalentTo(3))

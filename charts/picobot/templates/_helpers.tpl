@@ -278,7 +278,7 @@ the Ingress host (https with TLS), else none. */}}
 {{- end }}
 {{- end }}
 
-{{/* The runtime policy as operator flags. */}}
+{{/* The runtime policy and the default tenant caps as operator flags. */}}
 {{- define "picobot.operator.policyArgs" -}}
 {{- $p := .Values.runtimePolicy -}}
 {{- with $p.allowedImages }}
@@ -300,6 +300,20 @@ the Ingress host (https with TLS), else none. */}}
 - --max-sessions-per-agent={{ $p.maxSessionsPerAgent }}
 - --max-warm-pods-per-namespace={{ $p.maxWarmPodsPerNamespace }}
 - --max-sessions-per-namespace={{ $p.maxSessionsPerNamespace }}
+{{- with .Values.quotaDefaults }}
+{{- if ge (int .maxSessionPods) 0 }}
+- --default-max-session-pods={{ .maxSessionPods }}
+{{- end }}
+{{- if ge (int .maxWarmPods) 0 }}
+- --default-max-warm-pods={{ .maxWarmPods }}
+{{- end }}
+{{- if ge (int .maxBrowserPods) 0 }}
+- --default-max-browser-pods={{ .maxBrowserPods }}
+{{- end }}
+{{- if ge (int .maxCronJobs) 0 }}
+- --default-max-cronjobs={{ .maxCronJobs }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* A resource list as name=quantity,... */}}

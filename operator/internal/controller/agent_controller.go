@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -31,6 +32,13 @@ type AgentReconciler struct {
 	MaxConcurrentReconciles int
 	// Runtime, when set, makes the reconciler keep session pods.
 	Runtime *RuntimeConfig
+	// Quota are the default caps of tenants (TenantQuota fields unset).
+	Quota QuotaDefaults
+	// Usage, when set, is read for status.usage (at most once per
+	// UsageRefresh per Agent).
+	Usage *UsageReader
+	// podLocks serialise the capped pod creations of a namespace.
+	podLocks namespaceLocks
 	// wakes enqueues agents whose wakes no pod has claimed (wakeNotices,
 	// delegateTargets).
 	wakes chan event.TypedGenericEvent[*picobotv1alpha1.Agent]
@@ -66,16 +74,39 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			return ctrl.Result{}, err
 		}
 	}
+	if err := r.usagePhase(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	changed := applyAgentStatus(s)
 	if err := patchStatusIfChanged(ctx, r.Client, agent, before, before.Status, agent.Status); err != nil {
 		return ctrl.Result{}, err
 	}
 	recordTransitions(r.Recorder, agent, changed, picobotv1alpha1.ConditionReady, picobotv1alpha1.ConditionStalled, picobotv1alpha1.ConditionReconciling)
+	var requeue time.Duration
 	if s.runtime != nil && s.runtime.requeue > 0 {
 		r.delegateTargets(ctx, agent)
-		return ctrl.Result{RequeueAfter: s.runtime.requeue}, nil
+		requeue = s.runtime.requeue
 	}
-	return ctrl.Result{}, nil
+	if s.usageRequeue > 0 && (requeue == 0 || s.usageRequeue < requeue) {
+		requeue = s.usageRequeue
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// namespaceAgents maps an object to every Agent of its namespace.
+func namespaceAgents(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []ctrl.Request {
+		var list picobotv1alpha1.AgentList
+		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Failed to list Agents", "namespace", o.GetNamespace())
+			return nil
+		}
+		reqs := make([]ctrl.Request, 0, len(list.Items))
+		for _, a := range list.Items {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&a)})
+		}
+		return reqs
+	}
 }
 
 // SetupWithManager watches Agents and every kind of object an Agent references,
@@ -107,7 +138,9 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			Owns(&corev1.ServiceAccount{}).
 			Owns(&rbacv1.Role{}).
 			Owns(&rbacv1.RoleBinding{}).
-			WatchesRawSource(source.Channel(wakes, &handler.TypedEnqueueRequestForObject[*picobotv1alpha1.Agent]{}))
+			WatchesRawSource(source.Channel(wakes, &handler.TypedEnqueueRequestForObject[*picobotv1alpha1.Agent]{})).
+			// A changed TenantQuota resizes the pools of its tenant's Agents.
+			Watches(&picobotv1alpha1.TenantQuota{}, handler.EnqueueRequestsFromMapFunc(namespaceAgents(c)))
 	}
 	if err := b.
 		For(&picobotv1alpha1.Agent{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +33,14 @@ type agentScope struct {
 	runtime    *runtimeResult
 	// policy is what the runtime policy makes of the agent.
 	policy policyResult
+	// caps are the tenant's caps; quota is the WithinQuota condition (nil:
+	// no cap on session pods applies).
+	caps  tenantCaps
+	quota *metav1.Condition
+	// usage is the Agent's usage for status (nil: not read); usageRequeue
+	// is when to read it again.
+	usage        *picobotv1alpha1.UsageStatus
+	usageRequeue time.Duration
 }
 
 // lookupSecrets reads Secrets of ns from the cache, remembering each answer for
@@ -181,6 +190,12 @@ func applyAgentStatus(s *agentScope) []metav1.Condition {
 		}
 	}
 	conds = withSummary(&a.Status.Conditions, conds, progressing...)
+	// WithinQuota stays out of Ready: the Agent's running sessions go on
+	// while a cap holds new pods back.
+	quotaChanged := setQuotaCondition(&a.Status.Conditions, a.Generation, s.quota)
+	if s.usage != nil {
+		a.Status.Usage = s.usage
+	}
 	a.Status.ObservedGeneration = a.Generation
 	a.Status.EffectiveModel = s.model.Effective
 	// No session pods exist before the session-pod work; publish the known zero
@@ -196,5 +211,5 @@ func applyAgentStatus(s *agentScope) []metav1.Condition {
 	} else {
 		a.Status.EffectiveTools = nil
 	}
-	return setConditions(&a.Status.Conditions, a.Generation, conds...)
+	return append(setConditions(&a.Status.Conditions, a.Generation, conds...), quotaChanged...)
 }

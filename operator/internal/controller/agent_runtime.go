@@ -198,6 +198,16 @@ func (r *AgentReconciler) poolInput(ctx context.Context, s *agentScope) (poolInp
 	if in.NamespaceRoom, err = r.namespaceRoom(ctx, a.Namespace); err != nil {
 		return poolInput{}, nil, err
 	}
+	if s.caps, err = tenantCapsOf(ctx, r.Client, r.Quota, a.Namespace); err != nil {
+		return poolInput{}, nil, err
+	}
+	if m := s.caps.warmPods; m != nil {
+		others, err := countSessionPods(ctx, r.Client, a.Namespace, a.Name)
+		if err != nil {
+			return poolInput{}, nil, err
+		}
+		in.WarmRoom = ptrTo(max(0, *m-others.warm))
+	}
 	listed := make(map[string]*corev1.Pod, len(pods.Items))
 	for i := range pods.Items {
 		listed[pods.Items[i].Name] = &pods.Items[i]
@@ -257,6 +267,19 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 	if plan.Requeue {
 		res.requeue = rc.ResyncBusy
 	}
+	if s.caps.pods() {
+		unlock := r.podLocks.lock(a.Namespace)
+		defer unlock()
+		held, err := r.capSessionPods(ctx, s, &plan)
+		if err != nil {
+			return nil, err
+		}
+		if held && res.requeue == 0 {
+			// Room comes back when a pod of any of the tenant's Agents
+			// exits, which sends this one no event.
+			res.requeue = rc.ResyncBusy
+		}
+	}
 	for range plan.Create {
 		if err := r.createPod(ctx, s); err != nil {
 			c, ok := createProblem(err)
@@ -268,6 +291,59 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 		}
 	}
 	return res, nil
+}
+
+// capSessionPods holds plan.Create to the tenant's maxSessionPods, counting
+// the namespace's session pods on the API server (the cache may lack pods
+// created a moment ago; the caller holds the namespace's lock, so no other
+// reconcile creates one meanwhile), and sets s.quota. It reports whether
+// a cap holds pods back.
+func (r *AgentReconciler) capSessionPods(ctx context.Context, s *agentScope, plan *poolPlan) (bool, error) {
+	a, caps := s.agent, s.caps
+	// warmHeld are warm pods held back by maxWarmPods; held, chatsHeld
+	// (of them for waiting chats) by maxSessionPods.
+	var warmHeld, held, chatsHeld, live int32
+	if plan.Create > 0 {
+		reader := r.Runtime.APIReader
+		if reader == nil {
+			reader = r.Client
+		}
+		n, err := countSessionPods(ctx, reader, a.Namespace, "")
+		if err != nil {
+			return false, err
+		}
+		// The plan's warm room came from the cache; this count is exact.
+		// Pods starting for chats count as warm until they serve, which
+		// errs on the side of the cap.
+		if m := caps.warmPods; m != nil {
+			if warm, room := plan.Create-plan.WakeNeed, max(0, *m-n.warm); warm > room {
+				warmHeld = warm - room
+				plan.Create -= warmHeld
+			}
+		}
+		if m := caps.sessionPods; m != nil {
+			if room := max(0, *m-n.live); plan.Create > room {
+				held, chatsHeld = plan.Create-room, max(0, plan.WakeNeed-room)
+				plan.Create = room
+			}
+		}
+		live = n.live + plan.Create
+	}
+	warmHeld += plan.WarmHeld
+	switch {
+	case chatsHeld > 0:
+		s.quota = ptrTo(withinQuota(picobotv1alpha1.ReasonSessionPodLimit, fmt.Sprintf(
+			"%d chat(s) wait for a session pod: the tenant's maxSessionPods is %d and %d run in the namespace; they start as pods exit", chatsHeld, *caps.sessionPods, live)))
+	case held > 0:
+		s.quota = ptrTo(withinQuota(picobotv1alpha1.ReasonWarmPodLimit, fmt.Sprintf(
+			"Warm pool %d pod(s) short: the tenant's maxSessionPods is %d and %d run in the namespace", held+warmHeld, *caps.sessionPods, live)))
+	case warmHeld > 0:
+		s.quota = ptrTo(withinQuota(picobotv1alpha1.ReasonWarmPodLimit, fmt.Sprintf(
+			"Warm pool held %d pod(s) below spec.runtime.warmPool by the tenant's maxWarmPods of %d", warmHeld, *caps.warmPods)))
+	default:
+		s.quota = ptrTo(withinQuota("", ""))
+	}
+	return held > 0 || warmHeld > 0, nil
 }
 
 // createProblem turns a pod creation the API server refused for a reason

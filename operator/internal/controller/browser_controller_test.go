@@ -129,6 +129,9 @@ func startBrowserEnv(t *testing.T) *browserEnv {
 	if err := setupBrowsers(mgr, Config{Concurrency: 2, Clock: clk}, pods); err != nil {
 		t.Fatal(err)
 	}
+	if err := (&TenantQuotaReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := mgr.Start(ctx); err != nil {
@@ -372,6 +375,51 @@ func TestBrowserPods(t *testing.T) {
 	t.Run("DeletingAProfileRemovesItsData", func(t *testing.T) { testProfileDeletion(t, e) })
 	t.Run("NoOpResyncWritesNothing", func(t *testing.T) { testBrowserResync(t, e) })
 	t.Run("GitOpsHealth", func(t *testing.T) { testBrowserHealth(t, e) })
+	t.Run("BrowserPodCap", func(t *testing.T) { testBrowserPodCap(t, e) })
+}
+
+// testBrowserPodCap: with the tenant's maxBrowserPods at 1, a second
+// browser gets no pod: the session asking for it is told why, its
+// profile's Ready says BrowserPodLimit with a Warning Event, and the
+// quota's status counts the one browser pod; raising the cap starts it.
+func testBrowserPodCap(t *testing.T, e *browserEnv) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	g.Expect(e.c.Create(ctx, tenantQuota(ns, picobotv1alpha1.TenantQuotaSpec{MaxBrowserPods: ptr[int32](1)}))).To(Succeed())
+	e.agent(t, ns, "helper")
+	e.profile(t, ns, "one", "helper")
+	e.profile(t, ns, "two", "helper")
+	p := e.provider(t, ns, "helper")
+	// The sessions wait for browsers no kubelet serves: stopped at the end.
+	waiting, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	wait := func(profile string) { wg.Go(func() { _, _ = p.Endpoint(waiting, browser.ProfileKey(profile)) }) }
+	wait("one")
+	e.livePod(t, ns, wire.ProfileName("one"))
+	_, err := p.Endpoint(ctx, browser.ProfileKey("two"))
+	g.Expect(err).To(MatchError(ContainSubstring("the tenant's maxBrowserPods is 1 and 1 run in the namespace")))
+	e.noPods(t, ns, wire.ProfileName("two"))
+	e.waitProfile(t, ns, "two", func(g Gomega, bp *picobotv1alpha1.BrowserProfile) {
+		g.Expect(readyOf(bp).Reason).To(Equal(picobotv1alpha1.ReasonBrowserPodLimit))
+	})
+	g.Eventually(func(g Gomega) {
+		q := &picobotv1alpha1.TenantQuota{}
+		g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: picobotv1alpha1.TenantQuotaName}, q)).To(Succeed())
+		g.Expect(q.Status.BrowserPods).To(HaveValue(BeEquivalentTo(1)))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	g.Eventually(func() error {
+		q := &picobotv1alpha1.TenantQuota{}
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: picobotv1alpha1.TenantQuotaName}, q); err != nil {
+			return err
+		}
+		q.Spec.MaxBrowserPods = ptr[int32](2)
+		return e.c.Update(ctx, q)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	wait("two")
+	e.livePod(t, ns, wire.ProfileName("two"))
 }
 
 // testBrowserHealth: a profile whose browser is starting, or cannot pull

@@ -57,6 +57,9 @@ type BrowserPods struct {
 	// names only), pods created moments ago, NetworkPolicies and PVCs
 	// (which the operator does not cache).
 	APIReader client.Reader
+	// Quota are the default caps of tenants (TenantQuota fields unset):
+	// maxBrowserPods.
+	Quota QuotaDefaults
 }
 
 // BrowserPodsFromRuntime derives the browser pod settings from the session
@@ -85,6 +88,35 @@ type browserKeeper struct {
 	clock clock.PassiveClock
 	// egress remembers namespaces whose session egress policy is in place.
 	egress sync.Map
+	// podLocks serialise the capped browser pod creations of a namespace.
+	podLocks namespaceLocks
+}
+
+// browserCapRetry is how often a browser held back by maxBrowserPods tries
+// again: another browser stopping sends it no event.
+const browserCapRetry = 5 * time.Second
+
+// underCap checks the tenant's maxBrowserPods before a browser pod of ns is
+// created, counting on the API server under the namespace's lock, which
+// the caller holds until it has created the pod (unlock). A problem says
+// the cap is reached.
+func (k *browserKeeper) underCap(ctx context.Context, ns, name string) (unlock func(), p *browserProblem, err error) {
+	caps, err := tenantCapsOf(ctx, k.Client, k.cfg.Quota, ns)
+	if err != nil || caps.browserPods == nil {
+		return func() {}, nil, err
+	}
+	unlock = k.podLocks.lock(ns)
+	n, err := countBrowserPods(ctx, k.cfg.APIReader, ns)
+	if err != nil {
+		unlock()
+		return func() {}, nil, err
+	}
+	if n >= *caps.browserPods {
+		unlock()
+		return func() {}, &browserProblem{picobotv1alpha1.ReasonBrowserPodLimit, fmt.Sprintf(
+			"no browser pod for %s now: the tenant's maxBrowserPods is %d and %d run in the namespace; it starts when one stops", name, *caps.browserPods, n)}, nil
+	}
+	return unlock, nil, nil
 }
 
 func newBrowserKeeper(c client.Client, cfg BrowserPods, clk clock.PassiveClock) *browserKeeper {
@@ -178,6 +210,9 @@ func (k *browserKeeper) sync(ctx context.Context, w browserWant) (browserState, 
 	if len(live) == 0 {
 		st.pod, st.problem, err = k.start(ctx, w)
 		if st.problem != nil {
+			if st.problem.reason == picobotv1alpha1.ReasonBrowserPodLimit {
+				st.requeue = min(st.requeue, browserCapRetry)
+			}
 			return st, k.publishError(ctx, w, st.problem)
 		}
 		return st, err
@@ -276,6 +311,11 @@ func (k *browserKeeper) deletePods(ctx context.Context, pods []*corev1.Pod) erro
 // profile), its NetworkPolicy, the PVC of a pvc profile, and its pod.
 func (k *browserKeeper) start(ctx context.Context, w browserWant) (*corev1.Pod, *browserProblem, error) {
 	in := k.input(w.in)
+	unlock, problem, err := k.underCap(ctx, in.Namespace, in.Name)
+	if err != nil || problem != nil {
+		return nil, problem, err
+	}
+	defer unlock()
 	token, err := newBrowserToken()
 	if err != nil {
 		return nil, nil, err

@@ -3,9 +3,11 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -30,6 +33,8 @@ type CronJobReconciler struct {
 	Recorder                recorder.EventRecorder
 	Clock                   clock.PassiveClock
 	MaxConcurrentReconciles int
+	// Quota are the default caps of tenants (TenantQuota fields unset).
+	Quota QuotaDefaults
 }
 
 // +kubebuilder:rbac:groups=agents.picobot.io,resources=cronjobs,verbs=get;list;watch
@@ -57,6 +62,18 @@ func (r *CronJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	conds := []metav1.Condition{sched.condition, refs}
+	quota, err := r.quotaCondition(ctx, cj)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if quota != nil {
+		conds = append(conds, *quota)
+		if quota.Status != metav1.ConditionTrue {
+			sched.next, sched.requeue = nil, 0 // the scheduler skips it (see scheduler.upsert)
+		}
+	} else {
+		meta.RemoveStatusCondition(&cj.Status.Conditions, picobotv1alpha1.ConditionWithinQuota)
+	}
 	if c, ok := specCondition(&cj.Status.Conditions, cj.InvalidFields()); ok {
 		conds = append([]metav1.Condition{c}, conds...)
 	}
@@ -75,6 +92,28 @@ func (r *CronJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{RequeueAfter: sched.requeue}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// quotaCondition is the CronJob's WithinQuota condition under the tenant's
+// maxCronJobs (nil: no cap, or a CronJob that does not count).
+func (r *CronJobReconciler) quotaCondition(ctx context.Context, cj *picobotv1alpha1.CronJob) (*metav1.Condition, error) {
+	caps, err := tenantCapsOf(ctx, r.Client, r.Quota, cj.Namespace)
+	if err != nil || caps.cronJobs == nil || !countsTowardCronJobs(cj) {
+		return nil, err
+	}
+	var list picobotv1alpha1.CronJobList
+	if err := r.List(ctx, &list, client.InNamespace(cj.Namespace)); err != nil {
+		return nil, fmt.Errorf("failed to list the CronJobs of namespace %q: %w", cj.Namespace, err)
+	}
+	if !slices.ContainsFunc(list.Items, func(o picobotv1alpha1.CronJob) bool { return o.Name == cj.Name }) {
+		list.Items = append(list.Items, *cj) // not in the cache yet
+	}
+	if !cronJobsOverCap(list.Items, *caps.cronJobs)[cj.Name] {
+		return ptrTo(withinQuota("", "")), nil
+	}
+	return ptrTo(withinQuota(picobotv1alpha1.ReasonCronJobLimit, fmt.Sprintf(
+		"Not scheduled: the tenant's maxCronJobs is %d and older CronJobs of the namespace take them all; it is scheduled once one is deleted or the cap is raised",
+		*caps.cronJobs))), nil
 }
 
 type cronScheduleStatus struct {
@@ -126,6 +165,10 @@ func (r *CronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	err := ctrl.NewControllerManagedBy(mgr).
 		For(&picobotv1alpha1.CronJob{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, oneShotRan{}))).
 		Watches(&picobotv1alpha1.Agent{}, handler.EnqueueRequestsFromMapFunc(requestsByIndex(mgr.GetClient(), &picobotv1alpha1.CronJobList{}, indexCronJobAgent)), builder.WithPredicates(createOrDelete{})).
+		// Under maxCronJobs, one CronJob created or deleted moves the others
+		// in or out of the cap, and so does a changed TenantQuota.
+		Watches(&picobotv1alpha1.CronJob{}, handler.EnqueueRequestsFromMapFunc(namespaceCronJobs(mgr.GetClient())), builder.WithPredicates(createOrDelete{})).
+		Watches(&picobotv1alpha1.TenantQuota{}, handler.EnqueueRequestsFromMapFunc(namespaceCronJobs(mgr.GetClient()))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("cronjob").
 		Complete(r)
@@ -133,6 +176,22 @@ func (r *CronJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("failed to set up cronjob controller: %w", err)
 	}
 	return nil
+}
+
+// namespaceCronJobs maps an object to every CronJob of its namespace.
+func namespaceCronJobs(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []ctrl.Request {
+		var list picobotv1alpha1.CronJobList
+		if err := c.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+			log.FromContext(ctx).Error(err, "Failed to list CronJobs", "namespace", o.GetNamespace())
+			return nil
+		}
+		reqs := make([]ctrl.Request, 0, len(list.Items))
+		for _, cj := range list.Items {
+			reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: cj.Namespace, Name: cj.Name}})
+		}
+		return reqs
+	}
 }
 
 // oneShotRan passes the status update in which the scheduler publishes the

@@ -72,6 +72,9 @@ type poolInput struct {
 	// CanRun is false without an effective model: a pod could answer
 	// nothing, and the gateway answers wakes with the reason instead.
 	CanRun bool
+	// WarmRoom, when set, caps the warm pool by the tenant's maxWarmPods
+	// less the warm pods of its other Agents.
+	WarmRoom *int32
 }
 
 // rewake is the chat of a pod that died mid-chat, to be woken again.
@@ -105,6 +108,12 @@ type poolPlan struct {
 	// Requeue asks for a resync: pods or wakes change state in Redis, which
 	// sends no events.
 	Requeue bool
+	// WakeNeed is how many of Create are for waiting chats (the rest fill
+	// the warm pool): a cap on pods that holds these back leaves chats
+	// without a runtime.
+	WakeNeed int32
+	// WarmHeld is how far WarmRoom keeps the warm pool below the Agent's.
+	WarmHeld int32
 }
 
 // unregisteredOrphans lists the registry entries without a live listed pod,
@@ -162,8 +171,14 @@ func planPool(in poolInput) poolPlan {
 	if in.NamespaceRoom != nil && demand > *in.NamespaceRoom {
 		demand = max(0, *in.NamespaceRoom)
 	}
-	if want, have := plan.Active+in.WarmPool+demand, int32(len(live)); in.CanRun && plan.Problem == nil && want > have {
+	warmPool := in.WarmPool
+	if in.WarmRoom != nil && warmPool > *in.WarmRoom {
+		warmPool = max(0, *in.WarmRoom)
+		plan.WarmHeld = in.WarmPool - warmPool
+	}
+	if want, have := plan.Active+warmPool+demand, int32(len(live)); in.CanRun && plan.Problem == nil && want > have {
 		plan.Create = want - have
+		plan.WakeNeed = min(plan.Create, max(0, plan.Active+demand-have))
 	}
 	plan.Requeue = len(live) > 0 || unclaimed > 0
 	return plan

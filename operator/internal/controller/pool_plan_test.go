@@ -48,18 +48,22 @@ func TestPlanPool(t *testing.T) {
 		{"pending wakes need extra pods", poolInput{
 			Pods:     []poolPod{running("p1")},
 			Registry: map[string]string{"p1": "warm"}, Unclaimed: 2, WarmPool: 1, CanRun: true},
-			poolPlan{Create: 2, Warm: 1, Requeue: true}},
+			poolPlan{Create: 2, WakeNeed: 1, Warm: 1, Requeue: true}},
+		{"the tenant's warm room holds the pool below warmPool", poolInput{WarmPool: 3, WarmRoom: ptrTo[int32](1), CanRun: true},
+			poolPlan{Create: 1, WarmHeld: 2}},
+		{"no warm room: pods for waiting chats only", poolInput{Unclaimed: 2, WarmPool: 2, WarmRoom: ptrTo[int32](0), CanRun: true},
+			poolPlan{Create: 2, WakeNeed: 2, WarmHeld: 2, Requeue: true}},
 		{"an unknown wake count (negative) takes no pod from the warm pool", poolInput{Unclaimed: -1, WarmPool: 1, CanRun: true},
 			poolPlan{Create: 1}},
 		{"pending wakes get pods up to maxSessions", poolInput{
 			Pods:     []poolPod{busyPod("p1", "web", "c1")},
 			Registry: map[string]string{"p1": "busy web c1"}, Unclaimed: 5, WarmPool: 1, MaxSessions: ptrTo[int32](3), CanRun: true},
-			poolPlan{Create: 3, Active: 1, Requeue: true}},
+			poolPlan{Create: 3, WakeNeed: 2, Active: 1, Requeue: true}},
 		{"the namespace's room caps pods for pending wakes below maxSessions", poolInput{
 			Pods:     []poolPod{busyPod("p1", "web", "c1")},
 			Registry: map[string]string{"p1": "busy web c1"}, Unclaimed: 5, WarmPool: 1, MaxSessions: ptrTo[int32](3),
 			NamespaceRoom: ptrTo[int32](1), CanRun: true},
-			poolPlan{Create: 2, Active: 1, Requeue: true}},
+			poolPlan{Create: 2, WakeNeed: 1, Active: 1, Requeue: true}},
 		{"no room in the namespace: the warm pool only", poolInput{
 			Unclaimed: 4, WarmPool: 1, NamespaceRoom: ptrTo[int32](0), CanRun: true},
 			poolPlan{Create: 1, Requeue: true}},
@@ -70,7 +74,7 @@ func TestPlanPool(t *testing.T) {
 			poolPlan{Active: 2, Warm: 1, Requeue: true}},
 		{"pending wakes are capped", poolInput{Unclaimed: maxUnclaimed, CanRun: true,
 			Registry: map[string]string{"x": "busy web c1"}, Gone: map[string]bool{"x": true}},
-			poolPlan{Rewake: []rewake{{Pod: "x", Channel: "web", Chat: "c1"}}, Drop: []string{"x"}, Create: maxUnclaimed, Requeue: true}},
+			poolPlan{Rewake: []rewake{{Pod: "x", Channel: "web", Chat: "c1"}}, Drop: []string{"x"}, Create: maxUnclaimed, WakeNeed: maxUnclaimed, Requeue: true}},
 		{"a pod that failed before registering is reaped and reported, not replaced", poolInput{
 			Pods:     []poolPod{{Name: "f1", Phase: corev1.PodFailed, Failure: "exit code 1: boom"}, running("p1")},
 			Registry: map[string]string{"p1": "warm"}, WarmPool: 2, CanRun: true},
@@ -79,7 +83,7 @@ func TestPlanPool(t *testing.T) {
 			Pods:     []poolPod{{Name: "f1", Phase: corev1.PodFailed, Failure: "exit code 1: boom"}, {Name: "s1", Phase: corev1.PodSucceeded}},
 			Registry: map[string]string{"f1": "busy web c1", "s1": "warm"}, Gone: map[string]bool{"f1": true, "s1": true}, WarmPool: 1, CanRun: true},
 			poolPlan{Reap: []string{"f1", "s1"}, Rewake: []rewake{{Pod: "f1", Channel: "web", Chat: "c1"}}, Drop: []string{"f1", "s1"},
-				Create: 2, Requeue: true}},
+				Create: 2, WakeNeed: 1, Requeue: true}},
 		{"terminating pods are neither counted nor reaped", poolInput{
 			Pods:     []poolPod{{Name: "t1", Phase: corev1.PodRunning, Terminating: true}, {Name: "t2", Phase: corev1.PodFailed, Terminating: true}},
 			WarmPool: 1, CanRun: true},

@@ -23,7 +23,7 @@ import (
 // maxRuntimeNamespaces is how many namespaces runtime tests may create; the
 // suite's status-only manager does not watch them (its Ready would not
 // count RuntimeReady and would fight the runtime manager's).
-const maxRuntimeNamespaces = 20
+const maxRuntimeNamespaces = 24
 
 var runtimeNSSeq atomic.Int64
 
@@ -59,6 +59,12 @@ func startRuntimeManager(t *testing.T, ns string, edit func(*RuntimeConfig)) *Ru
 // startRuntimeManagerIn is startRuntimeManager watching several namespaces.
 func startRuntimeManagerIn(t *testing.T, namespaces []string, edit func(*RuntimeConfig)) *RuntimeConfig {
 	t.Helper()
+	return startRuntimeManagerWith(t, namespaces, edit, QuotaDefaults{})
+}
+
+// startRuntimeManagerWith is startRuntimeManagerIn with default tenant caps.
+func startRuntimeManagerWith(t *testing.T, namespaces []string, edit func(*RuntimeConfig), quota QuotaDefaults) *RuntimeConfig {
+	t.Helper()
 	needAPIServer(t)
 	url := services.RedisFor(t)
 	b, err := redisbus.Open(url, redisbus.Options{})
@@ -81,7 +87,7 @@ func startRuntimeManagerIn(t *testing.T, namespaces []string, edit func(*Runtime
 		edit(rc)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := Setup(ctx, mgr, Config{Catalog: policy.DefaultCatalog(), Concurrency: 4, Runtime: rc}); err != nil {
+	if err := Setup(ctx, mgr, Config{Catalog: policy.DefaultCatalog(), Concurrency: 4, Runtime: rc, Quota: quota}); err != nil {
 		cancel()
 		t.Fatal(err)
 	}

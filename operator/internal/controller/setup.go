@@ -24,6 +24,11 @@ type Config struct {
 	// GatewayNamespace is where API-key hashes and channel credentials are
 	// published for the gateway (empty: nothing is published).
 	GatewayNamespace string
+	// Quota are the caps of tenants whose TenantQuota leaves them unset.
+	Quota QuotaDefaults
+	// Usage, when set, is read for the usage in TenantQuota and Agent
+	// status (nil: the operator has no store; usage is not shown).
+	Usage UsageStore
 }
 
 // Setup registers the field indexes and every reconciler with mgr. main and
@@ -35,12 +40,21 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	var usage *UsageReader
+	if cfg.Usage != nil {
+		usage = &UsageReader{Store: cfg.Usage, Clock: cfg.Clock, Refresh: DefaultUsageRefresh}
+	}
+	if err := (&TenantQuotaReconciler{Client: mgr.GetClient(), Usage: usage, MaxConcurrentReconciles: cfg.Concurrency}).SetupWithManager(mgr); err != nil {
+		return err
+	}
 	if err := (&AgentReconciler{
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("picobot-operator"),
 		Catalog:                 cfg.Catalog,
 		MaxConcurrentReconciles: cfg.Concurrency,
 		Runtime:                 cfg.Runtime,
+		Quota:                   cfg.Quota,
+		Usage:                   usage,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -62,12 +76,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		Recorder:                mgr.GetEventRecorder("picobot-operator"),
 		Clock:                   cfg.Clock,
 		MaxConcurrentReconciles: cfg.Concurrency,
+		Quota:                   cfg.Quota,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	browserPods, err := BrowserPodsFromRuntime(ctx, cfg.Runtime)
 	if err != nil {
 		return err
+	}
+	if browserPods != nil {
+		browserPods.Quota = cfg.Quota
 	}
 	return setupBrowsers(mgr, cfg, browserPods)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -213,6 +214,11 @@ func JobFrom(cj *picobotv1alpha1.CronJob) rtscheduler.Job {
 func (r *Runnable) upsert(obj any) {
 	cj, ok := obj.(*picobotv1alpha1.CronJob)
 	if !ok {
+		return
+	}
+	if c := meta.FindStatusCondition(cj.Status.Conditions, picobotv1alpha1.ConditionWithinQuota); c != nil && c.Status == metav1.ConditionFalse {
+		// Past the tenant's maxCronJobs (the CronJob controller's verdict).
+		r.sched.Remove(cj.Namespace, cj.Name)
 		return
 	}
 	if err := r.sched.Upsert(JobFrom(cj)); err != nil {

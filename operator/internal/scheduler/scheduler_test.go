@@ -370,3 +370,34 @@ func TestOneShotCompletes(t *testing.T) {
 	g.Expect(runner.Calls()).To(HaveLen(1))
 	g.Expect(runner.Calls()[0].Req.ScheduledTime).To(Equal(at.UTC()))
 }
+
+// TestCronJobsPastTheCapAreNotScheduled: under a TenantQuota's maxCronJobs
+// the CronJob controller marks the jobs past it (WithinQuota False) and the
+// scheduler drops them; deleting an earlier job schedules the next.
+func TestCronJobsPastTheCapAreNotScheduled(t *testing.T) {
+	need(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	st := schedulertest.Open(t, pg.NewDatabase(t))
+	_, r := operator(t, ns, "", scheduler.Config{Store: st, Runner: &schedulertest.Runner{}}, clock.RealClock{})
+	g.Expect(k8s.Create(ctx, &picobotv1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: picobotv1alpha1.TenantQuotaName},
+		Spec: picobotv1alpha1.TenantQuotaSpec{MaxCronJobs: new(int32(1))}})).To(Succeed())
+	first := cronJob(ns, "first", "0 0 9 * * *")
+	g.Expect(k8s.Create(ctx, first)).To(Succeed())
+	g.Expect(k8s.Create(ctx, cronJob(ns, "second", "0 0 9 * * *"))).To(Succeed())
+	scheduledNext := func(name string) bool { next, _ := r.Scheduler().NextRun(ns, name); return !next.IsZero() }
+	g.Eventually(func(g Gomega) {
+		cj := &picobotv1alpha1.CronJob{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, cj)).To(Succeed())
+		g.Expect(cj.Status.Conditions).To(ContainElement(And(HaveField("Type", picobotv1alpha1.ConditionWithinQuota), HaveField("Status", metav1.ConditionFalse))))
+		g.Expect(scheduledNext("first")).To(BeTrue())
+		g.Expect(scheduledNext("second")).To(BeFalse())
+		g.Expect(r.Scheduler().Len()).To(Equal(1))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(k8s.Delete(ctx, first)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(scheduledNext("second")).To(BeTrue())
+		g.Expect(r.Scheduler().Len()).To(Equal(1))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}

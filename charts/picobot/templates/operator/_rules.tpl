@@ -64,6 +64,7 @@
   - agents/status
   - browserprofiles/status
   - cronjobs/status
+  - tenantquotas/status
   verbs:
   - get
   - patch
