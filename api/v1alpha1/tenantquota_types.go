@@ -63,8 +63,9 @@ type TenantQuotaSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	PricesConfigMap *string `json:"pricesConfigMap,omitempty"`
 
-	// maxConcurrentSessions caps the tenant's sessions with a running
-	// runtime. Declared; not enforced yet.
+	// maxConcurrentSessions caps the tenant's open chats (a chat with a
+	// message in the last 10 minutes): the gateway refuses a new chat's
+	// message beyond it with session_limit, across its replicas.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxConcurrentSessions *int32 `json:"maxConcurrentSessions,omitempty"`
@@ -83,8 +84,8 @@ type TenantQuotaSpec struct {
 	MaxWarmPods *int32 `json:"maxWarmPods,omitempty"`
 
 	// maxBrowserPods caps the tenant's browser pods: a browser beyond it is
-	// not started (its BrowserProfile's WithinQuota condition says so, and
-	// the session asking for it is told).
+	// not started (its BrowserProfile's Ready condition says so with reason
+	// BrowserPodLimit, and the session asking for it is told).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxBrowserPods *int32 `json:"maxBrowserPods,omitempty"`
@@ -96,8 +97,9 @@ type TenantQuotaSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	MaxCronJobs *int32 `json:"maxCronJobs,omitempty"`
 
-	// messagesPerMinute caps the inbound messages of the tenant's sessions.
-	// Declared; not enforced yet.
+	// messagesPerMinute caps the inbound messages of the tenant's sessions
+	// over a sliding minute: the gateway refuses the rest with
+	// message_limit, across its replicas.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MessagesPerMinute *int32 `json:"messagesPerMinute,omitempty"`
