@@ -297,3 +297,13 @@ WHERE tenant = ?1 AND (?2 = '' OR agent = ?2) AND day >= ?3 AND day <= ?4 ORDER 
 	sqlUsageTotals = `SELECT COALESCE(SUM(CASE WHEN day = ?2 THEN input_tokens END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN output_tokens END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN cost_micros END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN model_calls END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN turns END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN tool_calls END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN sessions END), 0), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_micros), 0), COALESCE(SUM(model_calls), 0), COALESCE(SUM(turns), 0), COALESCE(SUM(tool_calls), 0), COALESCE(SUM(sessions), 0)
 FROM usage_daily WHERE tenant = ?1 AND day >= ?3 AND day <= ?2`
 )
+
+const (
+	sqlAppendAudit = `INSERT INTO tool_audit (tenant, id, actor, agent, session_id, tool, args_digest, outcome, duration_us, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`
+	sqlListAudit = `SELECT id, actor, agent, session_id, tool, args_digest, outcome, duration_us, created_at FROM tool_audit
+WHERE tenant = ?1 AND (?2 = '' OR agent = ?2) AND (?3 = '' OR session_id = ?3) AND (?4 = '' OR tool = ?4)
+	AND (?5 IS NULL OR created_at >= ?5) AND (?6 IS NULL OR (created_at, id) < (?6, ?7))
+ORDER BY created_at DESC, id DESC LIMIT ?8`
+	sqlDeleteAudit = `DELETE FROM tool_audit WHERE tenant = ?1 AND created_at < ?2`
+)

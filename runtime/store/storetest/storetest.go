@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"SessionPlans", testSessionPlans},
 		{"TurnErrors", testTurnErrors},
 		{"Usage", testUsage},
+		{"Audit", testAudit},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},
 		{"TenantIsolation", testTenantIsolation},
