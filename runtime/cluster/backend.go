@@ -186,7 +186,7 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		return gateway.Outcome{}, err
 	}
 	defer func() { _ = ps.Close() }()
-	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text})
+	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text, Actor: gateway.ActorFrom(ctx)})
 	if err != nil {
 		return gateway.Outcome{}, err
 	}
@@ -419,7 +419,7 @@ func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbo
 			Text: gateway.ApprovalReply(code, approve, answered), Stored: true})
 	}
 	id := in.Channel + "/" + in.ChatID + "/" + in.MessageID
-	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: id, Channel: in.Channel, ChatKey: chat, Text: in.Text})
+	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: id, Channel: in.Channel, ChatKey: chat, Text: in.Text, Actor: senderActor(in)})
 	if err != nil {
 		return err
 	}
@@ -427,4 +427,14 @@ func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbo
 		return fmt.Errorf("failed to queue message: %w", err)
 	}
 	return b.ensureRuntime(ctx, tenant, agentName, in.Channel, chat)
+}
+
+// senderActor is a chat platform's message's author as the audit log
+// records it: "<channel>:<user>", or the channel when the platform named
+// no user.
+func senderActor(in channel.Inbound) string {
+	if in.Sender == "" {
+		return "channel:" + in.Channel
+	}
+	return in.Channel + ":" + in.Sender
 }

@@ -25,6 +25,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/cluster/agentsource"
 	"github.com/picobot/picobot/runtime/cluster/quotasource"
 	"github.com/picobot/picobot/runtime/health"
@@ -51,6 +52,10 @@ const (
 	// turn finish (DefaultShutdownGrace); keep it under the pod's
 	// terminationGracePeriodSeconds.
 	EnvShutdownGrace = "PICOBOT_SHUTDOWN_GRACE"
+	// EnvAuditRetention is how long the tenant's audit records of tool
+	// calls are kept (audit.DefaultRetention); a pod that served a chat
+	// deletes older ones before it exits.
+	EnvAuditRetention = "PICOBOT_AUDIT_RETENTION"
 )
 
 // DefaultShutdownGrace is EnvShutdownGrace's default: the session pod's
@@ -125,6 +130,10 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		return err
 	}
 	grace, err := durationEnv(env, EnvShutdownGrace, DefaultShutdownGrace)
+	if err != nil {
+		return err
+	}
+	auditRetention, err := durationEnv(env, EnvAuditRetention, audit.DefaultRetention)
 	if err != nil {
 		return err
 	}
@@ -251,7 +260,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	log.Info("Session runtime ready", "tenant", tenant, "agent", agentName, "pod", pod, "idleTimeout", idle)
 	runs := localrun.New(func(name string) (localrun.Agent, bool) { return cur.Load().RunTarget(), name == agentName })
 	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
-		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs,
+		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, AuditRetention: auditRetention,
 		Stateless: func(ctx context.Context, req protocol.Stateless, stream bool, sink func(turn.Event)) (protocol.Outcome, error) {
 			ctx, timer := opts.Metrics.StartTurn(ctx, tenant, agentName)
 			out, err := cur.Load().Complete(ctx, req, stream, sink)

@@ -49,6 +49,10 @@ type Inbound struct {
 	// the run); otherwise, or when that dialog is gone, the chat's current
 	// dialog takes it.
 	DialogID string `json:"dialog_id,omitempty"`
+	// Actor is who the message came from as the gateway knows it (the
+	// API key "key:<id>", a chat platform's user "<channel>:<user>"),
+	// for the audit log of the turn's tool calls; "" when unknown.
+	Actor string `json:"actor,omitempty"`
 }
 
 // Delegation is what the runtime of a sub-agent needs to know of the run it

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/approval"
+	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/metrics"
@@ -341,6 +342,7 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 		}()
 	}
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
+	tctx = audit.WithActor(tctx, actorOf(c, in))
 	tctx, timer := r.cfg.Metrics.StartTurn(tctx, r.cfg.Tenant, r.cfg.Agent)
 	if at, ok := m.QueuedTime(); ok && m.Deliveries <= 1 {
 		// A message handed over again waited for a crashed owner, not
@@ -364,6 +366,19 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 	r.recordFailure(ctx, reply.SessionID, m.ID, ce)
 	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, ce)
 	return once, nil
+}
+
+// actorOf is who a message's turn acts for in the audit log: as the
+// gateway knew it, else the agent that delegated the task, else the chat's
+// channel (a schedule's, a webhook's).
+func actorOf(c Chat, in protocol.Inbound) string {
+	switch {
+	case in.Actor != "":
+		return in.Actor
+	case in.Delegation != nil:
+		return "agent:" + in.Delegation.ParentAgent
+	}
+	return "channel:" + c.Channel
 }
 
 // Outcome is the outcome label of a turn that ended with err (nil: ok) in
