@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/logctx"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
 )
@@ -98,8 +99,8 @@ func (r *Recorder) ToolCall(ctx context.Context, env tool.Env, call llm.ToolCall
 		if _, err := store.TenantFrom(wctx); err != nil && r.Tenant != "" {
 			wctx = store.WithTenant(wctx, r.Tenant)
 		}
-		if err := r.Store.AppendAudit(wctx, rec); err != nil && r.Log != nil {
-			r.Log.Warn("Failed to record a tool call in the audit log", "tool", rec.Tool, "session", rec.SessionID, "err", err)
+		if err := r.Store.AppendAudit(wctx, rec); err != nil {
+			logctx.From(ctx, r.Log).Warn("Failed to record a tool call in the audit log", "tool", rec.Tool, "err", err)
 		}
 	}
 }
