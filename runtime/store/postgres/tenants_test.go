@@ -500,3 +500,10 @@ func BenchmarkTenantRoleOverhead(b *testing.B) {
 	b.ReportMetric(float64(mt.Microseconds()), "tenant-p50-us")
 	b.ReportMetric(100*(float64(mt)-float64(ms))/float64(ms), "overhead-%")
 }
+
+// BenchmarkAuditAppendTenantRole is storetest.BenchmarkAuditAppend as a
+// tenant role (the session pods' credentials).
+func BenchmarkAuditAppendTenantRole(b *testing.B) {
+	f := newTenantFixture(b)
+	storetest.BenchmarkAuditAppend(b, f.openStore(b, f.ensure(b, "bench")))
+}
