@@ -23,6 +23,7 @@ import (
 	"github.com/picobot/picobot/runtime/dialog"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/health"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
@@ -52,7 +53,9 @@ type BackendConfig struct {
 	// while Redis is unreachable (a restart) before it fails with
 	// CodeUnavailable.
 	QueueTimeout time.Duration
-	Log          *slog.Logger
+	// Metrics counts the wakes of runtimes; nil records nothing.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 // Backend implements gateway.Backend for cluster mode: it never runs a turn
@@ -300,7 +303,9 @@ func (b *Backend) ensureRuntime(ctx context.Context, tenant, agentName, channel,
 	if owned {
 		return nil
 	}
-	return wake.Publish(ctx, b.cfg.Bus, Wake{Tenant: tenant, Agent: agentName, Channel: channel, ChatKey: chat})
+	err = wake.Publish(ctx, b.cfg.Bus, Wake{Tenant: tenant, Agent: agentName, Channel: channel, ChatKey: chat})
+	b.cfg.Metrics.Woke(tenant, agentName, err)
+	return err
 }
 
 func (b *Backend) stop(ctx context.Context, tenant, agentName, channel, chat string) bool {

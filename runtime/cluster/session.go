@@ -171,6 +171,8 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		return err
 	}
 	defer func() { _ = svc.Close() }()
+	// The pod's bus and store calls are counted and timed.
+	mbus, mstore := opts.Metrics.Bus(svc.Bus), opts.Metrics.Store(svc.Store)
 	stateDir := env(EnvStateDir)
 	if stateDir == "" {
 		stateDir = filepath.Join(os.TempDir(), "picobot-"+pod)
@@ -200,7 +202,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	quotas := &quotasource.Source{Kube: kube, Namespace: tenant, Clock: clock.RealClock{}, Log: log}
 	_ = quotas.Refresh(ctx) // logged; no quota read is no budget yet
 	var built *agenthost.Built
-	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
+	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, Mode: agenthost.ModeCluster, Tenant: tenant, Store: mstore, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health, Metrics: opts.Metrics,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
@@ -259,7 +261,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	}
 	log.Info("Session runtime ready", "tenant", tenant, "agent", agentName, "pod", pod, "idleTimeout", idle)
 	runs := localrun.New(func(name string) (localrun.Agent, bool) { return cur.Load().RunTarget(), name == agentName })
-	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
+	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: mbus, Redis: svc.Redis, Store: mstore,
 		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, AuditRetention: auditRetention,
 		Stateless: func(ctx context.Context, req protocol.Stateless, stream bool, sink func(turn.Event)) (protocol.Outcome, error) {
 			ctx, timer := opts.Metrics.StartTurn(ctx, tenant, agentName)

@@ -319,6 +319,16 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	if opts.Metrics != nil {
+		// The runtime's store and bus calls are timed and counted; the
+		// caller's State keeps the bare ones.
+		metered := *state
+		if ms, ok := state.Store.(metrics.Stores); ok {
+			metered.Store = opts.Metrics.Store(ms)
+		}
+		metered.Bus = opts.Metrics.Bus(state.Bus)
+		state = &metered
+	}
 	st := state.Store
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &Runtime{opts: opts, state: state, agents: map[string]*agentRuntime{},

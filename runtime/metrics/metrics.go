@@ -83,6 +83,10 @@ type Metrics struct {
 	gwAuthFailures prometheus.Counter
 	gwRateLimited  *prometheus.CounterVec
 
+	bus   *busMetrics
+	store *storeMetrics
+	wakes *prometheus.CounterVec
+
 	toolsMu sync.Mutex
 	tools   map[string]struct{} // tool names given a label of their own
 }
@@ -143,8 +147,14 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			[]string{"reason"}),
 	}
 	m.frameIn, m.frameOut = m.gwFrames.WithLabelValues("in"), m.gwFrames.WithLabelValues("out")
+	m.bus, m.store = newBusMetrics(), newStoreMetrics()
+	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "session_wakes_total",
+		Help: "Chats this process woke a runtime for (a message for a chat no runtime served), by outcome: queued or error."},
+		[]string{"tenant", "agent", "outcome"})
 	cs := []prometheus.Collector{m.turns, m.turnSeconds, m.modelCalls, m.modelSeconds, m.modelTTFT, m.modelTokens, m.modelFallbacks,
-		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited}
+		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited, m.wakes}
+	cs = append(cs, m.bus.collectors()...)
+	cs = append(cs, m.store.collectors()...)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("failed to register PicoBot's metrics"), err)
@@ -218,6 +228,19 @@ func (m *Metrics) SessionStarted(tenant, agent string) (ended func()) {
 	g := m.sessions.WithLabelValues(tenant, agent)
 	g.Inc()
 	return g.Dec
+}
+
+// Woke counts a wake of agent's runtime for a chat; err is the wake's
+// failure (nil: queued).
+func (m *Metrics) Woke(tenant, agent string, err error) {
+	if m == nil {
+		return
+	}
+	outcome := "queued"
+	if err != nil {
+		outcome = "error"
+	}
+	m.wakes.WithLabelValues(tenant, agent, outcome).Inc()
 }
 
 // toolLabel bounds the tool label: a name the agent has no tool for is

@@ -101,14 +101,16 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	if !keys.WaitForSync(ctx) || !agents.WaitForCacheSync(ctx) {
 		return errors.Join(errors.New("stopped before the API-key and agent caches synced"), stopLoops(stop, loops))
 	}
-	backend := cluster.NewBackend(cluster.BackendConfig{Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store, Artifacts: svc.Artifacts,
-		Kube: agents, ReplyTimeout: *replyTimeout, Log: log})
 	// The metrics are served on their own listener (--metrics-addr), not
 	// behind the tenants' API keys: they span every tenant.
 	reg, met, err := newMetrics()
 	if err != nil {
 		return err
 	}
+	// The gateway's bus and store calls are counted and timed.
+	mbus, mstore := met.Bus(svc.Bus), met.Store(svc.Store)
+	backend := cluster.NewBackend(cluster.BackendConfig{Bus: mbus, Redis: svc.Redis, Store: mstore, Artifacts: svc.Artifacts,
+		Kube: agents, ReplyTimeout: *replyTimeout, Metrics: met, Log: log})
 	srv, err := gateway.NewServer(gateway.Config{Backend: backend, Auth: keys, UI: web.FS, Log: log,
 		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins), Metrics: met})
 	if err != nil {
