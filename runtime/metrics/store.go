@@ -30,7 +30,9 @@ func newStoreMetrics() *storeMetrics {
 	}
 }
 
-func (s *storeMetrics) collectors() []prometheus.Collector { return []prometheus.Collector{s.seconds, s.errors} }
+func (s *storeMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.seconds, s.errors}
+}
 
 // Stores are what a process's store implements: the Store and the cron and
 // task stores (both store implementations implement all three).
