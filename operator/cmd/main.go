@@ -19,6 +19,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/controller"
 	"github.com/picobot/picobot/operator/internal/deadletter"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
@@ -112,6 +113,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeRuntime()
+	om, err := opmetrics.New(metrics.Registry)
+	if err != nil {
+		return err
+	}
+	if rc != nil {
+		rc.Metrics = om
+	}
 	if err := controller.Setup(ctx, mgr, controller.Config{Catalog: policy.DefaultCatalog(), Concurrency: o.concurrency, Runtime: rc,
 		GatewayNamespace: o.gatewayNS}); err != nil {
 		return err
@@ -125,7 +133,7 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("failed to add the dead-letter gauge: %w", err)
 		}
 	}
-	closeScheduler, err := o.scheduler.setup(ctx, mgr, rc)
+	closeScheduler, err := o.scheduler.setup(ctx, mgr, rc, om)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/controller"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	opscheduler "github.com/picobot/picobot/operator/internal/scheduler"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/scheduler"
@@ -39,7 +40,7 @@ func (s *schedulerOptions) bindFlags(fs *flag.FlagSet) {
 
 // setup adds the scheduler Runnable to mgr when it is enabled; the returned
 // function closes its store.
-func (s *schedulerOptions) setup(ctx context.Context, mgr ctrl.Manager, rc *controller.RuntimeConfig) (func(), error) {
+func (s *schedulerOptions) setup(ctx context.Context, mgr ctrl.Manager, rc *controller.RuntimeConfig, om *opmetrics.Metrics) (func(), error) {
 	if !s.enabled || s.postgresURL == "" {
 		ctrl.Log.Info("CronJob scheduler is off", "enabled", s.enabled, "postgres", s.postgresURL != "")
 		return func() {}, nil
@@ -57,7 +58,7 @@ func (s *schedulerOptions) setup(ctx context.Context, mgr ctrl.Manager, rc *cont
 		deliverer = wake.RunNotices{Bus: rc.Bus, Redis: rc.Redis, Owner: channelOwner(mgr.GetClient())}
 	}
 	_, err = opscheduler.Add(mgr, opscheduler.Config{Store: st, Runner: runner, Deliverer: deliverer, Maintenance: s.maintenance,
-		MaintenanceTZ: s.maintenanceTZ})
+		MaintenanceTZ: s.maintenanceTZ, Metrics: om})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
