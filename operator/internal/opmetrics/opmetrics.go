@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/store"
 )
 
@@ -44,7 +45,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"namespace", "outcome"}),
 		cronLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "picobot_cron_fire_lag_seconds",
 			Help:    "Time from a CronJob run's scheduled tick to its start.",
-			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800}}, []string{"namespace"}),
+			Buckets: metrics.CronLagBuckets}, []string{"namespace"}),
 	}
 	for _, c := range []prometheus.Collector{m.poolPods, m.podsCreated, m.podsReaped, m.poolMisses, m.cronRuns, m.cronLag} {
 		if err := reg.Register(c); err != nil {
