@@ -55,7 +55,8 @@ type Recorder struct {
 type actorKey struct{}
 
 // WithActor returns ctx whose tool calls are recorded as made for actor
-// ("key:<id>", "<channel>:<user>", "agent:<name>", "channel:<name>").
+// ("key:<id>", "<channel>:<user>", "agent:<name>", "cron:<job>",
+// "channel:<name>"; see store.AuditRecord.Actor).
 func WithActor(ctx context.Context, actor string) context.Context {
 	return context.WithValue(ctx, actorKey{}, actor)
 }

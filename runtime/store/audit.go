@@ -29,8 +29,9 @@ type AuditRecord struct {
 	ID string `json:"id"`
 	// Actor is who the turn acted for as far as the runtime knows it: the
 	// API key ("key:<id>"), a chat platform's user ("<channel>:<user>"),
-	// the agent that delegated the run ("agent:<name>"), a schedule
-	// ("cron"); "" when unknown.
+	// the agent that delegated the run ("agent:<name>"), a CronJob
+	// ("cron:<namespace>/<name>"), else the chat's channel
+	// ("channel:<name>"); "" when unknown.
 	Actor     string `json:"actor"`
 	Agent     string `json:"agent"`
 	SessionID string `json:"session_id"`
