@@ -89,20 +89,36 @@ func StartPrometheus(tb testing.TB, targets ...ScrapeTarget) *Prometheus {
 		}
 	})
 	p := &Prometheus{URL: "http://" + addr}
-	deadline := time.Now().Add(60 * time.Second)
+	wait, stop := context.WithTimeout(context.Background(), 60*time.Second)
+	defer stop()
 	for {
-		resp, err := http.Get(p.URL + "/-/ready") //nolint:noctx // a loopback probe bounded by the deadline
+		err := p.ready(wait)
 		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
+			return p
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-wait.Done():
 			tb.Fatalf("Prometheus did not become ready: %v\n%s", err, logs.String())
+		case <-time.After(200 * time.Millisecond):
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// ready asks Prometheus whether it serves queries.
+func (p *Prometheus) ready(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/-/ready", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("not ready: %s", resp.Status)
+	}
+	return nil
 }
 
 // Sample is one series of an instant query's answer.
