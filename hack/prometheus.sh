@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Builds Prometheus (cmd/prometheus) from its Go module, caches the binary outside
 # the clone keyed by version, and prints its path. The e2e test that scrapes
-# PicoBot's /metrics with a real Prometheus (test/e2e/prometheus_test.go) runs it.
+# PicoBot's /metrics with a real Prometheus (test/e2e/embedded/prometheus_test.go) runs it.
 #
 #   hack/prometheus.sh             # build if missing, print the binary's path
 #
 # Built with the remove_all_sd tag: no service discovery plugin (Kubernetes,
 # the clouds, Consul, ...), only static scrape configs, which is what the tests
-# use and a fraction of the build (the full cmd/prometheus had not finished
-# after 50 minutes at -p=1 on a loaded 2-core machine). The web UI's assets are
+# use, and less to build (the full cmd/prometheus had not finished
+# after 50 minutes at -p=1 on a loaded 2-core machine; this one took 24.5,
+# docs/metrics.md). The web UI's assets are
 # not built in (no builtinassets tag): the HTTP API works without them.
 set -euo pipefail
 
