@@ -19,6 +19,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/controller"
 	"github.com/picobot/picobot/operator/internal/deadletter"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
@@ -114,6 +115,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeRuntime()
+	om, err := opmetrics.New(metrics.Registry)
+	if err != nil {
+		return err
+	}
+	if rc != nil {
+		rc.Metrics = om
+	}
 	st, err := o.scheduler.openStore(ctx)
 	if err != nil {
 		return err
@@ -136,7 +144,7 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("failed to add the dead-letter gauge: %w", err)
 		}
 	}
-	if err := o.scheduler.setup(mgr, rc, st); err != nil {
+	if err := o.scheduler.setup(mgr, rc, st, om); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

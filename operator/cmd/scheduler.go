@@ -13,6 +13,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/operator/internal/controller"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	opscheduler "github.com/picobot/picobot/operator/internal/scheduler"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/scheduler"
@@ -52,7 +53,7 @@ func (s *schedulerOptions) openStore(ctx context.Context) (*postgres.Store, erro
 
 // setup adds the scheduler Runnable to mgr when it is enabled and st (the
 // store of --postgres-url) is set.
-func (s *schedulerOptions) setup(mgr ctrl.Manager, rc *controller.RuntimeConfig, st *postgres.Store) error {
+func (s *schedulerOptions) setup(mgr ctrl.Manager, rc *controller.RuntimeConfig, st *postgres.Store, om *opmetrics.Metrics) error {
 	if !s.enabled || st == nil {
 		ctrl.Log.Info("CronJob scheduler is off", "enabled", s.enabled, "postgres", st != nil)
 		return nil
@@ -66,7 +67,7 @@ func (s *schedulerOptions) setup(mgr ctrl.Manager, rc *controller.RuntimeConfig,
 		deliverer = wake.RunNotices{Bus: rc.Bus, Redis: rc.Redis, Owner: channelOwner(mgr.GetClient())}
 	}
 	_, err := opscheduler.Add(mgr, opscheduler.Config{Store: st, Runner: runner, Deliverer: deliverer, Maintenance: s.maintenance,
-		MaintenanceTZ: s.maintenanceTZ})
+		MaintenanceTZ: s.maintenanceTZ, Metrics: om})
 	return err
 }
 

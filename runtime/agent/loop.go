@@ -52,6 +52,19 @@ type Loop struct {
 	// Observer is told of every tool call the loop runs (metrics).
 	// Optional.
 	Observer ToolObserver
+	// Auditor records every tool call the loop runs (the audit log,
+	// package audit). Optional.
+	Auditor ToolAuditor
+}
+
+// ToolAuditor records the tool calls of turns (package audit implements
+// it). It is called on the goroutine of the call, concurrently for a
+// concurrent batch.
+type ToolAuditor interface {
+	// ToolCall is called as call starts, with the turn's environment
+	// (agent, session); done is called with whether its result is an
+	// error, before the model sees it.
+	ToolCall(ctx context.Context, env tool.Env, call llm.ToolCall) (done func(isError bool))
 }
 
 // ToolObserver is told of the tool calls of turns (package metrics
@@ -428,17 +441,28 @@ func (l *Loop) runTools(ctx context.Context, reg *tool.Registry, env tool.Env, c
 	return nil
 }
 
-// execute runs one call, told to the Observer.
+// execute runs one call, told to the Observer and the Auditor.
 func (l *Loop) execute(ctx context.Context, reg *tool.Registry, env tool.Env, c llm.ToolCall) tool.Result {
-	if l.Observer == nil {
+	if l.Observer == nil && l.Auditor == nil {
 		return reg.Execute(ctx, env, c)
 	}
-	name := c.Name
-	if _, ok := reg.Get(name); !ok {
-		name = ""
+	var observed, audited func(bool)
+	if l.Observer != nil {
+		name := c.Name
+		if _, ok := reg.Get(name); !ok {
+			name = ""
+		}
+		observed = l.Observer.ToolStarted(ctx, name)
 	}
-	done := l.Observer.ToolStarted(ctx, name)
+	if l.Auditor != nil {
+		audited = l.Auditor.ToolCall(ctx, env, c)
+	}
 	r := reg.Execute(ctx, env, c)
-	done(r.IsError)
+	if observed != nil {
+		observed(r.IsError)
+	}
+	if audited != nil {
+		audited(r.IsError)
+	}
 	return r
 }

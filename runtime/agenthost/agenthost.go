@@ -25,6 +25,7 @@ import (
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/artifact"
+	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
@@ -747,6 +748,14 @@ func (h *Host) session(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveMod
 	loop := &agent.Loop{Provider: prov, Tools: reg, Compressor: comp}
 	if t := h.Metrics.Tools(h.Tenant, a.Name); t != nil {
 		loop.Observer = t
+	}
+	if h.Store != nil {
+		// Every tool call goes to the tenant's audit log.
+		var clk clock.PassiveClock
+		if h.Clock != nil {
+			clk = h.Clock
+		}
+		loop.Auditor = &audit.Recorder{Store: h.Store, Tenant: h.Tenant, Clock: clk, Log: h.Log}
 	}
 	ws := filepath.Join(h.StateDir, "workspaces")
 	var signals session.SignalSource

@@ -61,7 +61,8 @@ type BackendConfig struct {
 	// Admitter counts the tenants' messages against their caps, across
 	// the gateway's replicas (quota.RedisAdmitter); nil admits all.
 	Admitter quota.Admitter
-	// Metrics counts the messages refused for the caps; nil counts none.
+	// Metrics counts the messages refused for the caps and the wakes of
+	// runtimes; nil records nothing.
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
 }
@@ -200,7 +201,7 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		return gateway.Outcome{}, err
 	}
 	defer func() { _ = ps.Close() }()
-	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text, Files: s.Files})
+	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: msgID, Channel: channel, ChatKey: chat, Text: s.Text, Files: s.Files, Actor: gateway.ActorFrom(ctx)})
 	if err != nil {
 		return gateway.Outcome{}, err
 	}
@@ -366,7 +367,9 @@ func (b *Backend) ensureRuntime(ctx context.Context, tenant, agentName, channel,
 	if owned {
 		return nil
 	}
-	return wake.Publish(ctx, b.cfg.Bus, Wake{Tenant: tenant, Agent: agentName, Channel: channel, ChatKey: chat})
+	err = wake.Publish(ctx, b.cfg.Bus, Wake{Tenant: tenant, Agent: agentName, Channel: channel, ChatKey: chat})
+	b.cfg.Metrics.Woke(tenant, agentName, err)
+	return err
 }
 
 func (b *Backend) stop(ctx context.Context, tenant, agentName, channel, chat string) bool {
@@ -508,7 +511,7 @@ func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbo
 			Text: "Sorry, I could not answer: " + err.Error()})
 	}
 	id := in.Channel + "/" + in.ChatID + "/" + in.MessageID
-	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: id, Channel: in.Channel, ChatKey: chat, Text: in.Text})
+	payload, err := protocol.EncodeInbound(protocol.Inbound{ID: id, Channel: in.Channel, ChatKey: chat, Text: in.Text, Actor: senderActor(in)})
 	if err != nil {
 		return err
 	}
@@ -516,4 +519,14 @@ func (b *Backend) Inbound(ctx context.Context, agentName string, in channel.Inbo
 		return fmt.Errorf("failed to queue message: %w", err)
 	}
 	return b.ensureRuntime(ctx, tenant, agentName, in.Channel, chat)
+}
+
+// senderActor is a chat platform's message's author as the audit log
+// records it: "<channel>:<user>", or the channel when the platform named
+// no user.
+func senderActor(in channel.Inbound) string {
+	if in.Sender == "" {
+		return "channel:" + in.Channel
+	}
+	return in.Channel + ":" + in.Sender
 }

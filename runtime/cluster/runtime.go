@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/metrics"
@@ -72,7 +73,11 @@ type RuntimeConfig struct {
 	Drain <-chan struct{}
 	// Metrics records the turns and the chat served; nil records nothing.
 	Metrics *metrics.Metrics
-	Log     *slog.Logger
+	// AuditRetention is how long the tenant's audit records are kept
+	// (audit.DefaultRetention when 0): a pod that served a chat deletes
+	// older ones before it exits.
+	AuditRetention time.Duration
+	Log            *slog.Logger
 }
 
 // Runtime is a session pod's main loop: wait as a warm pod for a wake, claim
@@ -160,6 +165,9 @@ func (r *Runtime) Run(ctx context.Context) error {
 			r.quiet()
 		default:
 			served, err := r.rt.Serve(ctx, sessionrt.Chat{Channel: w.Channel, Key: w.ChatKey})
+			if served {
+				r.sweepAudit(ctx)
+			}
 			if err != nil || served {
 				return err
 			}
@@ -265,6 +273,19 @@ func (r *Runtime) run(ctx context.Context, w Wake) {
 	b, _ := json.Marshal(out)
 	if err := r.cfg.Redis.Publish(context.WithoutCancel(ctx), wake.RunResultChannel(r.cfg.Tenant, w.Run.RunID), b).Err(); err != nil {
 		r.cfg.Log.Error("Failed to publish the run's result", "run", w.Run.RunID, "err", err)
+	}
+}
+
+// sweepAudit deletes the tenant's audit records past the retention. Pods
+// that served a chat do it as they exit: no other process of a tenant
+// holds its credentials, and the delete walks an index, so it is cheap
+// enough to repeat.
+func (r *Runtime) sweepAudit(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	sw := audit.Sweeper{Store: r.cfg.Store, Retention: r.cfg.AuditRetention, Log: r.cfg.Log}
+	if _, err := sw.Sweep(sctx, r.cfg.Tenant); err != nil {
+		r.cfg.Log.Warn("Failed to delete audit records past their retention", "err", err)
 	}
 }
 

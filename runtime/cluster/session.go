@@ -25,6 +25,7 @@ import (
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/cluster/agentsource"
 	"github.com/picobot/picobot/runtime/cluster/quotasource"
 	"github.com/picobot/picobot/runtime/health"
@@ -51,6 +52,10 @@ const (
 	// turn finish (DefaultShutdownGrace); keep it under the pod's
 	// terminationGracePeriodSeconds.
 	EnvShutdownGrace = "PICOBOT_SHUTDOWN_GRACE"
+	// EnvAuditRetention is how long the tenant's audit records of tool
+	// calls are kept (audit.DefaultRetention); a pod that served a chat
+	// deletes older ones before it exits.
+	EnvAuditRetention = "PICOBOT_AUDIT_RETENTION"
 )
 
 // DefaultShutdownGrace is EnvShutdownGrace's default: the session pod's
@@ -128,6 +133,10 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	if err != nil {
 		return err
 	}
+	auditRetention, err := durationEnv(env, EnvAuditRetention, audit.DefaultRetention)
+	if err != nil {
+		return err
+	}
 	if limit, ok := memoryLimit(env, os.ReadFile); ok {
 		debug.SetMemoryLimit(limit)
 		log.Info("Set the Go soft memory limit from the container's limit", "bytes", limit)
@@ -162,6 +171,8 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		return err
 	}
 	defer func() { _ = svc.Close() }()
+	// The pod's bus and store calls are counted and timed.
+	mbus, mstore := opts.Metrics.Bus(svc.Bus), opts.Metrics.Store(svc.Store)
 	stateDir := env(EnvStateDir)
 	if stateDir == "" {
 		stateDir = filepath.Join(os.TempDir(), "picobot-"+pod)
@@ -192,7 +203,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	_ = quotas.Refresh(ctx) // logged; no quota read is no budget yet
 	var built *agenthost.Built
 	delegates := &Delegates{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Kube: kube, Log: log}
-	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, Mode: agenthost.ModeCluster, Tenant: tenant, Store: svc.Store, Artifacts: svc.Artifacts,
+	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, Mode: agenthost.ModeCluster, Tenant: tenant, Store: mstore, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health, Metrics: opts.Metrics,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
@@ -252,8 +263,8 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	}
 	log.Info("Session runtime ready", "tenant", tenant, "agent", agentName, "pod", pod, "idleTimeout", idle)
 	runs := localrun.New(func(name string) (localrun.Agent, bool) { return cur.Load().RunTarget(), name == agentName })
-	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store,
-		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs,
+	rt := NewRuntime(RuntimeConfig{Tenant: tenant, Agent: agentName, Pod: pod, Bus: mbus, Redis: svc.Redis, Store: mstore,
+		Manager: built.Manager, IdleTimeout: idle, LeaseTTL: ttl, Runs: runs, AuditRetention: auditRetention,
 		Stateless: func(ctx context.Context, req protocol.Stateless, stream bool, sink func(turn.Event)) (protocol.Outcome, error) {
 			ctx, timer := opts.Metrics.StartTurn(ctx, tenant, agentName)
 			out, err := cur.Load().Complete(ctx, req, stream, sink)

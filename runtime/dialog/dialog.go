@@ -220,6 +220,17 @@ func (s Service) Usage(ctx context.Context, f store.UsageFilter) ([]store.UsageD
 	return days, t, nil
 }
 
+// Audit returns the tenant's audit records of tool calls matching f,
+// newest first.
+func (s Service) Audit(ctx context.Context, f store.AuditFilter) ([]store.AuditRecord, error) {
+	if s.Tenant != nil {
+		if err := s.Tenant(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s.Store.ListAudit(ctx, f)
+}
+
 // live returns the agent's manager and a dialog of the chat that exists and
 // is not deleted.
 func (s Service) live(ctx context.Context, c protocol.Chat, dialogID string) (*session.Manager, session.ID, error) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
@@ -78,9 +79,14 @@ func (r *Runtime) resumeBackground() {
 	})
 }
 
-// sweepRuns deletes every tenant's ended runs past their retention.
+// sweepRuns deletes every tenant's ended runs and audit records past
+// their retention.
 func (r *Runtime) sweepRuns() {
+	sw := audit.Sweeper{Store: r.state.Store, Retention: r.opts.AuditRetention, Clock: r.opts.Clock, Log: r.log}
 	for _, t := range r.Tenants() {
+		if _, err := sw.Sweep(r.ctx, t); err != nil {
+			r.log.Error("Could not delete old audit records", "tenant", t, "err", err)
+		}
 		if n, err := r.background.Sweep(store.WithTenant(r.ctx, t)); err != nil {
 			r.log.Error("Could not delete old delegate runs", "tenant", t, "err", err)
 		} else if n > 0 {

@@ -733,8 +733,9 @@ func parseChat(session string) (string, error) {
 	return chat, nil
 }
 
-// TestRunRetention: ended runs with their completion delivered are kept for
-// the retention and deleted at the next start past it.
+// TestRunRetention: ended runs with their completion delivered, and the
+// audit records of tool calls, are kept for their retention and deleted at
+// the next start past it.
 func TestRunRetention(t *testing.T) {
 	g := NewWithT(t)
 	e := startBackground(t, func(agent string, req fakellm.Recorded) fakellm.Turn {
@@ -750,12 +751,20 @@ func TestRunRetention(t *testing.T) {
 	e.send(e.a, "retention", "Go")
 	e.waitDelivered(tenantA, 1)
 	e.stop()
-	e.start() // the default retention, 24 h
+	e.start() // the default retentions, 24 h and 30 days
 	g.Expect(e.runs(tenantA, store.AgentRunFilter{})).To(HaveLen(1), "kept within the retention")
+	audited := func() []store.AuditRecord {
+		recs, err := e.st.ListAudit(tenantOf(tenantA), store.AuditFilter{Tool: "delegate"})
+		g.Expect(err).NotTo(HaveOccurred())
+		return recs
+	}
+	g.Expect(audited()).To(ConsistOf(And(HaveField("Agent", "assistant"), HaveField("Actor", "key:a"), HaveField("Outcome", store.AuditOK))),
+		"the delegate call is in the audit log")
 	e.stop()
-	e.opts.RunRetention = time.Nanosecond
+	e.opts.RunRetention, e.opts.AuditRetention = time.Nanosecond, time.Nanosecond
 	e.start()
 	g.Expect(e.runs(tenantA, store.AgentRunFilter{})).To(BeEmpty(), "deleted past the retention")
+	g.Expect(audited()).To(BeEmpty(), "audit records deleted past their retention")
 }
 
 // fanOut50 is the model of a turn that starts 50 background runs at once:

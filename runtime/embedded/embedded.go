@@ -99,6 +99,10 @@ type Options struct {
 	// RunRetention is how long ended delegate runs are kept
 	// (delegate.DefaultRetention when 0).
 	RunRetention time.Duration
+	// AuditRetention is how long the audit records of tool calls are kept
+	// (audit.DefaultRetention when 0); they are deleted with the ended
+	// runs, at start and every hour.
+	AuditRetention time.Duration
 	// WarmSandbox configures the warm sandboxes the shell tools' programs
 	// start from, one per session workspace (package warm; defaults when
 	// zero, off with a negative Max).
@@ -318,6 +322,16 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		if state, err = OpenState(ctx, opts.StateDir); err != nil {
 			return nil, err
 		}
+	}
+	if opts.Metrics != nil {
+		// The runtime's store and bus calls are timed and counted; the
+		// caller's State keeps the bare ones.
+		metered := *state
+		if ms, ok := state.Store.(metrics.Stores); ok {
+			metered.Store = opts.Metrics.Store(ms)
+		}
+		metered.Bus = opts.Metrics.Bus(state.Bus)
+		state = &metered
 	}
 	st := state.Store
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -611,7 +625,7 @@ func (r *Runtime) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	if first {
 		// A message id sent again while its first sending waits is not
 		// queued again: both wait for the one turn.
-		if err := r.queue(ctx, ta, chat, protocol.Inbound{ID: id, Channel: chat.Channel, ChatKey: chat.Key, Text: s.Text, Files: s.Files}); err != nil {
+		if err := r.queue(ctx, ta, chat, protocol.Inbound{ID: id, Channel: chat.Channel, ChatKey: chat.Key, Text: s.Text, Files: s.Files, Actor: gateway.ActorFrom(ctx)}); err != nil {
 			w.finish(result{err: err})
 		}
 	}

@@ -59,6 +59,7 @@ func (r *Runtime) wake(ta *tenantAgent, c sessionrt.Chat) {
 	if ok, _ := (owner{r, ta}).Acquire(r.ctx, c); !ok {
 		return
 	}
+	r.opts.Metrics.Woke(ta.tenant, ta.agent, nil)
 	r.wg.Go(func() {
 		if _, err := ta.rt.Serve(r.ctx, c); err != nil && r.ctx.Err() == nil {
 			r.log.Error("Serving a chat failed", "tenant", ta.tenant, "chat", c.Key, "err", err)

@@ -34,6 +34,18 @@ type Authenticator interface {
 	Authenticate(r *http.Request, token string) (Principal, error)
 }
 
+// Actor is the principal as the audit log records who a turn acted for.
+func (p Principal) Actor() string { return "key:" + p.KeyID }
+
+// ActorFrom is the actor of an authenticated request's context, "" when
+// it has no principal.
+func ActorFrom(ctx context.Context) string {
+	if p, ok := PrincipalFrom(ctx); ok {
+		return p.Actor()
+	}
+	return ""
+}
+
 type principalKey struct{}
 
 // WithPrincipal returns ctx carrying p.

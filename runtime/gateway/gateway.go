@@ -112,6 +112,9 @@ type Backend interface {
 	// Usage returns the tenant's model use per agent and day in f's range,
 	// and its totals of today and this month.
 	Usage(ctx context.Context, f store.UsageFilter) ([]store.UsageDay, store.UsageTotals, error)
+	// Audit returns the tenant's audit records of tool calls matching f,
+	// newest first.
+	Audit(ctx context.Context, f store.AuditFilter) ([]store.AuditRecord, error)
 	// Health reports the runtime's health service (no tenant in ctx:
 	// probes): the report the health tool, /health and `picobot health`
 	// show too.
@@ -334,6 +337,7 @@ func (s *Server) routes() {
 	api("GET /api/v1/usage", s.usage)
 	api("GET /api/v1/runs/{id}", s.runCard)
 	api("POST /api/v1/runs/{id}/cancel", s.cancelRun)
+	api("GET /api/v1/audit", s.audit)
 	api("GET /api/v1/dialogs", s.listDialogs)
 	api("GET /api/v1/search", s.search)
 	api("GET /api/v1/config/agents/{agent}", s.agentConfig)

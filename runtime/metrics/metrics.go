@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/store"
 )
 
 // Namespace prefixes every metric name.
@@ -85,6 +86,14 @@ type Metrics struct {
 	gwAuthFailures prometheus.Counter
 	gwRateLimited  *prometheus.CounterVec
 	gwQuotaRefused *prometheus.CounterVec
+
+	bus   *busMetrics
+	store *storeMetrics
+	wakes *prometheus.CounterVec
+	// cronRuns and cronLag are the scheduler's in embedded mode (the
+	// operator has its own, package opmetrics, of the same names).
+	cronRuns *prometheus.CounterVec
+	cronLag  *prometheus.HistogramVec
 
 	toolsMu sync.Mutex
 	tools   map[string]struct{} // tool names given a label of their own
@@ -152,8 +161,19 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			[]string{"reason"}),
 	}
 	m.frameIn, m.frameOut = m.gwFrames.WithLabelValues("in"), m.gwFrames.WithLabelValues("out")
+	m.bus, m.store = newBusMetrics(), newStoreMetrics()
+	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "session_wakes_total",
+		Help: "Chats this process woke a runtime for (a message for a chat no runtime served), by outcome: queued or error."},
+		[]string{"tenant", "agent", "outcome"})
+	m.cronRuns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picobot_cron_runs_total",
+		Help: "Finished CronJob runs by recorded outcome: ok, alert, failed, refused or skipped (a missed tick the missed-run policy did not run)."},
+		[]string{"namespace", "outcome"})
+	m.cronLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "picobot_cron_fire_lag_seconds",
+		Help: "Time from a CronJob run's scheduled tick to its start.", Buckets: CronLagBuckets}, []string{"namespace"})
 	cs := []prometheus.Collector{m.turns, m.turnSeconds, m.modelCalls, m.modelSeconds, m.modelTTFT, m.modelTokens, m.modelCost, m.modelFallbacks,
-		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited, m.gwQuotaRefused}
+		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited, m.gwQuotaRefused, m.wakes, m.cronRuns, m.cronLag}
+	cs = append(cs, m.bus.collectors()...)
+	cs = append(cs, m.store.collectors()...)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("failed to register PicoBot's metrics"), err)
@@ -227,6 +247,38 @@ func (m *Metrics) SessionStarted(tenant, agent string) (ended func()) {
 	g := m.sessions.WithLabelValues(tenant, agent)
 	g.Inc()
 	return g.Dec
+}
+
+// Woke counts a wake of agent's runtime for a chat; err is the wake's
+// failure (nil: queued).
+func (m *Metrics) Woke(tenant, agent string, err error) {
+	if m == nil {
+		return
+	}
+	outcome := "queued"
+	if err != nil {
+		outcome = "error"
+	}
+	m.wakes.WithLabelValues(tenant, agent, outcome).Inc()
+}
+
+// CronLagBuckets are the buckets of picobot_cron_fire_lag_seconds.
+var CronLagBuckets = []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800}
+
+// CronRunDone records a finished CronJob run of namespace (the scheduler's
+// OnRunDone): its outcome and, when it started, its lag behind its tick.
+func (m *Metrics) CronRunDone(namespace string, run store.DetailedCronRun) {
+	if m == nil {
+		return
+	}
+	outcome := string(run.Outcome)
+	if outcome == "" {
+		outcome = "unknown"
+	}
+	m.cronRuns.WithLabelValues(namespace, outcome).Inc()
+	if run.StartedAt != nil {
+		m.cronLag.WithLabelValues(namespace).Observe(max(run.StartedAt.Sub(run.ScheduledTime), 0).Seconds())
+	}
 }
 
 // toolLabel bounds the tool label: a name the agent has no tool for is

@@ -175,6 +175,21 @@ func TestTurnsOverOpenAI(t *testing.T) {
 	g.Expect(value(fams, "picobot_gateway_auth_failures_total", nil)).To(Equal(1.0))
 	g.Expect(value(fams, "picobot_gateway_rate_limited_total", nil)).To(Equal(-1.0))
 
+	// The bus carried the three messages (and the chat's wake); the store
+	// timed the turns' writes, one audit record per tool call.
+	chat := lbl("tenant", "default", "stream", "chat")
+	g.Expect(value(fams, "picobot_bus_published_total", chat)).To(Equal(3.0))
+	g.Expect(value(fams, "picobot_bus_consumed_total", chat)).To(Equal(3.0))
+	g.Expect(value(fams, "picobot_bus_consumer_lag_seconds", chat)).To(Equal(3.0))
+	g.Expect(value(fams, "picobot_bus_errors_total", nil)).To(Equal(-1.0))
+	g.Expect(value(fams, "picobot_session_wakes_total", with("outcome", "queued"))).To(BeNumerically(">=", 1))
+	g.Expect(value(fams, "picobot_store_operation_duration_seconds", lbl("operation", "AppendAudit"))).To(Equal(2.0))
+	g.Expect(value(fams, "picobot_store_operation_duration_seconds", lbl("operation", "AppendMessages"))).To(BeNumerically(">=", 3))
+	g.Eventually(func() []float64 {
+		_, fams := scrape(t, env.URL, apiKey)
+		return []float64{value(fams, "picobot_bus_acked_total", chat), value(fams, "picobot_bus_pending_entries", chat)}
+	}).Should(Equal([]float64{3, 0}), "each message acked once its turn is stored")
+
 	// No label value is a session id or user text.
 	for name, f := range fams {
 		for _, met := range f.GetMetric() {

@@ -54,6 +54,10 @@ type Inbound struct {
 	// message carries their references, never their bytes. A reader older
 	// than the field answers the text alone.
 	Files []File `json:"files,omitempty"`
+	// Actor is who the message came from as the gateway knows it (the
+	// API key "key:<id>", a chat platform's user "<channel>:<user>"),
+	// for the audit log of the turn's tool calls; "" when unknown.
+	Actor string `json:"actor,omitempty"`
 }
 
 // File is a file attached to a user message: an artifact of the tenant.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/logctx"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/turn"
@@ -206,7 +207,7 @@ func (m *Meter) Check(ctx context.Context) error {
 	}
 	if key, why := b.SoftLimit(t, now); key != "" {
 		if _, seen := m.soft.LoadOrStore(tenant+"/"+key, struct{}{}); !seen && m.claimSoft(ctx, tenant, key, now) {
-			m.Log.Warn("Model budget soft limit reached", "tenant", tenant, "agent", m.Agent, "limit", why)
+			logctx.From(ctx, m.Log).Warn("Model budget soft limit reached", "tenant", tenant, "agent", m.Agent, "limit", why)
 			turn.Notify(ctx, "Model budget: "+why+"; calls stop when it is spent.")
 		}
 	}
@@ -229,7 +230,7 @@ func (m *Meter) claimSoft(ctx context.Context, tenant, key string, now time.Time
 // Add records usage of the agent now.
 func (m *Meter) Add(ctx context.Context, c store.UsageCounts) {
 	if err := m.Store.AddUsage(m.ctx(ctx, m.tenant(ctx)), store.UsageDelta{Agent: m.Agent, Day: m.Clock.Now(), UsageCounts: c}); err != nil {
-		m.Log.Warn("Failed to record usage", "agent", m.Agent, "err", err)
+		logctx.From(ctx, m.Log).Warn("Failed to record usage", "agent", m.Agent, "err", err)
 	}
 }
 

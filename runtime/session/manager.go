@@ -15,6 +15,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/logctx"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/turn"
@@ -269,6 +270,7 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
+	ctx = logctx.Add(ctx, "session", id.String())
 	if in.MessageID == "" {
 		in.MessageID = "m_" + NewDialogID()[2:] + fmt.Sprint(m.cfg.Clock.Now().UnixNano())
 	}

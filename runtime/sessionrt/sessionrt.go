@@ -33,8 +33,10 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/approval"
+	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/logctx"
 	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
@@ -330,7 +332,7 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 			if ctx.Err() != nil {
 				return once, ctx.Err()
 			}
-			r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, r.coded(c, err))
+			r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, r.coded(r.cfg.Log.With("channel", c.Channel, "chat", c.Key), err))
 			return once, nil
 		}
 		defer func() {
@@ -341,6 +343,11 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 		}()
 	}
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
+	tctx = audit.WithActor(tctx, actorOf(c, in))
+	// Every line the turn logs names its tenant, agent (r.cfg.Log), chat
+	// and turn; the session manager adds the session.
+	tlog := r.cfg.Log.With("channel", c.Channel, "chat", c.Key, "turn", m.ID)
+	tctx = logctx.With(tctx, tlog)
 	tctx, timer := r.cfg.Metrics.StartTurn(tctx, r.cfg.Tenant, r.cfg.Agent)
 	if at, ok := m.QueuedTime(); ok && m.Deliveries <= 1 {
 		// A message handed over again waited for a crashed owner, not
@@ -356,17 +363,33 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 		return once, ctx.Err()
 	}
 	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate, Failed: reply.Failed}
-	ce := r.coded(c, err)
+	if reply.SessionID != "" {
+		tlog = tlog.With("session", reply.SessionID)
+	}
+	ce := r.coded(tlog, err)
 	if reply.Command == "" {
 		// A slash command is no model turn.
 		timer.End(outcome(ce))
 	}
-	r.recordFailure(ctx, reply.SessionID, m.ID, ce)
+	r.recordFailure(logctx.With(ctx, tlog), reply.SessionID, m.ID, ce)
 	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, ce)
 	// One line per turn (never its text): what `kubectl logs` of a session
 	// pod shows of the work it did.
 	r.cfg.Log.Info("Turn done", "chat", c.Key, "id", m.ID, "session", reply.SessionID, "outcome", outcome(ce))
 	return once, nil
+}
+
+// actorOf is who a message's turn acts for in the audit log: as the
+// gateway knew it, else the agent that delegated the task, else the chat's
+// channel (a schedule's, a webhook's).
+func actorOf(c Chat, in protocol.Inbound) string {
+	switch {
+	case in.Actor != "":
+		return in.Actor
+	case in.Delegation != nil:
+		return "agent:" + in.Delegation.ParentAgent
+	}
+	return "channel:" + c.Channel
 }
 
 // Outcome is the outcome label of a turn that ended with err (nil: ok) in
@@ -402,7 +425,7 @@ func (r *Runtime) recordFailure(ctx context.Context, sessionID, msgID string, ce
 	}
 	e := store.TurnError{SessionID: sessionID, MessageID: msgID, Code: ce.Code, Message: msg}
 	if err := r.cfg.Store.PutTurnError(store.WithTenant(context.WithoutCancel(ctx), r.cfg.Tenant), e); err != nil {
-		r.cfg.Log.Warn("Failed to record a turn's error", "session", sessionID, "id", msgID, "err", err)
+		logctx.From(ctx, r.cfg.Log).Warn("Failed to record a turn's error", "session", sessionID, "err", err)
 	}
 }
 
@@ -457,7 +480,7 @@ func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID 
 		case errors.Is(err, store.ErrUnavailable):
 			backoff = NextBackoff(backoff)
 			wait = backoff
-			r.cfg.Log.Warn("Store unavailable; retrying the message", "id", msgID, "err", err, "backoff", wait)
+			logctx.From(ctx, r.cfg.Log).Warn("Store unavailable; retrying the message", "err", err, "backoff", wait)
 		}
 		if wait <= 0 || !Sleep(ctx, wait) {
 			return reply, err
@@ -478,11 +501,11 @@ func uploads(files []protocol.File) []session.Upload {
 }
 
 // coded maps a turn's error to the protocol (Coded) and logs an internal
-// fault.
-func (r *Runtime) coded(c Chat, err error) *protocol.CodedError {
+// fault with the turn's logger.
+func (r *Runtime) coded(log *slog.Logger, err error) *protocol.CodedError {
 	ce, known := Coded(err)
 	if !known {
-		r.cfg.Log.Error("Turn failed", "channel", c.Channel, "chat", c.Key, "err", err)
+		log.Error("Turn failed", "err", err)
 	}
 	return ce
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +26,7 @@ import (
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
 	"github.com/picobot/picobot/runtime/turn"
+	"github.com/picobot/picobot/test/logbuf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -126,6 +130,8 @@ type fixture struct {
 	chat  Chat
 	ctx   context.Context
 	stopC context.CancelFunc
+	// logs holds what the runtime logged, as JSON lines.
+	logs *logbuf.Buffer
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -143,9 +149,10 @@ func newFixture(t *testing.T) *fixture {
 	m := session.NewManager(session.Config{Store: st, Loop: &agent.Loop{Provider: p}, Agent: "assistant",
 		Timeline: session.StoreTimeline{Store: st}, Holder: "pod-a"})
 	f := &fixture{llm: s, bus: b, st: st, own: &owner{held: map[Chat]bool{}}, rep: newReporter(),
-		chat: Chat{Channel: protocol.ChannelWeb, Key: "assistant/u1"}}
+		chat: Chat{Channel: protocol.ChannelWeb, Key: "assistant/u1"}, logs: &logbuf.Buffer{}}
 	f.rt = New(Config{Tenant: "team-a", Agent: "assistant", Consumer: "pod-a", Bus: b, Store: st, Manager: m,
-		Owner: f.own, Reporter: f.rep, IdleTimeout: 50 * time.Millisecond, Block: 10 * time.Millisecond})
+		Owner: f.own, Reporter: f.rep, IdleTimeout: 50 * time.Millisecond, Block: 10 * time.Millisecond,
+		Log: slog.New(slog.NewJSONHandler(f.logs, nil))})
 	f.ctx, f.stopC = context.WithCancel(store.WithTenant(context.Background(), "team-a"))
 	t.Cleanup(f.stopC)
 	return f
@@ -338,9 +345,28 @@ func TestALostChatLeavesTheRunningMessageForTheNextOwner(t *testing.T) {
 	g.Expect(f.outcomes(t, 1)[0].Out.Text).To(Equal("finished by the next owner"))
 }
 
+// TestTurnLogLinesNameTheTurn: a turn that fails with an internal fault
+// logs it as JSON with the tenant, agent, channel, chat, turn and session.
+func TestTurnLogLinesNameTheTurn(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	f.llm.Script(fakellm.Turn{Status: http.StatusUnauthorized, ErrorBody: "bad key"})
+	f.queue(t, "m-log", "hello")
+	g.Expect(f.serve(t)).To(BeTrue())
+	g.Expect(f.outcomes(t, 1)[0].Code).To(Equal(protocol.CodeInternal))
+	var line map[string]any
+	for l := range strings.SplitSeq(f.logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"Turn failed"`) {
+			g.Expect(json.Unmarshal([]byte(l), &line)).To(Succeed())
+		}
+	}
+	g.Expect(line).To(And(HaveKeyWithValue("tenant", "team-a"), HaveKeyWithValue("agent", "assistant"),
+		HaveKeyWithValue("channel", protocol.ChannelWeb), HaveKeyWithValue("chat", "assistant/u1"), HaveKeyWithValue("turn", "m-log"),
+		HaveKeyWithValue("session", HavePrefix(protocol.ChannelWeb+":assistant/u1:"))), f.logs.String())
+}
+
 func TestCodedMapsTurnErrorsToProtocolCodes(t *testing.T) {
 	r := New(Config{})
-	c := Chat{Channel: "web", Key: "a/u"}
 	cases := []struct {
 		err      error
 		code     string
@@ -358,12 +384,12 @@ func TestCodedMapsTurnErrorsToProtocolCodes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.code, func(t *testing.T) {
 			g := NewWithT(t)
-			got := r.coded(c, tc.err)
+			got := r.coded(r.cfg.Log, tc.err)
 			g.Expect(got.Code).To(Equal(tc.code))
 			g.Expect(got.Error()).To(ContainSubstring(tc.contains))
 		})
 	}
-	NewWithT(t).Expect(r.coded(c, nil)).To(BeNil())
+	NewWithT(t).Expect(r.coded(r.cfg.Log, nil)).To(BeNil())
 }
 
 // A message whose turn killed its runtime on every delivery (a poison

@@ -168,6 +168,15 @@ type Store interface {
 	// the notice goes out once however many there are.
 	ClaimNotice(ctx context.Context, key string, now, expires time.Time) (bool, error)
 
+	// AppendAudit records one tool call in the tenant's audit log.
+	AppendAudit(ctx context.Context, r AuditRecord) error
+	// ListAudit returns the tenant's audit records matching f, newest
+	// first (CreatedAt, then ID, descending).
+	ListAudit(ctx context.Context, f AuditFilter) ([]AuditRecord, error)
+	// DeleteAudit removes the tenant's audit records created before
+	// before and returns how many it removed (retention).
+	DeleteAudit(ctx context.Context, before time.Time) (int, error)
+
 	// CreateDelivery stores a new outbound delivery; ErrExists on a duplicate ID.
 	CreateDelivery(ctx context.Context, d Delivery) (Delivery, error)
 	// GetDelivery returns a delivery by ID.

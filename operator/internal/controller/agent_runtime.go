@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/bus"
@@ -66,6 +67,8 @@ type RuntimeConfig struct {
 	ResyncBusy time.Duration
 	// Policy is the platform's runtime policy.
 	Policy RuntimePolicy
+	// Metrics records the pools' pods; nil records nothing.
+	Metrics *opmetrics.Metrics
 }
 
 // createRetry is when an Agent whose pod the API server refused is looked at
@@ -238,6 +241,8 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 			return nil, fmt.Errorf("failed to reap pod %s: %w", name, err)
 		}
 	}
+	rc.Metrics.PodsReaped(a.Namespace, a.Name, len(plan.Reap))
+	rc.Metrics.Pool(a.Namespace, a.Name, plan.Active, plan.Warm, plan.Starting)
 	rewakes := map[string]rewake{}
 	for _, w := range plan.Rewake {
 		rewakes[w.Pod] = w
@@ -248,6 +253,7 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 				return nil, err
 			}
 			log.FromContext(ctx).Info("Re-woke the chat of a dead session pod", "pod", name, "chat", w.Chat)
+			rc.Metrics.Rewoken(a.Namespace, a.Name)
 		}
 		if err := rc.Redis.HDel(ctx, wake.PodsKey(a.Namespace, a.Name), name).Err(); err != nil {
 			return nil, fmt.Errorf("failed to drop pod %s from the registry: %w", name, err)
@@ -281,7 +287,9 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 		}
 	}
 	for range plan.Create {
-		if err := r.createPod(ctx, s); err != nil {
+		err := r.createPod(ctx, s)
+		rc.Metrics.PodCreated(a.Namespace, a.Name, err != nil)
+		if err != nil {
 			c, ok := createProblem(err)
 			if !ok {
 				return nil, err

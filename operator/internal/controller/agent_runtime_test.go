@@ -3,11 +3,13 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
@@ -31,6 +34,8 @@ type runtimeEnv struct {
 	r     *AgentReconciler
 	rdb   *redis.Client
 	agent *picobotv1alpha1.Agent
+	// reg holds the pool's metrics.
+	reg *prometheus.Registry
 }
 
 // startRuntimeEnv creates an agent with a warm pool of 2 and at most 2
@@ -50,9 +55,14 @@ func startRuntimeEnv(t *testing.T) *runtimeEnv {
 	if err := k8s.Create(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
+	reg := prometheus.NewRegistry()
+	om, err := opmetrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &AgentReconciler{Client: k8s, Runtime: &RuntimeConfig{Image: "registry.example/picobot:test", Redis: b.Client(), Bus: b,
-		Connection: map[string]string{"PICOBOT_REDIS_URL": url}, APIReader: k8s, ResyncBusy: time.Second}}
-	return &runtimeEnv{r: r, rdb: b.Client(), agent: a}
+		Connection: map[string]string{"PICOBOT_REDIS_URL": url}, APIReader: k8s, ResyncBusy: time.Second, Metrics: om}}
+	return &runtimeEnv{r: r, rdb: b.Client(), agent: a, reg: reg}
 }
 
 // run runs the runtime phase once, as a reconcile with a usable model does.
@@ -235,6 +245,52 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 		cond: condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonImagePullFailed,
 			"session pod "+pods[0].Name+" cannot pull its image: not found")}))
 	g.Expect(e.pods(t)).To(HaveLen(4))
+
+	// The pool's metrics saw it all: 6 pods created, the failed and the
+	// finished one reaped, the chats of the gone and the finished pod
+	// woken again, and the last plan's counts.
+	agent := map[string]string{"namespace": ns, "agent": "helper"}
+	g.Expect(gathered(t, e.reg, "picobot_pool_pods_created_total", agent, "outcome", "ok")).To(Equal(6.0))
+	g.Expect(gathered(t, e.reg, "picobot_pool_pods_reaped_total", agent)).To(Equal(2.0))
+	g.Expect(gathered(t, e.reg, "picobot_pool_wake_misses_total", agent)).To(Equal(2.0))
+	g.Expect(gathered(t, e.reg, "picobot_pool_pods", agent, "state", "active")).To(Equal(1.0))
+	g.Expect(gathered(t, e.reg, "picobot_pool_pods", agent, "state", "warm")).To(Equal(0.0))
+}
+
+// gathered is the value of the series of family name with labels and the
+// extra label pairs kv (a counter or gauge); -1 when there is none.
+func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string, kv ...string) float64 {
+	t.Helper()
+	want := maps.Clone(labels)
+	for i := 0; i+1 < len(kv); i += 2 {
+		want[kv[i]] = kv[i+1]
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue series
+				}
+			}
+			if m.Gauge != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return -1
 }
 
 // TestDelegateTargetsWithUnclaimedWakesAreEnqueued: a session pod wakes the

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/runtime/agentspec"
 	rtscheduler "github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/store"
@@ -63,6 +64,9 @@ type Config struct {
 	// when 0). Patches of one CronJob coalesce, so the API server sees at
 	// most one per job at a time however fast it fires.
 	StatusWorkers int
+	// Metrics records the runs' outcomes and fire lag; nil records
+	// nothing.
+	Metrics *opmetrics.Metrics
 	// Tuning sets the scheduler's other options (claim batching, timeouts;
 	// ClaimAhead 0 means DefaultClaimAhead, negative claims at the tick);
 	// Store, Runner, Deliverer, Clock, Log and OnRunDone are set from here.
@@ -239,6 +243,7 @@ func (r *Runnable) remove(obj any) {
 // onRunDone queues the run for status.lastRun, keeping only the latest tick
 // per CronJob.
 func (r *Runnable) onRunDone(j rtscheduler.Job, run store.DetailedCronRun) {
+	r.cfg.Metrics.CronRunDone(j.Tenant, run)
 	key := types.NamespacedName{Namespace: j.Tenant, Name: j.Name}
 	r.mu.Lock()
 	if cur, ok := r.pending[key]; ok && cur.ScheduledTime.After(run.ScheduledTime) {

@@ -3,11 +3,14 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -15,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/operator/internal/scheduler"
 	rtscheduler "github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/scheduler/schedulertest"
@@ -64,6 +68,29 @@ func tickList(runs []store.DetailedCronRun) string {
 
 // TestFiresCronJobsAndPublishesLastRun runs the Runnable beside the CronJob
 // controller in one manager, as the operator does, on a fake clock.
+// counterValue is the value of the counter name whose label values are
+// values (in the order of its labels), 0 when it has none.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, values ...string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var got []string
+			for _, l := range m.GetLabel() {
+				got = append(got, l.GetValue())
+			}
+			if slices.Equal(got, values) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 func TestFiresCronJobsAndPublishesLastRun(t *testing.T) {
 	need(t)
 	g := NewWithT(t)
@@ -77,7 +104,10 @@ func TestFiresCronJobsAndPublishesLastRun(t *testing.T) {
 	}}
 	del := &schedulertest.Deliverer{}
 
-	_, r := operator(t, ns, "", scheduler.Config{Store: st, Runner: runner, Deliverer: del, Clock: clk}, clock.RealClock{})
+	reg := prometheus.NewRegistry()
+	om, err := opmetrics.New(reg)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, r := operator(t, ns, "", scheduler.Config{Store: st, Runner: runner, Deliverer: del, Clock: clk, Metrics: om}, clock.RealClock{})
 	g.Expect(r.NeedLeaderElection()).To(BeTrue())
 
 	target := &picobotv1alpha1.DeliveryTarget{Channel: "telegram", ChatID: "42"}
@@ -102,6 +132,11 @@ func TestFiresCronJobsAndPublishesLastRun(t *testing.T) {
 	g.Expect(runsOf(t, st, ns, "paused")).To(BeEmpty())
 	g.Expect(del.Notices()).To(HaveLen(1))
 	g.Expect(del.Notices()[0].Text).To(Equal("disk (alert): disk at 93%"))
+	// The run counts by outcome, and its start (the fake clock's tick)
+	// was on time.
+	g.Eventually(func() float64 { return counterValue(t, reg, "picobot_cron_runs_total", ns, "alert") }).
+		WithTimeout(eventually).WithPolling(poll).Should(Equal(1.0))
+	g.Expect(testutil.CollectAndCount(reg, "picobot_cron_fire_lag_seconds")).To(Equal(1))
 
 	// status.lastRun is published beside the controller's nextRunTime.
 	g.Eventually(func(g Gomega) {

@@ -121,7 +121,9 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 		return fmt.Errorf("failed to create the TenantQuota client: %w", err)
 	}
 	limits := &quotasource.Limits{Kube: quotaReader, Clock: clock.RealClock{}, Log: log}
-	backend := cluster.NewBackend(cluster.BackendConfig{Bus: svc.Bus, Redis: svc.Redis, Store: svc.Store, Artifacts: svc.Artifacts,
+	// The gateway's bus and store calls are counted and timed.
+	mbus, mstore := met.Bus(svc.Bus), met.Store(svc.Store)
+	backend := cluster.NewBackend(cluster.BackendConfig{Bus: mbus, Redis: svc.Redis, Store: mstore, Artifacts: svc.Artifacts,
 		Kube: agents, ReplyTimeout: *replyTimeout, Log: log,
 		Limits: limits.Limits, Admitter: &quota.RedisAdmitter{Redis: svc.Redis, Clock: clock.RealClock{}}, Metrics: met})
 	srv, err := gateway.NewServer(gateway.Config{Backend: backend, Auth: keys, UI: web.FS, Log: log,

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
@@ -123,6 +124,7 @@ mode: SQLite, an in-process bus and a local folder).
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for chat platform webhooks (default $PICOBOT_PUBLIC_URL; without it Telegram bots poll).")
 	grace := fs.Duration("shutdown-grace", 25*time.Second, "On SIGTERM/SIGINT, how long running turns may take to finish before they are cut short (they resume at the next start).")
 	retention := fs.Duration("run-retention", delegate.DefaultRetention, "How long ended sub-agent (delegate) runs are kept before they are deleted.")
+	auditRetention := fs.Duration("audit-retention", audit.DefaultRetention, "How long the audit records of tool calls are kept before they are deleted.")
 	warmMax := fs.Int("warm-sandboxes", warm.DefaultMax, "Most warm tool sandboxes kept at once, one per session workspace (0 starts every program through its own sandbox launcher).")
 	warmIdle := fs.Duration("warm-sandbox-idle", warm.DefaultIdle, "How long a warm tool sandbox with no program running is kept.")
 	if err := parse(fs, args); err != nil {
@@ -130,6 +132,9 @@ mode: SQLite, an in-process bus and a local folder).
 	}
 	if *retention <= 0 {
 		return fmt.Errorf("--run-retention %s is not a positive duration", *retention)
+	}
+	if *auditRetention <= 0 {
+		return fmt.Errorf("--audit-retention %s is not a positive duration", *auditRetention)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -181,7 +186,7 @@ mode: SQLite, an in-process bus and a local folder).
 		return err
 	}
 	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
-		RunRetention: *retention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe, Metrics: met, Gatherer: reg,
+		RunRetention: *retention, AuditRetention: *auditRetention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe, Metrics: met, Gatherer: reg,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {
 		state.Close()

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/picobot/picobot/runtime/agent"
+	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/session"
@@ -113,6 +114,8 @@ func (r *Runner) Run(ctx context.Context, req scheduler.RunRequest) (scheduler.R
 	sl := r.slots.open(sid)
 	defer r.slots.close(sid)
 	text := fmt.Sprintf("[Scheduled run of %q for %s]\n\n%s", req.JobName, req.ScheduledTime.UTC().Format("2006-01-02T15:04:05Z07:00"), req.Prompt)
+	// The run's tool calls are the CronJob's in the audit log.
+	ctx = audit.WithActor(ctx, "cron:"+req.Job)
 	reply, runErr := mgr.Handle(ctx, session.Inbound{Channel: Channel, ChatID: chat, MessageID: req.RunID, Text: text})
 	if reply.SessionID != "" {
 		sid = reply.SessionID

@@ -331,3 +331,13 @@ FROM usage_daily WHERE tenant = $1 AND day >= $3::date AND day <= $2::date`
 	sqlClaimNotice = `INSERT INTO quota_notices (tenant, key, expires_at) VALUES ($1, $2, $4)
 ON CONFLICT (tenant, key) DO UPDATE SET expires_at = excluded.expires_at WHERE quota_notices.expires_at <= $3`
 )
+
+const (
+	sqlAppendAudit = `INSERT INTO tool_audit (tenant, id, actor, agent, session_id, tool, args_digest, outcome, duration_us, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, COALESCE($10::timestamptz, now()))`
+	sqlListAudit = `SELECT id, actor, agent, session_id, tool, args_digest, outcome, duration_us, created_at FROM tool_audit
+WHERE tenant = $1 AND ($2 = '' OR agent = $2) AND ($3 = '' OR session_id = $3) AND ($4 = '' OR tool = $4)
+	AND ($5::timestamptz IS NULL OR created_at >= $5) AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7))
+ORDER BY created_at DESC, id DESC LIMIT $8`
+	sqlDeleteAudit = `DELETE FROM tool_audit WHERE tenant = $1 AND created_at < $2`
+)

@@ -127,6 +127,8 @@ func seed(t testing.TB, st *Store, tenant string, n int) string {
 	}
 	_, err = st.PutMemory(ctx, store.Memory{Agent: "helper", Key: "k", Content: "memory of " + tenant, Category: store.MemoryKnowledge})
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.AppendAudit(ctx, store.AuditRecord{Actor: "key:" + tenant, Agent: "helper", SessionID: sess.ID, Tool: "exec",
+		ArgsDigest: "sha256:" + strings.Repeat("0", 64), Outcome: store.AuditOK})).To(Succeed())
 	return sess.ID
 }
 
@@ -168,6 +170,8 @@ func TestTenantRoleIsolation(t *testing.T) {
 	// A sees its own rows and nothing of B's, asking for them by name.
 	g.Expect(seen()).To(Equal("tenant-a/0/0"))
 	g.Expect(query(`SELECT count(*)::text FROM messages`)).To(Equal("3"))
+	g.Expect(query(`SELECT string_agg(actor, ',') FROM tool_audit`)).To(Equal("key:tenant-a"), "A's audit log only")
+	g.Expect(query(`SELECT count(*)::text FROM tool_audit WHERE tenant = 'tenant-b'`)).To(Equal("0"))
 	g.Expect(query(`SELECT picobot_tenant()`)).To(Equal("tenant-a"))
 
 	// The setting the store sends is ignored for a tenant role, at session
@@ -222,6 +226,7 @@ func TestTenantRoleIsolation(t *testing.T) {
 		`UPDATE messages SET content = 'defaced' WHERE tenant = 'tenant-b'`,
 		`DELETE FROM memories WHERE tenant = 'tenant-b'`,
 		`DELETE FROM sessions WHERE tenant = 'tenant-b'`,
+		`DELETE FROM tool_audit WHERE tenant = 'tenant-b'`,
 	} {
 		tag, err := conn.Exec(t.Context(), sql)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -494,4 +499,11 @@ func BenchmarkTenantRoleOverhead(b *testing.B) {
 	b.ReportMetric(float64(ms.Microseconds()), "setting-p50-us")
 	b.ReportMetric(float64(mt.Microseconds()), "tenant-p50-us")
 	b.ReportMetric(100*(float64(mt)-float64(ms))/float64(ms), "overhead-%")
+}
+
+// BenchmarkAuditAppendTenantRole is storetest.BenchmarkAuditAppend as a
+// tenant role (the session pods' credentials).
+func BenchmarkAuditAppendTenantRole(b *testing.B) {
+	f := newTenantFixture(b)
+	storetest.BenchmarkAuditAppend(b, f.openStore(b, f.ensure(b, "bench")))
 }

@@ -156,3 +156,8 @@ func BenchmarkAppendAndLoadLast50(b *testing.B) {
 	st, _ := openTemp(b)
 	storetest.BenchmarkAppendAndLoadLast50(b, st)
 }
+
+func BenchmarkAuditAppend(b *testing.B) {
+	st, _ := openTemp(b)
+	storetest.BenchmarkAuditAppend(b, st)
+}

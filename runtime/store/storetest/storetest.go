@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"MessageSearch", testMessageSearch},
 		{"Usage", testUsage},
 		{"Notices", testNotices},
+		{"Audit", testAudit},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},
 		{"TenantIsolation", testTenantIsolation},
