@@ -12,8 +12,12 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -430,8 +434,12 @@ func (l *Loop) runTools(ctx context.Context, reg *tool.Registry, env tool.Env, c
 
 // execute runs one call, told to the Observer.
 func (l *Loop) execute(ctx context.Context, reg *tool.Registry, env tool.Env, c llm.ToolCall) tool.Result {
+	ctx, span := tracing.Start(ctx, tracing.SpanTool, trace.WithAttributes(tracing.AttrTool.String(c.Name), tracing.AttrToolCallID.String(c.ID)))
+	defer span.End()
 	if l.Observer == nil {
-		return reg.Execute(ctx, env, c)
+		r := reg.Execute(ctx, env, c)
+		toolOutcome(span, r)
+		return r
 	}
 	name := c.Name
 	if _, ok := reg.Get(name); !ok {
@@ -440,5 +448,15 @@ func (l *Loop) execute(ctx context.Context, reg *tool.Registry, env tool.Env, c 
 	done := l.Observer.ToolStarted(ctx, name)
 	r := reg.Execute(ctx, env, c)
 	done(r.IsError)
+	toolOutcome(span, r)
 	return r
+}
+
+// toolOutcome marks the span of a tool call whose result is an error. The
+// result's text is the model's to read, not an attribute: it may hold what
+// the user or a web page wrote.
+func toolOutcome(span trace.Span, r tool.Result) {
+	if r.IsError && span.IsRecording() {
+		span.SetStatus(codes.Error, "the tool returned an error")
+	}
 }

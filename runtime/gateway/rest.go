@@ -22,6 +22,7 @@ import (
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -254,13 +255,16 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	files := &finalFiles{}
-	out, err := s.backend.Handle(r.Context(), Send{ID: req.ID, Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text,
+	ctx, span := s.startTurn(r.Context(), r.Header, tracing.SpanHTTPSend, req.Agent, req.ChatID)
+	defer span.End()
+	out, err := s.backend.Handle(ctx, Send{ID: req.ID, Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text,
 		Sink: files.sink})
 	if err != nil {
 		code := errorCode(err, CodeUnknownSession)
 		if code == CodeInternal {
-			s.log.Error("Turn failed", "agent", req.Agent, "session", out.SessionID, "err", err)
+			s.log.ErrorContext(ctx, "Turn failed", "agent", req.Agent, "session", out.SessionID, "err", err)
 		}
+		tracing.Fail(span, err)
 		writeJSON(w, statusFor(w, err, code), map[string]any{"id": req.ID, "session": out.SessionID,
 			"error": map[string]string{"code": code, "message": protocol.ClientMessage(code, err)}})
 		return

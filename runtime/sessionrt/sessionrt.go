@@ -32,6 +32,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/llm"
@@ -39,6 +41,7 @@ import (
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -136,7 +139,10 @@ type Config struct {
 	// Metrics records the turns and the chats served; nil records
 	// nothing.
 	Metrics *metrics.Metrics
-	Log     *slog.Logger
+	// TracerProvider traces each turn (a span continuing the trace its
+	// message carries, package tracing); nil traces nothing.
+	TracerProvider trace.TracerProvider
+	Log            *slog.Logger
 }
 
 // DefaultMaxDeliveries is Config.MaxDeliveries' default.
@@ -158,7 +164,8 @@ type DeadLetter struct {
 
 // Runtime serves the chats of one agent of one tenant.
 type Runtime struct {
-	cfg Config
+	cfg    Config
+	tracer trace.Tracer
 	// approvals holds the exec approval requests of the running turns.
 	approvals *approval.Broker
 	// delegated holds the manager of each chat's running delegated turn
@@ -184,7 +191,7 @@ func New(cfg Config) *Runtime {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("tenant", cfg.Tenant, "agent", cfg.Agent)
-	return &Runtime{cfg: cfg, approvals: approval.NewBroker()}
+	return &Runtime{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), approvals: approval.NewBroker()}
 }
 
 // Stream is the inbound stream of a chat.
@@ -340,6 +347,13 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 			_ = mgr.ReleaseAll(context.WithoutCancel(ctx))
 		}()
 	}
+	// The turn continues the trace of whoever queued the message (the
+	// gateway's request, a cron fire, a delegating turn): its span's parent
+	// is the bus entry's publish span.
+	tctx, span := r.tracer.Start(bus.TraceContext(tctx, m), tracing.SpanTurn, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(tracing.AttrTenant.String(r.cfg.Tenant), tracing.AttrAgent.String(r.cfg.Agent),
+			tracing.AttrChannel.String(c.Channel), tracing.AttrMessageID.String(m.ID), tracing.AttrDeliveries.Int(m.Deliveries)))
+	defer span.End()
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
 	tctx, timer := r.cfg.Metrics.StartTurn(tctx, r.cfg.Tenant, r.cfg.Agent)
 	if at, ok := m.QueuedTime(); ok && m.Deliveries <= 1 {
@@ -361,8 +375,16 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 		// A slash command is no model turn.
 		timer.End(outcome(ce))
 	}
-	r.recordFailure(ctx, reply.SessionID, m.ID, ce)
-	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, ce)
+	span.SetAttributes(tracing.AttrSession.String(reply.SessionID), tracing.AttrOutcome.String(outcome(ce)))
+	if ce != nil {
+		tracing.Fail(span, ce)
+	}
+	r.recordFailure(tctx, reply.SessionID, m.ID, ce)
+	// Delivering the outcome (to the client waiting on the gateway, or the
+	// outbound stream of a chat platform) is the turn's last step.
+	_, deliver := tracing.Start(tctx, tracing.SpanDeliver)
+	r.cfg.Reporter.Done(trace.ContextWithSpan(context.WithoutCancel(ctx), deliver), c, m.ID, out, ce)
+	deliver.End()
 	return once, nil
 }
 
@@ -399,7 +421,7 @@ func (r *Runtime) recordFailure(ctx context.Context, sessionID, msgID string, ce
 	}
 	e := store.TurnError{SessionID: sessionID, MessageID: msgID, Code: ce.Code, Message: msg}
 	if err := r.cfg.Store.PutTurnError(store.WithTenant(context.WithoutCancel(ctx), r.cfg.Tenant), e); err != nil {
-		r.cfg.Log.Warn("Failed to record a turn's error", "session", sessionID, "id", msgID, "err", err)
+		r.cfg.Log.WarnContext(ctx, "Failed to record a turn's error", "session", sessionID, "id", msgID, "err", err)
 	}
 }
 
@@ -453,7 +475,7 @@ func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID 
 		case errors.Is(err, store.ErrUnavailable):
 			backoff = NextBackoff(backoff)
 			wait = backoff
-			r.cfg.Log.Warn("Store unavailable; retrying the message", "id", msgID, "err", err, "backoff", wait)
+			r.cfg.Log.WarnContext(ctx, "Store unavailable; retrying the message", "id", msgID, "err", err, "backoff", wait)
 		}
 		if wait <= 0 || !Sleep(ctx, wait) {
 			return reply, err

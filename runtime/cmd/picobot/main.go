@@ -24,6 +24,7 @@ import (
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/metrics"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/warm"
@@ -125,15 +126,21 @@ mode: SQLite, an in-process bus and a local folder).
 	retention := fs.Duration("run-retention", delegate.DefaultRetention, "How long ended sub-agent (delegate) runs are kept before they are deleted.")
 	warmMax := fs.Int("warm-sandboxes", warm.DefaultMax, "Most warm tool sandboxes kept at once, one per session workspace (0 starts every program through its own sandbox launcher).")
 	warmIdle := fs.Duration("warm-sandbox-idle", warm.DefaultIdle, "How long a warm tool sandbox with no program running is kept.")
+	traces := bindTracingFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *retention <= 0 {
 		return fmt.Errorf("--run-retention %s is not a positive duration", *retention)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := slog.New(tracing.LogHandler(slog.NewTextHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tp, stopTracing, err := traces.start(ctx, "picobot", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	// The state is chosen here, before the runtime: the dispatcher that
 	// delivers send_message, replies and scheduled notices works on it, and
@@ -143,7 +150,7 @@ mode: SQLite, an in-process bus and a local folder).
 		return err
 	}
 	var rt *embedded.Runtime
-	channels := channel.NewManager(channel.Options{PublicURL: *publicURL, Log: log,
+	channels := channel.NewManager(channel.Options{PublicURL: *publicURL, Log: log, TracerProvider: tp,
 		OnInbound: func(ctx context.Context, agentName string, in channel.Inbound) error {
 			return rt.Inbound(ctx, agentName, in)
 		}})
@@ -181,7 +188,7 @@ mode: SQLite, an in-process bus and a local folder).
 		return err
 	}
 	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
-		RunRetention: *retention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe, Metrics: met, Gatherer: reg,
+		RunRetention: *retention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe, Metrics: met, Gatherer: reg, TracerProvider: tp,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {
 		state.Close()
