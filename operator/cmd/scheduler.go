@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/store/postgres"
+	"github.com/picobot/picobot/runtime/tracing/otlp"
 )
 
 // schedulerOptions are the flags of the CronJob scheduler. It needs the
@@ -56,13 +58,29 @@ func (s *schedulerOptions) setup(ctx context.Context, mgr ctrl.Manager, rc *cont
 		runner = wake.Runner{Bus: rc.Bus, Redis: rc.Redis}
 		deliverer = wake.RunNotices{Bus: rc.Bus, Redis: rc.Redis, Owner: channelOwner(mgr.GetClient())}
 	}
-	_, err = opscheduler.Add(mgr, opscheduler.Config{Store: st, Runner: runner, Deliverer: deliverer, Maintenance: s.maintenance,
-		MaintenanceTZ: s.maintenanceTZ})
+	// A fire starts a trace that the run's turn in a session pod continues
+	// (the standard OTEL_* environment; docs/tracing.md).
+	tp, err := otlp.NewProvider(ctx, otlp.Config{ServiceName: "picobot-operator"})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	return func() { _ = st.Close() }, nil
+	cfg := opscheduler.Config{Store: st, Runner: runner, Deliverer: deliverer, Maintenance: s.maintenance, MaintenanceTZ: s.maintenanceTZ}
+	closeAll := func() { _ = st.Close() }
+	if tp != nil {
+		cfg.Tuning.TracerProvider = tp
+		closeAll = func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(sctx)
+			_ = st.Close()
+		}
+	}
+	if _, err = opscheduler.Add(mgr, cfg); err != nil {
+		closeAll()
+		return nil, err
+	}
+	return closeAll, nil
 }
 
 // unwiredRunner stands in when the operator runs no session pods

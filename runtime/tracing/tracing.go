@@ -44,6 +44,7 @@ const (
 	SpanTool           = "tool.call"
 	SpanDeliver        = "turn.deliver"
 	SpanOutbound       = "outbound.deliver"
+	SpanOutboundRelay  = "outbound.relay"
 	SpanCronFire       = "cron.fire"
 	SpanBackgroundRun  = "background.run"
 )
@@ -115,4 +116,19 @@ func TraceID(ctx context.Context) string {
 		return ""
 	}
 	return sc.TraceID().String()
+}
+
+// StartLinked starts the root span of work that outlives the request that
+// asked for it (a background run started by a turn's tool call): a new
+// trace in ctx, on the pipeline of the span in from, linked to that span
+// (a span link, not a parent, so the turn's trace ends with the turn).
+// Without a recording span in from it returns ctx and a span that records
+// nothing.
+func StartLinked(from, ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	parent := trace.SpanFromContext(from)
+	if !parent.IsRecording() {
+		return ctx, noSpan
+	}
+	opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.LinkFromContext(from)))
+	return parent.TracerProvider().Tracer(ScopeName).Start(ctx, name, opts...)
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/picobot/picobot/runtime/gateway/kubeauth"
 	"github.com/picobot/picobot/runtime/gateway/web"
 	"github.com/picobot/picobot/runtime/outbound"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // gatewayCmd is `picobot gateway`, the cluster-mode gateway: tenant API keys
@@ -53,12 +54,18 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for registering chat platform webhooks (default $PICOBOT_PUBLIC_URL).")
 	blobAddr := fs.String("blob-addr", ":8090", "Address of the blob grant service for session pods (presigned S3 requests of their tenant's keys); empty: off.")
 	metricsAddr := fs.String("metrics-addr", os.Getenv("PICOBOT_METRICS_ADDR"), metricsAddrHelp)
+	traces := bindTracingFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tp, stopTracing, err := traces.start(ctx, "picobot-gateway", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -110,12 +117,12 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 		return err
 	}
 	srv, err := gateway.NewServer(gateway.Config{Backend: backend, Auth: keys, UI: web.FS, Log: log,
-		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins), Metrics: met})
+		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins), Metrics: met, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
 	// Chat platforms: webhooks arrive here, replies leave from here.
-	channels := channel.NewManager(channel.Options{PublicURL: *publicURL, Log: log,
+	channels := channel.NewManager(channel.Options{PublicURL: *publicURL, Log: log, TracerProvider: tp,
 		OnInbound: func(ctx context.Context, agentName string, in channel.Inbound) error {
 			return backend.Inbound(ctx, agentName, in)
 		}})
@@ -127,7 +134,7 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	if err != nil {
 		return err
 	}
-	relay := &cluster.OutboundRelay{Bus: svc.Bus, Redis: svc.Redis, Dispatcher: disp, Tenants: tenants, Log: log}
+	relay := &cluster.OutboundRelay{Bus: svc.Bus, Redis: svc.Redis, Dispatcher: disp, Tenants: tenants, TracerProvider: tp, Log: log}
 	loops.Go(func() error { return relay.Start(ctx) })
 	root := http.NewServeMux()
 	root.Handle("/hooks/", channels.Handler())

@@ -24,12 +24,12 @@ import (
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/metrics"
-	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/warm"
 	"github.com/picobot/picobot/runtime/tool/bot"
 	"github.com/picobot/picobot/runtime/tool/delegate"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 func main() {

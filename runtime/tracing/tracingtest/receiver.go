@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -67,27 +68,36 @@ func (s traceService) Export(_ context.Context, req *coltracepb.ExportTraceServi
 // Start starts a receiver on loopback ports, stopped when t ends.
 func Start(t testing.TB) *Receiver {
 	t.Helper()
-	r := &Receiver{}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	r, stop, err := New()
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return r
+}
+
+// New starts a receiver on loopback ports; stop stops it. For a TestMain,
+// where there is no testing.TB yet.
+func New() (r *Receiver, stop func(), err error) {
+	r = &Receiver{}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = gl.Close()
+		return nil, nil, err
 	}
 	gs := grpc.NewServer()
 	coltracepb.RegisterTraceServiceServer(gs, traceService{r: r})
 	go func() { _ = gs.Serve(gl) }()
-	t.Cleanup(gs.Stop)
-
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", r.serveHTTP)
-	hs := &http.Server{Handler: mux}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(hl) }()
-	t.Cleanup(func() { _ = hs.Close() })
 	r.GRPCEndpoint, r.HTTPEndpoint = "http://"+gl.Addr().String(), "http://"+hl.Addr().String()
-	return r
+	return r, func() { gs.Stop(); _ = hs.Close() }, nil
 }
 
 // serveHTTP is OTLP/HTTP with binary protobuf bodies (the Go exporter's).
