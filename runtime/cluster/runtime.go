@@ -284,7 +284,7 @@ func (r *Runtime) run(ctx context.Context, w Wake) {
 	}
 	b, _ := json.Marshal(out)
 	if err := r.cfg.Redis.Publish(context.WithoutCancel(ctx), wake.RunResultChannel(r.cfg.Tenant, w.Run.RunID), b).Err(); err != nil {
-		r.cfg.Log.Error("Failed to publish the run's result", "run", w.Run.RunID, "err", err)
+		r.cfg.Log.ErrorContext(ctx, "Failed to publish the run's result", "run", w.Run.RunID, "err", err)
 	}
 }
 
@@ -405,7 +405,7 @@ func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out 
 		err := QueueReply(ctx, r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent,
 			Target: c.Channel + ":" + c.Key, Text: out.Text, Origin: out.SessionID, Stored: true})
 		if err != nil {
-			r.cfg.Log.Error("Failed to queue the reply for delivery", "chat", c.Key, "err", err)
+			r.cfg.Log.ErrorContext(ctx, "Failed to queue the reply for delivery", "chat", c.Key, "err", err)
 		}
 	}
 }
@@ -421,6 +421,6 @@ func (r strategy) Notify(ctx context.Context, c sessionrt.Chat, text string) err
 // publish sends a frame on the chat's event channel.
 func (r strategy) publish(ctx context.Context, c sessionrt.Chat, e protocol.Frame) {
 	if err := r.sig.publish(context.WithoutCancel(ctx), eventChannel(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key), e); err != nil {
-		r.cfg.Log.Error("Failed to publish turn event", "err", err)
+		r.cfg.Log.ErrorContext(ctx, "Failed to publish turn event", "err", err)
 	}
 }

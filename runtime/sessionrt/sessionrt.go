@@ -322,7 +322,7 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 	}
 	in, err := protocol.DecodeInbound(m.Payload)
 	if err != nil {
-		r.cfg.Log.Error("Dropping a chat message this runtime cannot read", "id", m.ID, "err", err)
+		r.cfg.Log.ErrorContext(ctx, "Dropping a chat message this runtime cannot read", "id", m.ID, "err", err)
 		code := protocol.CodeBadRequest
 		if errors.Is(err, protocol.ErrUnknownVersion) {
 			code = protocol.CodeUnavailable
@@ -337,7 +337,7 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 			if ctx.Err() != nil {
 				return once, ctx.Err()
 			}
-			r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, r.coded(c, err))
+			r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, r.coded(ctx, c, err))
 			return once, nil
 		}
 		defer func() {
@@ -370,7 +370,7 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 		return once, ctx.Err()
 	}
 	out := protocol.Outcome{SessionID: reply.SessionID, Command: reply.Command, Text: reply.Text, Duplicate: reply.Duplicate, Failed: reply.Failed}
-	ce := r.coded(c, err)
+	ce := r.coded(tctx, c, err)
 	if reply.Command == "" {
 		// A slash command is no model turn.
 		timer.End(outcome(ce))
@@ -450,7 +450,7 @@ func (r *Runtime) deadLetter(ctx context.Context, c Chat, m bus.Message) error {
 	if err := r.cfg.Bus.Publish(ctx, DeadLetterStream(r.cfg.Tenant), bus.Message{ID: m.ID, Payload: b}); err != nil {
 		return fmt.Errorf("failed to set message %q aside: %w", m.ID, err)
 	}
-	r.cfg.Log.Error("Set a message aside after too many deliveries", "id", m.ID, "chat", c.Key, "deliveries", m.Deliveries,
+	r.cfg.Log.ErrorContext(ctx, "Set a message aside after too many deliveries", "id", m.ID, "chat", c.Key, "deliveries", m.Deliveries,
 		"dead_letter_stream", DeadLetterStream(r.cfg.Tenant))
 	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, &protocol.CodedError{Code: protocol.CodeDeadLetter,
 		Err: fmt.Errorf("this message was handed to the agent %d times without an answer (its turn keeps failing); it was set aside for an operator and will not be tried again", m.Deliveries)})
@@ -485,10 +485,10 @@ func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID 
 
 // coded maps a turn's error to the protocol (Coded) and logs an internal
 // fault.
-func (r *Runtime) coded(c Chat, err error) *protocol.CodedError {
+func (r *Runtime) coded(ctx context.Context, c Chat, err error) *protocol.CodedError {
 	ce, known := Coded(err)
 	if !known {
-		r.cfg.Log.Error("Turn failed", "channel", c.Channel, "chat", c.Key, "err", err)
+		r.cfg.Log.ErrorContext(ctx, "Turn failed", "channel", c.Channel, "chat", c.Key, "err", err)
 	}
 	return ce
 }
