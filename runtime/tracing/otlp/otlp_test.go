@@ -2,6 +2,7 @@ package otlp_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -122,15 +123,21 @@ func TestTurnTraceEmbedded(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(reply.Text).To(Equal("The answer is 42."))
 
-			// The turn's spans end before its reply reaches the client,
-			// except the gateway's, which ends as the frame handler returns.
+			// The gateway's span ends as its frame handler returns and the
+			// turn's once the reply is handed over: both may end after the
+			// client has the reply. Wait for the seven spans of the tree.
 			var root tracingtest.Span
+			var spans []tracingtest.Span
 			g.Eventually(func() error {
 				g.Expect(tp.ForceFlush(t.Context())).To(Succeed())
-				root, err = tracingtest.Find(rcv.Spans(), tracing.SpanWebSocketSend)
-				return err
+				if root, err = tracingtest.Find(rcv.Spans(), tracing.SpanWebSocketSend); err != nil {
+					return err
+				}
+				if spans = rcv.Trace(root.TraceID); len(spans) < 7 {
+					return fmt.Errorf("%d spans of the turn so far:\n%s", len(spans), tracingtest.Tree(spans))
+				}
+				return nil
 			}).Should(Succeed())
-			spans := rcv.Trace(root.TraceID)
 			g.Expect(tracingtest.Tree(spans)).To(Equal(tracing.SpanWebSocketSend + `
   ` + tracing.SpanPublish + `
     ` + tracing.SpanTurn + `
