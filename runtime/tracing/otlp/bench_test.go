@@ -1,8 +1,13 @@
 package otlp_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
 	"slices"
 	"syscall"
 	"testing"
@@ -35,17 +40,17 @@ func cpuTime(b *testing.B) time.Duration {
 // BenchmarkTurnTracing runs whole turns (a tool call, then the answer)
 // through the gateway's WebSocket and the embedded runtime with tracing off
 // and with every turn sampled and exported over OTLP/gRPC to a receiver in
-// the process, reporting p50/p99 of a turn and the process's CPU time per
-// turn (the fake model, the receiver and the exporter run in the process
-// too, so the on case pays for both ends of the export).
+// a child process (its CPU is not the turns'), reporting p50/p99 of a turn
+// and the process's CPU time per turn (the fake model runs in the process
+// too).
 func BenchmarkTurnTracing(b *testing.B) {
 	for _, on := range []bool{false, true} {
 		b.Run(fmt.Sprintf("traces=%t", on), func(b *testing.B) {
 			opts := embeddedtest.Options{}
 			flush := func() {}
 			if on {
-				rcv := tracingtest.Start(b)
-				tp, err := otlp.NewProvider(context.Background(), otlp.Config{Endpoint: rcv.GRPCEndpoint, Protocol: otlp.ProtocolGRPC,
+				endpoint := receiverProcess(b)
+				tp, err := otlp.NewProvider(context.Background(), otlp.Config{Endpoint: endpoint, Protocol: otlp.ProtocolGRPC,
 					Getenv: func(string) string { return "" }})
 				if err != nil {
 					b.Fatal(err)
@@ -93,4 +98,56 @@ func BenchmarkTurnTracing(b *testing.B) {
 			b.ReportMetric(float64(percentile(took, 0.99).Microseconds()), "us-turn-p99")
 		})
 	}
+}
+
+// receiverEnv makes this test binary the OTLP receiver of
+// BenchmarkTurnTracing (TestReceiverProcess).
+const receiverEnv = "PICOBOT_TEST_OTLP_RECEIVER"
+
+// receiverProcess starts this test binary as an OTLP receiver in a child
+// process, stopped when b ends, and returns its gRPC endpoint.
+func receiverProcess(b *testing.B) string {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")
+	cmd.Env = append(os.Environ(), receiverEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "http://") {
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return line
+		}
+	}
+	b.Fatalf("the receiver process did not start: %v", sc.Err())
+	return ""
+}
+
+// TestReceiverProcess is the child process of receiverProcess: a real OTLP
+// receiver serving until its standard input closes. Run as a test of the
+// package, it checks that the receiver starts and stops.
+func TestReceiverProcess(t *testing.T) {
+	r, stop, err := tracingtest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if os.Getenv(receiverEnv) == "" {
+		if !strings.HasPrefix(r.GRPCEndpoint, "http://127.0.0.1:") || !strings.HasPrefix(r.HTTPEndpoint, "http://127.0.0.1:") {
+			t.Fatalf("receiver endpoints %q, %q are not loopback URLs", r.GRPCEndpoint, r.HTTPEndpoint)
+		}
+		return
+	}
+	fmt.Println(r.GRPCEndpoint)
+	_, _ = io.Copy(io.Discard, os.Stdin)
 }
