@@ -144,9 +144,11 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("failed to add the dead-letter gauge: %w", err)
 		}
 	}
-	if err := o.scheduler.setup(mgr, rc, st, om); err != nil {
+	closeScheduler, err := o.scheduler.setup(ctx, mgr, rc, st, om)
+	if err != nil {
 		return err
 	}
+	defer closeScheduler()
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("failed to add health check: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,7 +139,25 @@ func (r *runtimeOptions) config(ctx context.Context, mgr ctrl.Manager) (*control
 	if r.idleTimeout > 0 {
 		env = append(env, corev1.EnvVar{Name: "PICOBOT_IDLE_TIMEOUT", Value: r.idleTimeout.String()})
 	}
+	env = append(env, tracingEnv(os.Environ())...)
 	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, BlobURL: r.blobURL, Tenants: tenants, Env: env,
 		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol, MetricsPort: metricsPort,
 		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs, MetricsFrom: metricsFrom}}, closeAll, nil
+}
+
+// tracingEnv returns the OpenTelemetry settings (OTEL_*) of environ, sorted,
+// for session pods: tracing is configured once, on the operator, and a
+// session pod's turns join the traces the gateway starts (docs/tracing.md).
+// OTEL_SERVICE_NAME is the operator's own: session pods call themselves
+// picobot-session.
+func tracingEnv(environ []string) []corev1.EnvVar {
+	var env []corev1.EnvVar
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && strings.HasPrefix(k, "OTEL_") && k != "OTEL_SERVICE_NAME" {
+			env = append(env, corev1.EnvVar{Name: k, Value: v})
+		}
+	}
+	slices.SortFunc(env, func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
+	return env
 }

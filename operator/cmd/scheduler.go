@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/store/postgres"
+	"github.com/picobot/picobot/runtime/tracing/otlp"
 )
 
 // schedulerOptions are the flags of the CronJob scheduler. It needs the
@@ -52,11 +54,11 @@ func (s *schedulerOptions) openStore(ctx context.Context) (*postgres.Store, erro
 }
 
 // setup adds the scheduler Runnable to mgr when it is enabled and st (the
-// store of --postgres-url) is set.
-func (s *schedulerOptions) setup(mgr ctrl.Manager, rc *controller.RuntimeConfig, st *postgres.Store, om *opmetrics.Metrics) error {
+// store of --postgres-url) is set; the returned function stops its tracing.
+func (s *schedulerOptions) setup(ctx context.Context, mgr ctrl.Manager, rc *controller.RuntimeConfig, st *postgres.Store, om *opmetrics.Metrics) (func(), error) {
 	if !s.enabled || st == nil {
 		ctrl.Log.Info("CronJob scheduler is off", "enabled", s.enabled, "postgres", st != nil)
-		return nil
+		return func() {}, nil
 	}
 	// Runs go to session pods and outcomes to the gateway's dispatcher,
 	// both through Redis; without session pods they are recorded as failed.
@@ -66,9 +68,27 @@ func (s *schedulerOptions) setup(mgr ctrl.Manager, rc *controller.RuntimeConfig,
 		runner = wake.Runner{Bus: rc.Bus, Redis: rc.Redis}
 		deliverer = wake.RunNotices{Bus: rc.Bus, Redis: rc.Redis, Owner: channelOwner(mgr.GetClient())}
 	}
-	_, err := opscheduler.Add(mgr, opscheduler.Config{Store: st, Runner: runner, Deliverer: deliverer, Maintenance: s.maintenance,
-		MaintenanceTZ: s.maintenanceTZ, Metrics: om})
-	return err
+	// A fire starts a trace that the run's turn in a session pod continues
+	// (the standard OTEL_* environment; docs/tracing.md).
+	tp, err := otlp.NewProvider(ctx, otlp.Config{ServiceName: "picobot-operator"})
+	if err != nil {
+		return nil, err
+	}
+	cfg := opscheduler.Config{Store: st, Runner: runner, Deliverer: deliverer, Maintenance: s.maintenance, MaintenanceTZ: s.maintenanceTZ, Metrics: om}
+	closeTracing := func() {}
+	if tp != nil {
+		cfg.Tuning.TracerProvider = tp
+		closeTracing = func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(sctx)
+		}
+	}
+	if _, err = opscheduler.Add(mgr, cfg); err != nil {
+		closeTracing()
+		return nil, err
+	}
+	return closeTracing, nil
 }
 
 // unwiredRunner stands in when the operator runs no session pods

@@ -12,8 +12,12 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -443,9 +447,8 @@ func (l *Loop) runTools(ctx context.Context, reg *tool.Registry, env tool.Env, c
 
 // execute runs one call, told to the Observer and the Auditor.
 func (l *Loop) execute(ctx context.Context, reg *tool.Registry, env tool.Env, c llm.ToolCall) tool.Result {
-	if l.Observer == nil && l.Auditor == nil {
-		return reg.Execute(ctx, env, c)
-	}
+	ctx, span := tracing.Start(ctx, tracing.SpanTool, trace.WithAttributes(tracing.AttrTool.String(c.Name), tracing.AttrToolCallID.String(c.ID)))
+	defer span.End()
 	var observed, audited func(bool)
 	if l.Observer != nil {
 		name := c.Name
@@ -464,5 +467,15 @@ func (l *Loop) execute(ctx context.Context, reg *tool.Registry, env tool.Env, c 
 	if audited != nil {
 		audited(r.IsError)
 	}
+	toolOutcome(span, r)
 	return r
+}
+
+// toolOutcome marks the span of a tool call whose result is an error. The
+// result's text is the model's to read, not an attribute: it may hold what
+// the user or a web page wrote.
+func toolOutcome(span trace.Span, r tool.Result) {
+	if r.IsError && span.IsRecording() {
+		span.SetStatus(codes.Error, "the tool returned an error")
+	}
 }

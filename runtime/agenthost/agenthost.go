@@ -48,6 +48,7 @@ import (
 	"github.com/picobot/picobot/runtime/tool/sessions"
 	"github.com/picobot/picobot/runtime/tool/shell"
 	"github.com/picobot/picobot/runtime/tool/todo"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // Mode says where an agent runs.
@@ -629,7 +630,7 @@ func (h *Host) llmTask(a *picobotv1alpha1.Agent, prov llm.Provider, providerName
 			if err != nil {
 				return nil, err
 			}
-			p = h.Metrics.Model(h.Tenant, a.Name, provName+"/"+model, false, provider.Retry(p, provider.RetryPolicy{}))
+			p = tracing.Model(provName+"/"+model, false, h.Metrics.Model(h.Tenant, a.Name, provName+"/"+model, false, provider.Retry(p, provider.RetryPolicy{})))
 			if m := h.meter(a.Name); m != nil {
 				p = m.Guard(m.Count(provName+"/"+model, p))
 			}
@@ -849,7 +850,7 @@ func (h *Host) models(agent string, refs []picobotv1alpha1.ModelRef) (llm.Provid
 			p = provider.TextOnly(p)
 		}
 		name := string(ref.Provider) + "/" + ref.Model
-		p = h.Metrics.Model(h.Tenant, agent, name, fallback, p)
+		p = tracing.Model(name, fallback, h.Metrics.Model(h.Tenant, agent, name, fallback, p))
 		if m != nil {
 			p = m.Count(name, p)
 		}

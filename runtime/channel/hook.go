@@ -8,7 +8,10 @@ import (
 	"io"
 	"net/http"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // receiver is implemented by channels that accept pushed events (webhooks).
@@ -197,7 +200,13 @@ func (m *Manager) handOn(ctx context.Context, key agentKey, name string, ev even
 	}
 	m.mu.Unlock()
 
+	// A message from a chat platform starts its turn's trace.
+	ctx, span := m.tracer.Start(ctx, tracing.SpanInbound, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		tracing.AttrTenant.String(key.tenant), tracing.AttrAgent.String(key.agent), tracing.AttrChannel.String(name),
+		tracing.AttrChannelType.String(string(ev.in.Type))))
 	err := m.opts.OnInbound(store.WithTenant(ctx, key.tenant), key.agent, ev.in)
+	tracing.Fail(span, err)
+	span.End()
 
 	m.mu.Lock()
 	for _, k := range scoped {

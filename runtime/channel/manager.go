@@ -12,11 +12,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // Sentinel errors of Lookup; match them with errors.Is.
@@ -71,6 +73,9 @@ type Options struct {
 	DedupTTL  time.Duration
 	Clock     clock.WithTicker
 	Log       *slog.Logger
+	// TracerProvider starts the trace of each inbound message (a webhook
+	// request or a polled update) handed to OnInbound; nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Status describes one configured channel of an agent.
@@ -88,9 +93,10 @@ type Status struct {
 // Manager holds the channels of the agents of every tenant it serves, routes
 // webhooks to them and runs their pollers. Safe for concurrent use.
 type Manager struct {
-	opts  Options
-	log   *slog.Logger
-	dedup *bus.Dedup
+	opts   Options
+	log    *slog.Logger
+	tracer trace.Tracer
+	dedup  *bus.Dedup
 
 	mu       sync.Mutex
 	agents   map[agentKey]*agentChannels
@@ -140,7 +146,7 @@ func NewManager(opts Options) *Manager {
 		}
 	}
 	opts.PublicURL = strings.TrimRight(opts.PublicURL, "/")
-	return &Manager{opts: opts, log: opts.Log, dedup: bus.NewDedup(opts.DedupSize, opts.DedupTTL, opts.Clock),
+	return &Manager{opts: opts, log: opts.Log, tracer: tracing.Tracer(opts.TracerProvider), dedup: bus.NewDedup(opts.DedupSize, opts.DedupTTL, opts.Clock),
 		agents: map[agentKey]*agentChannels{}, inflight: map[string]struct{}{}}
 }
 

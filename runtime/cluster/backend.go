@@ -213,7 +213,7 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 	}
 	if err := b.ensureRuntime(ctx, tenant, s.Agent, channel, chat); err != nil {
 		// Queued is what matters: the rewake below tries again.
-		b.cfg.Log.Error("Failed to wake chat", "chat", chat, "err", err)
+		b.cfg.Log.ErrorContext(ctx, "Failed to wake chat", "chat", chat, "err", err)
 	}
 	return b.await(ctx, s, tenant, msgID, events)
 }
@@ -329,7 +329,7 @@ func (b *Backend) retryRedis(ctx context.Context, deadline time.Time, what strin
 			return &gateway.CodedError{Code: gateway.CodeUnavailable,
 				Err: fmt.Errorf("failed to %s, so the message was not queued; send it again: %w", what, err)}
 		}
-		b.cfg.Log.Warn("Redis unreachable; retrying", "op", what, "err", err, "backoff", wait)
+		b.cfg.Log.WarnContext(ctx, "Redis unreachable; retrying", "op", what, "err", err, "backoff", wait)
 		if !sessionrt.Sleep(ctx, wait) {
 			return ctx.Err()
 		}

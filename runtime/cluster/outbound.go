@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/channel"
@@ -19,6 +20,7 @@ import (
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // resultWait bounds a send_message's wait: the dispatcher's own cap plus
@@ -186,6 +188,9 @@ type OutboundRelay struct {
 	// StreamsPerRead bounds the streams of one blocking read (500 when
 	// zero).
 	StreamsPerRead int
+	// TracerProvider continues the trace of each request (the turn that
+	// queued it) in the gateway; nil traces nothing.
+	TracerProvider trace.TracerProvider
 	Log            *slog.Logger
 
 	slots    chan struct{}
@@ -352,6 +357,9 @@ func (o *OutboundRelay) deliver(ctx context.Context, tenant string, m bus.Messag
 		o.Log.Error("Dropping malformed outbound request", "tenant", tenant, "id", m.ID, "err", err)
 		return nil //nolint:nilerr // a malformed request is dropped, not retried
 	}
+	ctx, span := tracing.Tracer(o.TracerProvider).Start(bus.TraceContext(ctx, m), tracing.SpanOutboundRelay,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(tracing.AttrTenant.String(tenant), tracing.AttrMessageID.String(m.ID)))
+	defer span.End()
 	if req.Action != nil {
 		return o.act(ctx, req)
 	}
@@ -365,7 +373,7 @@ func (o *OutboundRelay) deliver(ctx context.Context, tenant string, m bus.Messag
 		return ctx.Err()
 	}
 	if err != nil {
-		o.Log.Warn("Outbound delivery failed", "tenant", req.Tenant, "target", msg.Target, "err", err)
+		o.Log.WarnContext(ctx, "Outbound delivery failed", "tenant", req.Tenant, "target", msg.Target, "err", err)
 	}
 	if req.Wait {
 		o.publish(ctx, req, res, err)

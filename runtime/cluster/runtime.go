@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/bus"
@@ -23,6 +25,7 @@ import (
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -77,6 +80,9 @@ type RuntimeConfig struct {
 	// (audit.DefaultRetention when 0): a pod that served a chat deletes
 	// older ones before it exits.
 	AuditRetention time.Duration
+	// TracerProvider traces the turns, continuing the trace each message
+	// carries from the gateway; nil traces nothing.
+	TracerProvider trace.TracerProvider
 	Log            *slog.Logger
 }
 
@@ -86,6 +92,7 @@ type RuntimeConfig struct {
 type Runtime struct {
 	cfg     RuntimeConfig
 	sig     signals
+	tracer  trace.Tracer
 	rt      *sessionrt.Runtime
 	running atomic.Value // string: the running marker of the turn in progress
 }
@@ -101,13 +108,13 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Runtime{cfg: cfg, sig: signals{cfg.Redis}}
+	r := &Runtime{cfg: cfg, sig: signals{cfg.Redis}, tracer: tracing.Tracer(cfg.TracerProvider)}
 	s := strategy{r}
 	// A busy session is the lease of a dead owner that has not expired yet
 	// (this pod owns the chat): wait for it rather than fail the turn.
 	r.rt = sessionrt.New(sessionrt.Config{Tenant: cfg.Tenant, Agent: cfg.Agent, Consumer: cfg.Pod, Bus: cfg.Bus, Store: cfg.Store,
 		Manager: cfg.Manager, Delegated: cfg.Delegated, Owner: s, Reporter: s, IdleTimeout: cfg.IdleTimeout, Block: fetchBlock, BusyWait: cfg.LeaseTTL / 6,
-		OnQuiet: cfg.OnQuiet, Drain: cfg.Drain, Metrics: cfg.Metrics, Log: cfg.Log})
+		OnQuiet: cfg.OnQuiet, Drain: cfg.Drain, Metrics: cfg.Metrics, TracerProvider: cfg.TracerProvider, Log: cfg.Log})
 	return r
 }
 
@@ -147,7 +154,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	r.quiet()
 	for {
 		taking, stopTaking := r.rt.UntilDrain(ctx)
-		w, err := r.claim(taking)
+		w, m, err := r.claim(taking)
 		stopTaking()
 		if err != nil || w == nil {
 			return err
@@ -156,12 +163,16 @@ func (r *Runtime) Run(ctx context.Context) error {
 		case w.Run != nil:
 			// A scheduled run: a fresh session, then the pod exits like
 			// after a chat.
-			r.run(ctx, *w)
+			rctx, span := r.continueTrace(ctx, m, *w)
+			r.run(rctx, *w)
+			span.End()
 			return nil
 		case w.Stateless != nil:
 			// A stateless turn stores nothing and leaves nothing behind:
 			// the pod stays warm for the next wake.
-			r.complete(ctx, *w)
+			sctx, span := r.continueTrace(ctx, m, *w)
+			r.complete(sctx, *w)
+			span.End()
 			r.quiet()
 		default:
 			served, err := r.rt.Serve(ctx, sessionrt.Chat{Channel: w.Channel, Key: w.ChatKey})
@@ -185,10 +196,12 @@ func (r *Runtime) Run(ctx context.Context) error {
 // claimed one, before serving starts: serving outlasts any claim timeout. A
 // wake left pending by a pod that died before acking it is claimed from it.
 // It returns nil when ctx ends first.
-func (r *Runtime) claim(ctx context.Context) (*Wake, error) {
+func (r *Runtime) claim(ctx context.Context) (*Wake, bus.Message, error) {
 	var claimed *Wake
+	var entry bus.Message
 	c := bus.NewConsumer(r.cfg.Bus, wakeStream(r.cfg.Tenant, r.cfg.Agent), groupPods, r.cfg.Pod,
 		func(ctx context.Context, msgs []bus.Message) error {
+			entry = msgs[0]
 			w, err := decodeWake(msgs[0].Payload)
 			if err != nil {
 				r.cfg.Log.Error("Dropping malformed wake", "id", msgs[0].ID, "err", err)
@@ -209,12 +222,23 @@ func (r *Runtime) claim(ctx context.Context) (*Wake, error) {
 			return bus.ErrDone
 		}, bus.ConsumerOptions{Batch: 1, Logger: r.cfg.Log})
 	if err := c.Start(ctx); err != nil {
-		return nil, err
+		return nil, bus.Message{}, err
 	}
 	if claimed == nil {
-		return nil, ctx.Err()
+		return nil, bus.Message{}, ctx.Err()
 	}
-	return claimed, nil
+	return claimed, entry, nil
+}
+
+// continueTrace starts the span of the work of wake w (a scheduled run or
+// a stateless request), continuing the trace its wake entry m carries (the
+// operator's cron fire, the gateway's request).
+func (r *Runtime) continueTrace(ctx context.Context, m bus.Message, w Wake) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{tracing.AttrTenant.String(r.cfg.Tenant), tracing.AttrAgent.String(r.cfg.Agent), tracing.AttrChannel.String(w.Channel)}
+	if w.Run != nil {
+		attrs = append(attrs, tracing.AttrRunID.String(w.Run.RunID), tracing.AttrCronJob.String(w.Run.JobName))
+	}
+	return r.tracer.Start(bus.TraceContext(ctx, m), tracing.SpanTurn, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 }
 
 func decodeWake(payload []byte) (Wake, error) {
@@ -269,10 +293,11 @@ func (r *Runtime) run(ctx context.Context, w Wake) {
 		if err != nil {
 			out.Error = err.Error()
 		}
+		tracing.Fail(trace.SpanFromContext(ctx), err)
 	}
 	b, _ := json.Marshal(out)
 	if err := r.cfg.Redis.Publish(context.WithoutCancel(ctx), wake.RunResultChannel(r.cfg.Tenant, w.Run.RunID), b).Err(); err != nil {
-		r.cfg.Log.Error("Failed to publish the run's result", "run", w.Run.RunID, "err", err)
+		r.cfg.Log.ErrorContext(ctx, "Failed to publish the run's result", "run", w.Run.RunID, "err", err)
 	}
 }
 
@@ -412,7 +437,7 @@ func (r strategy) Done(ctx context.Context, c sessionrt.Chat, msgID string, out 
 		err := QueueReply(ctx, r.cfg.Bus, r.cfg.Tenant, outbound.Message{Agent: r.cfg.Agent,
 			Target: c.Channel + ":" + c.Key, Text: out.Text, Origin: out.SessionID, Stored: true})
 		if err != nil {
-			r.cfg.Log.Error("Failed to queue the reply for delivery", "chat", c.Key, "err", err)
+			r.cfg.Log.ErrorContext(ctx, "Failed to queue the reply for delivery", "chat", c.Key, "err", err)
 		}
 	}
 }
@@ -445,6 +470,6 @@ func (r strategy) Notify(ctx context.Context, c sessionrt.Chat, text string) err
 // publish sends a frame on the chat's event channel.
 func (r strategy) publish(ctx context.Context, c sessionrt.Chat, e protocol.Frame) {
 	if err := r.sig.publish(context.WithoutCancel(ctx), eventChannel(r.cfg.Tenant, r.cfg.Agent, c.Channel, c.Key), e); err != nil {
-		r.cfg.Log.Error("Failed to publish turn event", "err", err)
+		r.cfg.Log.ErrorContext(ctx, "Failed to publish turn event", "err", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -93,7 +94,10 @@ type SessionOptions struct {
 	// Metrics records the pod's turns, model and tool calls and chat
 	// (package metrics); nil records nothing.
 	Metrics *metrics.Metrics
-	Log     *slog.Logger
+	// TracerProvider traces the pod's turns (package tracing); nil traces
+	// nothing.
+	TracerProvider trace.TracerProvider
+	Log            *slog.Logger
 }
 
 // Pod is what features may know of the session pod.
@@ -270,7 +274,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 			out, err := cur.Load().Complete(ctx, req, stream, sink)
 			timer.End(sessionrt.Outcome(err))
 			return out, err
-		}, Log: log, Drain: ctx.Done(), Metrics: opts.Metrics,
+		}, Log: log, Drain: ctx.Done(), Metrics: opts.Metrics, TracerProvider: opts.TracerProvider,
 		Delegated: SubAgentRuns(svc.Store, agentName, func(tools []string, background bool) (session.Config, error) {
 			return cur.Load().SubAgentRun(tools, background)
 		}),

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
@@ -130,6 +131,9 @@ type Options struct {
 	// serves no /metrics.
 	Metrics  *metrics.Metrics
 	Gatherer prometheus.Gatherer
+	// TracerProvider traces turns, from the gateway's request through the
+	// bus to the reply (package tracing); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // State is what an embedded runtime keeps its state in.
@@ -390,7 +394,8 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			cfg.Workspace = workspaceFunc(opts.StateDir, t, a.Name)
 			ta := &tenantAgent{tenant: t, agent: a.Name, manager: session.NewManager(cfg)}
 			ta.rt = sessionrt.New(sessionrt.Config{Tenant: t, Agent: a.Name, Consumer: "embedded", Bus: r.state.Bus, Store: st,
-				Manager: ta.manager, Owner: owner{r, ta}, Reporter: reporter{r, ta}, IdleTimeout: chatIdle, Metrics: opts.Metrics, Log: opts.Log})
+				Manager: ta.manager, Owner: owner{r, ta}, Reporter: reporter{r, ta}, IdleTimeout: chatIdle, Metrics: opts.Metrics,
+				TracerProvider: opts.TracerProvider, Log: opts.Log})
 			ar.byTenant[t] = ta
 		}
 		ar.manager = ar.byTenant[opts.Tenant].manager
@@ -448,6 +453,10 @@ func (r *Runtime) Tenant() string { return r.opts.Tenant }
 func (r *Runtime) Metrics() (*metrics.Metrics, prometheus.Gatherer) {
 	return r.opts.Metrics, r.opts.Gatherer
 }
+
+// TracerProvider returns what the gateway starts the trace of a request
+// with (Options.TracerProvider; nil: tracing off).
+func (r *Runtime) TracerProvider() trace.TracerProvider { return r.opts.TracerProvider }
 
 // Tenants lists the tenants served, sorted.
 func (r *Runtime) Tenants() []string {

@@ -93,7 +93,7 @@ func (r *Runtime) prepareScheduler(set *manifest.Set) ([]agenthost.Feature, erro
 	// its root agent.
 	root := func(context.Context, string) (string, error) { return agentspec.RootAgent(set.Agents) }
 	s, err := scheduler.New(scheduler.Options{Store: jobs, Runner: runner, Deliverer: so.Deliverer, Clock: so.Clock, RootAgent: root,
-		Log: r.log.With("component", "scheduler"), MaxConcurrentRuns: so.MaxConcurrentRuns,
+		Log: r.log.With("component", "scheduler"), MaxConcurrentRuns: so.MaxConcurrentRuns, TracerProvider: r.opts.TracerProvider,
 		OnRunDone: func(j scheduler.Job, run store.DetailedCronRun) { r.opts.Metrics.CronRunDone(j.Tenant, run) },
 		// This process is the only scheduler of its database: whatever a
 		// previous process left unfinished was interrupted.

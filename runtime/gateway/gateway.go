@@ -19,11 +19,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -237,6 +239,11 @@ type Config struct {
 	// MetricsGatherer, when set, is served on GET /metrics (OpenMetrics or
 	// Prometheus text) behind the same API key as /api/.
 	MetricsGatherer prometheus.Gatherer
+	// TracerProvider starts the trace of each turn the gateway takes (a
+	// WebSocket send frame, POST /api/v1/send, a chat completion); the
+	// trace continues through the bus (package tracing). Nil traces
+	// nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the gateway's HTTP handler.
@@ -255,6 +262,7 @@ type Server struct {
 	log         *slog.Logger
 	metrics     *metrics.Metrics
 	gatherer    prometheus.Gatherer
+	tracer      trace.Tracer
 	mux         *http.ServeMux
 }
 
@@ -264,7 +272,7 @@ type Server struct {
 // UIKey() when the backend has that method, else a key of this process). The
 // tenant is the backend's Tenant() when it has that method, else "default".
 // A backend with a Metrics() method gives the gateway its metrics and what
-// it serves on /metrics. NewServer configures everything else.
+// it serves on /metrics, one with a TracerProvider() method its tracing. NewServer configures everything else.
 func New(b Backend, apiKey string, ui fs.FS, log *slog.Logger) *Server {
 	tenant := "default"
 	if t, ok := b.(interface{ Tenant() string }); ok && t.Tenant() != "" {
@@ -283,6 +291,9 @@ func New(b Backend, apiKey string, ui fs.FS, log *slog.Logger) *Server {
 		Metrics() (*metrics.Metrics, prometheus.Gatherer)
 	}); ok {
 		cfg.Metrics, cfg.MetricsGatherer = m.Metrics()
+	}
+	if t, ok := b.(interface{ TracerProvider() trace.TracerProvider }); ok {
+		cfg.TracerProvider = t.TracerProvider()
 	}
 	s, err := NewServer(cfg)
 	if err != nil {
@@ -313,7 +324,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{backend: cfg.Backend, auth: cfg.Auth, limits: newLimiters(cfg.DefaultLimit), authFails: newAuthFailures(),
 		bodyTimeout: cfg.BodyTimeout, hosts: cfg.AllowedHosts, keepAlive: cfg.StreamKeepAlive, maxBody: cfg.MaxBodyBytes, origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log,
-		metrics: cfg.Metrics, gatherer: cfg.MetricsGatherer, mux: http.NewServeMux()}
+		metrics: cfg.Metrics, gatherer: cfg.MetricsGatherer, tracer: tracing.Tracer(cfg.TracerProvider), mux: http.NewServeMux()}
 	_, s.keyless = cfg.Auth.(Loopback)
 	s.routes()
 	return s, nil

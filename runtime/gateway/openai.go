@@ -16,6 +16,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/protocol"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -344,6 +345,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if chatID == "" {
 		chatID, param = req.User, "user"
 	}
+	ctx, span := s.startTurn(r.Context(), r.Header, tracing.SpanChatCompletion, req.Model, chatID)
+	defer span.End()
+	r = r.WithContext(ctx)
 	if chatID == "" && req.stateless() {
 		s.statelessCompletion(w, r, &req)
 		return

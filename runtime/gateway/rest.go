@@ -22,6 +22,7 @@ import (
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -266,17 +267,20 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	files := &finalFiles{}
-	attached, err := s.sendFiles(r.Context(), Chat{Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID}, req.Files)
+	ctx, span := s.startTurn(r.Context(), r.Header, tracing.SpanHTTPSend, req.Agent, req.ChatID)
+	defer span.End()
+	attached, err := s.sendFiles(ctx, Chat{Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID}, req.Files)
 	var out Outcome
 	if err == nil {
-		out, err = s.backend.Handle(r.Context(), Send{ID: req.ID, Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text,
+		out, err = s.backend.Handle(ctx, Send{ID: req.ID, Channel: ChannelWeb, Agent: req.Agent, ChatID: req.ChatID, Text: req.Text,
 			Files: attached, Sink: files.sink})
 	}
 	if err != nil {
 		code := errorCode(err, CodeUnknownSession)
 		if code == CodeInternal {
-			s.log.Error("Turn failed", "agent", req.Agent, "session", out.SessionID, "err", err)
+			s.log.ErrorContext(ctx, "Turn failed", "agent", req.Agent, "session", out.SessionID, "err", err)
 		}
+		tracing.Fail(span, err)
 		writeJSON(w, statusFor(w, err, code), map[string]any{"id": req.ID, "session": out.SessionID,
 			"error": map[string]string{"code": code, "message": protocol.ClientMessage(code, err)}})
 		return

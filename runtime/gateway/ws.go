@@ -15,6 +15,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -331,6 +332,8 @@ func (s *Server) wsDialog(ctx context.Context, c *conn, f frame) {
 }
 
 func (s *Server) turn(ctx context.Context, c *conn, f frame) {
+	ctx, span := s.startTurn(ctx, nil, tracing.SpanWebSocketSend, f.Agent, f.ChatID)
+	defer span.End()
 	sink := func(e turn.Event) {
 		if b := toEventBody(e); b != nil {
 			c.send(frame{Type: "event", ID: f.ID, Session: e.Session, Event: b})
@@ -346,8 +349,9 @@ func (s *Server) turn(ctx context.Context, c *conn, f frame) {
 	case err != nil:
 		code := errorCode(err, CodeUnknownSession)
 		if code == CodeInternal && !errors.Is(err, context.Canceled) {
-			s.log.Error("Turn failed", "agent", f.Agent, "session", out.SessionID, "err", err)
+			s.log.ErrorContext(ctx, "Turn failed", "agent", f.Agent, "session", out.SessionID, "err", err)
 		}
+		tracing.Fail(span, err)
 		c.send(frame{Type: "error", ID: f.ID, Session: out.SessionID, Code: code, Message: protocol.ClientMessage(code, err), RetryAfterMS: retryAfterMS(err)})
 	case out.Command != "":
 		c.send(frame{Type: "event", ID: f.ID, Session: out.SessionID, Event: &eventBody{Kind: "command", Text: out.Text, IsError: out.Failed}})

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/llm"
@@ -195,6 +196,7 @@ type Turn struct {
 	start         time.Time
 	queued        time.Time    // zero when unknown
 	model, tools  atomic.Int64 // nanoseconds
+	exemplar      prometheus.Labels
 }
 
 type turnKey struct{}
@@ -205,7 +207,7 @@ func (m *Metrics) StartTurn(ctx context.Context, tenant, agent string) (context.
 	if m == nil {
 		return ctx, nil
 	}
-	t := &Turn{m: m, tenant: tenant, agent: agent, start: m.clock.Now()}
+	t := &Turn{m: m, tenant: tenant, agent: agent, start: m.clock.Now(), exemplar: exemplar(ctx)}
 	return context.WithValue(ctx, turnKey{}, t), t
 }
 
@@ -229,13 +231,37 @@ func (t *Turn) End(outcome string) {
 	}
 	t.m.turns.WithLabelValues(t.tenant, t.agent, outcome).Inc()
 	h := t.m.turnSeconds
-	h.WithLabelValues(t.tenant, t.agent, PhaseTotal).Observe(t.m.clock.Since(t.start).Seconds())
-	h.WithLabelValues(t.tenant, t.agent, PhaseModel).Observe(time.Duration(t.model.Load()).Seconds())
-	h.WithLabelValues(t.tenant, t.agent, PhaseTools).Observe(time.Duration(t.tools.Load()).Seconds())
+	observe(h.WithLabelValues(t.tenant, t.agent, PhaseTotal), t.m.clock.Since(t.start), t.exemplar)
+	observe(h.WithLabelValues(t.tenant, t.agent, PhaseModel), time.Duration(t.model.Load()), t.exemplar)
+	observe(h.WithLabelValues(t.tenant, t.agent, PhaseTools), time.Duration(t.tools.Load()), t.exemplar)
 	if !t.queued.IsZero() {
 		// Clocks of two hosts may disagree: a negative wait is none.
-		h.WithLabelValues(t.tenant, t.agent, PhaseQueue).Observe(max(t.start.Sub(t.queued), 0).Seconds())
+		observe(h.WithLabelValues(t.tenant, t.agent, PhaseQueue), max(t.start.Sub(t.queued), 0), t.exemplar)
 	}
+}
+
+// ExemplarTraceID is the exemplar label of a latency observation: the id of
+// the sampled trace of the turn or call it timed, so a slow bucket leads to
+// the trace (OpenMetrics exposition only; see Handler).
+const ExemplarTraceID = "trace_id"
+
+// exemplar returns the exemplar labels of the sampled trace of ctx, nil
+// without one (tracing off or the trace not sampled).
+func exemplar(ctx context.Context) prometheus.Labels {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() || !sc.IsSampled() {
+		return nil
+	}
+	return prometheus.Labels{ExemplarTraceID: sc.TraceID().String()}
+}
+
+// observe records d on o with ex as its exemplar when there is one.
+func observe(o prometheus.Observer, d time.Duration, ex prometheus.Labels) {
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && ex != nil {
+		eo.ObserveWithExemplar(d.Seconds(), ex)
+		return
+	}
+	o.Observe(d.Seconds())
 }
 
 // SessionStarted counts a chat this process starts serving; the returned

@@ -57,7 +57,7 @@ func (o *observedModel) Complete(ctx context.Context, req llm.Request, onDelta f
 	}
 	resp, err := o.next.Complete(ctx, req, deltas)
 	d := m.clock.Since(start)
-	m.modelSeconds.WithLabelValues(labels...).Observe(d.Seconds())
+	observe(m.modelSeconds.WithLabelValues(labels...), d, exemplar(ctx))
 	if turn != nil {
 		turn.model.Add(int64(d))
 	}

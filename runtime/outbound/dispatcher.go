@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/channel"
@@ -29,6 +31,7 @@ import (
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // Defaults of a Dispatcher.
@@ -221,7 +224,21 @@ type job struct {
 // the tenant. A failure returns the Result (Status failed, unless the
 // message could not even be recorded) and an error: ErrBadTarget or
 // ErrUnknownChannel before anything is recorded, a *DeliveryError after.
-func (d *Dispatcher) Deliver(ctx context.Context, m Message) (Result, error) {
+func (d *Dispatcher) Deliver(ctx context.Context, m Message) (res Result, err error) {
+	// The last step of a turn's trace: the message leaving on its channel.
+	ctx, span := tracing.Start(ctx, tracing.SpanOutbound, trace.WithAttributes(tracing.AttrAgent.String(m.Agent),
+		tracing.AttrChannel.String(strings.SplitN(m.Target, ":", 2)[0])))
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("picobot.delivery.status", string(res.Status)))
+			tracing.Fail(span, err)
+		}
+		span.End()
+	}()
+	return d.deliver(ctx, m)
+}
+
+func (d *Dispatcher) deliver(ctx context.Context, m Message) (Result, error) {
 	tenant, err := store.TenantFrom(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("failed to deliver message: %w", err)

@@ -7,8 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // writeTimeout bounds one store write recording a run's end (retries
@@ -62,6 +66,11 @@ func (s *Scheduler) execute(ctx context.Context, j *Job, c store.CronClaim) {
 	}
 	rctx, cancel := context.WithTimeout(store.WithTenant(ctx, j.Tenant), s.opts.RunTimeout)
 	defer cancel()
+	// A fire is a trace of its own: no request asked for it. The run's turn
+	// (queued on the bus in cluster mode) continues it.
+	rctx, span := s.tracer.Start(rctx, tracing.SpanCronFire, trace.WithNewRoot(), trace.WithAttributes(tracing.AttrTenant.String(j.Tenant),
+		tracing.AttrCronJob.String(j.Name), tracing.AttrRunID.String(c.Run.RunID)))
+	defer span.End()
 	res, err := s.run(rctx, j, c)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -76,6 +85,10 @@ func (s *Scheduler) execute(ctx context.Context, j *Job, c store.CronClaim) {
 	case store.OutcomeOK, store.OutcomeAlert, store.OutcomeFailed, store.OutcomeRefused:
 	default:
 		res = RunResult{Outcome: store.OutcomeFailed, Message: msgNoOutcome, SessionID: res.SessionID}
+	}
+	span.SetAttributes(tracing.AttrOutcome.String(string(res.Outcome)))
+	if res.Outcome == store.OutcomeFailed {
+		span.SetStatus(codes.Error, "the run failed")
 	}
 	s.finish(ctx, j, c.Run.RunID, c.Detail, res)
 }

@@ -30,10 +30,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/schedule"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // Defaults of Options.
@@ -61,6 +63,9 @@ type Options struct {
 	// Clock drives firing; tests pass a fake one (k8s.io/utils/clock/testing).
 	Clock clock.Clock
 	Log   *slog.Logger
+	// TracerProvider traces each fire: a trace of its own (cron.fire) that
+	// the run's turn continues (package tracing); nil traces nothing.
+	TracerProvider trace.TracerProvider
 	// ClaimWorkers claim batches in parallel; ClaimBatch caps a batch.
 	ClaimWorkers, ClaimBatch int
 	// RecordWorkers cap the store writes recording how runs ended, so that
@@ -131,6 +136,7 @@ type Scheduler struct {
 	runSlots    chan struct{}
 	recordSlots chan struct{}
 	runs        sync.WaitGroup
+	tracer      trace.Tracer
 }
 
 // New returns a scheduler; call Run to start firing.
@@ -167,7 +173,7 @@ func New(opts Options) (*Scheduler, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	s := &Scheduler{opts: opts, log: opts.Log, clock: opts.Clock,
+	s := &Scheduler{opts: opts, log: opts.Log, clock: opts.Clock, tracer: tracing.Tracer(opts.TracerProvider),
 		entries: map[string]*entry{}, recovery: map[string]time.Time{}, tenants: map[string]struct{}{},
 		wake: make(chan struct{}, 1), recWake: make(chan struct{}, 1),
 		batches: make([]chan []action, opts.ClaimWorkers), inFlight: map[string]struct{}{},

@@ -44,7 +44,7 @@ func (a approver) Approve(ctx context.Context, req tool.ApprovalRequest) (bool, 
 		a.r.cfg.Reporter.Event(ctx, a.c, a.msgID, turn.Event{Kind: turn.EventApproval, Approval: &ev, Session: req.SessionID})
 		if n, ok := a.r.cfg.Reporter.(Notifier); ok && !protocol.GatewayClient(a.c.Channel) {
 			if err := n.Notify(ctx, a.c, approval.Prompt(code, req.Tool, req.Command, req.Reason, req.Timeout)); err != nil {
-				a.r.cfg.Log.Error("Failed to send the approval request to the chat", "chat", a.c.Key, "err", err)
+				a.r.cfg.Log.ErrorContext(ctx, "Failed to send the approval request to the chat", "chat", a.c.Key, "err", err)
 			}
 		}
 	})
@@ -54,7 +54,7 @@ func (a approver) Approve(ctx context.Context, req tool.ApprovalRequest) (bool, 
 	res := ev
 	res.Outcome = string(out)
 	a.r.cfg.Reporter.Event(ctx, a.c, a.msgID, turn.Event{Kind: turn.EventApprovalResult, Approval: &res, Session: req.SessionID})
-	a.r.cfg.Log.Info("Exec approval answered", "chat", a.c.Key, "code", ev.Code, "tool", req.Tool, "outcome", out)
+	a.r.cfg.Log.InfoContext(ctx, "Exec approval answered", "chat", a.c.Key, "code", ev.Code, "tool", req.Tool, "outcome", out)
 	switch out {
 	case approval.Approved:
 		return true, "", nil

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/picobot/picobot/runtime/approval"
 	"github.com/picobot/picobot/runtime/audit"
 	"github.com/picobot/picobot/runtime/bus"
@@ -41,6 +43,7 @@ import (
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -138,7 +141,10 @@ type Config struct {
 	// Metrics records the turns and the chats served; nil records
 	// nothing.
 	Metrics *metrics.Metrics
-	Log     *slog.Logger
+	// TracerProvider traces each turn (a span continuing the trace its
+	// message carries, package tracing); nil traces nothing.
+	TracerProvider trace.TracerProvider
+	Log            *slog.Logger
 }
 
 // DefaultMaxDeliveries is Config.MaxDeliveries' default.
@@ -160,7 +166,8 @@ type DeadLetter struct {
 
 // Runtime serves the chats of one agent of one tenant.
 type Runtime struct {
-	cfg Config
+	cfg    Config
+	tracer trace.Tracer
 	// approvals holds the exec approval requests of the running turns.
 	approvals *approval.Broker
 	// delegated holds the manager of each chat's running delegated turn
@@ -186,7 +193,7 @@ func New(cfg Config) *Runtime {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("tenant", cfg.Tenant, "agent", cfg.Agent)
-	return &Runtime{cfg: cfg, approvals: approval.NewBroker()}
+	return &Runtime{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), approvals: approval.NewBroker()}
 }
 
 // Stream is the inbound stream of a chat.
@@ -317,7 +324,7 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 	}
 	in, err := protocol.DecodeInbound(m.Payload)
 	if err != nil {
-		r.cfg.Log.Error("Dropping a chat message this runtime cannot read", "id", m.ID, "err", err)
+		r.cfg.Log.ErrorContext(ctx, "Dropping a chat message this runtime cannot read", "id", m.ID, "err", err)
 		code := protocol.CodeBadRequest
 		if errors.Is(err, protocol.ErrUnknownVersion) {
 			code = protocol.CodeUnavailable
@@ -332,7 +339,7 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 			if ctx.Err() != nil {
 				return once, ctx.Err()
 			}
-			r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, r.coded(r.cfg.Log.With("channel", c.Channel, "chat", c.Key), err))
+			r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, r.coded(ctx, r.cfg.Log.With("channel", c.Channel, "chat", c.Key), err))
 			return once, nil
 		}
 		defer func() {
@@ -342,6 +349,13 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 			_ = mgr.ReleaseAll(context.WithoutCancel(ctx))
 		}()
 	}
+	// The turn continues the trace of whoever queued the message (the
+	// gateway's request, a cron fire, a delegating turn): its span's parent
+	// is the bus entry's publish span.
+	tctx, span := r.tracer.Start(bus.TraceContext(tctx, m), tracing.SpanTurn, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(tracing.AttrTenant.String(r.cfg.Tenant), tracing.AttrAgent.String(r.cfg.Agent),
+			tracing.AttrChannel.String(c.Channel), tracing.AttrMessageID.String(m.ID), tracing.AttrDeliveries.Int(m.Deliveries)))
+	defer span.End()
 	end := r.cfg.Reporter.Begin(ctx, c, m.ID)
 	tctx = audit.WithActor(tctx, actorOf(c, in))
 	// Every line the turn logs names its tenant, agent (r.cfg.Log), chat
@@ -366,16 +380,24 @@ func (r *Runtime) process(ctx context.Context, c Chat, m bus.Message) (once bool
 	if reply.SessionID != "" {
 		tlog = tlog.With("session", reply.SessionID)
 	}
-	ce := r.coded(tlog, err)
+	ce := r.coded(tctx, tlog, err)
 	if reply.Command == "" {
 		// A slash command is no model turn.
 		timer.End(outcome(ce))
 	}
-	r.recordFailure(logctx.With(ctx, tlog), reply.SessionID, m.ID, ce)
-	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, out, ce)
+	span.SetAttributes(tracing.AttrSession.String(reply.SessionID), tracing.AttrOutcome.String(outcome(ce)))
+	if ce != nil {
+		tracing.Fail(span, ce)
+	}
+	r.recordFailure(logctx.With(tctx, tlog), reply.SessionID, m.ID, ce)
+	// Delivering the outcome (to the client waiting on the gateway, or the
+	// outbound stream of a chat platform) is the turn's last step.
+	_, deliver := tracing.Start(tctx, tracing.SpanDeliver)
+	r.cfg.Reporter.Done(trace.ContextWithSpan(context.WithoutCancel(ctx), deliver), c, m.ID, out, ce)
+	deliver.End()
 	// One line per turn (never its text): what `kubectl logs` of a session
 	// pod shows of the work it did.
-	r.cfg.Log.Info("Turn done", "chat", c.Key, "id", m.ID, "session", reply.SessionID, "outcome", outcome(ce))
+	r.cfg.Log.InfoContext(tctx, "Turn done", "chat", c.Key, "id", m.ID, "session", reply.SessionID, "outcome", outcome(ce))
 	return once, nil
 }
 
@@ -425,7 +447,7 @@ func (r *Runtime) recordFailure(ctx context.Context, sessionID, msgID string, ce
 	}
 	e := store.TurnError{SessionID: sessionID, MessageID: msgID, Code: ce.Code, Message: msg}
 	if err := r.cfg.Store.PutTurnError(store.WithTenant(context.WithoutCancel(ctx), r.cfg.Tenant), e); err != nil {
-		logctx.From(ctx, r.cfg.Log).Warn("Failed to record a turn's error", "session", sessionID, "err", err)
+		logctx.From(ctx, r.cfg.Log).WarnContext(ctx, "Failed to record a turn's error", "session", sessionID, "err", err)
 	}
 }
 
@@ -454,7 +476,7 @@ func (r *Runtime) deadLetter(ctx context.Context, c Chat, m bus.Message) error {
 	if err := r.cfg.Bus.Publish(ctx, DeadLetterStream(r.cfg.Tenant), bus.Message{ID: m.ID, Payload: b}); err != nil {
 		return fmt.Errorf("failed to set message %q aside: %w", m.ID, err)
 	}
-	r.cfg.Log.Error("Set a message aside after too many deliveries", "id", m.ID, "chat", c.Key, "deliveries", m.Deliveries,
+	r.cfg.Log.ErrorContext(ctx, "Set a message aside after too many deliveries", "id", m.ID, "chat", c.Key, "deliveries", m.Deliveries,
 		"dead_letter_stream", DeadLetterStream(r.cfg.Tenant))
 	r.cfg.Reporter.Done(context.WithoutCancel(ctx), c, m.ID, protocol.Outcome{}, &protocol.CodedError{Code: protocol.CodeDeadLetter,
 		Err: fmt.Errorf("this message was handed to the agent %d times without an answer (its turn keeps failing); it was set aside for an operator and will not be tried again", m.Deliveries)})
@@ -480,7 +502,7 @@ func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID 
 		case errors.Is(err, store.ErrUnavailable):
 			backoff = NextBackoff(backoff)
 			wait = backoff
-			logctx.From(ctx, r.cfg.Log).Warn("Store unavailable; retrying the message", "err", err, "backoff", wait)
+			logctx.From(ctx, r.cfg.Log).WarnContext(ctx, "Store unavailable; retrying the message", "err", err, "backoff", wait)
 		}
 		if wait <= 0 || !Sleep(ctx, wait) {
 			return reply, err
@@ -501,11 +523,11 @@ func uploads(files []protocol.File) []session.Upload {
 }
 
 // coded maps a turn's error to the protocol (Coded) and logs an internal
-// fault with the turn's logger.
-func (r *Runtime) coded(log *slog.Logger, err error) *protocol.CodedError {
+// fault with the turn's logger (trace ids from ctx).
+func (r *Runtime) coded(ctx context.Context, log *slog.Logger, err error) *protocol.CodedError {
 	ce, known := Coded(err)
 	if !known {
-		log.Error("Turn failed", "err", err)
+		log.ErrorContext(ctx, "Turn failed", "err", err)
 	}
 	return ce
 }

@@ -384,12 +384,12 @@ func TestCodedMapsTurnErrorsToProtocolCodes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.code, func(t *testing.T) {
 			g := NewWithT(t)
-			got := r.coded(r.cfg.Log, tc.err)
+			got := r.coded(t.Context(), r.cfg.Log, tc.err)
 			g.Expect(got.Code).To(Equal(tc.code))
 			g.Expect(got.Error()).To(ContainSubstring(tc.contains))
 		})
 	}
-	NewWithT(t).Expect(r.coded(r.cfg.Log, nil)).To(BeNil())
+	NewWithT(t).Expect(r.coded(t.Context(), r.cfg.Log, nil)).To(BeNil())
 }
 
 // A message whose turn killed its runtime on every delivery (a poison

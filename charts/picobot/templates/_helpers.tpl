@@ -343,3 +343,24 @@ monitoring.labels (what a Prometheus selects them by).
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/* OpenTelemetry settings of the gateway and the operator (which passes
+every OTEL_* variable on to session pods); nothing while tracing is off. */}}
+{{- define "picobot.env.tracing" -}}
+{{- with .Values.tracing }}
+{{- if .otlp.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .otlp.endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .otlp.protocol | quote }}
+{{- with .sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- with .samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

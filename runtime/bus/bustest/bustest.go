@@ -14,6 +14,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega" //nolint:staticcheck // Gomega's DSL is made for dot-import
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/picobot/picobot/runtime/bus"
 )
@@ -38,6 +40,7 @@ func Run(t *testing.T, newBus func(t *testing.T) bus.Bus) {
 		{"EmptyPublishIsNoop", testEmptyPublishIsNoop},
 		{"PublishRejectsMessageWithoutID", testPublishRejectsMessageWithoutID},
 		{"HeadersRoundTrip", testHeadersRoundTrip},
+		{"PublishCarriesTraceContext", testPublishCarriesTraceContext},
 		{"PublishCopiesPayload", testPublishCopiesPayload},
 		{"ConsumersOfAGroupSplitMessages", testConsumersOfAGroupSplitMessages},
 		{"GroupsEachGetEveryMessage", testGroupsEachGetEveryMessage},
@@ -207,6 +210,36 @@ func testHeadersRoundTrip(t *testing.T, b bus.Bus) {
 	g.Expect(got[1].Headers).To(BeEmpty())
 	g.Expect(got[1].Payload).To(BeEmpty())
 	g.Expect(got[2].Payload).To(Equal([]byte{0, 1, 2, 255, '\r', '\n'}))
+}
+
+// testPublishCarriesTraceContext: a publish under a recording span carries
+// the trace in the entry (a child span of the publisher's, the bus.publish
+// span), the consumer's context continues it, and the publisher's headers
+// map is left alone; without a span nothing is added.
+func testPublishCarriesTraceContext(t *testing.T, b bus.Bus) {
+	g := NewWithT(t)
+	s := streamName(t, "in")
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx, span := tp.Tracer("bustest").Start(t.Context(), "publisher")
+	mine := map[string]string{"content-type": "application/json"}
+	g.Expect(b.Publish(ctx, s, bus.Message{ID: "traced", Payload: []byte("x"), Headers: mine},
+		bus.Message{ID: "explicit", Headers: map[string]string{bus.HeaderTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})).To(Succeed())
+	span.End()
+	g.Expect(b.Publish(t.Context(), s, bus.Message{ID: "untraced", Payload: []byte("y")})).To(Succeed())
+	g.Expect(mine).To(Equal(map[string]string{"content-type": "application/json"}), "the publisher's map is not changed")
+
+	got := fetchAll(t, b, s, "g", "c", 10, 3)
+	g.Expect(got[0].Headers).To(HaveKeyWithValue("content-type", "application/json"))
+	g.Expect(got[0].Headers).To(HaveKey(bus.HeaderTraceparent))
+	remote := trace.SpanContextFromContext(bus.TraceContext(context.Background(), got[0]))
+	g.Expect(remote.IsValid()).To(BeTrue())
+	g.Expect(remote.IsRemote()).To(BeTrue())
+	g.Expect(remote.TraceID()).To(Equal(span.SpanContext().TraceID()), "the entry continues the publisher's trace")
+	g.Expect(remote.SpanID()).NotTo(Equal(span.SpanContext().SpanID()), "its parent is the bus.publish span, a child of the publisher's")
+	g.Expect(got[1].Headers[bus.HeaderTraceparent]).To(Equal("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), "a publisher's own trace context is kept")
+	g.Expect(got[2].Headers).NotTo(HaveKey(bus.HeaderTraceparent))
+	g.Expect(trace.SpanContextFromContext(bus.TraceContext(context.Background(), got[2])).IsValid()).To(BeFalse())
 }
 
 func testPublishCopiesPayload(t *testing.T, b bus.Bus) {

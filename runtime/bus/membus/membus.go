@@ -137,6 +137,8 @@ func (b *Bus) Publish(ctx context.Context, name string, msgs ...bus.Message) err
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("failed to publish messages to %q: %w", name, err)
 	}
+	msgs, span := bus.TracePublish(ctx, name, msgs)
+	defer span.End()
 	s, err := b.stream(name, true)
 	if err != nil {
 		return fmt.Errorf("failed to publish messages to %q: %w", name, err)

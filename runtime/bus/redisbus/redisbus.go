@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // Entry fields. Short, because they are stored with every entry.
@@ -123,6 +124,8 @@ func (b *Bus) Publish(ctx context.Context, stream string, msgs ...bus.Message) e
 	if b.isClosed() {
 		return fmt.Errorf("failed to publish messages to %q: %w", stream, bus.ErrClosed)
 	}
+	msgs, span := bus.TracePublish(ctx, stream, msgs)
+	defer span.End()
 	var err error
 	if len(msgs) == 1 {
 		err = b.client.XAdd(ctx, b.xaddArgs(stream, &msgs[0])).Err()
@@ -135,7 +138,9 @@ func (b *Bus) Publish(ctx context.Context, stream string, msgs ...bus.Message) e
 		})
 	}
 	if err != nil {
-		return fmt.Errorf("failed to publish %d messages to %q: %w", len(msgs), stream, err)
+		err = fmt.Errorf("failed to publish %d messages to %q: %w", len(msgs), stream, err)
+		tracing.Fail(span, err)
+		return err
 	}
 	return nil
 }

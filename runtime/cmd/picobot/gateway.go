@@ -37,6 +37,7 @@ import (
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/tool/delegate"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // gatewayCmd is `picobot gateway`, the cluster-mode gateway: tenant API keys
@@ -59,12 +60,18 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	metricsAddr := fs.String("metrics-addr", os.Getenv("PICOBOT_METRICS_ADDR"), metricsAddrHelp)
 	runRetention := fs.Duration("run-retention", delegate.DefaultRetention, "How long ended sub-agent (delegate) runs are kept before they are deleted.")
 	runGrace := fs.Duration("run-watch-grace", 15*time.Second, "How long a background sub-agent run or its continuation may go without a runtime before the gateway wakes one.")
+	traces := bindTracingFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tp, stopTracing, err := traces.start(ctx, "picobot-gateway", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -127,12 +134,12 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 		Kube: agents, ReplyTimeout: *replyTimeout, Log: log,
 		Limits: limits.Limits, Admitter: &quota.RedisAdmitter{Redis: svc.Redis, Clock: clock.RealClock{}}, Metrics: met})
 	srv, err := gateway.NewServer(gateway.Config{Backend: backend, Auth: keys, UI: web.FS, Log: log,
-		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins), Metrics: met})
+		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins), Metrics: met, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
 	// Chat platforms: webhooks arrive here, replies leave from here.
-	channels := channel.NewManager(channel.Options{PublicURL: *publicURL, Log: log,
+	channels := channel.NewManager(channel.Options{PublicURL: *publicURL, Log: log, TracerProvider: tp,
 		OnInbound: func(ctx context.Context, agentName string, in channel.Inbound) error {
 			return backend.Inbound(ctx, agentName, in)
 		}})
@@ -144,7 +151,7 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	if err != nil {
 		return err
 	}
-	relay := &cluster.OutboundRelay{Bus: svc.Bus, Redis: svc.Redis, Dispatcher: disp, Tenants: tenants, Log: log}
+	relay := &cluster.OutboundRelay{Bus: svc.Bus, Redis: svc.Redis, Dispatcher: disp, Tenants: tenants, TracerProvider: tp, Log: log}
 	loops.Go(func() error { return relay.Start(ctx) })
 	// Background delegate runs outlive the pods that serve them: the watch
 	// wakes a runtime for a run or a continuation whose pod died.

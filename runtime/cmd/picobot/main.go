@@ -30,6 +30,7 @@ import (
 	"github.com/picobot/picobot/runtime/sandbox/warm"
 	"github.com/picobot/picobot/runtime/tool/bot"
 	"github.com/picobot/picobot/runtime/tool/delegate"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 func main() {
@@ -127,6 +128,7 @@ mode: SQLite, an in-process bus and a local folder).
 	auditRetention := fs.Duration("audit-retention", audit.DefaultRetention, "How long the audit records of tool calls are kept before they are deleted.")
 	warmMax := fs.Int("warm-sandboxes", warm.DefaultMax, "Most warm tool sandboxes kept at once, one per session workspace (0 starts every program through its own sandbox launcher).")
 	warmIdle := fs.Duration("warm-sandbox-idle", warm.DefaultIdle, "How long a warm tool sandbox with no program running is kept.")
+	traces := bindTracingFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -136,9 +138,14 @@ mode: SQLite, an in-process bus and a local folder).
 	if *auditRetention <= 0 {
 		return fmt.Errorf("--audit-retention %s is not a positive duration", *auditRetention)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := slog.New(tracing.LogHandler(slog.NewTextHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tp, stopTracing, err := traces.start(ctx, "picobot", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	// The state is chosen here, before the runtime: the dispatcher that
 	// delivers send_message, replies and scheduled notices works on it, and
@@ -148,7 +155,7 @@ mode: SQLite, an in-process bus and a local folder).
 		return err
 	}
 	var rt *embedded.Runtime
-	channels := channel.NewManager(channel.Options{PublicURL: *publicURL, Log: log,
+	channels := channel.NewManager(channel.Options{PublicURL: *publicURL, Log: log, TracerProvider: tp,
 		OnInbound: func(ctx context.Context, agentName string, in channel.Inbound) error {
 			return rt.Inbound(ctx, agentName, in)
 		}})
@@ -186,7 +193,7 @@ mode: SQLite, an in-process bus and a local folder).
 		return err
 	}
 	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
-		RunRetention: *retention, AuditRetention: *auditRetention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe, Metrics: met, Gatherer: reg,
+		RunRetention: *retention, AuditRetention: *auditRetention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe, Metrics: met, Gatherer: reg, TracerProvider: tp,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {
 		state.Close()

@@ -16,6 +16,7 @@ import (
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // session is `picobot session`, the main of a cluster-mode session pod. The
@@ -29,10 +30,11 @@ func session(args []string) error {
 		fs.PrintDefaults()
 	}
 	metricsAddr := fs.String("metrics-addr", os.Getenv("PICOBOT_METRICS_ADDR"), metricsAddrHelp)
+	traces := bindTracingFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, nil)))
 	reg, met, err := newMetrics()
 	if err != nil {
 		return err
@@ -51,10 +53,16 @@ func session(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The operator passes its OTEL_* settings on to session pods.
+	tp, stopTracing, err := traces.start(ctx, "picobot-session", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	closeFeatures := func() {}
 	defer func() { closeFeatures() }()
 	checks := podHealthService()
-	err = cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Health: checks, Metrics: met, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
+	err = cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Health: checks, Metrics: met, TracerProvider: tp, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
 		o := featureOptions{log: log, cron: true, health: checks, probe: modelcheck.NewProber(),
 			// Messages to chat platforms leave through the gateway, which
 			// holds the channels' credentials.

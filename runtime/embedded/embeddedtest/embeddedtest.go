@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/picobot/picobot/runtime/embedded"
@@ -41,6 +42,9 @@ type Options struct {
 	// Registry, when set, gets the runtime's metrics (package metrics),
 	// which the gateway serves on /metrics.
 	Registry *prometheus.Registry
+	// TracerProvider, when set, traces the runtime's and the gateway's
+	// turns (package tracing).
+	TracerProvider trace.TracerProvider
 }
 
 // Env is a running gateway.
@@ -103,7 +107,7 @@ func Start(tb testing.TB, opts Options) *Env {
 		}
 		return ""
 	}
-	eopts := embedded.Options{Dir: dir, Env: env}
+	eopts := embedded.Options{Dir: dir, Env: env, TracerProvider: opts.TracerProvider}
 	if opts.Registry != nil {
 		m, err := metrics.New(opts.Registry, metrics.Options{})
 		if err != nil {

@@ -10,10 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool/sessions"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // A background run's life, the same in both modes:
@@ -167,8 +169,12 @@ func (b *BackgroundRuns) Start(ctx context.Context, req Request) error {
 		return fmt.Errorf("failed to start run %q: the runtime is shutting down", req.RunID)
 	}
 	rctx, cancel := context.WithCancelCause(store.WithTenant(b.ctx, tenant))
+	// The run is a trace of its own, linked to the turn that started it.
+	rctx, span := tracing.StartLinked(ctx, rctx, tracing.SpanBackgroundRun, trace.WithAttributes(tracing.AttrRunID.String(req.RunID),
+		tracing.AttrAgent.String(req.Agent)))
 	remove := b.cfg.Active.Add(req.RunID, cancel)
 	b.wg.Go(func() {
+		defer span.End()
 		defer remove()
 		defer cancel(nil)
 		b.run(rctx, req)

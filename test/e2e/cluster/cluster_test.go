@@ -34,6 +34,7 @@ import (
 	"github.com/picobot/picobot/runtime/cluster"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/runtime/tracing/tracingtest"
 	"github.com/picobot/picobot/test/controlplane"
 	"github.com/picobot/picobot/test/podrunner"
 	"github.com/picobot/picobot/test/services"
@@ -71,6 +72,9 @@ type stack struct {
 	mcpProbe   string
 	logs       []string
 	gatewayLog string
+	// traces receives the spans of the gateway, the operator's session
+	// pods and the operator over OTLP/gRPC (the OTEL_* settings in conn).
+	traces *tracingtest.Receiver
 }
 
 var (
@@ -194,10 +198,20 @@ func start() (*stack, func(), error) {
 		s3Secret, _ = s3u.User.Password()
 		s3u.User = nil
 	}
+	rcv, stopTraces, err := tracingtest.New()
+	if err != nil {
+		return fail(err)
+	}
+	s.traces = rcv
+	stops = append(stops, stopTraces)
 	s.conn = []string{
 		"PICOBOT_POSTGRES_URL=" + appDSN, "PICOBOT_REDIS_URL=" + redisURL,
 		"PICOBOT_S3_ENDPOINT=" + s3u.String(), "PICOBOT_S3_BUCKET=picobot-e2e", "PICOBOT_S3_REGION=us-east-1", "PICOBOT_S3_PATH_STYLE=true",
 		"AWS_ACCESS_KEY_ID=" + s3Key, "AWS_SECRET_ACCESS_KEY=" + s3Secret,
+		// Every process traces (docs/tracing.md), exporting often, as a
+		// deployment with a collector would: the operator passes these
+		// on to session pods.
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.GRPCEndpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=100",
 	}
 	mig := exec.Command(s.picobot, "migrate", "--app-role=picobot_e2e")
 	mig.Env = append(append(os.Environ(), s.conn...), "PICOBOT_POSTGRES_OWNER_URL="+ownerDSN)
