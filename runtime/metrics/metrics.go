@@ -91,10 +91,9 @@ type Metrics struct {
 	bus   *busMetrics
 	store *storeMetrics
 	wakes *prometheus.CounterVec
-	// cronRuns and cronLag are the scheduler's in embedded mode (the
-	// operator has its own, package opmetrics, of the same names).
-	cronRuns *prometheus.CounterVec
-	cronLag  *prometheus.HistogramVec
+	// cron is the scheduler's in embedded mode (the operator registers
+	// its own CronRuns on its registry).
+	cron *CronRuns
 
 	toolsMu sync.Mutex
 	tools   map[string]struct{} // tool names given a label of their own
@@ -166,13 +165,10 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "session_wakes_total",
 		Help: "Chats this process woke a runtime for (a message for a chat no runtime served), by outcome: queued or error."},
 		[]string{"tenant", "agent", "outcome"})
-	m.cronRuns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picobot_cron_runs_total",
-		Help: "Finished CronJob runs by recorded outcome: ok, alert, failed, refused or skipped (a missed tick the missed-run policy did not run)."},
-		[]string{"namespace", "outcome"})
-	m.cronLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "picobot_cron_fire_lag_seconds",
-		Help: "Time from a CronJob run's scheduled tick to its start.", Buckets: CronLagBuckets}, []string{"namespace"})
+	m.cron = NewCronRuns()
 	cs := []prometheus.Collector{m.turns, m.turnSeconds, m.modelCalls, m.modelSeconds, m.modelTTFT, m.modelTokens, m.modelCost, m.modelFallbacks,
-		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited, m.gwQuotaRefused, m.wakes, m.cronRuns, m.cronLag}
+		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited, m.gwQuotaRefused, m.wakes}
+	cs = append(cs, m.cron.Collectors()...)
 	cs = append(cs, m.bus.collectors()...)
 	cs = append(cs, m.store.collectors()...)
 	for _, c := range cs {
@@ -291,20 +287,49 @@ func (m *Metrics) Woke(tenant, agent string, err error) {
 // CronLagBuckets are the buckets of picobot_cron_fire_lag_seconds.
 var CronLagBuckets = []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800}
 
-// CronRunDone records a finished CronJob run of namespace (the scheduler's
+// CronRuns are the CronJob scheduler's metrics, the same in embedded mode
+// (on Metrics' registry) and in the operator (on controller-runtime's).
+type CronRuns struct {
+	runs *prometheus.CounterVec
+	lag  *prometheus.HistogramVec
+}
+
+// NewCronRuns makes them; the caller registers Collectors.
+func NewCronRuns() *CronRuns {
+	return &CronRuns{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picobot_cron_runs_total",
+			Help: "Finished CronJob runs by recorded outcome: ok, alert, failed, refused or skipped (a missed tick the missed-run policy did not run)."},
+			[]string{"namespace", "outcome"}),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "picobot_cron_fire_lag_seconds",
+			Help: "Time from a CronJob run's scheduled tick to its start.", Buckets: CronLagBuckets}, []string{"namespace"}),
+	}
+}
+
+// Collectors are the vectors to register.
+func (c *CronRuns) Collectors() []prometheus.Collector { return []prometheus.Collector{c.runs, c.lag} }
+
+// Done records a finished CronJob run of namespace (the scheduler's
 // OnRunDone): its outcome and, when it started, its lag behind its tick.
-func (m *Metrics) CronRunDone(namespace string, run store.DetailedCronRun) {
-	if m == nil {
+func (c *CronRuns) Done(namespace string, run store.DetailedCronRun) {
+	if c == nil {
 		return
 	}
 	outcome := string(run.Outcome)
 	if outcome == "" {
 		outcome = "unknown"
 	}
-	m.cronRuns.WithLabelValues(namespace, outcome).Inc()
+	c.runs.WithLabelValues(namespace, outcome).Inc()
 	if run.StartedAt != nil {
-		m.cronLag.WithLabelValues(namespace).Observe(max(run.StartedAt.Sub(run.ScheduledTime), 0).Seconds())
+		c.lag.WithLabelValues(namespace).Observe(max(run.StartedAt.Sub(run.ScheduledTime), 0).Seconds())
 	}
+}
+
+// CronRunDone records a finished CronJob run of namespace in embedded mode.
+func (m *Metrics) CronRunDone(namespace string, run store.DetailedCronRun) {
+	if m == nil {
+		return
+	}
+	m.cron.Done(namespace, run)
 }
 
 // toolLabel bounds the tool label: a name the agent has no tool for is

@@ -23,8 +23,7 @@ type Metrics struct {
 	podsCreated *prometheus.CounterVec
 	podsReaped  *prometheus.CounterVec
 	poolMisses  *prometheus.CounterVec
-	cronRuns    *prometheus.CounterVec
-	cronLag     *prometheus.HistogramVec
+	cron        *metrics.CronRuns
 }
 
 // New registers the operator's metrics on reg.
@@ -40,14 +39,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Session pods whose runtime exited (idle, or done with its chat) that the operator deleted."}, []string{"namespace", "agent"}),
 		poolMisses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picobot_pool_wake_misses_total",
 			Help: "Chats of session pods that died mid-chat which the operator woke again (their messages wait for a new pod)."}, []string{"namespace", "agent"}),
-		cronRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picobot_cron_runs_total",
-			Help: "Finished CronJob runs by outcome as recorded: ok, alert, failed, refused or skipped (a missed tick the missed-run policy did not run)."},
-			[]string{"namespace", "outcome"}),
-		cronLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "picobot_cron_fire_lag_seconds",
-			Help:    "Time from a CronJob run's scheduled tick to its start.",
-			Buckets: metrics.CronLagBuckets}, []string{"namespace"}),
+		cron: metrics.NewCronRuns(),
 	}
-	for _, c := range []prometheus.Collector{m.poolPods, m.podsCreated, m.podsReaped, m.poolMisses, m.cronRuns, m.cronLag} {
+	for _, c := range append([]prometheus.Collector{m.poolPods, m.podsCreated, m.podsReaped, m.poolMisses}, m.cron.Collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("failed to register the operator's metrics"), err)
 		}
@@ -106,12 +100,5 @@ func (m *Metrics) CronRunDone(namespace string, run store.DetailedCronRun) {
 	if m == nil {
 		return
 	}
-	outcome := string(run.Outcome)
-	if outcome == "" {
-		outcome = "unknown"
-	}
-	m.cronRuns.WithLabelValues(namespace, outcome).Inc()
-	if run.StartedAt != nil {
-		m.cronLag.WithLabelValues(namespace).Observe(max(run.StartedAt.Sub(run.ScheduledTime), 0).Seconds())
-	}
+	m.cron.Done(namespace, run)
 }
