@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/fs"
 	"github.com/picobot/picobot/runtime/turn"
+	"github.com/picobot/picobot/test/timing"
 )
 
 // timedProvider measures the time spent inside the provider (SDK + HTTP round
@@ -28,12 +28,6 @@ func (p *timedProvider) Complete(ctx context.Context, req llm.Request, d func(ll
 	r, err := p.Provider.Complete(ctx, req, d)
 	p.spent += time.Since(start)
 	return r, err
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
 }
 
 // BenchmarkTurn runs turns of one tool call + final answer against a fake model
@@ -80,10 +74,10 @@ func benchTurns(b *testing.B, l *Loop, in Input, tp *timedProvider, want string)
 		total = append(total, d)
 		own = append(own, d-tp.spent)
 	}
-	b.ReportMetric(float64(percentile(total, 0.50).Microseconds()), "us-turn-p50")
-	b.ReportMetric(float64(percentile(total, 0.99).Microseconds()), "us-turn-p99")
-	b.ReportMetric(float64(percentile(own, 0.50).Microseconds()), "us-loop-p50")
-	b.ReportMetric(float64(percentile(own, 0.99).Microseconds()), "us-loop-p99")
+	b.ReportMetric(float64(timing.Percentile(total, 0.50).Microseconds()), "us-turn-p50")
+	b.ReportMetric(float64(timing.Percentile(total, 0.99).Microseconds()), "us-turn-p99")
+	b.ReportMetric(float64(timing.Percentile(own, 0.50).Microseconds()), "us-loop-p50")
+	b.ReportMetric(float64(timing.Percentile(own, 0.99).Microseconds()), "us-loop-p99")
 }
 
 // BenchmarkCompressFastTrim measures the cheap stage on a long history.

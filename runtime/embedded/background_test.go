@@ -22,6 +22,7 @@ import (
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool/delegate"
+	"github.com/picobot/picobot/test/timing"
 )
 
 // bgManifests: the root agent "assistant" may delegate to researcher and to
@@ -856,8 +857,8 @@ func BenchmarkBackgroundFanOut50(b *testing.B) {
 		}
 		took = append(took, time.Since(start))
 	}
-	b.ReportMetric(float64(percentile(took, 0.50).Milliseconds()), "ms-all50-p50")
-	b.ReportMetric(float64(percentile(took, 0.99).Milliseconds()), "ms-all50-p99")
+	b.ReportMetric(float64(timing.Percentile(took, 0.50).Milliseconds()), "ms-all50-p50")
+	b.ReportMetric(float64(timing.Percentile(took, 0.99).Milliseconds()), "ms-all50-p99")
 }
 
 // TestContinuationGoesToTheStartingSession: the chat switches to a new

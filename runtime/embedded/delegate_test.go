@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool/delegate"
+	"github.com/picobot/picobot/test/timing"
 )
 
 // delegateManifests: the root agent "assistant" may delegate to
@@ -359,17 +359,8 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 		turns = append(turns, time.Since(start))
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(percentile(turns, 0.50).Microseconds()), "us-turn-p50")
-	b.ReportMetric(float64(percentile(turns, 0.99).Microseconds()), "us-turn-p99")
-	b.ReportMetric(float64(percentile(calls, 0.50).Microseconds()), "us-delegate-p50")
-	b.ReportMetric(float64(percentile(calls, 0.99).Microseconds()), "us-delegate-p99")
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
+	b.ReportMetric(float64(timing.Percentile(turns, 0.50).Microseconds()), "us-turn-p50")
+	b.ReportMetric(float64(timing.Percentile(turns, 0.99).Microseconds()), "us-turn-p99")
+	b.ReportMetric(float64(timing.Percentile(calls, 0.50).Microseconds()), "us-delegate-p50")
+	b.ReportMetric(float64(timing.Percentile(calls, 0.99).Microseconds()), "us-delegate-p99")
 }

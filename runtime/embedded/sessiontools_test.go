@@ -16,6 +16,7 @@ import (
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool/delegate"
 	"github.com/picobot/picobot/runtime/tool/sessions"
+	"github.com/picobot/picobot/test/timing"
 )
 
 // chatWith posts a message to agent's chat over HTTP and returns its answer
@@ -269,10 +270,10 @@ func BenchmarkSessionsSendRoundTrip(b *testing.B) {
 		turns = append(turns, time.Since(start))
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(percentile(turns, 0.50).Microseconds()), "us-turn-p50")
-	b.ReportMetric(float64(percentile(turns, 0.99).Microseconds()), "us-turn-p99")
+	b.ReportMetric(float64(timing.Percentile(turns, 0.50).Microseconds()), "us-turn-p50")
+	b.ReportMetric(float64(timing.Percentile(turns, 0.99).Microseconds()), "us-turn-p99")
 	mu.Lock()
 	defer mu.Unlock()
-	b.ReportMetric(float64(percentile(calls, 0.50).Microseconds()), "us-send-p50")
-	b.ReportMetric(float64(percentile(calls, 0.99).Microseconds()), "us-send-p99")
+	b.ReportMetric(float64(timing.Percentile(calls, 0.50).Microseconds()), "us-send-p50")
+	b.ReportMetric(float64(timing.Percentile(calls, 0.99).Microseconds()), "us-send-p99")
 }

@@ -3,8 +3,6 @@ package metrics_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,21 +13,16 @@ import (
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/test/timing"
 )
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
 
 // cpuTime is the CPU time (user + system) the process has used.
 func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := timing.CPUTime()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }
 
 // BenchmarkTurn runs whole turns (a tool call, then the answer) through the
@@ -74,8 +67,8 @@ func BenchmarkTurn(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/float64(len(took)), "cpu-us/turn")
-			b.ReportMetric(float64(percentile(took, 0.50).Microseconds()), "us-turn-p50")
-			b.ReportMetric(float64(percentile(took, 0.99).Microseconds()), "us-turn-p99")
+			b.ReportMetric(float64(timing.Percentile(took, 0.50).Microseconds()), "us-turn-p50")
+			b.ReportMetric(float64(timing.Percentile(took, 0.99).Microseconds()), "us-turn-p99")
 		})
 	}
 }

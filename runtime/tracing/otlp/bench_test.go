@@ -7,9 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,21 +18,16 @@ import (
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/tracing/otlp"
 	"github.com/picobot/picobot/runtime/tracing/tracingtest"
+	"github.com/picobot/picobot/test/timing"
 )
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
 
 // cpuTime is the CPU time (user + system) the process has used.
 func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := timing.CPUTime()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }
 
 // BenchmarkTurnTracing runs whole turns (a tool call, then the answer)
@@ -94,8 +87,8 @@ func BenchmarkTurnTracing(b *testing.B) {
 			flush()
 			b.StopTimer()
 			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/float64(len(took)), "cpu-us/turn")
-			b.ReportMetric(float64(percentile(took, 0.50).Microseconds()), "us-turn-p50")
-			b.ReportMetric(float64(percentile(took, 0.99).Microseconds()), "us-turn-p99")
+			b.ReportMetric(float64(timing.Percentile(took, 0.50).Microseconds()), "us-turn-p50")
+			b.ReportMetric(float64(timing.Percentile(took, 0.99).Microseconds()), "us-turn-p99")
 		})
 	}
 }
