@@ -101,13 +101,15 @@ func TestAlertRulesAreValidPromQL(t *testing.T) {
 			g.Expect(annotations).To(HaveKey("description"), alert)
 		}
 	}
-	g.Expect(exprs).To(HaveLen(4))
+	g.Expect(exprs).To(HaveLen(5))
+	g.Expect(exprs["PicoBotCronFireLagHigh"]).To(ContainSubstring(`job="picobot-operator-metrics", namespace="picobot-system"`),
+		"the operator's scheduler records it")
 	g.Expect(exprs["PicoBotOperatorReconcileErrors"]).To(ContainSubstring(`job="picobot-operator-metrics", namespace="picobot-system"`),
 		"only this release's operator")
 
 	// Thresholds and labels come from the values.
 	rule = render("--set", "monitoring.prometheusRule.turnErrorRatio=0.25", "--set", "monitoring.prometheusRule.turnLatencyP99Seconds=42.5",
-		"--set", "monitoring.prometheusRule.alertLabels.team=platform")
+		"--set", "monitoring.prometheusRule.cronFireLagP99Seconds=300", "--set", "monitoring.prometheusRule.alertLabels.team=platform")
 	groups, _, _ = unstructured.NestedSlice(rule.Object, "spec", "groups")
 	for _, grp := range groups {
 		for _, r := range grp.(map[string]any)["rules"].([]any) {
@@ -119,6 +121,8 @@ func TestAlertRulesAreValidPromQL(t *testing.T) {
 				g.Expect(r["expr"]).To(HaveSuffix("> 0.25"))
 			case "PicoBotTurnLatencyHigh":
 				g.Expect(r["expr"]).To(HaveSuffix("> 42.5"))
+			case "PicoBotCronFireLagHigh":
+				g.Expect(r["expr"]).To(HaveSuffix("> 300"))
 			}
 		}
 	}
