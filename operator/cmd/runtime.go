@@ -20,6 +20,7 @@ import (
 	"github.com/picobot/picobot/runtime/blob/remoteblob"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/quota"
 )
 
 // runtimeOptions are the flags of session pods. Without --runtime-image the
@@ -140,9 +141,31 @@ func (r *runtimeOptions) config(ctx context.Context, mgr ctrl.Manager) (*control
 		env = append(env, corev1.EnvVar{Name: "PICOBOT_IDLE_TIMEOUT", Value: r.idleTimeout.String()})
 	}
 	env = append(env, tracingEnv(os.Environ())...)
+	qenv, err := quotaDefaultsEnv(os.Getenv)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	env = append(env, qenv...)
 	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, BlobURL: r.blobURL, Tenants: tenants, Env: env,
 		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol, MetricsPort: metricsPort,
 		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs, MetricsFrom: metricsFrom}}, closeAll, nil
+}
+
+// quotaDefaultsEnv passes the platform's default quota (the chart's
+// quotaDefaults) on to session pods, which check its budget before each
+// model call (the gateway enforces its session and message caps, the
+// operator its pod caps). A default the runtime would refuse is an error
+// here, at the operator's start, rather than in every session pod.
+func quotaDefaultsEnv(getenv func(string) string) ([]corev1.EnvVar, error) {
+	d := getenv(quota.DefaultsEnv)
+	if d == "" {
+		return nil, nil
+	}
+	if _, err := quota.ParseDefaults(d); err != nil {
+		return nil, err
+	}
+	return []corev1.EnvVar{{Name: quota.DefaultsEnv, Value: d}}, nil
 }
 
 // tracingEnv returns the OpenTelemetry settings (OTEL_*) of environ, sorted,

@@ -64,3 +64,26 @@ func TestTracingEnv(t *testing.T) {
 	}))
 	g.Expect(tracingEnv([]string{"HOME=/root"})).To(BeEmpty(), "no OTEL_* setting: session pods trace nothing")
 }
+
+// TestQuotaDefaultsEnv: the chart's default quota reaches session pods as it
+// is; none set passes nothing, and one the runtime would refuse stops the
+// operator at start naming what is wrong.
+func TestQuotaDefaultsEnv(t *testing.T) {
+	g := NewWithT(t)
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "PICOBOT_QUOTA_DEFAULTS" {
+				return v
+			}
+			return ""
+		}
+	}
+	got, err := quotaDefaultsEnv(env(`{"budget":{"dayTokens":1000}}`))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal([]corev1.EnvVar{{Name: "PICOBOT_QUOTA_DEFAULTS", Value: `{"budget":{"dayTokens":1000}}`}}))
+	got, err = quotaDefaultsEnv(env(""))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(BeEmpty())
+	_, err = quotaDefaultsEnv(env(`{"budget":{"dayTokns":1000}}`))
+	g.Expect(err).To(MatchError(ContainSubstring(`unknown field "dayTokns"`)))
+}

@@ -33,6 +33,7 @@ import (
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
+	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/scheduler/localrun"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/sessionrt"
@@ -203,7 +204,11 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	}()
 	// The namespace's TenantQuota: read now so that the first turn is
 	// checked, then again every quotasource.DefaultEvery.
-	quotas := &quotasource.Source{Kube: kube, Namespace: tenant, Clock: clock.RealClock{}, Log: log}
+	quotaDefaults, err := quota.ParseDefaults(env(quota.DefaultsEnv))
+	if err != nil {
+		return err
+	}
+	quotas := &quotasource.Source{Kube: kube, Namespace: tenant, Clock: clock.RealClock{}, Log: log, Defaults: quotaDefaults}
 	_ = quotas.Refresh(ctx) // logged; no quota read is no budget yet
 	var built *agenthost.Built
 	delegates := &Delegates{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Kube: kube, Log: log}

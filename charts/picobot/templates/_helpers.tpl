@@ -364,3 +364,25 @@ every OTEL_* variable on to session pods); nothing while tracing is off. */}}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The platform's default quota (quotaDefaults) as PICOBOT_QUOTA_DEFAULTS,
+a TenantQuota spec in JSON, for the gateway (session and message caps) and
+the operator, which passes it on to session pods (the model budget); caps
+of -1 are left out (no cap), and nothing when no default is set. */}}
+{{- define "picobot.env.quotaDefaults" -}}
+{{- $q := .Values.quotaDefaults -}}
+{{- $d := dict -}}
+{{- range $k := list "maxConcurrentSessions" "messagesPerMinute" "maxSessionPods" "maxWarmPods" "maxBrowserPods" "maxCronJobs" }}
+{{- $v := get $q $k }}
+{{- if and (or (kindIs "float64" $v) (kindIs "int64" $v) (kindIs "int" $v)) (ge (int64 $v) 0) }}
+{{- $_ := set $d $k (int64 $v) }}
+{{- end }}
+{{- end }}
+{{- with $q.budget }}
+{{- $_ := set $d "budget" . }}
+{{- end }}
+{{- if $d }}
+- name: PICOBOT_QUOTA_DEFAULTS
+  value: {{ toJson $d | quote }}
+{{- end }}
+{{- end }}

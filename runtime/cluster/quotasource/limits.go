@@ -29,6 +29,9 @@ type Limits struct {
 	Every time.Duration
 	Clock clock.PassiveClock
 	Log   *slog.Logger
+	// Defaults are the platform's default quota (quota.DefaultsEnv): they
+	// fill what a tenant's TenantQuota leaves unset, or stand for it.
+	Defaults *picobotv1alpha1.TenantQuotaSpec
 
 	mu      sync.Mutex
 	tenants map[string]*tenantLimits
@@ -88,9 +91,9 @@ func (s *Limits) load(ctx context.Context, tenant string) (quota.Limits, error) 
 	err := s.Kube.Get(ctx, client.ObjectKey{Namespace: tenant, Name: picobotv1alpha1.TenantQuotaName}, &q)
 	switch {
 	case apierrors.IsNotFound(err):
-		return quota.NoLimits, nil
+		return quota.LimitsOf(quota.WithDefaults(nil, s.Defaults)), nil
 	case err != nil:
 		return quota.Limits{}, fmt.Errorf("failed to read TenantQuota %s/%s: %w", tenant, picobotv1alpha1.TenantQuotaName, err)
 	}
-	return quota.LimitsOf(&q), nil
+	return quota.LimitsOf(quota.WithDefaults(&q, s.Defaults)), nil
 }

@@ -94,3 +94,41 @@ func TestGatewayLimits(t *testing.T) {
 	clk.Step(time.Second)
 	g.Expect(src.Limits(ctx, a)).To(Equal(quota.NoLimits), "deleted: no caps")
 }
+
+// TestDefaultsFillTheTenantQuota: with the platform's default quota, a
+// tenant without a TenantQuota gets the default caps and budget, and one
+// with a TenantQuota keeps its own fields (a 0 included) and gets the
+// defaults for the rest; the gateway's caps and a session pod's budget
+// alike, read from the real API server.
+func TestDefaultsFillTheTenantQuota(t *testing.T) {
+	if skipReason != "" {
+		t.Skip("SKIPPED LOUDLY: " + skipReason)
+	}
+	g := NewWithT(t)
+	ctx := context.Background()
+	own, bare := "defaults-own", "defaults-bare"
+	for _, ns := range []string{own, bare} {
+		g.Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	}
+	defaults, err := quota.ParseDefaults(`{"maxConcurrentSessions":20,"messagesPerMinute":600,"budget":{"dayTokens":2000000,"monthCost":"300"}}`)
+	g.Expect(err).NotTo(HaveOccurred())
+	zero, ten := int32(0), int64(10)
+	g.Expect(kube.Create(ctx, &picobotv1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: picobotv1alpha1.TenantQuotaName},
+		Spec: picobotv1alpha1.TenantQuotaSpec{MessagesPerMinute: &zero, Budget: &picobotv1alpha1.ModelBudget{DayTokens: &ten}}})).To(Succeed())
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
+	log := slog.New(slog.DiscardHandler)
+
+	limits := &quotasource.Limits{Kube: kube, Clock: clk, Log: log, Defaults: defaults}
+	g.Expect(limits.Limits(ctx, bare)).To(Equal(quota.Limits{MaxSessions: 20, MessagesPerMinute: 600}))
+	g.Expect(limits.Limits(ctx, own)).To(Equal(quota.Limits{MaxSessions: 20, MessagesPerMinute: 0}))
+
+	for ns, want := range map[string]quota.Budget{
+		bare: {DayTokens: 2000000, MonthCostMicros: 300_000_000, SoftLimitPercent: quota.DefaultSoftLimitPercent},
+		own:  {DayTokens: 10, MonthCostMicros: 300_000_000, SoftLimitPercent: quota.DefaultSoftLimitPercent},
+	} {
+		src := &quotasource.Source{Kube: kube, Namespace: ns, Clock: clk, Log: log, Defaults: defaults}
+		g.Expect(src.Budget(ns)).To(Equal(want), ns)
+	}
+	withoutDefaults := &quotasource.Source{Kube: kube, Namespace: bare, Clock: clk, Log: log}
+	g.Expect(withoutDefaults.Budget(bare)).To(Equal(quota.Budget{}), "no defaults, no quota: no budget")
+}

@@ -41,6 +41,10 @@ type Source struct {
 	Every time.Duration
 	Clock clock.PassiveClock
 	Log   *slog.Logger
+	// Defaults are the platform's default quota (quota.DefaultsEnv): their
+	// budget fills what the namespace's TenantQuota leaves unset, or stands
+	// for it.
+	Defaults *picobotv1alpha1.TenantQuotaSpec
 
 	mu     sync.Mutex
 	read   time.Time // last refresh; zero before the first
@@ -50,8 +54,8 @@ type Source struct {
 	problem string
 }
 
-// Refresh reads the TenantQuota and its price ConfigMap now. No quota is no
-// budget. On an error the budget and prices read before are kept (a pod
+// Refresh reads the TenantQuota and its price ConfigMap now. No quota is
+// the default budget (Defaults), else none. On an error the budget and prices read before are kept (a pod
 // does not drop its tenant's budget because the API server was briefly
 // unreachable), and an unreadable price table leaves the built-in prices
 // with the budget applied.
@@ -83,13 +87,17 @@ func (s *Source) load(ctx context.Context) error {
 	var q picobotv1alpha1.TenantQuota
 	err := s.Kube.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: picobotv1alpha1.TenantQuotaName}, &q)
 	if apierrors.IsNotFound(err) {
-		s.budget, s.prices = quota.Budget{}, nil
+		b, err := quota.BudgetOf(quota.WithDefaults(nil, s.Defaults))
+		if err != nil {
+			return err
+		}
+		s.budget, s.prices = b, nil
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("failed to read TenantQuota %s/%s: %w", s.Namespace, picobotv1alpha1.TenantQuotaName, err)
 	}
-	b, err := quota.BudgetOf(&q)
+	b, err := quota.BudgetOf(quota.WithDefaults(&q, s.Defaults))
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,8 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	publicURL := fs.String("public-url", os.Getenv("PICOBOT_PUBLIC_URL"), "Externally reachable root URL, for registering chat platform webhooks (default $PICOBOT_PUBLIC_URL).")
 	blobAddr := fs.String("blob-addr", ":8090", "Address of the blob grant service for session pods (presigned S3 requests of their tenant's keys); empty: off.")
 	metricsAddr := fs.String("metrics-addr", os.Getenv("PICOBOT_METRICS_ADDR"), metricsAddrHelp)
+	quotaDefaults := fs.String("quota-defaults", os.Getenv(quota.DefaultsEnv),
+		"The platform's default quota, a TenantQuota spec as JSON (the chart's quotaDefaults; default $"+quota.DefaultsEnv+"): its maxConcurrentSessions and messagesPerMinute cap tenants whose TenantQuota leaves them unset or who have none.")
 	runRetention := fs.Duration("run-retention", delegate.DefaultRetention, "How long ended sub-agent (delegate) runs are kept before they are deleted.")
 	runGrace := fs.Duration("run-watch-grace", 15*time.Second, "How long a background sub-agent run or its continuation may go without a runtime before the gateway wakes one.")
 	traces := bindTracingFlags(fs)
@@ -127,7 +129,11 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	if err != nil {
 		return fmt.Errorf("failed to create the TenantQuota client: %w", err)
 	}
-	limits := &quotasource.Limits{Kube: quotaReader, Clock: clock.RealClock{}, Log: log}
+	defaults, err := quota.ParseDefaults(*quotaDefaults)
+	if err != nil {
+		return fmt.Errorf("--quota-defaults: %w", err)
+	}
+	limits := &quotasource.Limits{Kube: quotaReader, Clock: clock.RealClock{}, Log: log, Defaults: defaults}
 	// The gateway's bus and store calls are counted and timed.
 	mbus, mstore := met.Bus(svc.Bus), met.Store(svc.Store)
 	backend := cluster.NewBackend(cluster.BackendConfig{Bus: mbus, Redis: svc.Redis, Store: mstore, Artifacts: svc.Artifacts,

@@ -78,16 +78,17 @@ spec:
 }
 
 // secondGateway starts another gateway replica on the stack's PostgreSQL,
-// Redis and API server, and returns its URL.
-func secondGateway(t *testing.T) string {
+// Redis and API server, with extra flags, and returns its URL.
+func secondGateway(t *testing.T, extra ...string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gateway-2.log")
 	urlc := make(chan string, 1)
+	args := append([]string{"gateway", "--addr=127.0.0.1:0", "--blob-addr=", "--reply-timeout=2m", "--namespace=" + systemNamespace}, extra...)
 	stop, err := st.spawn(path, func(line string) {
 		if m := servingRE.FindStringSubmatch(line); m != nil {
 			urlc <- m[1]
 		}
-	}, st.picobot, "gateway", "--addr=127.0.0.1:0", "--blob-addr=", "--reply-timeout=2m", "--namespace="+systemNamespace)
+	}, st.picobot, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,4 +272,48 @@ spec:
 	var pods corev1.PodList
 	g.Expect(st.kube.List(context.Background(), &pods, client.InNamespace(capped), client.MatchingLabels{"app.kubernetes.io/component": "session"})).To(Succeed())
 	g.Expect(pods.Items).To(BeEmpty())
+}
+
+// TestQuotaDefaultsAtTheGateway: a gateway given the platform's default
+// quota (the chart's quotaDefaults, here messagesPerMinute 0) refuses the
+// messages of a tenant without a TenantQuota with message_limit, while a
+// tenant whose TenantQuota sets its own messagesPerMinute is served by it,
+// and the stack's gateway, without defaults, serves both.
+func TestQuotaDefaultsAtTheGateway(t *testing.T) {
+	needStack(t)
+	g := NewWithT(t)
+	st.llm.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "answered"} })
+	bare, own := "tenant-defaults-a", "tenant-defaults-b"
+	for _, ns := range []string{bare, own} {
+		st.apply(t, fmt.Sprintf(tenantManifest, ns, ns+"-key", st.llm.URL(), "1m", 0))
+	}
+	st.apply(t, fmt.Sprintf(`
+apiVersion: agents.picobot.io/v1alpha1
+kind: TenantQuota
+metadata: {name: default, namespace: %s}
+spec:
+  messagesPerMinute: 100
+`, own))
+	for _, ns := range []string{bare, own} {
+		st.waitReady(t, ns, "helper")
+	}
+	withDefaults := secondGateway(t, `--quota-defaults={"messagesPerMinute":0}`)
+	send := func(gw, key, id string) (int, gatewaytest.Frame) {
+		c := gatewaytest.Client{URL: gw, Key: key}
+		var status int
+		var body gatewaytest.Frame
+		// The operator publishes the tenants' API keys to the gateways.
+		g.Eventually(func() int {
+			status, body = c.Do(t, http.MethodPost, "/api/v1/send", gatewaytest.Frame{"id": id, "agent": "helper", "chat_id": "c1", "text": "hello"})
+			return status
+		}, 90*time.Second, 250*time.Millisecond).ShouldNot(Equal(http.StatusUnauthorized))
+		return status, body
+	}
+	status, body := send(withDefaults, bare+"-key", "d1")
+	g.Expect(status).To(Equal(http.StatusTooManyRequests), "%v", body)
+	g.Expect(body["error"].(map[string]any)["code"]).To(Equal("message_limit"))
+	status, body = send(withDefaults, own+"-key", "d2")
+	g.Expect(status).To(Equal(http.StatusOK), "the tenant's own messagesPerMinute wins: %v", body)
+	status, body = send(st.gatewayURL, bare+"-key", "d3")
+	g.Expect(status).To(Equal(http.StatusOK), "a gateway without defaults: %v", body)
 }
