@@ -123,6 +123,8 @@ type Host struct {
 	Prices func(tenant string) quota.Prices
 	// Budget returns a tenant's model budget now; nil is no budget.
 	Budget func(tenant string) quota.Budget
+	// MaxCronJobs returns a tenant's CronJob cap now (feature.Host's).
+	MaxCronJobs func(ctx context.Context, tenant string) (limit int32, ok bool)
 	// Clock times gateway's restart delay and dates usage (the real clock
 	// when nil).
 	Clock clock.WithDelayedExecution
@@ -490,7 +492,8 @@ func (h *Host) Build(ctx context.Context, a *picobotv1alpha1.Agent) (*Built, err
 
 	view := &feature.Agent{Spec: a, Provider: prov, ProviderName: providerName, ModelName: modelName, Policy: pol,
 		Model: res.Effective, ModelReason: res.Reason, ModelMessage: res.Message, Endpoint: b.Endpoint,
-		Host: &feature.Host{Mode: h.Mode, Tenant: h.Tenant, Store: h.Store, StateDir: h.StateDir, Kube: h.Kube, Log: h.Log, Secrets: h.Secrets}}
+		Host: &feature.Host{Mode: h.Mode, Tenant: h.Tenant, Store: h.Store, StateDir: h.StateDir, Kube: h.Kube, Log: h.Log, Secrets: h.Secrets,
+			MaxCronJobs: h.MaxCronJobs}}
 	prompts, err := b.addFeatures(ctx, h.Features, view, register)
 	if err != nil {
 		return fail(err)

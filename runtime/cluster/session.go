@@ -212,7 +212,7 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	_ = quotas.Refresh(ctx) // logged; no quota read is no budget yet
 	var built *agenthost.Built
 	delegates := &Delegates{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Kube: kube, Log: log}
-	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, Mode: agenthost.ModeCluster, Tenant: tenant, Store: mstore, Artifacts: svc.Artifacts,
+	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, MaxCronJobs: quotas.MaxCronJobs, Mode: agenthost.ModeCluster, Tenant: tenant, Store: mstore, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health, Metrics: opts.Metrics,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -18,6 +19,8 @@ type tenantQuotas struct {
 	budgets map[string]quota.Budget
 	prices  map[string]quota.Prices
 	limits  map[string]quota.Limits
+	// cronCaps are the quotas' maxCronJobs, for cron_add.
+	cronCaps map[string]int32
 }
 
 // quotasOf reads the TenantQuotas of set and the price ConfigMaps they
@@ -25,7 +28,7 @@ type tenantQuotas struct {
 // table is missing or unreadable is an error: the folder is not run with a
 // budget priced otherwise than its author wrote.
 func quotasOf(set *manifest.Set) (*tenantQuotas, error) {
-	out := &tenantQuotas{budgets: map[string]quota.Budget{}, prices: map[string]quota.Prices{}, limits: map[string]quota.Limits{}}
+	out := &tenantQuotas{budgets: map[string]quota.Budget{}, prices: map[string]quota.Prices{}, limits: map[string]quota.Limits{}, cronCaps: map[string]int32{}}
 	for i := range set.TenantQuotas {
 		q := &set.TenantQuotas[i]
 		b, err := quota.BudgetOf(q)
@@ -34,6 +37,9 @@ func quotasOf(set *manifest.Set) (*tenantQuotas, error) {
 		}
 		out.budgets[q.Namespace] = b
 		out.limits[q.Namespace] = quota.LimitsOf(q)
+		if q.Spec.MaxCronJobs != nil {
+			out.cronCaps[q.Namespace] = *q.Spec.MaxCronJobs
+		}
 		if q.Spec.PricesConfigMap == nil {
 			continue
 		}
@@ -99,3 +105,13 @@ type runtimeClock struct{ r *Runtime }
 
 func (c runtimeClock) Now() time.Time                  { return c.r.now() }
 func (c runtimeClock) Since(t time.Time) time.Duration { return c.r.now().Sub(t) }
+
+// maxCronJobs is agenthost.Host.MaxCronJobs: the tenant's maxCronJobs of
+// the current generation.
+func (r *Runtime) maxCronJobs(_ context.Context, tenant string) (int32, bool) {
+	if q := r.quotas.Load(); q != nil {
+		n, ok := q.cronCaps[tenant]
+		return n, ok
+	}
+	return 0, false
+}

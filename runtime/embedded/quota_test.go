@@ -286,3 +286,52 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 	}
 	return -1
 }
+
+// TestTenantQuotaCronCap: a TenantQuota manifest's maxCronJobs reaches the
+// cron tools: tenant A's agent makes one job, and its second cron_add is
+// refused with a tool error the model reads (the turn goes on).
+func TestTenantQuotaCronCap(t *testing.T) {
+	g := NewWithT(t)
+	s := fakellm.New()
+	t.Cleanup(s.Close)
+	s.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		last := r.Messages[len(r.Messages)-1]
+		if last.Role == "tool" {
+			return fakellm.Turn{Text: "tool said: " + last.Content}
+		}
+		return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "c1", Name: "cron_add",
+			Args: `{"schedule":{"type":"every","every_ms":3600000},"prompt":"Check the queue"}`}}}
+	})
+	dir := t.TempDir()
+	g.Expect(os.WriteFile(filepath.Join(dir, "agents.yaml"), fmt.Appendf(nil, quotaAgentYAML+"  tools: {allow: [cron_add]}\n",
+		fakellm.ProtocolOpenAI, s.URL()), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(`apiVersion: agents.picobot.io/v1alpha1
+kind: TenantQuota
+metadata: {name: default, namespace: tenant-a}
+spec:
+  maxCronJobs: 1
+`), 0o600)).To(Succeed())
+	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Tenant: "tenant-a", Log: slog.New(slog.DiscardHandler),
+		Scheduler: &embedded.SchedulerOptions{Clock: clocktesting.NewFakeClock(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))},
+		Env: func(k string) string {
+			if k == embedded.SecretEnvName("llm", "apiKey") {
+				return "sk-test"
+			}
+			return ""
+		}})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(rt.Close)
+	srv, err := gateway.NewServer(gateway.Config{Backend: rt, DefaultLimit: gateway.Unlimited,
+		Auth: gateway.MustStaticKeys(gateway.StaticKey{ID: "a", Token: "key-a", Tenant: "tenant-a"})})
+	g.Expect(err).NotTo(HaveOccurred())
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	a := gatewaytest.Client{URL: hs.URL, Key: "key-a"}
+	answer := func(id string) string {
+		status, body := a.Do(t, http.MethodPost, "/api/v1/send", gatewaytest.Frame{"id": id, "agent": "assistant", "chat_id": "c1", "text": "remind me hourly"})
+		g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+		return fmt.Sprint(body["text"])
+	}
+	g.Expect(answer("m1")).To(ContainSubstring("tool said: Created job"))
+	g.Expect(answer("m2")).To(ContainSubstring("tool said: error: this workspace has 1 scheduled jobs, the most its quota allows (maxCronJobs 1)"))
+}

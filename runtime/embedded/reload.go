@@ -47,7 +47,7 @@ func (r *Runtime) build(set *manifest.Set) (map[string]*agentGen, error) {
 			// turn can delegate.
 			Delegates: r.delegates, Background: r.background, ActiveRuns: r.active, Exchanges: r.exchanges,
 			WarmSandboxes: r.warm, Clock: r.opts.Clock, Health: r.opts.Health, Metrics: r.opts.Metrics,
-			Budget: r.budget, Prices: r.prices,
+			Budget: r.budget, Prices: r.prices, MaxCronJobs: r.maxCronJobs,
 			ConfigSource: func(a *picobotv1alpha1.Agent) agentconfig.Source {
 				if rootErr != nil || a.Name != root {
 					return nil

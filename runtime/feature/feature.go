@@ -71,6 +71,10 @@ type Host struct {
 	// PICOBOT_SECRET_ variables in embedded mode and from the session pod's
 	// environment in cluster mode. Nil when the host offers none.
 	Secrets func(name string) *corev1.Secret
+	// MaxCronJobs returns the tenant's maxCronJobs (its TenantQuota, else
+	// the platform's default); ok is false when there is no cap. Nil when
+	// the host caps nothing.
+	MaxCronJobs func(ctx context.Context, tenant string) (limit int32, ok bool)
 }
 
 // Agent is an agent being assembled, as features see it.

@@ -110,11 +110,11 @@ func TestDefaultsFillTheTenantQuota(t *testing.T) {
 	for _, ns := range []string{own, bare} {
 		g.Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 	}
-	defaults, err := quota.ParseDefaults(`{"maxConcurrentSessions":20,"messagesPerMinute":600,"budget":{"dayTokens":2000000,"monthCost":"300"}}`)
+	defaults, err := quota.ParseDefaults(`{"maxConcurrentSessions":20,"messagesPerMinute":600,"maxCronJobs":40,"budget":{"dayTokens":2000000,"monthCost":"300"}}`)
 	g.Expect(err).NotTo(HaveOccurred())
 	zero, ten := int32(0), int64(10)
 	g.Expect(kube.Create(ctx, &picobotv1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: picobotv1alpha1.TenantQuotaName},
-		Spec: picobotv1alpha1.TenantQuotaSpec{MessagesPerMinute: &zero, Budget: &picobotv1alpha1.ModelBudget{DayTokens: &ten}}})).To(Succeed())
+		Spec: picobotv1alpha1.TenantQuotaSpec{MessagesPerMinute: &zero, MaxCronJobs: &zero, Budget: &picobotv1alpha1.ModelBudget{DayTokens: &ten}}})).To(Succeed())
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
 	log := slog.New(slog.DiscardHandler)
 
@@ -122,13 +122,21 @@ func TestDefaultsFillTheTenantQuota(t *testing.T) {
 	g.Expect(limits.Limits(ctx, bare)).To(Equal(quota.Limits{MaxSessions: 20, MessagesPerMinute: 600}))
 	g.Expect(limits.Limits(ctx, own)).To(Equal(quota.Limits{MaxSessions: 20, MessagesPerMinute: 0}))
 
-	for ns, want := range map[string]quota.Budget{
-		bare: {DayTokens: 2000000, MonthCostMicros: 300_000_000, SoftLimitPercent: quota.DefaultSoftLimitPercent},
-		own:  {DayTokens: 10, MonthCostMicros: 300_000_000, SoftLimitPercent: quota.DefaultSoftLimitPercent},
+	for ns, want := range map[string]struct {
+		budget quota.Budget
+		crons  int32
+	}{
+		bare: {quota.Budget{DayTokens: 2000000, MonthCostMicros: 300_000_000, SoftLimitPercent: quota.DefaultSoftLimitPercent}, 40},
+		own:  {quota.Budget{DayTokens: 10, MonthCostMicros: 300_000_000, SoftLimitPercent: quota.DefaultSoftLimitPercent}, 0},
 	} {
 		src := &quotasource.Source{Kube: kube, Namespace: ns, Clock: clk, Log: log, Defaults: defaults}
-		g.Expect(src.Budget(ns)).To(Equal(want), ns)
+		g.Expect(src.Budget(ns)).To(Equal(want.budget), ns)
+		crons, capped := src.MaxCronJobs(ctx, ns)
+		g.Expect(capped).To(BeTrue(), ns)
+		g.Expect(crons).To(Equal(want.crons), ns)
 	}
 	withoutDefaults := &quotasource.Source{Kube: kube, Namespace: bare, Clock: clk, Log: log}
 	g.Expect(withoutDefaults.Budget(bare)).To(Equal(quota.Budget{}), "no defaults, no quota: no budget")
+	_, capped := withoutDefaults.MaxCronJobs(ctx, bare)
+	g.Expect(capped).To(BeFalse(), "no defaults, no quota: no CronJob cap")
 }

@@ -50,6 +50,8 @@ type Source struct {
 	read   time.Time // last refresh; zero before the first
 	budget quota.Budget
 	prices quota.Prices // nil: the built-in prices
+	// cronCap is the quota's maxCronJobs (defaults applied); nil: no cap.
+	cronCap *int32
 	// problem is the last refresh's error text, logged when it changes.
 	problem string
 }
@@ -87,21 +89,26 @@ func (s *Source) load(ctx context.Context) error {
 	var q picobotv1alpha1.TenantQuota
 	err := s.Kube.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: picobotv1alpha1.TenantQuotaName}, &q)
 	if apierrors.IsNotFound(err) {
-		b, err := quota.BudgetOf(quota.WithDefaults(nil, s.Defaults))
+		d := quota.WithDefaults(nil, s.Defaults)
+		b, err := quota.BudgetOf(d)
 		if err != nil {
 			return err
 		}
-		s.budget, s.prices = b, nil
+		s.budget, s.prices, s.cronCap = b, nil, nil
+		if d != nil {
+			s.cronCap = d.Spec.MaxCronJobs
+		}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("failed to read TenantQuota %s/%s: %w", s.Namespace, picobotv1alpha1.TenantQuotaName, err)
 	}
-	b, err := quota.BudgetOf(quota.WithDefaults(&q, s.Defaults))
+	merged := quota.WithDefaults(&q, s.Defaults)
+	b, err := quota.BudgetOf(merged)
 	if err != nil {
 		return err
 	}
-	s.budget = b
+	s.budget, s.cronCap = b, merged.Spec.MaxCronJobs
 	if q.Spec.PricesConfigMap == nil {
 		s.prices = nil
 		return nil
@@ -116,6 +123,21 @@ func (s *Source) load(ctx context.Context) error {
 	}
 	s.prices = p
 	return nil
+}
+
+// MaxCronJobs is agenthost.Host.MaxCronJobs: the namespace's maxCronJobs
+// (defaults applied), read as the budget is.
+func (s *Source) MaxCronJobs(_ context.Context, tenant string) (int32, bool) {
+	if tenant != s.Namespace {
+		return 0, false
+	}
+	s.current()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cronCap == nil {
+		return 0, false
+	}
+	return *s.cronCap, true
 }
 
 // current refreshes when Every has passed and returns what is in force.

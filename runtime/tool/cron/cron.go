@@ -84,7 +84,7 @@ func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, err
 	} else {
 		b = &storeBackend{cs: runs, tenant: a.Host.Tenant, agent: a.Spec.Name, manifest: f.cfg.Manifest, changed: f.cfg.Changed, agents: f.cfg.Agents}
 	}
-	t := &tools{b: b, runs: runs, tenant: a.Host.Tenant, clock: f.cfg.Clock}
+	t := &tools{b: b, runs: runs, tenant: a.Host.Tenant, clock: f.cfg.Clock, maxJobs: a.Host.MaxCronJobs}
 	return feature.Parts{Tools: t.all()}, nil
 }
 
@@ -94,6 +94,8 @@ type tools struct {
 	runs   store.CronStore
 	tenant string
 	clock  clock.PassiveClock
+	// maxJobs is the tenant's maxCronJobs; nil or not ok: no cap.
+	maxJobs func(ctx context.Context, tenant string) (int32, bool)
 }
 
 func (t *tools) all() []tool.Tool {
@@ -195,6 +197,9 @@ func (t *tools) add(ctx context.Context, env tool.Env, a addArgs) (tool.Result, 
 	}
 	if err := scheduler.ValidateSpec(spec, t.now(), true); err != nil {
 		return toolErr(err), nil
+	}
+	if res, ok, err := t.withinCap(ctx); !ok {
+		return res, err
 	}
 	j, err := t.b.create(ctx, &job{ID: newID(name), Name: name, Agent: env.Agent, Spec: spec})
 	if err != nil {
@@ -447,4 +452,34 @@ func (t *tools) setEnabled(ctx context.Context, id string, enabled bool) (tool.R
 		return t.fail(id, err)
 	}
 	return t.report(fmt.Sprintf("Job %q is %s.", id, verb), j)
+}
+
+// withinCap refuses a new job when the tenant's CronJobs (the daily
+// routine-maintenance job excepted, as the operator counts them) already
+// fill its maxCronJobs: the model is told why, rather than a job being made
+// that the operator would not schedule (cluster mode) or that would exceed
+// the quota manifest (embedded mode).
+func (t *tools) withinCap(ctx context.Context) (tool.Result, bool, error) {
+	if t.maxJobs == nil {
+		return tool.Result{}, true, nil
+	}
+	limit, ok := t.maxJobs(ctx, t.tenant)
+	if !ok {
+		return tool.Result{}, true, nil
+	}
+	jobs, err := t.b.list(ctx)
+	if err != nil {
+		res, err := t.fail("", err)
+		return res, false, err
+	}
+	n := 0
+	for _, j := range jobs {
+		if j.ID != scheduler.MaintenanceJobName {
+			n++
+		}
+	}
+	if n >= int(limit) {
+		return tool.Errorf("error: this workspace has %d scheduled jobs, the most its quota allows (maxCronJobs %d); remove one with cron_remove, or ask the platform team to raise the cap", n, limit), false, nil
+	}
+	return tool.Result{}, true, nil
 }

@@ -71,6 +71,13 @@ type agentTools struct {
 
 func newTools(t *testing.T, kubeClient client.Client, ns string, manifest ...picobotv1alpha1.CronJob) *agentTools {
 	t.Helper()
+	return newToolsOn(t, &feature.Host{Mode: feature.ModeEmbedded, Tenant: ns, Kube: kubeClient}, manifest...)
+}
+
+// newToolsOn builds the tools on host (its Store is set here).
+func newToolsOn(t *testing.T, host *feature.Host, manifest ...picobotv1alpha1.CronJob) *agentTools {
+	t.Helper()
+	ns := host.Tenant
 	g := NewWithT(t)
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "picobot.db"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -84,7 +91,7 @@ func newTools(t *testing.T, kubeClient client.Client, ns string, manifest ...pic
 			at.changed = append(at.changed, tenant+"/"+name)
 		},
 		Agents: func(string) []string { return []string{"root", "ops"} }})
-	host := &feature.Host{Mode: feature.ModeEmbedded, Tenant: ns, Store: st, Kube: kubeClient}
+	host.Store = st
 	parts, err := f.Build(context.Background(), &feature.Agent{Host: host,
 		Spec: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "assistant", Namespace: ns}}})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -370,4 +377,52 @@ func TestClusterModeMakesCronJobResources(t *testing.T) {
 	err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, cj)
 	g.Expect(client.IgnoreNotFound(err)).To(Succeed())
 	g.Expect(err).To(HaveOccurred())
+}
+
+// TestAddRefusedAtTheTenantsCap: with the tenant's maxCronJobs reached
+// (every job counts but the routine-maintenance one, as the operator
+// counts them), cron_add is refused with a tool error saying so, and
+// accepted again once a job is removed; in embedded mode (the store) and in
+// cluster mode (CronJob resources on the real API server, a GitOps job
+// counted).
+func TestAddRefusedAtTheTenantsCap(t *testing.T) {
+	g := NewWithT(t)
+	capAt := func(n int32) func(context.Context, string) (int32, bool) {
+		return func(context.Context, string) (int32, bool) { return n, true }
+	}
+	a := newToolsOn(t, &feature.Host{Mode: feature.ModeEmbedded, Tenant: tenant, MaxCronJobs: capAt(2)})
+	spec, err := json.Marshal(scheduler.MaintenanceSpec(""))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = a.store.CreateCronJob(store.WithTenant(context.Background(), tenant), store.CronJob{Name: scheduler.MaintenanceJobName, Spec: spec})
+	g.Expect(err).NotTo(HaveOccurred())
+	add := `{"schedule":{"type":"every","every_ms":3600000},"prompt":"Check the queue"}`
+	first := jobOf(t, a.ok(t, "cron_add", add))["job_id"].(string)
+	a.ok(t, "cron_add", add)
+	res := a.call(t, "cron_add", add)
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(res.Content).To(Equal("error: this workspace has 2 scheduled jobs, the most its quota allows (maxCronJobs 2); remove one with cron_remove, or ask the platform team to raise the cap"))
+	a.ok(t, "cron_remove", fmt.Sprintf(`{"job_id":%q}`, first))
+	a.ok(t, "cron_add", add)
+
+	uncapped := newToolsOn(t, &feature.Host{Mode: feature.ModeEmbedded, Tenant: tenant,
+		MaxCronJobs: func(context.Context, string) (int32, bool) { return 0, false }})
+	for range 3 {
+		uncapped.ok(t, "cron_add", add)
+	}
+
+	if kube == nil {
+		t.Skip(kubeReason)
+	}
+	ctx := context.Background()
+	ns := fmt.Sprintf("cron-cap-%d", time.Now().UnixNano()%1_000_000)
+	g.Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	g.Expect(kube.Create(ctx, &picobotv1alpha1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "from-git", Namespace: ns},
+		Spec: picobotv1alpha1.CronJobSpec{Schedule: picobotv1alpha1.Schedule{Cron: "0 0 8 * * *"}, Prompt: "Report"}})).To(Succeed())
+	c := newToolsOn(t, &feature.Host{Mode: feature.ModeEmbedded, Tenant: ns, Kube: kube, MaxCronJobs: capAt(1)})
+	res = c.reg.Execute(store.WithTenant(ctx, ns), tool.Env{SessionID: "slack:C42:default", Agent: "assistant"},
+		llm.ToolCall{Name: "cron_add", Arguments: add})
+	g.Expect(res.Content).To(ContainSubstring("this workspace has 1 scheduled jobs, the most its quota allows (maxCronJobs 1)"))
+	var list picobotv1alpha1.CronJobList
+	g.Expect(kube.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+	g.Expect(list.Items).To(HaveLen(1), "no CronJob made past the cap")
 }
