@@ -105,7 +105,7 @@ printf '%s\n' "${COMPREPLY[@]}"`
 	}
 	g := NewWithT(t)
 	g.Expect(complete("se")).To(ConsistOf("serve", "session"))
-	g.Expect(complete("serve", "--a")).To(ConsistOf("--addr", "--api-key"))
+	g.Expect(complete("serve", "--a")).To(ConsistOf("--addr", "--api-key", "--audit-retention"))
 	g.Expect(complete("ask", "--ch")).To(ConsistOf("--chat"))
 
 	for _, sh := range []string{"zsh", "fish"} {
