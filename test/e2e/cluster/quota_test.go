@@ -77,6 +77,22 @@ spec:
 	}
 }
 
+// sendOnce sends "hello" to the tenant's agent helper through gateway gw
+// over REST, once the operator has published the tenant's API key to the
+// gateways (until then the key is refused), and returns the status and
+// body.
+func sendOnce(t *testing.T, gw, key, id, chat string) (int, gatewaytest.Frame) {
+	t.Helper()
+	c := gatewaytest.Client{URL: gw, Key: key}
+	var status int
+	var body gatewaytest.Frame
+	NewWithT(t).Eventually(func() int {
+		status, body = c.Do(t, http.MethodPost, "/api/v1/send", gatewaytest.Frame{"id": id, "agent": "helper", "chat_id": chat, "text": "hello"})
+		return status
+	}, 90*time.Second, 250*time.Millisecond).ShouldNot(Equal(http.StatusUnauthorized))
+	return status, body
+}
+
 // secondGateway starts another gateway replica on the stack's PostgreSQL,
 // Redis and API server, with extra flags, and returns its URL.
 func secondGateway(t *testing.T, extra ...string) string {
@@ -138,17 +154,7 @@ spec:
 		}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
 	}
 	gw2 := secondGateway(t)
-	send := func(gw, key, id, chat string) (int, gatewaytest.Frame) {
-		c := gatewaytest.Client{URL: gw, Key: key}
-		var status int
-		var body gatewaytest.Frame
-		// The operator publishes the tenants' API keys to the gateways.
-		g.Eventually(func() int {
-			status, body = c.Do(t, http.MethodPost, "/api/v1/send", gatewaytest.Frame{"id": id, "agent": "helper", "chat_id": chat, "text": "hello"})
-			return status
-		}, 90*time.Second, 250*time.Millisecond).ShouldNot(Equal(http.StatusUnauthorized))
-		return status, body
-	}
+	send := func(gw, key, id, chat string) (int, gatewaytest.Frame) { return sendOnce(t, gw, key, id, chat) }
 	code := func(body gatewaytest.Frame) any {
 		e, _ := body["error"].(map[string]any)
 		return e["code"]
@@ -298,17 +304,7 @@ spec:
 		st.waitReady(t, ns, "helper")
 	}
 	withDefaults := secondGateway(t, `--quota-defaults={"messagesPerMinute":0}`)
-	send := func(gw, key, id string) (int, gatewaytest.Frame) {
-		c := gatewaytest.Client{URL: gw, Key: key}
-		var status int
-		var body gatewaytest.Frame
-		// The operator publishes the tenants' API keys to the gateways.
-		g.Eventually(func() int {
-			status, body = c.Do(t, http.MethodPost, "/api/v1/send", gatewaytest.Frame{"id": id, "agent": "helper", "chat_id": "c1", "text": "hello"})
-			return status
-		}, 90*time.Second, 250*time.Millisecond).ShouldNot(Equal(http.StatusUnauthorized))
-		return status, body
-	}
+	send := func(gw, key, id string) (int, gatewaytest.Frame) { return sendOnce(t, gw, key, id, "c1") }
 	status, body := send(withDefaults, bare+"-key", "d1")
 	g.Expect(status).To(Equal(http.StatusTooManyRequests), "%v", body)
 	g.Expect(body["error"].(map[string]any)["code"]).To(Equal("message_limit"))
