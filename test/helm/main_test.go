@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -92,10 +93,28 @@ func run(m *testing.M) (int, error) {
 	if _, stderr, err := kubectl("", "apply", "--server-side", "-f", crd); err != nil {
 		return 1, fmt.Errorf("failed to install the CRDs of %s: %w: %s", crd, err, stderr)
 	}
-	if _, stderr, err := kubectl("", append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, monitoringCRDs...)...); err != nil {
-		return 1, fmt.Errorf("Prometheus Operator CRDs not established: %w: %s", err, stderr)
+	if err := waitEstablished(monitoringCRDs); err != nil {
+		return 1, fmt.Errorf("Prometheus Operator CRDs not established: %w", err)
 	}
 	return m.Run(), nil
+}
+
+// waitEstablished waits up to a minute for CRDs to be served. kubectl wait
+// fails at once, rather than waiting, on a CRD the API server has not given
+// any condition yet (".status.conditions accessor error: <nil>"), which a
+// CRD applied a moment before can be: it is asked again until then.
+func waitEstablished(crds []string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, stderr, err := kubectl("", append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, crds...)...)
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(stderr, "accessor error") || time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s", err, stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // installedTool returns the path of a pinned tool, installing it into the

@@ -111,10 +111,7 @@ func TestMonitoringInstallWithoutPrometheusOperator(t *testing.T) {
 		if _, stderr, err := kubectl("", "apply", "--server-side", "-f", crdDir); err != nil {
 			return fmt.Errorf("%w: %s", err, stderr)
 		}
-		if _, stderr, err := kubectl("", append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, monitoringCRDs...)...); err != nil {
-			return fmt.Errorf("%w: %s", err, stderr)
-		}
-		return nil
+		return waitEstablished(monitoringCRDs)
 	}
 	t.Cleanup(func() {
 		_, _, _ = helm("uninstall", release, "-n", ns)
@@ -161,7 +158,7 @@ func TestMonitoringInstallWithoutPrometheusOperator(t *testing.T) {
 	g.Expect(pm).To(Equal("metrics true"))
 	alerts, stderr, err := kubectl("", "get", "prometheusrule", release+"-alerts", "-n", ns, "-o", "jsonpath={.spec.groups[*].rules[*].alert}")
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
-	g.Expect(strings.Fields(alerts)).To(ConsistOf("PicoBotTurnErrorRate", "PicoBotTurnLatencyHigh", "PicoBotQueueWaitHigh", "PicoBotOperatorReconcileErrors"))
+	g.Expect(strings.Fields(alerts)).To(ConsistOf("PicoBotTurnErrorRate", "PicoBotTurnLatencyHigh", "PicoBotQueueWaitHigh", "PicoBotCronFireLagHigh", "PicoBotOperatorReconcileErrors"))
 }
 
 // TestSessionMetricsReachTheOperator: the operator is told the session pods'
