@@ -45,10 +45,17 @@ func TestFireIsATrace(t *testing.T) {
 		}))
 	clk.SetTime(at)
 	run := finished(t, st, "nightly", 1)[0]
-	g.Expect(tp.ForceFlush(context.Background())).To(Succeed())
-
-	fire, err := tracingtest.Find(rcv.Spans(), tracing.SpanCronFire)
-	g.Expect(err).NotTo(HaveOccurred())
+	// The fire's span ends just after the run is recorded: flush until the
+	// receiver has it.
+	var fire tracingtest.Span
+	g.Eventually(func() error {
+		if err := tp.ForceFlush(context.Background()); err != nil {
+			return err
+		}
+		var err error
+		fire, err = tracingtest.Find(rcv.Spans(), tracing.SpanCronFire)
+		return err
+	}, 10*time.Second, 20*time.Millisecond).Should(Succeed())
 	g.Expect(fire.ParentID).To(BeEmpty(), "a fire starts its own trace")
 	g.Expect(fire.Attrs).To(HaveKeyWithValue("picobot.tenant", tenant))
 	g.Expect(fire.Attrs).To(HaveKeyWithValue("picobot.cronjob", "nightly"))
