@@ -13,10 +13,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/channel"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
@@ -44,11 +42,7 @@ spec:
   budget: {dayTokens: 1}
 `, capped))
 	for _, ns := range []string{capped, free} {
-		g.Eventually(func(g Gomega) {
-			agent := &picobotv1alpha1.Agent{}
-			g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "helper"}, agent)).To(Succeed())
-			g.Expect(meta.IsStatusConditionTrue(agent.Status.Conditions, picobotv1alpha1.ConditionReady)).To(BeTrue(), "%+v", agent.Status.Conditions)
-		}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
+		st.waitReady(t, ns, "helper")
 	}
 	send := func(ws *gatewaytest.WS, id string) []gatewaytest.Frame {
 		return ws.Exchange(t, gatewaytest.Frame{"id": id, "agent": "helper", "chat_id": "alice", "text": "hello"})
@@ -147,11 +141,7 @@ spec:
   messagesPerMinute: 0
 `, capped, muted))
 	for _, ns := range []string{capped, muted, free} {
-		g.Eventually(func(g Gomega) {
-			agent := &picobotv1alpha1.Agent{}
-			g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "helper"}, agent)).To(Succeed())
-			g.Expect(meta.IsStatusConditionTrue(agent.Status.Conditions, picobotv1alpha1.ConditionReady)).To(BeTrue(), "%+v", agent.Status.Conditions)
-		}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
+		st.waitReady(t, ns, "helper")
 	}
 	gw2 := secondGateway(t)
 	send := func(gw, key, id, chat string) (int, gatewaytest.Frame) { return sendOnce(t, gw, key, id, chat) }
@@ -253,11 +243,7 @@ spec:
   maxSessionPods: 0
 `, capped))
 	for _, ns := range []string{capped, free} {
-		g.Eventually(func(g Gomega) {
-			agent := &picobotv1alpha1.Agent{}
-			g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "helper"}, agent)).To(Succeed())
-			g.Expect(meta.IsStatusConditionTrue(agent.Status.Conditions, picobotv1alpha1.ConditionReady)).To(BeTrue(), "%+v", agent.Status.Conditions)
-		}, 90*time.Second, 200*time.Millisecond).Should(Succeed())
+		st.waitReady(t, ns, "helper")
 	}
 	dial := func(key string) *gatewaytest.WS {
 		var ws *gatewaytest.WS
