@@ -320,7 +320,11 @@
           el = node('img', 'a2ui-Image', id);
           const url = text(resolve(s, p.url, scope));
           el.alt = text(resolve(s, p.altText, scope)) || 'image';
-          if (/^(https:|data:image\/(png|jpeg|gif|webp);|\/api\/v1\/artifacts\/)/i.test(url)) el.src = url;
+          // The page's CSP loads images from the gateway and data: URLs only
+          // (nothing tells a third party who reads the chat); others show
+          // their alternative text.
+          if (/^(data:image\/(png|jpeg|gif|webp);|\/api\/v1\/artifacts\/)/i.test(url)) el.src = url;
+          else el.title = url;
           break;
         }
         case 'Icon':
