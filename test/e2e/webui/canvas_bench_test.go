@@ -39,7 +39,9 @@ func BenchmarkWebUICanvasA2UIRoundTrip(b *testing.B) {
 		}
 		n := 0
 		if rest, ok := strings.CutPrefix(last.Content, "[canvas action] "); ok {
-			var a struct{ UserAction struct{ Context struct{ N int } } }
+			var a struct {
+				UserAction struct{ Context struct{ N int } }
+			}
 			_ = json.Unmarshal([]byte(rest), &a)
 			n = a.UserAction.Context.N + 1
 		}
