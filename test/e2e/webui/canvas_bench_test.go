@@ -83,3 +83,59 @@ func BenchmarkWebUICanvasA2UIRoundTrip(b *testing.B) {
 		b.Fatalf("the page hit problems: %v", p)
 	}
 }
+
+// BenchmarkWebUICanvasEval measures, in headless Chromium against `picobot
+// serve`, the round trip of the canvas tool's eval: from the page showing
+// the tool call (its canvas event arrives just after) to the page showing
+// its result (the code run in the sandboxed frame, the answer sent to the
+// gateway, handed to the waiting tool, its result event back). It reports
+// the p50 and p99 in milliseconds.
+func BenchmarkWebUICanvasEval(b *testing.B) {
+	llm := fakellm.New()
+	b.Cleanup(llm.Close)
+	dir := b.TempDir()
+	canvasAgent(b, dir, llm.URL())
+	llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		if r.Messages[len(r.Messages)-1].Role == "tool" {
+			return fakellm.Turn{Text: "ok"}
+		}
+		return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "canvas", Args: `{"action":"eval","javaScript":"document.body.textContent = String(Date.now()); 6*7"}`}}}
+	})
+	srv := serve(b, dir, "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test")
+	u := openUI(b, launchBrowser(b), srv.url+"/", shotsDir(b))
+	u.wait("the WebSocket to connect", `() => document.getElementById('conn-status').dataset.state === 'open'`)
+	u.wait("the ready agent to be chosen", `() => document.getElementById('agent-select').value === 'assistant'`)
+	roundTrip := `async (text) => {
+	  const before = document.querySelectorAll('#messages .tool-call').length;
+	  if (!window.PicoBotApp.submit(text)) throw new Error('the UI did not send ' + text);
+	  let t0 = 0;
+	  for (;;) {
+	    const calls = document.querySelectorAll('#messages .tool-call');
+	    const c = calls.length > before ? calls[calls.length - 1] : null;
+	    if (c && !t0) t0 = performance.now();
+	    if (c && !c.classList.contains('pending')) {
+	      if (c.classList.contains('error')) throw new Error('eval failed: ' + c.textContent);
+	      const ms = performance.now() - t0;
+	      for (;;) { // the turn ends before the next
+	        const t = document.querySelector('#messages .turn:last-child');
+	        if (t && t.dataset.status === 'done' && !document.getElementById('send').disabled) return ms;
+	        await new Promise((r) => setTimeout(r, 1));
+	      }
+	    }
+	    await new Promise((r) => setTimeout(r, 1));
+	  }
+	}`
+	u.eval(roundTrip, "warm up")
+	lat := make([]float64, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		lat = append(lat, u.eval(roundTrip, fmt.Sprintf("eval %d", i)).Num())
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(lat[len(lat)/2], "ms-p50")
+	b.ReportMetric(lat[min(len(lat)-1, len(lat)*99/100)], "ms-p99")
+	if p := u.problems(); len(p) > 0 {
+		b.Fatalf("the page hit problems: %v", p)
+	}
+}
