@@ -48,6 +48,10 @@ type Config struct {
 	// WebSearch enables web_search on the Agent's backend; nil leaves it
 	// out.
 	WebSearch *WebSearchConfig
+	// CanvasDomains restricts the pages the canvas opens, as the Agent's
+	// spec.browser.allowedDomains does the browser's (empty: every public
+	// host).
+	CanvasDomains []string
 }
 
 // WebSearchConfig is web_search's backend: the Agent's spec.tools.webSearch
@@ -111,7 +115,7 @@ func New(cfg Config) (*Set, error) {
 		todo.New(store),
 		shell.NewBash(cfg.Shell...), procs.ExecTool(), procs.ProcessTool(), ptys.Tool(),
 		web.NewHTTPRequest(guard), web.NewFetch(guard),
-		canvas.New(browser.Policy{Guard: guard}, nil),
+		canvas.New(browser.Policy{Guard: guard, Domains: cfg.CanvasDomains}, nil),
 	)
 	if cfg.LLMTask != nil {
 		tools = append(tools, llmtask.New(*cfg.LLMTask))

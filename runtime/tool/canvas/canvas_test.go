@@ -175,3 +175,16 @@ func TestParseJSONLLimits(t *testing.T) {
 	_, err = canvas.ParseJSONL(strings.Repeat(" ", canvas.MaxJSONLBytes+1))
 	g.Expect(err).To(MatchError(ContainSubstring("the limit is 131072")))
 }
+
+// TestCanvasFollowsTheBrowsersDomains: with the Agent's browser limited to
+// some domains, the canvas opens no other page either.
+func TestCanvasFollowsTheBrowsersDomains(t *testing.T) {
+	g := NewWithT(t)
+	reg, err := tool.NewRegistry(canvas.New(browser.Policy{Guard: netguard.New(), Domains: browser.Domains{"example.com"}}, nil))
+	g.Expect(err).NotTo(HaveOccurred())
+	c := &recordingCanvas{}
+	res := run(reg, c, map[string]string{"action": "navigate", "url": "https://1.1.1.1/"})
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(res.Content).To(ContainSubstring("refused: 1.1.1.1 is not in the allowed domains (example.com)"))
+	g.Expect(c.got).To(BeEmpty())
+}
