@@ -595,7 +595,11 @@ func builtinTools(a *picobotv1alpha1.Agent, pol policy.Result, llmTask llmtask.C
 	if warm != nil {
 		shellOpts = append(shellOpts, shell.WithWarmSandboxes(warm))
 	}
-	return builtin.New(builtin.Config{LLMTask: &llmTask, TodoStore: plans, FS: fsOpts, Shell: shellOpts, WebSearch: search})
+	var domains []string
+	if a.Spec.Browser != nil {
+		domains = a.Spec.Browser.AllowedDomains // the canvas opens what the browser may
+	}
+	return builtin.New(builtin.Config{LLMTask: &llmTask, TodoStore: plans, FS: fsOpts, Shell: shellOpts, WebSearch: search, CanvasDomains: domains})
 }
 
 // llmTask configures llm_task on the agent's own model endpoints: its

@@ -31,6 +31,7 @@ import (
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -404,6 +405,29 @@ func (b *Backend) Approve(ctx context.Context, c gateway.Chat, code string, appr
 		return false, err
 	}
 	return b.approve(ctx, tenant, c.Agent, c.ChannelName(), c.Key(), code, approve), nil
+}
+
+// CanvasAnswer implements gateway.CanvasBackend: the web client's answer
+// goes to the runtime serving the chat over the control channel an approval
+// answer takes. It reports whether a runtime received it.
+func (b *Backend) CanvasAnswer(ctx context.Context, c gateway.Chat, id string, a tool.CanvasAnswer) (bool, error) {
+	tenant, err := store.TenantFrom(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := b.known(ctx, tenant, c.Agent); err != nil {
+		return false, err
+	}
+	channel, chat := c.ChannelName(), c.Key()
+	if running, _ := b.sig.owned(ctx, runningKey(tenant, c.Agent, channel, chat)); !running {
+		return false, nil
+	}
+	n, err := b.sig.publishCount(ctx, controlChannel(tenant, c.Agent, channel, chat),
+		protocol.Frame{Kind: protocol.FrameCanvasAnswer, CanvasAnswer: &protocol.CanvasAnswer{ID: id, Answer: a}})
+	if err != nil {
+		return false, fmt.Errorf("failed to send the canvas answer to chat %q: %w", chat, err)
+	}
+	return n > 0, nil
 }
 
 // Stop implements gateway.Backend: the chat's runtime cancels its turn.

@@ -358,6 +358,8 @@ func (r strategy) Keep(ctx context.Context, c sessionrt.Chat) (context.Context, 
 				}
 			case e.Kind == protocol.FrameApprove && e.Approval != nil && e.Err == nil:
 				r.rt.Answer(c, e.Approval.Code, e.Approval.Approve)
+			case e.Kind == protocol.FrameCanvasAnswer && e.CanvasAnswer != nil && e.Err == nil:
+				r.rt.CanvasAnswer(c, e.CanvasAnswer.ID, e.CanvasAnswer.Answer)
 			}
 		}
 	})

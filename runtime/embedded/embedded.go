@@ -55,6 +55,7 @@ import (
 	"github.com/picobot/picobot/runtime/sessionrt"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/delegate"
 	"github.com/picobot/picobot/runtime/tool/sessions"
 )
@@ -684,6 +685,16 @@ func (r *Runtime) Approve(ctx context.Context, c gateway.Chat, code string, appr
 		return false, err
 	}
 	return ta.rt.Answer(chatOf(c), code, approve), nil
+}
+
+// CanvasAnswer implements gateway.CanvasBackend: the web client's answer
+// goes to the chat's turn waiting on the canvas command id.
+func (r *Runtime) CanvasAnswer(ctx context.Context, c gateway.Chat, id string, a tool.CanvasAnswer) (bool, error) {
+	_, ta, err := r.scope(ctx, c.Agent)
+	if err != nil {
+		return false, err
+	}
+	return ta.rt.CanvasAnswer(chatOf(c), id, a), nil
 }
 
 // manager is the dialog service's view of the runtime: the session manager

@@ -396,7 +396,10 @@ func (s *Server) routes() {
 // images (artifacts included) only, no framing, no plugins, no base or
 // form targets elsewhere, so text a model wrote cannot load or send
 // anything off the gateway even if it slipped past the UI's escaping.
-const contentSecurityPolicy = "default-src 'self'; img-src 'self' data: blob:; connect-src 'self'; " +
+// The canvas panel may frame its own document (canvasFramePath) and the
+// http(s) pages the canvas tool navigates to, which the tool checked
+// against the browser's URL policy.
+const contentSecurityPolicy = "default-src 'self'; img-src 'self' data: blob:; connect-src 'self'; frame-src 'self' http: https:; " +
 	"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // ServeHTTP implements http.Handler. Every answer says its content type is
@@ -409,10 +412,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
-	if !strings.HasPrefix(r.URL.Path, "/api/") && !strings.HasPrefix(r.URL.Path, "/v1/") {
+	switch {
+	case r.URL.Path == canvasFramePath:
+		h.Set("X-Frame-Options", "SAMEORIGIN")
+		h.Set("Content-Security-Policy", canvasFramePolicy)
+	case !strings.HasPrefix(r.URL.Path, "/api/") && !strings.HasPrefix(r.URL.Path, "/v1/"):
+		h.Set("X-Frame-Options", "DENY")
 		h.Set("Content-Security-Policy", contentSecurityPolicy)
+	default:
+		h.Set("X-Frame-Options", "DENY")
 	}
 	s.mux.ServeHTTP(w, r)
 }

@@ -55,6 +55,11 @@ type frame struct {
 	// frame); Code is the request's code there.
 	Decision string `json:"decision,omitempty"`
 	Answered *bool  `json:"answered,omitempty"`
+	// Canvas answers (canvas_result): the command answered, eval's value
+	// and snapshot's image (a data: URL); Message is the client's error.
+	CanvasID string `json:"canvas_id,omitempty"`
+	Value    string `json:"value,omitempty"`
+	Image    string `json:"image,omitempty"`
 	// RetryAfterMS is set on rate_limited errors.
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
@@ -80,6 +85,8 @@ type eventBody struct {
 	Reason    string `json:"reason,omitempty"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 	Outcome   string `json:"outcome,omitempty"`
+	// Canvas is the command of a canvas event (docs/canvas.md).
+	Canvas *turn.Canvas `json:"canvas,omitempty"`
 }
 
 // Attachment is a file shown with a turn event or a send's reply, as
@@ -131,6 +138,10 @@ func toEventBody(e turn.Event) *eventBody {
 		if a := e.Approval; a != nil {
 			return &eventBody{Kind: string(e.Kind), Code: a.Code, Name: a.Tool, Command: a.Command, Reason: a.Reason,
 				TimeoutMS: a.TimeoutMS, Outcome: a.Outcome}
+		}
+	case turn.EventCanvas:
+		if e.Canvas != nil {
+			return &eventBody{Kind: string(e.Kind), Canvas: e.Canvas}
 		}
 	}
 	return nil // compressed and future kinds are internal
@@ -215,6 +226,8 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			s.wsDialog(ctx, c, f)
 		case f.Type == "approve":
 			s.wsApprove(ctx, c, f)
+		case f.Type == "canvas_result":
+			s.wsCanvasResult(ctx, c, f)
 		case f.Type == "send":
 			if msg := validateSend(f); msg != "" {
 				c.fail(f.ID, CodeBadRequest, msg)
@@ -224,7 +237,7 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			c.send(frame{Type: "ack", ID: f.ID})
 			turns.Go(func() { s.turn(ctx, c, f) })
 		default:
-			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown frame type %q (want send, stop, dialog or approve)", f.Type))
+			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown frame type %q (want send, stop, dialog, approve or canvas_result)", f.Type))
 		}
 	}
 }

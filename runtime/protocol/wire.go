@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/turn"
 )
 
@@ -129,7 +130,17 @@ const (
 	// FrameApprove answers an exec approval request of the chat's running
 	// turn (on the chat's control channel): Approval is set.
 	FrameApprove = "approve"
+	// FrameCanvasAnswer carries a web client's answer to a canvas command
+	// of the chat's running turn (on the chat's control channel):
+	// CanvasAnswer is set.
+	FrameCanvasAnswer = "canvas_answer"
 )
+
+// CanvasAnswer is a web client's answer to the canvas command with ID.
+type CanvasAnswer struct {
+	ID     string            `json:"id"`
+	Answer tool.CanvasAnswer `json:"answer"`
+}
 
 // ApprovalAnswer is the user's answer to an exec approval request.
 type ApprovalAnswer struct {
@@ -159,6 +170,8 @@ type Frame struct {
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 	// Approval is set on approve.
 	Approval *ApprovalAnswer `json:"approval,omitempty"`
+	// CanvasAnswer is set on canvas_answer.
+	CanvasAnswer *CanvasAnswer `json:"canvas_answer,omitempty"`
 }
 
 // EncodeFrame returns the payload of a frame, stamped with FrameVersion.

@@ -229,6 +229,8 @@ type Inbound struct {
 	// Approver asks the message's user to approve commands (exec
 	// approvals); nil when there is no user to ask.
 	Approver tool.Approver
+	// Canvas is the chat's web canvas (the canvas tool); nil when none.
+	Canvas tool.Canvas
 }
 
 // PromptInput is what a Config.Prompt sees of the turn it extends.
@@ -441,7 +443,7 @@ func (m *Manager) run(ctx context.Context, t *pending, in Inbound) {
 	t.files = m.newTurnFiles(ctx, t.sid, in.Sink)
 	t.out, t.err = t.gen.Loop.Run(t.ctx, agent.Input{
 		System: t.system, History: t.history, Stream: in.Stream, Sink: t.files.emit,
-		Env:        tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent, Approver: in.Approver},
+		Env:        tool.Env{Workspace: m.cfg.Workspace(t.id), SessionID: t.sid, Agent: m.cfg.Agent, Approver: in.Approver, Canvas: in.Canvas},
 		Checkpoint: func(_ context.Context, msg llm.Message) error { return m.checkpoint(ctx, t, msg) },
 		StepsDone:  t.stepsDone,
 		Steer:      m.steer(t.sid),

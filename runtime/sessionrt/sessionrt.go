@@ -170,6 +170,9 @@ type Runtime struct {
 	tracer trace.Tracer
 	// approvals holds the exec approval requests of the running turns.
 	approvals *approval.Broker
+	// canvas holds the canvas commands of running turns that wait for
+	// their web client's answer (eval, snapshot).
+	canvas *canvasWaits
 	// delegated holds the manager of each chat's running delegated turn
 	// (Chat -> *session.Manager), for Stop.
 	delegated sync.Map
@@ -193,7 +196,7 @@ func New(cfg Config) *Runtime {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("tenant", cfg.Tenant, "agent", cfg.Agent)
-	return &Runtime{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), approvals: approval.NewBroker()}
+	return &Runtime{cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider), approvals: approval.NewBroker(), canvas: newCanvasWaits()}
 }
 
 // Stream is the inbound stream of a chat.
@@ -494,7 +497,8 @@ func (r *Runtime) handle(ctx context.Context, m *session.Manager, c Chat, msgID 
 		reply, err := m.Handle(ctx, session.Inbound{Channel: c.Channel, ChatID: c.Key, DialogID: in.DialogID, MessageID: msgID, Text: in.Text,
 			Files:  uploads(in.Files),
 			Stream: true, Sink: func(e turn.Event) { r.cfg.Reporter.Event(ctx, c, msgID, e) },
-			Approver: approver{r: r, c: c, msgID: msgID}})
+			Approver: approver{r: r, c: c, msgID: msgID},
+			Canvas:   canvasHost{r: r, c: c, msgID: msgID}})
 		var wait time.Duration
 		switch {
 		case errors.Is(err, session.ErrBusy):

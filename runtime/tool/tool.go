@@ -63,6 +63,42 @@ type Env struct {
 	// OpenAI-compatible turn, a scheduled run), and a command that needs
 	// an answer is then refused.
 	Approver Approver
+	// Canvas is the chat's canvas panel in the web UI (the canvas tool);
+	// nil when the turn has no chat to show one in.
+	Canvas Canvas
+}
+
+// CanvasCommand is what the canvas tool asks the chat's canvas to do (its
+// fields are the tool's arguments, checked; docs/canvas.md).
+type CanvasCommand struct {
+	Action, URL, JavaScript string
+	// Messages are A2UI v0.8 messages, one JSON object each.
+	Messages  [][]byte
+	SurfaceID string
+	Format    string
+	// Wait is set for the actions the client answers (eval, snapshot):
+	// how long to wait for the answer.
+	Wait time.Duration
+	// SessionID is the session of the call (Env.SessionID).
+	SessionID string
+}
+
+// CanvasAnswer is a web client's answer to a command it runs.
+type CanvasAnswer struct {
+	// Value is eval's result (JSON or text).
+	Value string `json:"value,omitempty"`
+	// Image is snapshot's image (the bytes) and MediaType its type.
+	Image     []byte `json:"image,omitempty"`
+	MediaType string `json:"media_type,omitempty"`
+	// Error says why the client could not do it.
+	Error string `json:"error,omitempty"`
+}
+
+// Canvas shows commands on the web canvas of the turn's chat.
+type Canvas interface {
+	// Canvas sends cmd to the chat's web client; with cmd.Wait set it
+	// waits that long for the client's answer (an error when none comes).
+	Canvas(ctx context.Context, cmd CanvasCommand) (CanvasAnswer, error)
 }
 
 // ApprovalRequest is a command a tool wants the user to approve.

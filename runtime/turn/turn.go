@@ -34,6 +34,10 @@ const (
 	// EventApprovalResult says how the request ended.
 	EventApproval       EventKind = "approval"
 	EventApprovalResult EventKind = "approval_result"
+	// EventCanvas tells the chat's web client to change its canvas panel
+	// (the canvas tool; docs/canvas.md) or, when the command has an ID, to
+	// run something there and answer with that ID.
+	EventCanvas EventKind = "canvas"
 )
 
 // Event is one thing that happened during a turn.
@@ -46,6 +50,8 @@ type Event struct {
 	Usage      *llm.Usage    `json:"usage,omitempty"`
 	// Approval is set on approval and approval_result events.
 	Approval *Approval `json:"approval,omitempty"`
+	// Canvas is set on canvas events.
+	Canvas *Canvas `json:"canvas,omitempty"`
 	// Attachments are the stored files shown with a tool_result (the files
 	// its tool presented) or a final event (every file of the turn). The
 	// loop stores nothing and leaves it empty; the session runtime fills it
@@ -95,6 +101,27 @@ type Approval struct {
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	// Outcome is set on approval_result: approved, denied or timed_out.
 	Outcome string `json:"outcome,omitempty"`
+}
+
+// Canvas is a command of the canvas tool for the chat's web canvas panel
+// (docs/canvas.md).
+type Canvas struct {
+	// ID is set when the tool waits for the client's answer (eval,
+	// snapshot): the client answers with it.
+	ID     string `json:"id,omitempty"`
+	Action string `json:"action"`
+	URL    string `json:"url,omitempty"`
+	// JavaScript is the code of eval.
+	JavaScript string `json:"javascript,omitempty"`
+	// Messages are the A2UI v0.8 messages of a2ui_push, one JSON object
+	// each.
+	Messages []json.RawMessage `json:"messages,omitempty"`
+	// SurfaceID is the surface a2ui_reset removes (all when empty).
+	SurfaceID string `json:"surface_id,omitempty"`
+	// Format is snapshot's image format (png or jpeg).
+	Format string `json:"format,omitempty"`
+	// TimeoutMS is how long the tool waits for the answer.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
 // ToolResult is a finished tool call as the client sees it.

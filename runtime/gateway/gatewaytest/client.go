@@ -203,6 +203,8 @@ func replyType(t any) string {
 		return "stopped"
 	case "approve":
 		return "approval"
+	case "canvas_result":
+		return "canvas_result"
 	}
 	return ""
 }

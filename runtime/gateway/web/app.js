@@ -105,6 +105,7 @@
     document.body.textContent = 'PicoBot: ui-core.js did not load.';
     return;
   }
+  const canvas = window.PicoBotCanvas || null; // the canvas panel (canvas.js; docs/canvas.md)
 
   // ------------------------------------------------------------ helpers
 
@@ -911,6 +912,7 @@
     els.messages.append(frag);
     showEmptyState();
     scrollToBottom();
+    if (canvas) canvas.conversation(sid);
   }
 
   // ------------------------------------------------------------ rendering turns
@@ -1744,6 +1746,7 @@
   function handleFrame(f) {
     if (!f || typeof f !== 'object') return;
     if (settle(f)) return; // the answer to a control-channel or stop request
+    if (canvas) canvas.frame(f);
     dispatch({ type: 'frame', frame: f });
     if (f.type === 'done' && f.id && app.state.turns[f.id]) onTurnDone(app.state.turns[f.id]);
   }
@@ -1962,6 +1965,11 @@
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape') closeSidebar(); });
 
   // ------------------------------------------------------------ start
+
+  // The canvas panel (canvas.js) sends through this page's connection.
+  if (canvas) {
+    canvas.attach({ api, request, submit, chatId, agent: () => app.agent });
+  }
 
   els.chatId.textContent = chatId;
   showEmptyState();

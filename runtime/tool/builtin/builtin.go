@@ -9,10 +9,12 @@ import (
 	"os"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/browser"
 	"github.com/picobot/picobot/runtime/netguard"
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/calc"
+	"github.com/picobot/picobot/runtime/tool/canvas"
 	"github.com/picobot/picobot/runtime/tool/fs"
 	"github.com/picobot/picobot/runtime/tool/llmtask"
 	"github.com/picobot/picobot/runtime/tool/patch"
@@ -46,6 +48,10 @@ type Config struct {
 	// WebSearch enables web_search on the Agent's backend; nil leaves it
 	// out.
 	WebSearch *WebSearchConfig
+	// CanvasDomains restricts the pages the canvas opens, as the Agent's
+	// spec.browser.allowedDomains does the browser's (empty: every public
+	// host).
+	CanvasDomains []string
 }
 
 // WebSearchConfig is web_search's backend: the Agent's spec.tools.webSearch
@@ -109,6 +115,7 @@ func New(cfg Config) (*Set, error) {
 		todo.New(store),
 		shell.NewBash(cfg.Shell...), procs.ExecTool(), procs.ProcessTool(), ptys.Tool(),
 		web.NewHTTPRequest(guard), web.NewFetch(guard),
+		canvas.New(browser.Policy{Guard: guard, Domains: cfg.CanvasDomains}, nil),
 	)
 	if cfg.LLMTask != nil {
 		tools = append(tools, llmtask.New(*cfg.LLMTask))

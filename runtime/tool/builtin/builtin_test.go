@@ -19,7 +19,7 @@ func TestCoreToolsMatchThePolicyCatalog(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer set.Close()
 	g.Expect(set.Registry.Names()).To(Equal([]string{
-		"apply_patch", "bash", "calculator", "content_search", "exec", "file_edit", "file_read", "file_search",
+		"apply_patch", "bash", "calculator", "canvas", "content_search", "exec", "file_edit", "file_read", "file_search",
 		"file_write", "http_request", "llm_task", "process", "pty", "todo", "web_fetch",
 	}))
 	// Every core tool is a name the operator's policy knows, so status and

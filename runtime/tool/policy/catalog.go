@@ -61,7 +61,7 @@ var builtinGroups = []struct {
 		"sessions_spawn", "agents_list"}},
 	{GroupMemory, []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}},
 	{GroupWeb, []string{"http_request", "web_fetch", "web_search"}},
-	{GroupUI, []string{"browser", "browser_profiles", "bot_secret"}},
+	{GroupUI, []string{"browser", "browser_profiles", "bot_secret", "canvas"}},
 	{GroupAutomation, []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda",
 		"gateway"}},
 	{GroupMessaging, []string{"send_message", "message", "bot_connector"}},

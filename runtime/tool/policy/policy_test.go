@@ -20,7 +20,7 @@ var (
 	tSessions   = []string{"chat_manager", "delegate", "agent_task", "session_status", "sessions_list", "sessions_history", "sessions_send", "sessions_spawn", "agents_list"}
 	tMemory     = []string{"memory_store", "memory_recall", "timeline_recall", "memory_forget", "bot_remember", "bot_recall"}
 	tWeb        = []string{"http_request", "web_fetch", "web_search"}
-	tUI         = []string{"browser", "browser_profiles", "bot_secret"}
+	tUI         = []string{"browser", "browser_profiles", "bot_secret", "canvas"}
 	tAutomation = []string{"cron_add", "cron_list", "cron_runs", "cron_update", "cron_remove", "cron_enable", "cron_disable", "routine_maintenance", "bot_task", "bot_agenda", "gateway"}
 	tMessaging  = []string{"send_message", "message", "bot_connector"}
 	tSkills     = []string{"get_skill"}
@@ -59,7 +59,7 @@ func TestCatalog(t *testing.T) {
 	c := DefaultCatalog()
 
 	g.Expect(c.Tools()).To(Equal(tAll))
-	g.Expect(c.Tools()).To(HaveLen(53))
+	g.Expect(c.Tools()).To(HaveLen(54))
 	g.Expect(c.Groups()).To(Equal(map[string][]string{
 		GroupRuntime:    set(tRuntime),
 		GroupFS:         set(tFS),
