@@ -198,21 +198,14 @@ func startPod(t testing.TB, remote bool, cred *paircred.Credentials) *pod {
 		p.remote = p.remoteClient(t, p.cred.CertPEM, p.cred.Token)
 		ctx, cancel := context.WithCancel(context.Background())
 		relay := &execserver.Relay{Socket: p.socket, Client: p.remote}
+		l, err := relay.Listen()
+		must(t, err)
 		done := make(chan error, 1)
-		go func() { done <- relay.Serve(ctx) }()
+		go func() { done <- relay.Serve(ctx, l) }()
 		t.Cleanup(func() {
 			cancel()
 			must(t, <-done)
 		})
-		for i := 0; ; i++ {
-			if _, err := os.Stat(p.socket); err == nil {
-				break
-			}
-			if i == 1000 {
-				t.Fatal("the relay did not listen within 10 s")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
 	}
 	p.client = execserver.NewClient(p.socket)
 	return p

@@ -31,6 +31,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -56,6 +57,10 @@ const (
 type hello struct {
 	Token   string  `json:"token"`
 	Request Request `json:"request"`
+	// Root is where the runtime's workspaces lie on its side; the server
+	// maps paths under it to its own workspace folder (in a cluster both
+	// are /workspace/workspaces; the local pod runner mounts them apart).
+	Root string `json:"root,omitempty"`
 }
 
 // frameConn reads and writes frames; writes are serialized.
@@ -130,6 +135,7 @@ type Remote struct {
 	// replaced, and a lookup may return the same address until its
 	// replacement has one.
 	address func(ctx context.Context, stale string) (string, error)
+	root    string
 	tls     *tls.Config
 	token   string
 	// wait bounds how long a program's start waits for a reachable server
@@ -151,6 +157,9 @@ type RemoteConfig struct {
 	// Wait bounds the wait for a reachable server when a start has no
 	// deadline of its own; 0 means two minutes.
 	Wait time.Duration
+	// Root is the runtime's workspaces folder (see hello.Root); empty:
+	// the server's.
+	Root string
 }
 
 // NewRemoteClient returns a client of a sandbox pod's exec server over TCP
@@ -169,7 +178,7 @@ func NewRemoteClient(cfg RemoteConfig) (*Client, error) {
 	if cfg.Wait <= 0 {
 		cfg.Wait = 2 * time.Minute
 	}
-	return &Client{remote: &Remote{address: cfg.Address, token: cfg.Token, wait: cfg.Wait, tls: pinnedTLS(pinned)}}, nil
+	return &Client{remote: &Remote{address: cfg.Address, token: cfg.Token, wait: cfg.Wait, root: cfg.Root, tls: pinnedTLS(pinned)}}, nil
 }
 
 // pinnedTLS trusts the one certificate der, whatever its names: the pair's
@@ -211,7 +220,7 @@ func (r *Remote) dial(ctx context.Context, req Request) (*frameConn, error) {
 				r.addr = addr
 				r.mu.Unlock()
 				fc := newFrameConn(c)
-				if err := fc.writeJSON(frameHello, hello{Token: r.token, Request: req}); err != nil {
+				if err := fc.writeJSON(frameHello, hello{Token: r.token, Request: req, Root: r.root}); err != nil {
 					_ = c.Close()
 					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 				}
@@ -409,4 +418,36 @@ func closeFiles(fs ...*os.File) {
 			_ = f.Close()
 		}
 	}
+}
+
+// rebase maps the paths of req under root (the runtime's workspaces) to
+// the same places under to (the server's).
+func rebase(req Request, root, to string) Request {
+	if root == "" || root == to {
+		return req
+	}
+	path := func(v string) string {
+		if v == root || strings.HasPrefix(v, root+"/") {
+			return to + strings.TrimPrefix(v, root)
+		}
+		return v
+	}
+	paths := func(vs []string) []string {
+		out := make([]string, len(vs))
+		for i, v := range vs {
+			out[i] = path(v)
+		}
+		return out
+	}
+	req.Workspace = path(req.Workspace)
+	req.ReadOnly, req.ReadWrite = paths(req.ReadOnly), paths(req.ReadWrite)
+	env := make([]string, len(req.Env))
+	for i, kv := range req.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			kv = k + "=" + path(v)
+		}
+		env[i] = kv
+	}
+	req.Env = env
+	return req
 }

@@ -31,7 +31,10 @@ type RemoteServer struct {
 	Token string
 	// TLS holds the pair's certificate and key.
 	TLS *tls.Config
-	Log *slog.Logger
+	// Root is the server's workspace folder, where a runtime's paths
+	// under its own (hello.Root) are mapped.
+	Root string
+	Log  *slog.Logger
 }
 
 // ServeTLS serves s to a sandbox pod's runtime: over TCP and TLS on l
@@ -64,7 +67,7 @@ func (s *Server) ServeTLS(ctx context.Context, l net.Listener, token string, cfg
 	served := make(chan error, 1)
 	go func() { served <- s.ServeControl(ctx, srvEnd) }()
 	s.cfg.Log.Info("Exec server is serving over TLS", "address", l.Addr().String(), "workspace", s.cfg.Workspace, "uid", s.uid)
-	rs := &RemoteServer{Client: NewControlClient(cliEnd), Token: token, TLS: cfg, Log: s.cfg.Log}
+	rs := &RemoteServer{Client: NewControlClient(cliEnd), Token: token, TLS: cfg, Root: s.cfg.Workspace, Log: s.cfg.Log}
 	err = rs.Serve(ctx, l)
 	cancel()
 	_ = cliEnd.Close()
@@ -130,7 +133,7 @@ func (s *RemoteServer) handle(c *tls.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	req := h.Request
+	req := rebase(h.Request, h.Root, s.Root)
 	if req.Tool != nil {
 		s.callTool(fc, req)
 		return
@@ -286,18 +289,23 @@ type Relay struct {
 	Log    *slog.Logger
 }
 
-// Serve listens on the socket until ctx ends.
-func (r *Relay) Serve(ctx context.Context) error {
-	if r.Log == nil {
-		r.Log = slog.Default()
-	}
+// Listen opens the relay's socket to the runtime's own user only.
+func (r *Relay) Listen() (*net.UnixListener, error) {
 	l, err := listen(r.Socket)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.Chmod(r.Socket, 0o600); err != nil {
 		_ = l.Close()
-		return fmt.Errorf("failed to close %q to other users: %w", r.Socket, err)
+		return nil, fmt.Errorf("failed to close %q to other users: %w", r.Socket, err)
+	}
+	return l, nil
+}
+
+// Serve relays the connections l accepts (Listen) until ctx ends.
+func (r *Relay) Serve(ctx context.Context, l *net.UnixListener) error {
+	if r.Log == nil {
+		r.Log = slog.Default()
 	}
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
