@@ -119,7 +119,13 @@ func (n *namespaceObjects) ensure(ctx context.Context, ns string) error {
 	if err := n.ensureSecret(ctx, ns); err != nil {
 		return err
 	}
-	return n.ensureNetworkPolicy(ctx, ns)
+	if err := n.ensureNetworkPolicy(ctx, podspec.NetworkPolicy(ns, n.network)); err != nil {
+		return err
+	}
+	if n.network.SandboxPort > 0 {
+		return n.ensureNetworkPolicy(ctx, podspec.SandboxNetworkPolicy(ns, n.network))
+	}
+	return nil
 }
 
 // ensureSecret compares the connection Secret read from the API server (the
@@ -218,11 +224,12 @@ func (n *namespaceObjects) replaceStalePods(ctx context.Context, s *corev1.Secre
 	return nil
 }
 
-// ensureNetworkPolicy keeps the session pods' NetworkPolicy. The cache holds
-// only policies labelled as the operator's: one whose label a tenant took off
-// is read from the API server when creating it finds it there.
-func (n *namespaceObjects) ensureNetworkPolicy(ctx context.Context, ns string) error {
-	want := podspec.NetworkPolicy(ns, n.network)
+// ensureNetworkPolicy keeps a NetworkPolicy of the namespace's pods (the
+// session pods', and the sandbox pods' with sandbox placement "pod"). The
+// cache holds only policies labelled as the operator's: one whose label a
+// tenant took off is read from the API server when creating it finds it
+// there.
+func (n *namespaceObjects) ensureNetworkPolicy(ctx context.Context, want *networkingv1.NetworkPolicy) error {
 	cur := &networkingv1.NetworkPolicy{}
 	err := n.client.Get(ctx, client.ObjectKeyFromObject(want), cur)
 	if apierrors.IsNotFound(err) {

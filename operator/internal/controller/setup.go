@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
@@ -63,6 +64,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		nsr.MaxConcurrentReconciles = cfg.Concurrency
 		if err := nsr.SetupWithManager(mgr); err != nil {
 			return err
+		}
+		if cfg.Runtime.Sandbox == podspec.SandboxInPod {
+			if err := (&SandboxPairReconciler{Client: mgr.GetClient(), MaxConcurrentReconciles: cfg.Concurrency}).SetupWithManager(mgr); err != nil {
+				return err
+			}
 		}
 	}
 	if cfg.GatewayNamespace != "" {

@@ -229,11 +229,15 @@ func SessionPod(in Input) *corev1.Pod {
 		volumes = slices.DeleteFunc(volumes, func(v corev1.Volume) bool { return v.Name == "sandbox-run" || v.Name == "sandbox-tmp" })
 		sidecars = nil
 	}
+	labels := SessionLabels(a)
+	if inPod {
+		labels[LabelSandbox] = string(SandboxInPod)
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            in.Name,
 			Namespace:       a.Namespace,
-			Labels:          SessionLabels(a),
+			Labels:          labels,
 			OwnerReferences: []metav1.OwnerReference{ownerRef(a)},
 		},
 		Spec: corev1.PodSpec{

@@ -40,8 +40,12 @@ func ParseSandboxPlacement(s string) (SandboxPlacement, error) {
 
 // Names and labels of sandbox pods and their objects.
 const (
-	// ComponentSandbox is the LabelComponent of sandbox pods.
+	// ComponentSandbox is the LabelComponent of sandbox pods and their
+	// Secrets, address ConfigMaps and NetworkPolicy.
 	ComponentSandbox = "sandbox"
+	// LabelSandbox on a session pod says where its tools run ("pod": in
+	// a sandbox pod; absent: in its sandbox container).
+	LabelSandbox = "agents.picobot.io/sandbox"
 	// LabelSessionPod is set on a sandbox pod, its Secret and its address
 	// ConfigMap: the name of the session pod of the pair.
 	LabelSessionPod = "agents.picobot.io/session-pod"
@@ -80,68 +84,61 @@ func SandboxLabels(a *picobotv1alpha1.Agent, pod string) map[string]string {
 	}
 }
 
-// SandboxInput is what a sandbox pod is built from.
-type SandboxInput struct {
-	Agent *picobotv1alpha1.Agent
-	// SessionPod owns the sandbox pod: it goes with it.
-	SessionPod *corev1.Pod
-	// Image is the operator's runtime image, used when the Agent sets none.
-	Image string
-}
-
 // sessionOwner makes session pod p the controller of a pair's object.
 func sessionOwner(p *corev1.Pod) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr.To(true)}
 }
 
-// SandboxPod returns the sandbox pod of a session pod: the exec server on
+// SandboxPod returns the sandbox pod of a session pod, built from the
+// session pod alone (its runtime's image and resources, its RuntimeClass,
+// agent and tenant), so the two always agree: the exec server on
 // SandboxPort as another user, with the workspace volume, no
 // ServiceAccount token, no environment but its own settings and its pair's
-// credentials (the only Secret it reads), read-only root, no capabilities,
-// the Agent's RuntimeClass. It restarts its container in place (the
-// workspace stays); the operator replaces the pod when it is gone.
-func SandboxPod(in SandboxInput) *corev1.Pod {
-	a := in.Agent
-	image := in.Image
-	var rt picobotv1alpha1.RuntimeSpec
-	if a.Spec.Runtime != nil {
-		rt = *a.Spec.Runtime
+// credentials (the only Secret it reads), read-only root, no capabilities.
+// It restarts its container in place (the workspace stays); the operator
+// replaces the pod when it is gone.
+func SandboxPod(session *corev1.Pod) *corev1.Pod {
+	var rt corev1.Container
+	for _, c := range session.Spec.Containers {
+		if c.Name == ContainerRuntime {
+			rt = c
+		}
 	}
-	if rt.Image != "" {
-		image = rt.Image
-	}
-	var resources corev1.ResourceRequirements
-	if rt.Resources != nil {
-		resources = *rt.Resources
-	}
-	name := PairName(in.SessionPod.Name)
+	name := PairName(session.Name)
 	secretEnv := func(env, key string) corev1.EnvVar {
 		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}}}
 	}
+	labels := map[string]string{LabelName: "picobot", LabelComponent: ComponentSandbox, LabelManagedBy: "picobot-operator",
+		LabelSessionPod: LabelValue(session.Name)}
+	for _, k := range []string{picobotv1alpha1.LabelAgent, LabelTenant} {
+		if v, ok := session.Labels[k]; ok {
+			labels[k] = v
+		}
+	}
 	sc := restrictedContainerSecurity()
 	sc.RunAsUser, sc.RunAsGroup = ptr.To[int64](sandboxUID), ptr.To[int64](sandboxUID)
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.Namespace, Labels: SandboxLabels(a, in.SessionPod.Name),
-			OwnerReferences: []metav1.OwnerReference{sessionOwner(in.SessionPod)}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: session.Namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{sessionOwner(session)}},
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			ShareProcessNamespace:         ptr.To(false),
 			RestartPolicy:                 corev1.RestartPolicyAlways,
-			RuntimeClassName:              rt.RuntimeClassName,
+			RuntimeClassName:              session.Spec.RuntimeClassName,
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			SecurityContext:               restrictedPodSecurity(),
 			Containers: []corev1.Container{{
 				Name:    ContainerSandbox,
-				Image:   image,
+				Image:   rt.Image,
 				Command: []string{"/picobot", "sandbox-server"},
 				Args:    []string{fmt.Sprintf("--listen=:%d", SandboxPort)},
 				Env: []corev1.EnvVar{{Name: "PICOBOT_SANDBOX_WORKSPACE", Value: sandboxWorkspaces},
 					secretEnv(paircred.EnvCert, paircred.KeyCert), secretEnv(paircred.EnvKey, paircred.KeyKey),
 					secretEnv(paircred.EnvToken, paircred.KeyToken)},
 				Ports:           []corev1.ContainerPort{{Name: PortExec, ContainerPort: SandboxPort, Protocol: corev1.ProtocolTCP}},
-				Resources:       resources,
+				Resources:       rt.Resources,
 				SecurityContext: sc,
 				VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir},
 					{Name: "sandbox-tmp", MountPath: "/tmp"}},
@@ -152,6 +149,11 @@ func SandboxPod(in SandboxInput) *corev1.Pod {
 			},
 		},
 	}
+}
+
+// HasSandboxPod says whether session pod p runs its tools in a sandbox pod.
+func HasSandboxPod(p *corev1.Pod) bool {
+	return p.Labels[LabelComponent] == ComponentSession && p.Labels[LabelSandbox] == string(SandboxInPod)
 }
 
 // PairSecret holds a pair's credentials. It is made before the session

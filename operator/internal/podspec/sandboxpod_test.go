@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -56,10 +57,14 @@ func TestSessionPodWithSandboxPod(t *testing.T) {
 func TestSandboxPod(t *testing.T) {
 	g := NewWithT(t)
 	a := agent(func(a *picobotv1alpha1.Agent) {
-		a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{RuntimeClassName: ptr.To("gvisor")}
+		a.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{RuntimeClassName: ptr.To("gvisor"), Resources: &corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}}
 	})
-	session := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "helper-abcde", Namespace: "team-a", UID: "pod-uid"}}
-	p := SandboxPod(SandboxInput{Agent: a, SessionPod: session, Image: "registry.example/picobot:1.0"})
+	session := SessionPod(Input{Agent: a, Name: "helper-abcde", Image: "registry.example/picobot:1.0", Sandbox: SandboxInPod})
+	session.UID = "pod-uid"
+	g.Expect(HasSandboxPod(session)).To(BeTrue())
+	g.Expect(HasSandboxPod(SessionPod(Input{Agent: a, Name: "helper-abcde"}))).To(BeFalse())
+	p := SandboxPod(session)
 
 	g.Expect(p.Name).To(Equal("helper-abcde-sandbox"))
 	g.Expect(p.Namespace).To(Equal("team-a"))
@@ -67,6 +72,8 @@ func TestSandboxPod(t *testing.T) {
 		picobotv1alpha1.LabelAgent: "helper", LabelTenant: "team-a", LabelSessionPod: "helper-abcde"}))
 	g.Expect(p.OwnerReferences).To(Equal([]metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "helper-abcde", UID: "pod-uid",
 		Controller: ptr.To(true)}}), "it goes with its session pod")
+	g.Expect(p.Spec.Containers[0].Image).To(Equal("registry.example/picobot:1.0"))
+	g.Expect(p.Spec.Containers[0].Resources.Limits.Memory().String()).To(Equal("1Gi"))
 
 	s := p.Spec
 	g.Expect(*s.AutomountServiceAccountToken).To(BeFalse())
