@@ -72,8 +72,39 @@ type RuntimeConfig struct {
 	// Metrics records the pools' pods; nil records nothing.
 	Metrics *opmetrics.Metrics
 	// Sandbox is where the tools' programs of session pods run (the
-	// platform's --sandbox-placement); empty: in a sandbox container.
+	// platform's --sandbox-placement); empty: in a sandbox container. A
+	// namespace labelled podspec.LabelSandboxPlacement by the platform
+	// team has its own.
 	Sandbox podspec.SandboxPlacement
+}
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+
+// placement is where the session pods of namespace ns run their tools:
+// the namespace's podspec.LabelSandboxPlacement, else the platform's
+// default. Namespaces are the platform team's (cluster-scoped; a tenant
+// edits what is in its namespace, not the namespace), so the label is
+// platform policy. An operator that may not read namespaces (namespaced
+// RBAC) uses the default.
+func (rc *RuntimeConfig) placement(ctx context.Context, reader client.Reader, ns string) podspec.SandboxPlacement {
+	def := rc.Sandbox
+	if def == "" {
+		def = podspec.SandboxInContainer
+	}
+	var n corev1.Namespace
+	if err := reader.Get(ctx, client.ObjectKey{Name: ns}, &n); err != nil {
+		return def
+	}
+	v, ok := n.Labels[podspec.LabelSandboxPlacement]
+	if !ok {
+		return def
+	}
+	p, err := podspec.ParseSandboxPlacement(v)
+	if err != nil {
+		log.FromContext(ctx).Info("Ignoring the namespace's sandbox placement", "namespace", ns, "err", err.Error())
+		return def
+	}
+	return p
 }
 
 // createRetry is when an Agent whose pod the API server refused is looked at
@@ -460,7 +491,7 @@ func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
 	}
 	a.Spec.Runtime.Resources = &s.policy.resources
 	in := podspec.Input{Agent: a, Image: r.Runtime.Image, SecretKeys: s.secretKeys, Env: r.Runtime.Env, MetricsPort: r.Runtime.MetricsPort}
-	if r.Runtime.Sandbox == podspec.SandboxInPod {
+	if r.Runtime.placement(ctx, r.Runtime.namespaceObjects(r.Client).reader, a.Namespace) == podspec.SandboxInPod {
 		return r.createPaired(ctx, s, in)
 	}
 	p := podspec.SessionPod(in)
@@ -516,10 +547,8 @@ func (rc *RuntimeConfig) namespaceObjects(c client.Client) *namespaceObjects {
 	conn = grantedBlobs{TenantConnection: conn, url: rc.BlobURL}
 	network := rc.Network
 	network.MetricsPort = rc.MetricsPort
-	if rc.Sandbox == podspec.SandboxInPod {
-		network.SandboxPort = podspec.SandboxPort
-	}
-	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, rotator: rot, network: network}
+	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, rotator: rot, network: network,
+		placement: func(ctx context.Context, ns string) podspec.SandboxPlacement { return rc.placement(ctx, reader, ns) }}
 }
 
 // ensureNamespace creates the namespace's connection Secret and NetworkPolicy

@@ -91,6 +91,8 @@ type namespaceObjects struct {
 	// (podspec.AnnotationRotateCredentials).
 	rotator rotator
 	network podspec.Network
+	// placement is where a namespace's session pods run their tools.
+	placement func(ctx context.Context, ns string) podspec.SandboxPlacement
 }
 
 // present reports whether both objects are in the cache, so the Agent
@@ -119,11 +121,15 @@ func (n *namespaceObjects) ensure(ctx context.Context, ns string) error {
 	if err := n.ensureSecret(ctx, ns); err != nil {
 		return err
 	}
-	if err := n.ensureNetworkPolicy(ctx, podspec.NetworkPolicy(ns, n.network)); err != nil {
+	network := n.network
+	if n.placement != nil && n.placement(ctx, ns) == podspec.SandboxInPod {
+		network.SandboxPort = podspec.SandboxPort
+	}
+	if err := n.ensureNetworkPolicy(ctx, podspec.NetworkPolicy(ns, network)); err != nil {
 		return err
 	}
-	if n.network.SandboxPort > 0 {
-		return n.ensureNetworkPolicy(ctx, podspec.SandboxNetworkPolicy(ns, n.network))
+	if network.SandboxPort > 0 {
+		return n.ensureNetworkPolicy(ctx, podspec.SandboxNetworkPolicy(ns, network))
 	}
 	return nil
 }

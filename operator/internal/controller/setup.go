@@ -8,7 +8,6 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/tool/policy"
 )
 
@@ -65,10 +64,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		if err := nsr.SetupWithManager(mgr); err != nil {
 			return err
 		}
-		if cfg.Runtime.Sandbox == podspec.SandboxInPod {
-			if err := (&SandboxPairReconciler{Client: mgr.GetClient(), MaxConcurrentReconciles: cfg.Concurrency}).SetupWithManager(mgr); err != nil {
-				return err
-			}
+		// Any namespace may place its sandboxes in pods
+		// (podspec.LabelSandboxPlacement).
+		if err := (&SandboxPairReconciler{Client: mgr.GetClient(), MaxConcurrentReconciles: cfg.Concurrency}).SetupWithManager(mgr); err != nil {
+			return err
 		}
 	}
 	if cfg.GatewayNamespace != "" {

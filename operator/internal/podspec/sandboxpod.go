@@ -43,6 +43,9 @@ const (
 	// ComponentSandbox is the LabelComponent of sandbox pods and their
 	// Secrets, address ConfigMaps and NetworkPolicy.
 	ComponentSandbox = "sandbox"
+	// LabelSandboxPlacement on a namespace (the platform team's) sets the
+	// sandbox placement of its session pods, over the operator's default.
+	LabelSandboxPlacement = "agents.picobot.io/sandbox-placement"
 	// LabelSandbox on a session pod says where its tools run ("pod": in
 	// a sandbox pod; absent: in its sandbox container).
 	LabelSandbox = "agents.picobot.io/sandbox"
