@@ -172,3 +172,18 @@ func TestSandboxNetworkPolicy(t *testing.T) {
 	g.Expect(last.Ports[0].Port.IntValue()).To(Equal(7443))
 	g.Expect(NetworkPolicy("team-a", Network{}).Spec.Egress).To(HaveLen(2), "no such rule with sandbox containers")
 }
+
+// The names and labels docs/sandbox.md documents, which tests outside the
+// operator (the cluster e2e, the real-node test) assert by value.
+func TestSandboxNamesAreDocumented(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(LabelSandboxPlacement).To(Equal("agents.picobot.io/sandbox-placement"))
+	g.Expect(LabelSandbox).To(Equal("agents.picobot.io/sandbox"))
+	g.Expect(LabelSessionPod).To(Equal("agents.picobot.io/session-pod"))
+	g.Expect(LabelComponent).To(Equal("app.kubernetes.io/component"))
+	g.Expect(ComponentSandbox).To(Equal("sandbox"))
+	g.Expect(SandboxNetworkPolicyName).To(Equal("picobot-sandbox-pods"))
+	g.Expect(NetworkPolicyName).To(Equal("picobot-session-pods"))
+	g.Expect(SandboxPort).To(Equal(int32(7443)))
+	g.Expect(PairName("helper-abcde")).To(Equal("helper-abcde-sandbox"))
+}

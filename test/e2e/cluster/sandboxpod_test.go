@@ -15,7 +15,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
@@ -87,8 +88,11 @@ func runningSandboxPod(tb testing.TB, g Gomega, ns, name string) *corev1.Pod {
 		if err := st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pairName(name)}, &cm); err != nil {
 			return err.Error()
 		}
-		return cm.Data[paircred.KeyAddress]
-	}, 60*time.Second, 200*time.Millisecond).Should(Equal(net.JoinHostPort(sb.Status.PodIP, strconv.Itoa(sandboxPort))))
+		if want := net.JoinHostPort(sb.Status.PodIP, strconv.Itoa(sandboxPort)); cm.Data[paircred.KeyAddress] != want {
+			return fmt.Sprintf("address %q, want %q", cm.Data[paircred.KeyAddress], want)
+		}
+		return "published"
+	}, 60*time.Second, 200*time.Millisecond).Should(Equal("published"))
 	return sb
 }
 
@@ -252,12 +256,21 @@ func TestToolsRunInTheSandboxPod(t *testing.T) {
 		}
 		return owners
 	}, 30*time.Second, 200*time.Millisecond).Should(Equal([]string{string(session.UID)}))
-	var np networkingv1.NetworkPolicy
-	g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: sandboxPolicy}, &np)).To(Succeed())
-	g.Expect(np.Spec.PodSelector.MatchLabels).To(HaveKeyWithValue(labelComponent, "sandbox"))
-	var sp networkingv1.NetworkPolicy
-	g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: sessionPolicy}, &sp)).To(Succeed())
-	g.Expect(sp.Spec.Egress[len(sp.Spec.Egress)-1].Ports[0].Port.IntValue()).To(Equal(sandboxPort))
+	// NetworkPolicies: the sandbox pods' own, and the session pods' rule
+	// to their exec port (the client's scheme has no networking types).
+	policy := func(name string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"})
+		g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, u)).To(Succeed())
+		return u
+	}
+	sel, _, _ := unstructured.NestedStringMap(policy(sandboxPolicy).Object, "spec", "podSelector", "matchLabels")
+	g.Expect(sel).To(HaveKeyWithValue(labelComponent, "sandbox"))
+	egress, _, _ := unstructured.NestedSlice(policy(sessionPolicy).Object, "spec", "egress")
+	g.Expect(egress).NotTo(BeEmpty())
+	ports, _, _ := unstructured.NestedSlice(egress[len(egress)-1].(map[string]any), "ports")
+	g.Expect(ports).To(HaveLen(1))
+	g.Expect(ports[0]).To(HaveKeyWithValue("port", BeNumerically("==", sandboxPort)))
 
 	// The sandbox pod dies: the operator replaces it (a new address, an
 	// empty workspace), and the next tool call goes there.
