@@ -167,18 +167,26 @@ func TestToolsRunInTheSandboxPod(t *testing.T) {
 	st.apply(t, inSandboxPods(fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "1m", 1), ns)+fsAgent+sandboxtest.MCPProbeServers(st.mcpProbe))
 	st.waitReady(t, ns, "helper")
 
-	// The warm pod and its sandbox pod, before any chat.
-	var warm corev1.Pod
-	g.Eventually(func() int {
+	// The warm pod and its sandbox pod, before any chat (the pool may hold
+	// one more for a moment): every session pod has a running sandbox pod.
+	warm := map[string]*corev1.Pod{}
+	g.Eventually(func() string {
 		pods := sessionPodsOf(t, ns)
-		if len(pods) == 1 {
-			warm = pods[0]
+		if len(pods) == 0 {
+			return "no session pod"
 		}
-		return len(pods)
-	}, 60*time.Second, 200*time.Millisecond).Should(Equal(1))
-	g.Expect(warm.Labels).To(HaveKeyWithValue(labelSandbox, "pod"))
-	g.Expect(warm.Spec.InitContainers).To(BeEmpty(), "no sandbox container")
-	warmSandbox := runningSandboxPod(t, g, ns, warm.Name)
+		clear(warm)
+		for _, p := range pods {
+			g.Expect(p.Labels).To(HaveKeyWithValue(labelSandbox, "pod"))
+			g.Expect(p.Spec.InitContainers).To(BeEmpty(), "no sandbox container")
+			sb := sandboxPodOf(t, ns, p.Name)
+			if sb == nil || sb.Status.Phase != corev1.PodRunning {
+				return "no running sandbox pod of " + p.Name
+			}
+			warm[p.Name] = sb
+		}
+		return ""
+	}, 60*time.Second, 200*time.Millisecond).Should(BeEmpty())
 
 	c := gatewaytest.Client{URL: st.gatewayURL, Key: key}
 	ws := c.Dial(t)
@@ -189,9 +197,9 @@ func TestToolsRunInTheSandboxPod(t *testing.T) {
 
 	// The chat claimed the warm pod, which kept its sandbox pod.
 	busy := st.busyPod(ns, "helper", "helper/podprobe")
-	g.Expect(busy).To(Equal(warm.Name))
+	g.Expect(warm).To(HaveKey(busy), "a warm pod served the chat")
 	sb := runningSandboxPod(t, g, ns, busy)
-	g.Expect(sb.UID).To(Equal(warmSandbox.UID))
+	g.Expect(sb.UID).To(Equal(warm[busy].UID), "the claimed pod kept its sandbox pod")
 
 	mu.Lock()
 	got := append([]string(nil), results...)
