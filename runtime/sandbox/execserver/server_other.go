@@ -45,7 +45,9 @@ type Relay struct {
 }
 
 // Listen says the relay needs Linux.
-func (*Relay) Listen() (*net.UnixListener, error) { return nil, errors.New("the exec relay needs Linux") }
+func (*Relay) Listen() (*net.UnixListener, error) {
+	return nil, errors.New("the exec relay needs Linux")
+}
 
 // Serve says the relay needs Linux.
 func (*Relay) Serve(context.Context, *net.UnixListener) error {
