@@ -22,6 +22,7 @@ import (
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	"github.com/picobot/picobot/runtime/sandbox/paircred"
+	runtimesession "github.com/picobot/picobot/runtime/session"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 	"github.com/picobot/picobot/runtime/tracing"
 )
@@ -142,7 +143,9 @@ func relaySandboxPod(ctx context.Context, pair string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	relay := &execserver.Relay{Socket: sock, Client: c, Log: log}
+	// The runtime copies the files a chat message carries into the
+	// workspace; the programs see them in the sandbox pod's.
+	relay := &execserver.Relay{Socket: sock, Client: c, Mirror: []string{runtimesession.UploadsDir}, Log: log}
 	l, err := relay.Listen()
 	if err != nil {
 		return err

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -286,7 +288,23 @@ func (s *RemoteServer) control(fc *frameConn, p *Process, stdin *os.File, pipe b
 type Relay struct {
 	Socket string
 	Client *Client
+	// Mirror are folders of a workspace (relative to it) that the runtime
+	// itself writes and the programs must see: the files a chat message
+	// carries (session.UploadsDir). Before each request for a workspace,
+	// the files in them that are new or changed since they were last
+	// copied are copied to the sandbox pod (one program each, the file on
+	// its stdin).
+	Mirror []string
 	Log    *slog.Logger
+
+	mu     sync.Mutex
+	copied map[string]fileStamp
+}
+
+// fileStamp is what tells a mirrored file changed.
+type fileStamp struct {
+	size  int64
+	mtime time.Time
 }
 
 // Listen opens the relay's socket to the runtime's own user only.
@@ -331,6 +349,7 @@ func (r *Relay) handle(conn *net.UnixConn) {
 		_ = send(conn, message{Type: typeError, Error: err.Error()})
 		return
 	}
+	r.mirror(req.Workspace)
 	if req.Tool != nil {
 		closeAll(fds)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -391,4 +410,72 @@ func (r *Relay) handle(conn *net.UnixConn) {
 	if status, ok, _ := p.Wait(); ok {
 		_ = send(conn, message{Type: typeExited, Status: uint32(status)})
 	}
+}
+
+// mirror copies the files of r.Mirror in workspace ws that the sandbox pod
+// has not got yet. A file that fails to copy is logged and tried again
+// with the next request.
+func (r *Relay) mirror(ws string) {
+	if ws == "" || len(r.Mirror) == 0 {
+		return
+	}
+	for _, d := range r.Mirror {
+		dir := filepath.Join(ws, d)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			info, err := e.Info()
+			if err != nil || !info.Mode().IsRegular() {
+				continue
+			}
+			local, stamp := filepath.Join(dir, e.Name()), fileStamp{size: info.Size(), mtime: info.ModTime()}
+			r.mu.Lock()
+			done := r.copied[local] == stamp
+			r.mu.Unlock()
+			if done {
+				continue
+			}
+			if err := r.push(ws, path.Join(d, e.Name()), local); err != nil {
+				r.Log.Warn("Exec relay failed to copy a file to the sandbox pod", "file", local, "err", err)
+				continue
+			}
+			r.mu.Lock()
+			if r.copied == nil {
+				r.copied = map[string]fileStamp{}
+			}
+			r.copied[local] = stamp
+			r.mu.Unlock()
+		}
+	}
+}
+
+// push writes the runtime's file local to rel in workspace ws of the
+// sandbox pod.
+func (r *Relay) push(ws, rel, local string) error {
+	f, err := os.Open(local)
+	if err != nil {
+		return fmt.Errorf("failed to open %q: %w", local, err)
+	}
+	defer func() { _ = f.Close() }()
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("failed to open %s: %w", os.DevNull, err)
+	}
+	defer func() { _ = null.Close() }()
+	p, err := r.Client.Start(Request{Workspace: ws, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+		Argv: []string{"sh", "-c", `mkdir -p -- "$(dirname -- "$1")" && cat > "$1"`, "sh", rel}}, f, null, null)
+	if err != nil {
+		return err
+	}
+	status, ok, err := p.Wait()
+	p.Close()
+	switch {
+	case !ok:
+		return err
+	case status.ExitStatus() != 0:
+		return fmt.Errorf("failed to write %q in the sandbox pod: exit status %d", rel, status.ExitStatus())
+	}
+	return nil
 }
