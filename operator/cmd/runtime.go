@@ -37,6 +37,7 @@ type runtimeOptions struct {
 	blobURL         string
 	metricsPort     int
 	metricsFrom     string
+	sandbox         string
 	policy          policyOptions
 	tenants         tenantOptions
 }
@@ -55,6 +56,7 @@ func (r *runtimeOptions) bindFlags(fs *flag.FlagSet) {
 	// runs, the end-to-end tests) would share the port. The chart and the
 	// kustomize install turn it on.
 	fs.IntVar(&r.metricsPort, "session-metrics-port", 0, "Port session pods serve PicoBot's metrics on (their container port \"metrics\", e.g. 9090), admitted by their NetworkPolicy; 0: they serve none.")
+	fs.StringVar(&r.sandbox, "sandbox-placement", string(podspec.SandboxInContainer), `Where the tools' programs of a session pod run: "container" (a sandbox container of the session pod, reached over a Unix socket; the pod's NetworkPolicy covers both containers) or "pod" (a sandbox pod of their own per session pod, reached over TLS, with the NetworkPolicy picobot-sandbox-pods: no way to the system namespace by address).`)
 	fs.StringVar(&r.metricsFrom, "session-metrics-from", "", `Who may scrape session pods' metrics: a JSON list of NetworkPolicyPeer objects (e.g. [{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]); empty: anyone.`)
 	r.policy.bindFlags(fs)
 	r.tenants.bindFlags(fs)
@@ -91,6 +93,10 @@ func (r *runtimeOptions) config(ctx context.Context, mgr ctrl.Manager) (*control
 	metricsPort, metricsFrom, err := r.sessionMetrics()
 	if err != nil {
 		return nil, nil, err
+	}
+	sandbox, err := podspec.ParseSandboxPlacement(r.sandbox)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--sandbox-placement: %w", err)
 	}
 	pol, err := r.policy.policy()
 	if err != nil {
@@ -148,7 +154,7 @@ func (r *runtimeOptions) config(ctx context.Context, mgr ctrl.Manager) (*control
 	}
 	env = append(env, qenv...)
 	return &controller.RuntimeConfig{Image: r.image, BrowserImage: r.browserImage, Redis: b.Client(), Bus: b, Connection: conn, BlobURL: r.blobURL, Tenants: tenants, Env: env,
-		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol, MetricsPort: metricsPort,
+		APIReader: mgr.GetAPIReader(), ResyncBusy: 2 * time.Second, Policy: pol, MetricsPort: metricsPort, Sandbox: sandbox,
 		Network: podspec.Network{SystemNamespace: r.systemNamespace, ServicePorts: ports, ServiceCIDRs: cidrs, MetricsFrom: metricsFrom}}, closeAll, nil
 }
 

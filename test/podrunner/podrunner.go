@@ -30,7 +30,11 @@
 // listens on a loopback address of its own and reaches everything the
 // host reaches: no NetworkPolicy); seccomp and capability settings;
 // RuntimeClasses; resource limits, probes, restarts, ordinary init
-// containers; ServiceAccount tokens (see above).
+// containers; ServiceAccount tokens (see above). A session pod's sandbox
+// pod (sandbox placement "pod") is a pod like any other here: its own
+// loopback address, its own folders, another user; its NetworkPolicy is
+// not enforced, and its workspace is mounted at another local folder than
+// the runtime's (the exec server maps the runtime's paths onto its own).
 package podrunner
 
 import (
@@ -250,6 +254,14 @@ func (r *Runner) start(ctx context.Context, p *corev1.Pod) {
 		grace = time.Duration(*g) * time.Second
 	}
 	pr := &proc{done: make(chan struct{}), grace: grace}
+	// An emptyDir is the pod's own: a pod that takes the name of a deleted
+	// one (a replaced sandbox pod) starts with empty ones, as under a
+	// kubelet. Other volumes (a PVC) keep their folder.
+	for _, v := range p.Spec.Volumes {
+		if v.EmptyDir != nil {
+			_ = os.RemoveAll(filepath.Join(dir, "volumes", v.Name))
+		}
+	}
 	renew, err := r.writeTokens(ctx, p, dir)
 	if err != nil {
 		r.waiting(ctx, p, podContainers(p)[0].Name, "CreateContainerConfigError", err.Error())

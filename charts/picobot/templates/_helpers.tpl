@@ -300,6 +300,7 @@ the Ingress host (https with TLS), else none. */}}
 - --max-sessions-per-agent={{ $p.maxSessionsPerAgent }}
 - --max-warm-pods-per-namespace={{ $p.maxWarmPodsPerNamespace }}
 - --max-sessions-per-namespace={{ $p.maxSessionsPerNamespace }}
+- --sandbox-placement={{ $p.sandboxPlacement | default "container" }}
 {{- with .Values.quotaDefaults }}
 {{- if ge (int .maxSessionPods) 0 }}
 - --default-max-session-pods={{ .maxSessionPods }}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -30,6 +31,7 @@ import (
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/sandbox/paircred"
 )
 
 // RuntimeConfig turns on session pods: without it the operator only
@@ -69,6 +71,40 @@ type RuntimeConfig struct {
 	Policy RuntimePolicy
 	// Metrics records the pools' pods; nil records nothing.
 	Metrics *opmetrics.Metrics
+	// Sandbox is where the tools' programs of session pods run (the
+	// platform's --sandbox-placement); empty: in a sandbox container. A
+	// namespace labelled podspec.LabelSandboxPlacement by the platform
+	// team has its own.
+	Sandbox podspec.SandboxPlacement
+}
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+
+// placement is where the session pods of namespace ns run their tools:
+// the namespace's podspec.LabelSandboxPlacement, else the platform's
+// default. Namespaces are the platform team's (cluster-scoped; a tenant
+// edits what is in its namespace, not the namespace), so the label is
+// platform policy. An operator that may not read namespaces (namespaced
+// RBAC) uses the default.
+func (rc *RuntimeConfig) placement(ctx context.Context, reader client.Reader, ns string) podspec.SandboxPlacement {
+	def := rc.Sandbox
+	if def == "" {
+		def = podspec.SandboxInContainer
+	}
+	var n corev1.Namespace
+	if err := reader.Get(ctx, client.ObjectKey{Name: ns}, &n); err != nil {
+		return def
+	}
+	v, ok := n.Labels[podspec.LabelSandboxPlacement]
+	if !ok {
+		return def
+	}
+	p, err := podspec.ParseSandboxPlacement(v)
+	if err != nil {
+		log.FromContext(ctx).Info("Ignoring the namespace's sandbox placement", "namespace", ns, "err", err.Error())
+		return def
+	}
+	return p
 }
 
 // createRetry is when an Agent whose pod the API server refused is looked at
@@ -455,6 +491,9 @@ func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
 	}
 	a.Spec.Runtime.Resources = &s.policy.resources
 	in := podspec.Input{Agent: a, Image: r.Runtime.Image, SecretKeys: s.secretKeys, Env: r.Runtime.Env, MetricsPort: r.Runtime.MetricsPort}
+	if r.Runtime.placement(ctx, r.Runtime.namespaceObjects(r.Client).reader, a.Namespace) == podspec.SandboxInPod {
+		return r.createPaired(ctx, s, in)
+	}
 	p := podspec.SessionPod(in)
 	p.Name, p.GenerateName = "", s.agent.Name+"-"
 	if err := r.Create(ctx, p); err != nil {
@@ -462,6 +501,34 @@ func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
 	}
 	return nil
 }
+
+// createPaired creates a session pod whose tools run in a sandbox pod: its
+// pair's Secret first (the runtime reads it at start), under a name chosen
+// here, then the pod; the sandbox pod follows (SandboxPairReconciler).
+func (r *AgentReconciler) createPaired(ctx context.Context, s *agentScope, in podspec.Input) error {
+	base := s.agent.Name + "-"
+	if len(base) > maxGeneratedBase {
+		base = base[:maxGeneratedBase]
+	}
+	in.Name, in.Sandbox = base+utilrand.String(5), podspec.SandboxInPod
+	cred, err := paircred.Generate(podspec.PairName(in.Name), time.Now())
+	if err != nil {
+		return err
+	}
+	sec := podspec.PairSecret(s.agent, in.Name, cred)
+	if err := r.Create(ctx, sec); err != nil {
+		return fmt.Errorf("failed to create the sandbox pair Secret %q: %w", sec.Name, err)
+	}
+	if err := r.Create(ctx, podspec.SessionPod(in)); err != nil {
+		_ = r.Delete(ctx, sec)
+		return fmt.Errorf("failed to create a session pod: %w", err)
+	}
+	return nil
+}
+
+// maxGeneratedBase is the longest name prefix the API server keeps of a
+// generateName (63 less the 5 random characters).
+const maxGeneratedBase = 58
 
 // namespaceObjects is the writer of rc's namespace objects through c.
 func (rc *RuntimeConfig) namespaceObjects(c client.Client) *namespaceObjects {
@@ -480,7 +547,8 @@ func (rc *RuntimeConfig) namespaceObjects(c client.Client) *namespaceObjects {
 	conn = grantedBlobs{TenantConnection: conn, url: rc.BlobURL}
 	network := rc.Network
 	network.MetricsPort = rc.MetricsPort
-	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, rotator: rot, network: network}
+	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, rotator: rot, network: network,
+		placement: func(ctx context.Context, ns string) podspec.SandboxPlacement { return rc.placement(ctx, reader, ns) }}
 }
 
 // ensureNamespace creates the namespace's connection Secret and NetworkPolicy

@@ -78,7 +78,9 @@ func StripConfigMapValues(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	if cm.Name != picobotv1alpha1.NamespaceDefaultsConfigMap && cm.Labels[published.LabelKeyIndex] != "true" {
+	// A sandbox pod's address ConfigMap is the operator's own too.
+	own := cm.Labels[podspec.LabelComponent] == podspec.ComponentSandbox && cm.Labels[podspec.LabelManagedBy] == "picobot-operator"
+	if cm.Name != picobotv1alpha1.NamespaceDefaultsConfigMap && cm.Labels[published.LabelKeyIndex] != "true" && !own {
 		for k := range cm.Data {
 			cm.Data[k] = ""
 		}
@@ -108,7 +110,7 @@ func CacheOptions() cache.Options {
 			&corev1.ConfigMap{}: {Transform: toolscache.TransformFunc(StripConfigMapValues)},
 			// Only session and browser pods: clusters run many pods the
 			// operator has nothing to do with.
-			&corev1.Pod{}: {Label: picobotSelector(podspec.ComponentSession, podspec.ComponentBrowser)},
+			&corev1.Pod{}: {Label: picobotSelector(podspec.ComponentSession, podspec.ComponentBrowser, podspec.ComponentSandbox)},
 			// Only the Leases sessions ask for browsers with (not the
 			// node heartbeats and leader elections of the cluster).
 			&coordinationv1.Lease{}: {Label: picobotSelector(podspec.ComponentBrowser)},

@@ -91,6 +91,8 @@ type namespaceObjects struct {
 	// (podspec.AnnotationRotateCredentials).
 	rotator rotator
 	network podspec.Network
+	// placement is where a namespace's session pods run their tools.
+	placement func(ctx context.Context, ns string) podspec.SandboxPlacement
 }
 
 // present reports whether both objects are in the cache, so the Agent
@@ -119,7 +121,17 @@ func (n *namespaceObjects) ensure(ctx context.Context, ns string) error {
 	if err := n.ensureSecret(ctx, ns); err != nil {
 		return err
 	}
-	return n.ensureNetworkPolicy(ctx, ns)
+	network := n.network
+	if n.placement != nil && n.placement(ctx, ns) == podspec.SandboxInPod {
+		network.SandboxPort = podspec.SandboxPort
+	}
+	if err := n.ensureNetworkPolicy(ctx, podspec.NetworkPolicy(ns, network)); err != nil {
+		return err
+	}
+	if network.SandboxPort > 0 {
+		return n.ensureNetworkPolicy(ctx, podspec.SandboxNetworkPolicy(ns, network))
+	}
+	return nil
 }
 
 // ensureSecret compares the connection Secret read from the API server (the
@@ -218,11 +230,12 @@ func (n *namespaceObjects) replaceStalePods(ctx context.Context, s *corev1.Secre
 	return nil
 }
 
-// ensureNetworkPolicy keeps the session pods' NetworkPolicy. The cache holds
-// only policies labelled as the operator's: one whose label a tenant took off
-// is read from the API server when creating it finds it there.
-func (n *namespaceObjects) ensureNetworkPolicy(ctx context.Context, ns string) error {
-	want := podspec.NetworkPolicy(ns, n.network)
+// ensureNetworkPolicy keeps a NetworkPolicy of the namespace's pods (the
+// session pods', and the sandbox pods' with sandbox placement "pod"). The
+// cache holds only policies labelled as the operator's: one whose label a
+// tenant took off is read from the API server when creating it finds it
+// there.
+func (n *namespaceObjects) ensureNetworkPolicy(ctx context.Context, want *networkingv1.NetworkPolicy) error {
 	cur := &networkingv1.NetworkPolicy{}
 	err := n.client.Get(ctx, client.ObjectKeyFromObject(want), cur)
 	if apierrors.IsNotFound(err) {

@@ -64,6 +64,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		if err := nsr.SetupWithManager(mgr); err != nil {
 			return err
 		}
+		// Any namespace may place its sandboxes in pods
+		// (podspec.LabelSandboxPlacement).
+		if err := (&SandboxPairReconciler{Client: mgr.GetClient(), MaxConcurrentReconciles: cfg.Concurrency}).SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	if cfg.GatewayNamespace != "" {
 		if err := (&GatewayPublishReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),

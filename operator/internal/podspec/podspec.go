@@ -129,6 +129,11 @@ type Input struct {
 	// MetricsPort is where the runtime serves PicoBot's metrics, as the
 	// container port PortMetrics; 0: not served.
 	MetricsPort int32
+	// Sandbox is where the tools' programs run; empty means
+	// SandboxInContainer. With SandboxInPod the pod has no sandbox
+	// container and its runtime reaches the sandbox pod PairName(Name)
+	// with the pair's Secret, which must exist before the pod starts.
+	Sandbox SandboxPlacement
 }
 
 // SecretEnvName mirrors agenthost.SecretEnvName (the operator must not import
@@ -189,18 +194,50 @@ func SessionPod(in Input) *corev1.Pod {
 	if rt.Resources != nil {
 		resources = *rt.Resources
 	}
-	env = append(env, corev1.EnvVar{Name: "PICOBOT_SANDBOX_SOCKET", Value: SandboxSocket},
-		corev1.EnvVar{Name: remoteblob.EnvTokenFile, Value: remoteblob.TokenFile})
+	inPod := in.Sandbox == SandboxInPod
+	if inPod {
+		env = append(env, sandboxRuntimeEnv(in.Name)...)
+	} else {
+		env = append(env, corev1.EnvVar{Name: "PICOBOT_SANDBOX_SOCKET", Value: SandboxSocket})
+	}
+	env = append(env, corev1.EnvVar{Name: remoteblob.EnvTokenFile, Value: remoteblob.TokenFile})
 	var ports []corev1.ContainerPort
 	if in.MetricsPort > 0 {
 		env = append(env, corev1.EnvVar{Name: EnvMetricsAddr, Value: ":" + strconv.Itoa(int(in.MetricsPort))})
 		ports = []corev1.ContainerPort{{Name: PortMetrics, ContainerPort: in.MetricsPort, Protocol: corev1.ProtocolTCP}}
 	}
+	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir}, {Name: "tmp", MountPath: "/tmp"},
+		{Name: "sandbox-run", MountPath: sandboxRunDir},
+		{Name: "kube-api-access", MountPath: serviceAccountDir, ReadOnly: true},
+		{Name: blobTokenVolume, MountPath: path.Dir(remoteblob.TokenFile), ReadOnly: true}}
+	volumes := []corev1.Volume{
+		{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity64Mi)}}},
+		{Name: "sandbox-run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity1Mi)}}},
+		{Name: "sandbox-tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity64Mi)}}},
+		kubeAPIAccess(),
+		blobToken(),
+	}
+	// The sandbox is a native sidecar: it starts first and ends when the
+	// runtime has ended, so the pod still completes.
+	sidecars := []corev1.Container{sandboxContainer(image, resources)}
+	if inPod {
+		// The runtime's workspace volume keeps its own state (sessions'
+		// folders it makes, MCP folders); the programs' workspace is the
+		// sandbox pod's.
+		mounts = slices.DeleteFunc(mounts, func(m corev1.VolumeMount) bool { return m.Name == "sandbox-run" })
+		volumes = slices.DeleteFunc(volumes, func(v corev1.Volume) bool { return v.Name == "sandbox-run" || v.Name == "sandbox-tmp" })
+		sidecars = nil
+	}
+	labels := SessionLabels(a)
+	if inPod {
+		labels[LabelSandbox] = string(SandboxInPod)
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            in.Name,
 			Namespace:       a.Namespace,
-			Labels:          SessionLabels(a),
+			Labels:          labels,
 			OwnerReferences: []metav1.OwnerReference{ownerRef(a)},
 		},
 		Spec: corev1.PodSpec{
@@ -216,9 +253,7 @@ func SessionPod(in Input) *corev1.Pod {
 			RuntimeClassName:              rt.RuntimeClassName,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			SecurityContext:               restrictedPodSecurity(),
-			// The sandbox is a native sidecar: it starts first and ends
-			// when the runtime has ended, so the pod still completes.
-			InitContainers: []corev1.Container{sandboxContainer(image, resources)},
+			InitContainers:                sidecars,
 			Containers: []corev1.Container{{
 				Name:    ContainerRuntime,
 				Image:   image,
@@ -229,19 +264,9 @@ func SessionPod(in Input) *corev1.Pod {
 				Ports:           ports,
 				Resources:       resources,
 				SecurityContext: restrictedContainerSecurity(),
-				VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: workspaceDir}, {Name: "tmp", MountPath: "/tmp"},
-					{Name: "sandbox-run", MountPath: sandboxRunDir},
-					{Name: "kube-api-access", MountPath: serviceAccountDir, ReadOnly: true},
-					{Name: blobTokenVolume, MountPath: path.Dir(remoteblob.TokenFile), ReadOnly: true}},
+				VolumeMounts:    mounts,
 			}},
-			Volumes: []corev1.Volume{
-				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity64Mi)}}},
-				{Name: "sandbox-run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity1Mi)}}},
-				{Name: "sandbox-tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resourceQuantity64Mi)}}},
-				kubeAPIAccess(),
-				blobToken(),
-			},
+			Volumes: volumes,
 		},
 	}
 }
@@ -368,6 +393,9 @@ type Network struct {
 	// (empty: from anywhere, as the chart's networkPolicy.metricsFrom).
 	MetricsPort int32
 	MetricsFrom []networkingv1.NetworkPolicyPeer
+	// SandboxPort, when set (sandbox placement "pod"), lets session pods
+	// reach the namespace's sandbox pods on it.
+	SandboxPort int32
 }
 
 // DefaultPrivateCIDRs are RFC 1918, CGNAT, link-local (cloud metadata) and
@@ -404,6 +432,13 @@ func NetworkPolicy(namespace string, n Network) *networkingv1.NetworkPolicy {
 			To:    []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": n.SystemNamespace}}}},
 			Ports: svcPorts,
 		})
+	}
+	if n.SandboxPort > 0 {
+		port := intstr.FromInt32(n.SandboxPort)
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{LabelName: "picobot", LabelComponent: ComponentSandbox}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}}})
 	}
 	for _, cidr := range n.ServiceCIDRs {
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/picobot/picobot/runtime/agenthost"
 	"github.com/picobot/picobot/runtime/browser"
@@ -15,6 +21,8 @@ import (
 	"github.com/picobot/picobot/runtime/cluster"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
+	"github.com/picobot/picobot/runtime/sandbox/paircred"
+	runtimesession "github.com/picobot/picobot/runtime/session"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 	"github.com/picobot/picobot/runtime/tracing"
 )
@@ -53,6 +61,11 @@ func session(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if pair := os.Getenv(paircred.EnvPair); pair != "" {
+		if err := relaySandboxPod(ctx, pair, log); err != nil {
+			return err
+		}
+	}
 	// The operator passes its OTEL_* settings on to session pods.
 	tp, stopTracing, err := traces.start(ctx, "picobot-session", log)
 	if err != nil {
@@ -94,4 +107,54 @@ func session(args []string) error {
 		return nil // terminated while warm
 	}
 	return err
+}
+
+// relaySandboxPod serves the exec server socket (PICOBOT_SANDBOX_SOCKET) to
+// the runtime's own tools and relays every program and file tool call to
+// the session's sandbox pod (the operator's placement "pod"): over TLS to
+// the address the pair's ConfigMap names, pinning the pair's certificate
+// and showing its token. The address is looked up again when a connection
+// fails (the operator replaced the sandbox pod).
+func relaySandboxPod(ctx context.Context, pair string, log *slog.Logger) error {
+	sock, ns := os.Getenv(execserver.SocketEnv), os.Getenv("PICOBOT_TENANT")
+	if sock == "" || ns == "" {
+		return fmt.Errorf("failed to reach sandbox pod %q: $%s and $PICOBOT_TENANT must be set", pair, execserver.SocketEnv)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("failed to configure the Kubernetes client: %w", err)
+	}
+	kube, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("failed to create the Kubernetes client: %w", err)
+	}
+	c, err := execserver.NewRemoteClient(execserver.RemoteConfig{CertPEM: []byte(os.Getenv(paircred.EnvCert)), Token: os.Getenv(paircred.EnvToken),
+		Root: filepath.Join(os.Getenv("PICOBOT_STATE_DIR"), "workspaces"),
+		Address: func(ctx context.Context, _ string) (string, error) {
+			var cm corev1.ConfigMap
+			if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: pair}, &cm); err != nil {
+				return "", fmt.Errorf("failed to look up the address of sandbox pod %q: %w", pair, err)
+			}
+			if a := cm.Data[paircred.KeyAddress]; a != "" {
+				return a, nil
+			}
+			return "", fmt.Errorf("failed to look up the address of sandbox pod %q: it has none yet", pair)
+		}})
+	if err != nil {
+		return err
+	}
+	// The runtime copies the files a chat message carries into the
+	// workspace; the programs see them in the sandbox pod's.
+	relay := &execserver.Relay{Socket: sock, Client: c, Mirror: []string{runtimesession.UploadsDir}, Log: log}
+	l, err := relay.Listen()
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := relay.Serve(ctx, l); err != nil {
+			log.Error("Sandbox pod relay stopped", "err", err)
+		}
+	}()
+	log.Info("Tool programs run in the sandbox pod", "pair", pair, "socket", sock)
+	return nil
 }

@@ -3,6 +3,7 @@ package execserver
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -13,6 +14,9 @@ import (
 // holds no connection: each program has its own.
 type Client struct {
 	socket string
+	// remote, when set, is a sandbox pod's exec server reached over TCP
+	// and TLS (NewRemoteClient) instead of a socket.
+	remote *Remote
 	// ctl, when set, is the control socket of a server serving it
 	// (Server.ServeControl): a connection is one end of a new socketpair,
 	// the other end passed over ctl.
@@ -90,7 +94,9 @@ type Process struct {
 	// of the runtime's).
 	Pid int
 
-	conn *net.UnixConn
+	conn io.Closer
+	// sig asks the server to send a signal to the program.
+	sig  func(sig int) error
 	done chan struct{}
 	// Set before done is closed.
 	status syscall.WaitStatus
@@ -114,6 +120,10 @@ func (c *Client) Start(req Request, stdin, stdout, stderr *os.File) (*Process, e
 		stdin = null
 	}
 	req.TTY = nil
+	if c.remote != nil {
+		p, _, err := c.remote.start(req, stdin, stdout, stderr)
+		return p, err
+	}
 	p, fds, err := c.start(req, int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
 	closeAll(fds)
 	return p, err
@@ -124,6 +134,9 @@ func (c *Client) Start(req Request, stdin, stdout, stderr *os.File) (*Process, e
 // its controlling one, and returns the terminal's master.
 func (c *Client) StartTTY(req Request, cols, rows uint16) (*Process, *os.File, error) {
 	req.TTY = &WinSize{Cols: cols, Rows: rows}
+	if c.remote != nil {
+		return c.remote.start(req, nil, nil, nil)
+	}
 	p, fds, err := c.start(req)
 	if err != nil {
 		closeAll(fds)
@@ -166,17 +179,18 @@ func (c *Client) start(req Request, fds ...int) (*Process, []int, error) {
 		}
 		return nil, nil, fmt.Errorf("failed to start %q in the sandbox container: %s", req.Argv[0], m.Error)
 	}
-	p := &Process{Pid: m.Pid, conn: conn, done: make(chan struct{})}
-	go p.read()
+	p := &Process{Pid: m.Pid, conn: conn, done: make(chan struct{}),
+		sig: func(sig int) error { return send(conn, message{Type: typeSignal, Signal: sig}) }}
+	go p.read(conn)
 	return p, got, nil
 }
 
 // read waits for the exit status (or the loss of the connection).
-func (p *Process) read() {
+func (p *Process) read(conn *net.UnixConn) {
 	defer close(p.done)
 	for {
 		var m message
-		fds, err := receive(p.conn, &m)
+		fds, err := receive(conn, &m)
 		closeAll(fds)
 		if err != nil {
 			p.err = fmt.Errorf("failed to wait for program %d: lost the exec server: %w", p.Pid, err)
@@ -213,7 +227,7 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	if p.closed {
 		return nil
 	}
-	return send(p.conn, message{Type: typeSignal, Signal: int(sig)})
+	return p.sig(int(sig))
 }
 
 // Close ends the connection; a program still running is killed with

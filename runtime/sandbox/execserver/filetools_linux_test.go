@@ -62,6 +62,16 @@ func runTool(t testing.TB, reg *tool.Registry, name, ws string, args any) (tool.
 // let the calls through), the kernel refuses the sandbox's user: the same
 // opt-in in the runtime's own process reads them all.
 func TestFileToolsCannotReachTheRuntimeSecrets(t *testing.T) {
+	testFileToolsCannotReachTheRuntimeSecrets(t, newPod)
+}
+
+// TestFileToolsCannotReachTheRuntimeSecretsSandboxPod is TestFileToolsCannotReachTheRuntimeSecrets against a sandbox pod: the
+// server over TCP and TLS, the runtime's tools through its relay.
+func TestFileToolsCannotReachTheRuntimeSecretsSandboxPod(t *testing.T) {
+	testFileToolsCannotReachTheRuntimeSecrets(t, newSandboxPod)
+}
+
+func testFileToolsCannotReachTheRuntimeSecrets(t *testing.T, newPod func(testing.TB) *pod) {
 	g := NewWithT(t)
 	p := newPod(t)
 	environ := fmt.Sprintf("/proc/%d/environ", os.Getpid())
@@ -139,7 +149,15 @@ func TestFileToolsCannotReachTheRuntimeSecrets(t *testing.T) {
 // The file tools do their ordinary jobs through the server: what they write
 // is the sandbox user's (so bash there may change it later), large
 // arguments and results travel whole, bad arguments are argument errors.
-func TestFileToolsThroughTheServer(t *testing.T) {
+func TestFileToolsThroughTheServer(t *testing.T) { testFileToolsThroughTheServer(t, newPod) }
+
+// TestFileToolsThroughTheServerSandboxPod is TestFileToolsThroughTheServer against a sandbox pod: the
+// server over TCP and TLS, the runtime's tools through its relay.
+func TestFileToolsThroughTheServerSandboxPod(t *testing.T) {
+	testFileToolsThroughTheServer(t, newSandboxPod)
+}
+
+func testFileToolsThroughTheServer(t *testing.T, newPod func(testing.TB) *pod) {
 	g := NewWithT(t)
 	p := newPod(t)
 	ws := filepath.Join(p.wsRoot, "agent", "s3")
@@ -216,7 +234,15 @@ func TestFileToolsThroughTheServer(t *testing.T) {
 // environment and reads the runtime's secrets; it sees none and is refused,
 // and its ordinary job (a file in its folder, a tool call round trip)
 // works.
-func TestMCPStdioServerRunsInTheSandbox(t *testing.T) {
+func TestMCPStdioServerRunsInTheSandbox(t *testing.T) { testMCPStdioServerRunsInTheSandbox(t, newPod) }
+
+// TestMCPStdioServerRunsInTheSandboxSandboxPod is TestMCPStdioServerRunsInTheSandbox against a sandbox pod: the
+// server over TCP and TLS, the runtime's tools through its relay.
+func TestMCPStdioServerRunsInTheSandboxSandboxPod(t *testing.T) {
+	testMCPStdioServerRunsInTheSandbox(t, newSandboxPod)
+}
+
+func testMCPStdioServerRunsInTheSandbox(t *testing.T, newPod func(testing.TB) *pod) {
 	g := NewWithT(t)
 	p := newPod(t)
 	dir := filepath.Join(p.wsRoot, "agent", ".mcp")

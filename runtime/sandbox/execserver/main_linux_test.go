@@ -5,8 +5,10 @@ package execserver_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
+	"github.com/picobot/picobot/runtime/sandbox/paircred"
 	"github.com/picobot/picobot/runtime/sandbox/sandboxtest"
 	"github.com/picobot/picobot/runtime/tool/builtin"
 )
@@ -38,6 +41,8 @@ const (
 func TestMain(m *testing.M) {
 	sandboxtest.MaybeServeMCPProbe()
 	switch {
+	case os.Getenv("PICOBOT_TEST_EXEC_SERVER") == "remote":
+		remoteServerMain()
 	case os.Getenv("PICOBOT_TEST_EXEC_SERVER") != "":
 		serverMain()
 	case os.Getenv("PICOBOT_TEST_DIAL") != "":
@@ -95,9 +100,31 @@ type pod struct {
 	server    *exec.Cmd
 	serverLog *bytes.Buffer
 	client    *execserver.Client
+	// remote is set for a sandbox pod (newSandboxPod): the client of its
+	// server over TCP and TLS, which socket (a relay) also reaches.
+	remote *execserver.Client
+	// addr, cred: the sandbox pod's server address and its pair's
+	// credentials.
+	addr string
+	cred paircred.Credentials
 }
 
 func newPod(t testing.TB) *pod {
+	t.Helper()
+	return startPod(t, false, nil)
+}
+
+// newSandboxPod is a pod whose exec server runs as a sandbox pod's: over
+// TCP and TLS on a loopback port, with the runtime's tools reaching it
+// through the runtime's relay (execserver.Relay) at p.socket.
+func newSandboxPod(t testing.TB) *pod {
+	t.Helper()
+	return startPod(t, true, nil)
+}
+
+// startPod starts a pod; a sandbox pod (remote) with the pair's
+// credentials cred (nil: new ones).
+func startPod(t testing.TB, remote bool, cred *paircred.Credentials) *pod {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the exec server tests run the server as another user, which needs root (as the kubelet has)")
@@ -127,6 +154,16 @@ func newPod(t testing.TB) *pod {
 	p.server = exec.Command(bin)
 	p.server.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "PICOBOT_TEST_EXEC_SERVER=1", "PICOBOT_TEST_PLANTED=1",
 		execserver.SocketEnv + "=" + p.socket, "PICOBOT_SANDBOX_WORKSPACE=" + p.wsRoot, "SERVER_SECRET=" + serverSecret}
+	if remote {
+		if cred == nil {
+			c, err := paircred.Generate("test-pair", time.Now())
+			must(t, err)
+			cred = &c
+		}
+		p.cred = *cred
+		p.server.Env = append(p.server.Env, "PICOBOT_TEST_EXEC_SERVER=remote", "PICOBOT_TEST_ADDR_FILE="+filepath.Join(filepath.Dir(p.socket), "addr"),
+			paircred.EnvCert+"="+string(cred.CertPEM), paircred.EnvKey+"="+string(cred.KeyPEM), paircred.EnvToken+"="+cred.Token)
+	}
 	p.server.Stdout, p.server.Stderr = p.serverLog, p.serverLog
 	p.server.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sandboxUID, Gid: sandboxUID, Groups: []uint32{sharedGID}}}
 	must(t, p.server.Start())
@@ -141,8 +178,12 @@ func newPod(t testing.TB) *pod {
 			<-done
 		}
 	})
+	ready := p.socket
+	if remote {
+		ready = filepath.Join(filepath.Dir(p.socket), "addr")
+	}
 	for i := 0; ; i++ {
-		if _, err := os.Stat(p.socket); err == nil {
+		if _, err := os.Stat(ready); err == nil {
 			break
 		}
 		if i == 1000 {
@@ -150,8 +191,69 @@ func newPod(t testing.TB) *pod {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	if remote {
+		b, err := os.ReadFile(ready)
+		must(t, err)
+		p.addr = string(b)
+		p.remote = p.remoteClient(t, p.cred.CertPEM, p.cred.Token)
+		ctx, cancel := context.WithCancel(context.Background())
+		relay := &execserver.Relay{Socket: p.socket, Client: p.remote}
+		l, err := relay.Listen()
+		must(t, err)
+		done := make(chan error, 1)
+		go func() { done <- relay.Serve(ctx, l) }()
+		t.Cleanup(func() {
+			cancel()
+			must(t, <-done)
+		})
+	}
 	p.client = execserver.NewClient(p.socket)
 	return p
+}
+
+// remoteClient is a client of the sandbox pod's server that pins certPEM
+// and shows token.
+func (p *pod) remoteClient(t testing.TB, certPEM []byte, token string) *execserver.Client {
+	t.Helper()
+	c, err := execserver.NewRemoteClient(execserver.RemoteConfig{CertPEM: certPEM, Token: token, Wait: 3 * time.Second,
+		Address: func(context.Context, string) (string, error) { return p.addr, nil }})
+	must(t, err)
+	return c
+}
+
+// remoteServerMain is a sandbox pod: `picobot sandbox-server --listen`
+// does the same.
+func remoteServerMain() {
+	syscall.Umask(0o007)
+	err := func() error {
+		srv, err := execserver.New(execserver.Config{Workspace: os.Getenv("PICOBOT_SANDBOX_WORKSPACE"), Tools: builtin.FileTools, CreateWorkspaces: true})
+		if err != nil {
+			return err
+		}
+		cert, err := tls.X509KeyPair([]byte(os.Getenv(paircred.EnvCert)), []byte(os.Getenv(paircred.EnvKey)))
+		if err != nil {
+			return err
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		file := os.Getenv("PICOBOT_TEST_ADDR_FILE")
+		if err := os.WriteFile(file+".new", []byte(l.Addr().String()), 0o600); err != nil {
+			return err
+		}
+		if err := os.Rename(file+".new", file); err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer stop()
+		return srv.ServeTLS(ctx, l, os.Getenv(paircred.EnvToken), &tls.Config{Certificates: []tls.Certificate{cert}})
+	}()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 func must(t testing.TB, err error) {

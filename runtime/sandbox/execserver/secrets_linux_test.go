@@ -111,6 +111,16 @@ func passwordRedis(t *testing.T) (addr string) {
 // runtime itself reaches each of them (so the attempts fail for the
 // boundary, not for a broken check).
 func TestSandboxCannotReachTheRuntimeSecrets(t *testing.T) {
+	testSandboxCannotReachTheRuntimeSecrets(t, newPod)
+}
+
+// TestSandboxCannotReachTheRuntimeSecretsSandboxPod is TestSandboxCannotReachTheRuntimeSecrets against a sandbox pod: the
+// server over TCP and TLS, the runtime's tools through its relay.
+func TestSandboxCannotReachTheRuntimeSecretsSandboxPod(t *testing.T) {
+	testSandboxCannotReachTheRuntimeSecrets(t, newSandboxPod)
+}
+
+func testSandboxCannotReachTheRuntimeSecrets(t *testing.T, newPod func(testing.TB) *pod) {
 	g := NewWithT(t)
 	appDSN, pgPort := passwordPostgres(t)
 	redisAddr := passwordRedis(t)
@@ -206,7 +216,13 @@ func TestAllowedPortsThroughTheServer(t *testing.T) {
 // The shell tools open a workspace the runtime made (0700) to the pod's
 // group before its first program; exec/process and pty work through the
 // server like bash.
-func TestToolsThroughTheServer(t *testing.T) {
+func TestToolsThroughTheServer(t *testing.T) { testToolsThroughTheServer(t, newPod) }
+
+// TestToolsThroughTheServerSandboxPod is TestToolsThroughTheServer against a sandbox pod: the
+// server over TCP and TLS, the runtime's tools through its relay.
+func TestToolsThroughTheServerSandboxPod(t *testing.T) { testToolsThroughTheServer(t, newSandboxPod) }
+
+func testToolsThroughTheServer(t *testing.T, newPod func(testing.TB) *pod) {
 	g := NewWithT(t)
 	p := newPod(t)
 	tl := p.tools(t)

@@ -49,7 +49,11 @@ type Config struct {
 	// (a warm sandbox's private /tmp, which Landlock sees as a place of
 	// its own, not as the workspace folder it is bound from).
 	ReadWrite []string
-	Log       *slog.Logger
+	// CreateWorkspaces makes a request's workspace folder when it is
+	// missing: in a sandbox pod the workspace volume is the server's alone,
+	// so the runtime cannot create it.
+	CreateWorkspaces bool
+	Log              *slog.Logger
 }
 
 // Server starts programs for the runtime container. Every program is
@@ -359,6 +363,9 @@ func (s *Server) check(req Request, nfds int) (sandbox.Spec, string, error) {
 	if !filepath.IsAbs(ws) || !within(ws, s.cfg.Workspace) {
 		return sandbox.Spec{}, "", fmt.Errorf("workspace %q is not inside the sandbox's workspace folder %q", req.Workspace, s.cfg.Workspace)
 	}
+	if err := s.makeWorkspace(ws); err != nil {
+		return sandbox.Spec{}, "", err
+	}
 	spec := sandbox.Spec{Workspace: ws, ReadOnly: req.ReadOnly, ReadWrite: slices.Concat(req.ReadWrite, s.cfg.ReadWrite),
 		AllowedPorts: req.AllowedPorts, Env: req.Env}
 	if err := spec.Prepare(); err != nil {
@@ -534,4 +541,15 @@ func executable(p string) bool {
 func within(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// makeWorkspace creates ws when the server is to (Config.CreateWorkspaces).
+func (s *Server) makeWorkspace(ws string) error {
+	if !s.cfg.CreateWorkspaces {
+		return nil
+	}
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		return fmt.Errorf("failed to create workspace %q: %w", ws, err)
+	}
+	return nil
 }

@@ -18,7 +18,15 @@ import (
 	"github.com/picobot/picobot/runtime/sandbox/sandboxtest"
 )
 
-func TestProgramsRunAsTheSandboxUser(t *testing.T) {
+func TestProgramsRunAsTheSandboxUser(t *testing.T) { testProgramsRunAsTheSandboxUser(t, newPod) }
+
+// TestProgramsRunAsTheSandboxUserSandboxPod is TestProgramsRunAsTheSandboxUser against a sandbox pod: the
+// server over TCP and TLS, the runtime's tools through its relay.
+func TestProgramsRunAsTheSandboxUserSandboxPod(t *testing.T) {
+	testProgramsRunAsTheSandboxUser(t, newSandboxPod)
+}
+
+func testProgramsRunAsTheSandboxUser(t *testing.T, newPod func(testing.TB) *pod) {
 	g := NewWithT(t)
 	p := newPod(t)
 
@@ -71,7 +79,13 @@ func (p *pod) marked(t *testing.T, mark string, script string) *execserver.Proce
 	return proc
 }
 
-func TestSignalsKillAndTeardown(t *testing.T) {
+func TestSignalsKillAndTeardown(t *testing.T) { testSignalsKillAndTeardown(t, newPod) }
+
+// TestSignalsKillAndTeardownSandboxPod is TestSignalsKillAndTeardown against a sandbox pod: the
+// server over TCP and TLS, the runtime's tools through its relay.
+func TestSignalsKillAndTeardownSandboxPod(t *testing.T) { testSignalsKillAndTeardown(t, newSandboxPod) }
+
+func testSignalsKillAndTeardown(t *testing.T, newPod func(testing.TB) *pod) {
 	g := NewWithT(t)
 	p := newPod(t)
 	mark := func(s string) string { return t.Name() + "-" + s }
@@ -111,7 +125,13 @@ func TestSignalsKillAndTeardown(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("lost the exec server")))
 }
 
-func TestTerminal(t *testing.T) {
+func TestTerminal(t *testing.T) { testTerminal(t, newPod) }
+
+// TestTerminalSandboxPod is TestTerminal against a sandbox pod: the
+// server over TCP and TLS, the runtime's tools through its relay.
+func TestTerminalSandboxPod(t *testing.T) { testTerminal(t, newSandboxPod) }
+
+func testTerminal(t *testing.T, newPod func(testing.TB) *pod) {
 	g := NewWithT(t)
 	p := newPod(t)
 	proc, master, err := p.client.StartTTY(execserver.Request{Workspace: p.ws, Env: p.env("TERM=dumb"), Argv: []string{"bash", "--norc", "-i"}}, 100, 30)

@@ -4,8 +4,10 @@ package execserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
+	"net"
 
 	"github.com/picobot/picobot/runtime/tool"
 )
@@ -16,7 +18,9 @@ type Config struct {
 	Workspace string
 	AllowUIDs []int
 	Tools     func(readOnly, readWrite []string) []tool.Tool
-	Log       *slog.Logger
+	// CreateWorkspaces: see the Linux Config.
+	CreateWorkspaces bool
+	Log              *slog.Logger
 }
 
 // Server needs Linux (SO_PEERCRED, Landlock, child subreapers).
@@ -27,3 +31,25 @@ func New(Config) (*Server, error) { return nil, errors.New("the exec server need
 
 // Serve says the exec server needs Linux.
 func (*Server) Serve(context.Context) error { return errors.New("the exec server needs Linux") }
+
+// ServeTLS says the exec server needs Linux.
+func (*Server) ServeTLS(context.Context, net.Listener, string, *tls.Config) error {
+	return errors.New("the exec server needs Linux")
+}
+
+// Relay needs Linux (descriptors passed over a Unix socket).
+type Relay struct {
+	Socket string
+	Client *Client
+	Log    *slog.Logger
+}
+
+// Listen says the relay needs Linux.
+func (*Relay) Listen() (*net.UnixListener, error) {
+	return nil, errors.New("the exec relay needs Linux")
+}
+
+// Serve says the relay needs Linux.
+func (*Relay) Serve(context.Context, *net.UnixListener) error {
+	return errors.New("the exec relay needs Linux")
+}

@@ -48,6 +48,9 @@ func (c *Client) CallTool(ctx context.Context, req Request) (tool.Result, error)
 		return tool.Result{}, errors.New("failed to call a tool in the sandbox container: no tool named")
 	}
 	name := req.Tool.Name
+	if c.remote != nil {
+		return c.remote.callTool(ctx, req)
+	}
 	conn, err := c.dial()
 	if err != nil {
 		return tool.Result{}, err

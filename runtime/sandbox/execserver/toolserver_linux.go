@@ -74,6 +74,9 @@ func (s *Server) checkTool(req Request) (sandbox.Spec, error) {
 	if !filepath.IsAbs(ws) || !within(ws, s.cfg.Workspace) {
 		return sandbox.Spec{}, fmt.Errorf("workspace %q is not inside the sandbox's workspace folder %q", req.Workspace, s.cfg.Workspace)
 	}
+	if err := s.makeWorkspace(ws); err != nil {
+		return sandbox.Spec{}, err
+	}
 	spec := sandbox.Spec{Workspace: ws, ReadOnly: req.ReadOnly, ReadWrite: req.ReadWrite}
 	if err := spec.Prepare(); err != nil {
 		return sandbox.Spec{}, err
