@@ -7,6 +7,8 @@
 #
 #   hack/realnode-images.sh picobot [TAG]   # localhost/picobot:TAG (default dev) from this checkout
 #   hack/realnode-images.sh pause           # localhost/picobot-pause:3.10, the pods' sandbox image
+#   hack/realnode-images.sh coredns         # localhost/picobot-coredns:VERSION, the cluster DNS (hack/realnode-build.sh's CoreDNS)
+#   hack/realnode-images.sh netcheck        # localhost/picobot-netcheck:dev, the NetworkPolicy e2e's probe (hack/realnode/netcheck)
 #
 # The picobot image holds what images/picobot/Dockerfile's final stage holds:
 # /picobot and /operator built the same way (static, -trimpath -s -w), CA
@@ -64,6 +66,31 @@ pause() {
   echo "$archive"
 }
 
+# coredns packs the CoreDNS binary of hack/realnode-build.sh (static, the
+# cluster DNS plugins only): the node runs it as a Deployment in kube-system,
+# where the session pods' NetworkPolicy admits DNS, as on a real cluster.
+coredns() {
+  local bin version
+  bin=$("$HACK/realnode-build.sh" coredns)
+  version=$("$bin/coredns" -version | sed -n 's/^CoreDNS-\(.*\)/v\1/p')
+  local archive="$OUT/coredns-$version.tar" work
+  [ -f "$archive" ] && { echo "$archive"; return; }
+  work=$(mktemp -d "${TMPDIR:-/tmp}/picobot-rootfs.XXXXXX")
+  cp "$bin/coredns" "$work/coredns"
+  pack "$work" "localhost/picobot-coredns:$version" "$archive" --config.entrypoint /coredns
+  rm -rf "$work"
+  echo "$archive"
+}
+
+netcheck() {
+  local archive="$OUT/netcheck.tar" work
+  work=$(mktemp -d "${TMPDIR:-/tmp}/picobot-rootfs.XXXXXX")
+  gobuild "$work/netcheck" ./hack/realnode/netcheck
+  pack "$work" localhost/picobot-netcheck:dev "$archive" --config.entrypoint /netcheck --config.cmd sleep --config.user 65532:65532
+  rm -rf "$work"
+  echo "$archive"
+}
+
 picobot() {
   local tag=${1:-dev}
   local archive="$OUT/picobot-$tag.tar" work
@@ -91,6 +118,8 @@ picobot() {
 apt_install umoci umoci --version
 case "${1:-}" in
   pause) pause ;;
+  coredns) coredns ;;
+  netcheck) netcheck ;;
   picobot) picobot "${2:-}" ;;
-  *) sed -n '8,9p' "$0" >&2; exit 2 ;;
+  *) sed -n '8,11p' "$0" >&2; exit 2 ;;
 esac
