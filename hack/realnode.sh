@@ -22,7 +22,8 @@
 # host's network, and every iptables rule and ipset kube-proxy and kube-router
 # write is the namespace's. PUBLIC_IP, an address outside every private range
 # on the node's loopback, is where tests put servers that stand for the
-# internet (model endpoints), which the session pods' NetworkPolicy admits. Inside the mount namespace /run, /var/lib and /var/log are
+# internet (model endpoints), which the session pods' NetworkPolicy admits.
+# Inside the mount namespace /run, /var/lib and /var/log are
 # private folders, and the host-wide sysctls kubelet would change are private
 # files. What cannot be namespaced on cgroup v1 are the cgroups: kubelet makes
 # /sys/fs/cgroup/*/kubepods, which down removes.
