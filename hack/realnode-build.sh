@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # Builds the node components of a real single-node Kubernetes (kubelet,
-# kube-scheduler, kube-controller-manager, kube-proxy) and CoreDNS from Go
-# modules, one at a time, caches them outside the clone keyed by version, installs
-# the Debian packages the node runs on (containerd, runc, CNI plugins, umoci,
-# iptables, conntrack), and prints the folder of the binaries. kube-apiserver and
-# etcd come from hack/controlplane.sh.
+# kube-scheduler, kube-controller-manager, kube-proxy), CoreDNS and
+# kube-router (its NetworkPolicy firewall is the node's policy engine) from Go
+# modules, one at a time, caches them outside the clone keyed by version,
+# installs the Debian packages the node runs on (containerd, runc, CNI plugins,
+# umoci, iptables, ipset, conntrack), and prints the folder of the binaries.
+# kube-apiserver and etcd come from hack/controlplane.sh.
 #
 #   hack/realnode-build.sh                 # build what is missing, print the folder
 #   hack/realnode-build.sh kubelet ...     # build only these (still prints the folder)
 #
 # Cost on a 2-core machine shared with other builds: kubelet ~20 min the first
 # time, kube-controller-manager ~5 min, the others under a minute each once
-# kubelet's packages are in the build cache. About 360 MB of binaries.
+# kubelet's packages are in the build cache; kube-router ~7 min. About 440 MB
+# of binaries.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
+# The only v2 the module proxy serves. Its advisory GHSA-v5mh-h5hx-7v92
+# (GoBGP's unauthenticated gRPC server on the node address) is the BGP
+# router's, which the node does not run (--run-router=false); its
+# dependencies are early 2024's. A test node's engine, not a recommendation.
+KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-v2.1.0}
 CACHE=${PICOBOT_CACHE:-$HOME/.cache/picobot}
 BIN="$CACHE/k8s/$K8S_VERSION-node"
 COMPONENTS=(kubelet kube-scheduler kube-controller-manager kube-proxy)
@@ -110,6 +117,29 @@ GO
   log "built coredns in $((SECONDS - start)) s"
 }
 
+# build_kube_router builds kube-router from its Go module; the node runs its
+# NetworkPolicy controller only. sigs.k8s.io/kube-network-policies would be
+# the first choice, but it queues packets with nftables' queue expression,
+# which these VMs' kernels lack (CONFIG_NFT_QUEUE is not set, and they load no
+# modules); kube-router's iptables + ipset rules need only what they have.
+build_kube_router() {
+  local src="$CACHE/src/kube-router-$KUBE_ROUTER_VERSION" start=$SECONDS
+  mkdir -p "$src"
+  cd "$src"
+  if [ ! -f go.sum ]; then
+    [ -f go.mod ] || go mod init picobot.local/kube-router >/dev/null 2>&1
+    printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"\n' >tools.go
+    GOFLAGS=-mod=mod go get "github.com/cloudnativelabs/kube-router/v2@$KUBE_ROUTER_VERSION" >/dev/null 2>&1
+    go mod tidy >/dev/null
+  fi
+  log "building kube-router $KUBE_ROUTER_VERSION"
+  CGO_ENABLED=0 nice -n 10 go build -p=1 -trimpath -o "$BIN/kube-router.tmp" -ldflags "-s -w \
+    -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+    github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+  mv "$BIN/kube-router.tmp" "$BIN/kube-router"
+  log "built kube-router in $((SECONDS - start)) s"
+}
+
 install_packages() {
   apt_install containerd containerd --version
   apt_install runc runc --version
@@ -117,6 +147,7 @@ install_packages() {
   apt_install umoci umoci --version
   apt_install iptables iptables --version
   apt_install conntrack conntrack --version
+  apt_install ipset ipset --version
 }
 
 mkdir -p "$BIN"
@@ -125,13 +156,14 @@ install_packages
 exec 8>"$BIN/.lock"
 flock 8
 wanted=("$@")
-[ ${#wanted[@]} -gt 0 ] || wanted=("${COMPONENTS[@]}" coredns)
+[ ${#wanted[@]} -gt 0 ] || wanted=("${COMPONENTS[@]}" coredns kube-router)
 for c in "${wanted[@]}"; do
   [ -x "$BIN/$c" ] && continue
   case "$c" in
     coredns) (build_coredns) ;;
+    kube-router) (build_kube_router) ;;
     kubelet|kube-scheduler|kube-controller-manager|kube-proxy) (build_component "$c") ;;
-    *) log "unknown component $c (want ${COMPONENTS[*]} coredns)"; exit 2 ;;
+    *) log "unknown component $c (want ${COMPONENTS[*]} coredns kube-router)"; exit 2 ;;
   esac
 done
 echo "$BIN"

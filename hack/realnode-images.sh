@@ -6,14 +6,26 @@
 # path.
 #
 #   hack/realnode-images.sh picobot [TAG]   # localhost/picobot:TAG (default dev) from this checkout
+#   hack/realnode-images.sh browser [TAG]   # localhost/picobot-browser:TAG: Debian + Chromium, and /picobot from this checkout
 #   hack/realnode-images.sh pause           # localhost/picobot-pause:3.10, the pods' sandbox image
+#   hack/realnode-images.sh coredns         # localhost/picobot-coredns:VERSION, the cluster DNS (hack/realnode-build.sh's CoreDNS)
+#   hack/realnode-images.sh netcheck        # localhost/picobot-netcheck:dev, the NetworkPolicy e2e's probe (hack/realnode/netcheck)
 #
 # The picobot image holds what images/picobot/Dockerfile's final stage holds:
 # /picobot and /operator built the same way (static, -trimpath -s -w), CA
 # certificates, time zones, and an /etc/passwd with the non-root user 65532
 # that the chart runs as; no shell. Archives go to $PICOBOT_CACHE/realnode-images.
 #
-# Cost: the go build (seconds when cached) plus about 5 s of umoci.
+# The picobot-browser image holds what images/picobot-browser/Dockerfile's
+# final stage holds: a Debian bookworm root made by mmdebstrap from Debian's
+# archive with the Dockerfile's packages (Chromium, fonts, tini; no
+# recommends, no package lists), the user 65532, and /picobot. The Debian root
+# is one layer, cached by its package list; /picobot is a second layer added
+# by `umoci insert`, so a rebuild costs the go build and seconds.
+#
+# Cost: the go build (seconds when cached) plus about 5 s of umoci; the
+# browser image's Debian layer the first time: mmdebstrap (downloads and
+# installs about 150 packages) and umoci compressing it.
 set -euo pipefail
 
 HACK=$(cd "$(dirname "$0")" && pwd)
@@ -45,14 +57,22 @@ pack() {
   cp -a "$rootfs/." "$work/bundle/rootfs/"
   umoci repack --image "$work/oci:$tag" "$work/bundle"
   umoci config --image "$work/oci:$tag" --os linux --architecture "$(go env GOARCH)" "$@"
-  umoci gc --layout "$work/oci"
-  # containerd names an imported image after this annotation.
-  sed -i "s#\"org.opencontainers.image.ref.name\":\"$tag\"#&,\"io.containerd.image.name\":\"$name\"#" "$work/oci/index.json"
-  grep -q io.containerd.image.name "$work/oci/index.json" || { log "failed to name $name in index.json"; rm -rf "$work"; exit 1; }
-  mkdir -p "$(dirname "$archive")"
-  tar -C "$work/oci" -cf "$archive.tmp" .
-  mv "$archive.tmp" "$archive"
+  write_archive "$work/oci" "$name" "$archive"
   rm -rf "$work"
+}
+
+# write_archive LAYOUT NAME ARCHIVE: names the image of the OCI layout
+# LAYOUT, whose one tag is NAME's, for containerd and writes it as ARCHIVE.
+write_archive() {
+  local layout=$1 name=$2 archive=$3
+  local tag=${name##*:}
+  umoci gc --layout "$layout"
+  # containerd names an imported image after this annotation.
+  sed -i "s#\"org.opencontainers.image.ref.name\":\"$tag\"#&,\"io.containerd.image.name\":\"$name\"#" "$layout/index.json"
+  grep -q io.containerd.image.name "$layout/index.json" || { log "failed to name $name in index.json"; exit 1; }
+  mkdir -p "$(dirname "$archive")"
+  tar -C "$layout" -cf "$archive.tmp" .
+  mv "$archive.tmp" "$archive"
 }
 
 pause() {
@@ -60,6 +80,93 @@ pause() {
   work=$(mktemp -d "${TMPDIR:-/tmp}/picobot-rootfs.XXXXXX")
   gobuild "$work/pause" ./hack/realnode/pause
   pack "$work" localhost/picobot-pause:3.10 "$archive" --config.entrypoint /pause --config.user 65535:65535
+  rm -rf "$work"
+  echo "$archive"
+}
+
+# coredns packs the CoreDNS binary of hack/realnode-build.sh (static, the
+# cluster DNS plugins only): the node runs it as a Deployment in kube-system,
+# where the session pods' NetworkPolicy admits DNS, as on a real cluster.
+coredns() {
+  local bin version
+  bin=$("$HACK/realnode-build.sh" coredns)
+  version=$("$bin/coredns" -version | sed -n 's/^CoreDNS-\(.*\)/v\1/p')
+  local archive="$OUT/coredns-$version.tar" work
+  [ -f "$archive" ] && { echo "$archive"; return; }
+  work=$(mktemp -d "${TMPDIR:-/tmp}/picobot-rootfs.XXXXXX")
+  cp "$bin/coredns" "$work/coredns"
+  pack "$work" "localhost/picobot-coredns:$version" "$archive" --config.entrypoint /coredns
+  rm -rf "$work"
+  echo "$archive"
+}
+
+netcheck() {
+  local archive="$OUT/netcheck.tar" work
+  work=$(mktemp -d "${TMPDIR:-/tmp}/picobot-rootfs.XXXXXX")
+  gobuild "$work/netcheck" ./hack/realnode/netcheck
+  pack "$work" localhost/picobot-netcheck:dev "$archive" --config.entrypoint /netcheck --config.cmd sleep --config.user 65532:65532
+  rm -rf "$work"
+  echo "$archive"
+}
+
+# The browser image's Debian packages: images/picobot-browser/Dockerfile's
+# (test/helm checks they agree).
+BROWSER_SUITE=bookworm
+BROWSER_PACKAGES=(chromium ca-certificates fonts-liberation fonts-noto-cjk fonts-noto-color-emoji tini)
+
+# browser_base prints the OCI layout (tag base) of the browser image's Debian
+# layer, made once per package list.
+browser_base() {
+  local key
+  key=$(echo "$BROWSER_SUITE ${BROWSER_PACKAGES[*]}" | sha256sum | cut -c1-12)
+  local base="$OUT/browser-base-$key"
+  [ -f "$base/index.json" ] && { echo "$base"; return; }
+  apt_install mmdebstrap mmdebstrap --version
+  local work start=$SECONDS
+  work=$(mktemp -d "${TMPDIR:-/tmp}/picobot-browser.XXXXXX")
+  log "making the browser image's Debian $BROWSER_SUITE root (once): ${BROWSER_PACKAGES[*]}"
+  # minbase without recommends and without documentation, as bookworm-slim
+  # and the Dockerfile's --no-install-recommends; the Dockerfile's user; no
+  # package lists (its rm -rf /var/lib/apt/lists/*).
+  local IFS=,
+  mmdebstrap --variant=minbase --mode=root --format=tar \
+    --aptopt='APT::Install-Recommends "false"' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/info/*' \
+    --include="${BROWSER_PACKAGES[*]}" \
+    --customize-hook='chroot "$1" groupadd --gid 65532 picobot' \
+    --customize-hook='chroot "$1" useradd --uid 65532 --gid 65532 --home-dir /home/picobot --create-home --shell /usr/sbin/nologin picobot' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
+    "$BROWSER_SUITE" "$work/rootfs.tar" \
+    "deb http://deb.debian.org/debian $BROWSER_SUITE main" \
+    "deb http://deb.debian.org/debian $BROWSER_SUITE-updates main" \
+    "deb http://deb.debian.org/debian-security $BROWSER_SUITE-security main" >&2
+  unset IFS
+  umoci init --layout "$work/oci"
+  umoci new --image "$work/oci:base"
+  umoci raw add-layer --image "$work/oci:base" "$work/rootfs.tar"
+  rm -rf "$base.tmp"
+  mv "$work/oci" "$base.tmp"
+  mv "$base.tmp" "$base"
+  rm -rf "$work"
+  log "made the browser image's Debian layer in $((SECONDS - start)) s"
+  echo "$base"
+}
+
+browser() {
+  local tag=${1:-dev}
+  local archive="$OUT/picobot-browser-$tag.tar" base work
+  base=$(browser_base)
+  work=$(mktemp -d "${TMPDIR:-/tmp}/picobot-browser.XXXXXX")
+  cp -a "$base" "$work/oci"
+  gobuild "$work/picobot" ./runtime/cmd/picobot
+  umoci insert --image "$work/oci:base" --tag "$tag" "$work/picobot" /picobot
+  umoci config --image "$work/oci:$tag" --os linux --architecture "$(go env GOARCH)" \
+    --config.entrypoint /usr/bin/tini --config.entrypoint -- --config.entrypoint /picobot --config.entrypoint browser \
+    --config.user 65532:65532 --config.workingdir /home/picobot \
+    --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --config.env HOME=/home/picobot
+  umoci rm --image "$work/oci:base"
+  write_archive "$work/oci" "localhost/picobot-browser:$tag" "$archive"
   rm -rf "$work"
   echo "$archive"
 }
@@ -91,6 +198,9 @@ picobot() {
 apt_install umoci umoci --version
 case "${1:-}" in
   pause) pause ;;
+  coredns) coredns ;;
+  netcheck) netcheck ;;
   picobot) picobot "${2:-}" ;;
-  *) sed -n '8,9p' "$0" >&2; exit 2 ;;
+  browser) browser "${2:-}" ;;
+  *) sed -n '8,12p' "$0" >&2; exit 2 ;;
 esac

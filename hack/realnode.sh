@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes v1.37 on this machine, for the real-node e2e and
 # for trying the chart by hand: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet, kube-proxy and CoreDNS as processes, Debian's
-# containerd + runc + CNI plugins running the pods, images imported from OCI
-# archives (nothing is pulled; pods use imagePullPolicy: Never).
+# kube-scheduler, kubelet, kube-proxy and kube-router's NetworkPolicy firewall
+# as processes, Debian's containerd + runc + CNI plugins running the pods,
+# CoreDNS as a Deployment in kube-system, images imported from OCI archives
+# (nothing is pulled; pods use imagePullPolicy: Never).
 #
 #   hack/realnode.sh up              # build what is missing, start the node, print the state folder
 #   hack/realnode.sh down            # stop everything and remove the state (binaries and images stay cached)
@@ -18,8 +19,11 @@
 # (not `ip netns`, which remounts /sys and hides the cgroup v1 mounts). Its
 # only address is NODE_IP on a veth pair whose both ends are inside the
 # namespace, with a default route to nowhere: nothing of the node reaches the
-# host's network, and every iptables rule kube-proxy writes is the
-# namespace's. Inside the mount namespace /run, /var/lib and /var/log are
+# host's network, and every iptables rule and ipset kube-proxy and kube-router
+# write is the namespace's. PUBLIC_IP, an address outside every private range
+# on the node's loopback, is where tests put servers that stand for the
+# internet (model endpoints), which the session pods' NetworkPolicy admits.
+# Inside the mount namespace /run, /var/lib and /var/log are
 # private folders, and the host-wide sysctls kubelet would change are private
 # files. What cannot be namespaced on cgroup v1 are the cgroups: kubelet makes
 # /sys/fs/cgroup/*/kubepods, which down removes.
@@ -38,13 +42,19 @@ NODE_NAME=picobot-node
 NODE_IP=10.99.0.1
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/16
-API_PORT=6443
+DNS_IP=10.96.0.10
+# TEST-NET-3 (RFC 5737): public as far as a NetworkPolicy can tell.
+PUBLIC_IP=203.0.113.1
+# 443, as on managed clusters: the session pods read their Agent from the API
+# server, and the operator's NetworkPolicy admits that only on a service port
+# (--service-ports has 443) of an address in --service-cidrs.
+API_PORT=443
 PAUSE_IMAGE=localhost/picobot-pause:3.10
 # Inside the node's private /run.
 CONTAINERD_SOCK=/run/picobot-node/containerd/containerd.sock
 
 log() { echo "realnode: $*" >&2; }
-usage() { sed -n '8,15p' "$0" >&2; exit 2; }
+usage() { sed -n '9,16p' "$0" >&2; exit 2; }
 
 holder() { cat "$R/run/holder.pid" 2>/dev/null; }
 
@@ -138,6 +148,7 @@ namespaces() {
   in_node ip link set pbnode0 up
   in_node ip link set pbnode1 up
   in_node ip route add default via 10.99.0.2 dev pbnode0
+  in_node ip addr add "$PUBLIC_IP/32" dev lo
 }
 
 # pki makes a CA, the API server's serving certificate, its client
@@ -161,7 +172,7 @@ pki() {
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
     local user token group line=""
     : >tokens.csv
-    for line in admin:system:masters kubelet:system:nodes kcm:system:masters scheduler:system:masters proxy:system:node-proxier; do
+    for line in admin:system:masters kubelet:system:nodes kcm:system:masters scheduler:system:masters proxy:system:node-proxier netpol:system:masters; do
       user=${line%%:*}
       group=${line#*:}
       token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -171,6 +182,7 @@ pki() {
         kcm) echo "$token,system:kube-controller-manager,kcm,$group" >>tokens.csv ;;
         scheduler) echo "$token,system:kube-scheduler,scheduler,$group" >>tokens.csv ;;
         proxy) echo "$token,system:kube-proxy,proxy,$group" >>tokens.csv ;;
+        netpol) echo "$token,system:kube-router,netpol,$group" >>tokens.csv ;;
       esac
       cat >"$user.kubeconfig" <<K
 apiVersion: v1
@@ -232,7 +244,7 @@ T
   ]
 }
 T
-  echo "nameserver $NODE_IP" >"$R/kubelet/resolv.conf"
+  echo "nameserver $DNS_IP" >"$R/kubelet/resolv.conf"
   cat >"$e/kubelet.yaml" <<T
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -253,7 +265,7 @@ authentication:
 authorization:
   mode: AlwaysAllow
 clusterDomain: cluster.local
-clusterDNS: [$NODE_IP]
+clusterDNS: [$DNS_IP]
 resolvConf: $R/kubelet/resolv.conf
 failSwapOn: false
 podLogsDir: $R/kubelet/pod-logs
@@ -280,18 +292,76 @@ metricsBindAddress: 127.0.0.1:10249
 # 0 leaves the machine-wide conntrack table size alone.
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 T
-  cat >"$e/Corefile" <<T
-.:53 {
-    errors
-    health 127.0.0.1:10254
-    ready 127.0.0.1:10255
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig $R/pki/admin.kubeconfig picobot-node
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
+  # CoreDNS runs as a pod in kube-system, as on a real cluster: the session
+  # pods' NetworkPolicy admits DNS to that namespace's pods, not to the node.
+  cat >"$e/coredns.yaml" <<T
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: coredns, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "system:coredns"}
+rules:
+  - {apiGroups: [""], resources: [services, namespaces, pods], verbs: [list, watch]}
+  - {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "system:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:coredns"}
+subjects: [{kind: ServiceAccount, name: coredns, namespace: kube-system}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: coredns, namespace: kube-system}
+data:
+  Corefile: |
+    .:53 {
+        errors
+        health :8080
+        ready :8181
+        kubernetes cluster.local in-addr.arpa ip6.arpa {
+            pods insecure
+            fallthrough in-addr.arpa ip6.arpa
+        }
+        cache 30
     }
-    cache 30
-}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: coredns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {k8s-app: kube-dns}}
+  template:
+    metadata: {labels: {k8s-app: kube-dns}}
+    spec:
+      serviceAccountName: coredns
+      dnsPolicy: Default
+      containers:
+        - name: coredns
+          image: $COREDNS_IMAGE
+          imagePullPolicy: Never
+          args: [-conf, /etc/coredns/Corefile]
+          ports:
+            - {name: dns, containerPort: 53, protocol: UDP}
+            - {name: dns-tcp, containerPort: 53, protocol: TCP}
+          readinessProbe: {httpGet: {path: /ready, port: 8181}, periodSeconds: 2}
+          livenessProbe: {httpGet: {path: /health, port: 8080}}
+          resources: {limits: {memory: 128Mi}, requests: {cpu: 10m, memory: 32Mi}}
+          volumeMounts: [{name: config, mountPath: /etc/coredns, readOnly: true}]
+      volumes: [{name: config, configMap: {name: coredns}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  clusterIP: $DNS_IP
+  selector: {k8s-app: kube-dns}
+  ports:
+    - {name: dns, port: 53, protocol: UDP}
+    - {name: dns-tcp, port: 53, protocol: TCP}
 T
 }
 
@@ -302,17 +372,24 @@ pause_image() {
   "$HACK/realnode-images.sh" pause
 }
 
+# kube_router_health: kube-router's firewall has synced its rules once.
+kube_router_health() {
+  in_node curl -sf http://127.0.0.1:20244/healthz
+}
+
 up() {
   if is_up; then
     echo "$R"
     return
   fi
   [ ! -d "$R/run" ] || down
-  local start=$SECONDS bin assets pause
+  local start=$SECONDS bin assets pause coredns
   bin=$("$HACK/realnode-build.sh")
   assets=$("$HACK/controlplane.sh")
   command -v kubectl >/dev/null 2>&1 || PATH="$assets:$PATH"
   pause=$(pause_image)
+  coredns=$("$HACK/realnode-images.sh" coredns)
+  COREDNS_IMAGE=$(tar -xOf "$coredns" ./index.json | sed -n 's/.*"io.containerd.image.name":"\([^"]*\)".*/\1/p')
   namespaces
   pki
   configs
@@ -321,6 +398,7 @@ up() {
   start_daemon containerd containerd --config "$R/etc/containerd.toml"
   wait_for containerd 30 ctr_node version
   ctr_node -n k8s.io images import "$pause" >/dev/null
+  ctr_node -n k8s.io images import "$coredns" >/dev/null
 
   start_daemon etcd "$assets/etcd" --name "$NODE_NAME" --data-dir "$R/etcd" \
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
@@ -352,14 +430,21 @@ up() {
   start_daemon kubelet "$bin/kubelet" --config "$R/etc/kubelet.yaml" --kubeconfig "$p/kubelet.kubeconfig" \
     --root-dir "$R/kubelet/root" --cert-dir "$R/kubelet/certs" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP"
   start_daemon proxy "$bin/kube-proxy" --config "$R/etc/kube-proxy.yaml"
-  start_daemon coredns "$bin/coredns" -conf "$R/etc/Corefile"
   wait_for kube-controller-manager 60 in_node curl -skf https://127.0.0.1:10257/healthz
   wait_for kube-scheduler 60 in_node curl -skf https://127.0.0.1:10259/healthz
   wait_for kube-proxy 60 in_node curl -sf http://127.0.0.1:10256/healthz
-  wait_for coredns 60 in_node curl -sf http://127.0.0.1:10255/ready
   wait_for "node Ready" 120 node_ready
+  # kube-router's NetworkPolicy controller only (no routing, no service
+  # proxy, no CNI config): iptables chains and ipsets per pod and policy.
+  # It reads the Node object at its start, so after kubelet made it.
+  start_daemon netpol "$bin/kube-router" --run-firewall=true --run-router=false --run-service-proxy=false \
+    --enable-cni=false --kubeconfig "$p/netpol.kubeconfig" --hostname-override "$NODE_NAME" \
+    --service-cluster-ip-range "$SERVICE_CIDR" --health-port 20244 --metrics-port 0
+  wait_for "kube-router's firewall" 60 kube_router_health
   # The controller-manager makes each namespace's default ServiceAccount.
   wait_for "the default ServiceAccount" 60 kc get serviceaccount default
+  kc apply -f "$R/etc/coredns.yaml" >/dev/null
+  kc -n kube-system rollout status deployment/coredns --timeout 120s >/dev/null
   log "up in $((SECONDS - start)) s (kubectl: hack/realnode.sh kubectl ...; logs in $R/logs)"
   echo "$R"
 }
@@ -373,7 +458,7 @@ down() {
   if is_up; then
     local d
     # kubelet first, so that it restarts nothing; then every container.
-    for d in kubelet proxy coredns scheduler kcm; do stop_daemon "$d"; done
+    for d in kubelet proxy netpol scheduler kcm; do stop_daemon "$d"; done
     local ns t
     for ns in $(ctr_node namespaces ls -q 2>/dev/null); do
       for t in $(ctr_node -n "$ns" tasks ls -q 2>/dev/null); do
@@ -397,7 +482,7 @@ down() {
   else
     # A holder that died alone leaves daemons behind: they still hold pid files.
     local d
-    for d in kubelet proxy coredns scheduler kcm containerd apiserver etcd; do stop_daemon "$d"; done
+    for d in kubelet proxy netpol scheduler kcm containerd apiserver etcd; do stop_daemon "$d"; done
   fi
   # Container processes live in mount namespaces of their own; they are
   # found by their cgroups (kubepods is the node's alone).

@@ -33,8 +33,14 @@ import (
 	"github.com/picobot/picobot/test/repo"
 )
 
-// NodeIP is the node's address: pods reach what Expose opens on it.
-const NodeIP = "10.99.0.1"
+const (
+	// NodeIP is the node's address: pods reach what Expose opens on it.
+	NodeIP = "10.99.0.1"
+	// PublicIP is an address of the node outside every private range
+	// (TEST-NET-3): a server exposed on it stands for one on the internet,
+	// such as a model endpoint, as far as a NetworkPolicy can tell.
+	PublicIP = "203.0.113.1"
+)
 
 // Node is a running node of hack/realnode.sh.
 type Node struct {
@@ -241,7 +247,13 @@ func (b *Bridge) Close() {
 // Expose makes hostAddr (a server on the host, e.g. 127.0.0.1:5432)
 // reachable from the node's pods at the returned Bridge's Addr, on NodeIP.
 func (n *Node) Expose(hostAddr string) (*Bridge, error) {
-	l, err := n.Listen(net.JoinHostPort(NodeIP, "0"))
+	return n.ExposeAt(net.JoinHostPort(NodeIP, "0"), hostAddr)
+}
+
+// ExposeAt is Expose on a chosen address of the node (NodeIP or PublicIP,
+// port 0 for any), for servers a NetworkPolicy admits by address and port.
+func (n *Node) ExposeAt(nodeAddr, hostAddr string) (*Bridge, error) {
+	l, err := n.Listen(nodeAddr)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,11 @@
 // kubectl; a chat goes through the gateway's Service over kubectl
 // port-forward to a session pod the operator started. PostgreSQL, Redis, the
 // S3-protocol server and the scripted fake LLM run on the host, reached by
-// the pods through the node address (test/realnode bridges).
+// the pods through the node (test/realnode bridges): the three stores on the
+// node address at their usual ports, which the install lists as external
+// services (--service-cidrs), and the LLM on an address outside every private
+// range, as a model endpoint on the internet is. kube-router enforces the
+// NetworkPolicies, so the session pods reach them as they would on a cluster.
 //
 // It needs root and, the first time, half an hour of builds; it runs when
 // PICOBOT_E2E_REALNODE=1 (and is skipped, loudly, otherwise).
@@ -46,6 +50,14 @@ const (
 	imageTag        = "e2e"
 )
 
+// The node ports of PostgreSQL, Redis and S3: among the operator's default
+// --service-ports.
+const (
+	pgPort    = "5432"
+	redisPort = "6379"
+	s3Port    = "9000"
+)
+
 // stack is the node, the host's servers and the installed release.
 type stack struct {
 	node  *realnode.Node
@@ -53,6 +65,8 @@ type stack struct {
 	redis *redis.Client
 	// llmURL is the fake LLM's base URL as pods reach it.
 	llmURL string
+	// pgHost is PostgreSQL's address on the host.
+	pgHost string
 	helm   string
 	root   string
 	dir    string
@@ -147,9 +161,9 @@ func start() (*stack, func(), error) {
 		return nil, stopAll, err
 	}
 
-	// The host's servers, and bridges to them on the node's address.
-	expose := func(hostport string) (string, error) {
-		b, err := s.node.Expose(hostport)
+	// The host's servers, and bridges to them on the node's addresses.
+	expose := func(nodeAddr, hostport string) (string, error) {
+		b, err := s.node.ExposeAt(nodeAddr, hostport)
 		if err != nil {
 			return "", err
 		}
@@ -184,13 +198,23 @@ func start() (*stack, func(), error) {
 	if err != nil {
 		return nil, stopAll, err
 	}
+	s.pgHost = mustURL(pgDSN).Host
+	// The stores on the service ports the session pods' NetworkPolicy admits
+	// (the operator's --service-ports), the LLM on any port of a public
+	// address.
+	nodeAddrs := map[string]string{
+		"pg":    net.JoinHostPort(realnode.NodeIP, pgPort),
+		"redis": net.JoinHostPort(realnode.NodeIP, redisPort),
+		"s3":    net.JoinHostPort(realnode.NodeIP, s3Port),
+		"llm":   net.JoinHostPort(realnode.PublicIP, "0"),
+	}
 	nodeURL := map[string]string{}
 	for name, u := range map[string]string{"pg": appDSN, "redis": redisURL, "s3": s3URL, "llm": s.llm.URL()} {
 		parsed, err := url.Parse(u)
 		if err != nil {
 			return nil, stopAll, fmt.Errorf("failed to parse %s URL: %w", name, err)
 		}
-		addr, err := expose(parsed.Host)
+		addr, err := expose(nodeAddrs[name], parsed.Host)
 		if err != nil {
 			return nil, stopAll, err
 		}
@@ -239,8 +263,10 @@ stringData: {accessKeyId: %[5]q, secretAccessKey: %[6]q}
 browserImage: {repository: localhost/picobot-browser, tag: %[2]s}
 operator:
   replicaCount: 1
-  # A killed session pod's chat moves to another pod after this.
-  extraArgs: [--session-lease-ttl=3s]
+  # A killed session pod's chat moves to another pod after this. The
+  # stores are external, on the node address: the session pods'
+  # NetworkPolicy admits it on the service ports.
+  extraArgs: [--session-lease-ttl=3s, --service-cidrs=%[4]s/32]
 gateway: {replicaCount: 1}
 postgres:
   appRole: picobot_app
@@ -253,7 +279,7 @@ s3:
   bucket: picobot-e2e
   external: {endpoint: %[3]q, pathStyle: true, existingSecret: e2e-s3}
   bundled: {enabled: false}
-`, imageRepo, imageTag, s3u.String())
+`, imageRepo, imageTag, s3u.String(), realnode.NodeIP)
 	if err := os.WriteFile(s.values, []byte(values), 0o600); err != nil {
 		return nil, stopAll, err
 	}
