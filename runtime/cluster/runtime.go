@@ -176,6 +176,16 @@ func (r *Runtime) Run(ctx context.Context) error {
 			r.quiet()
 		default:
 			served, err := r.rt.Serve(ctx, sessionrt.Chat{Channel: w.Channel, Key: w.ChatKey})
+			if served && err == nil && w.Channel == protocol.ChannelDelegate {
+				// A delegated run's chat has one message, answered now: the
+				// pod goes back to the pool for the next run of its agent
+				// rather than exit, so that runs fanned out at once need
+				// fewer new pods. (A person's chat, which may come back,
+				// keeps its pod to itself until it is idle, then the pod
+				// exits.)
+				r.quiet()
+				break
+			}
 			if served {
 				r.sweepAudit(ctx)
 			}
