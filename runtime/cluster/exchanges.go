@@ -48,8 +48,9 @@ import (
 // chat).
 const exchangeTTL = 24 * time.Hour
 
-// exchangesKey is the set of a tenant's exchanges in progress;
-// exchangeKey holds one's state.
+// exchangesKey is the hash whose fields are a tenant's exchanges in
+// progress (a hash, not a set: a tenant's Redis user may not run set
+// commands, see redisbus.TenantACLRules); exchangeKey holds one's state.
 func exchangesKey(tenant string) string    { return bus.Key(tenant, "a2a") }
 func exchangeKey(tenant, id string) string { return bus.Key(tenant, "a2a", id) }
 
@@ -204,7 +205,7 @@ func (x *Exchanges) save(ctx context.Context, s storedExchange) error {
 	}
 	_, err = x.Redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, exchangeKey(x.Tenant, s.ID), b, exchangeTTL)
-		p.SAdd(ctx, exchangesKey(x.Tenant), s.ID)
+		p.HSet(ctx, exchangesKey(x.Tenant), s.ID, "")
 		return nil
 	})
 	if err != nil {
@@ -256,7 +257,7 @@ func (x *Exchanges) Answered(ctx context.Context, msgID, reply string, failed bo
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			if s.Done {
 				p.Del(ctx, key)
-				p.SRem(ctx, exchangesKey(x.Tenant), id)
+				p.HDel(ctx, exchangesKey(x.Tenant), id)
 				return nil
 			}
 			p.Set(ctx, key, b, exchangeTTL)
@@ -288,7 +289,7 @@ func (x *Exchanges) Answered(ctx context.Context, msgID, reply string, failed bo
 // owns gets that turn queued again and a runtime woken; ended or expired
 // ones leave the set.
 func (x *Exchanges) Check(ctx context.Context, grace time.Duration) error {
-	ids, err := x.Redis.SMembers(ctx, exchangesKey(x.Tenant)).Result()
+	ids, err := x.Redis.HKeys(ctx, exchangesKey(x.Tenant)).Result()
 	if err != nil {
 		return fmt.Errorf("failed to list agent-to-agent exchanges: %w", err)
 	}
@@ -300,7 +301,7 @@ func (x *Exchanges) Check(ctx context.Context, grace time.Duration) error {
 			continue
 		}
 		if s == nil || s.Done {
-			_ = x.Redis.SRem(ctx, exchangesKey(x.Tenant), id).Err()
+			_ = x.Redis.HDel(ctx, exchangesKey(x.Tenant), id).Err()
 			continue
 		}
 		if s.UpdatedAt.After(old) {

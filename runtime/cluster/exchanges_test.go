@@ -27,7 +27,7 @@ func (f *fixture) turnsOn(t *testing.T, agent, channel, chat string) (ids, texts
 }
 
 // TestExchangesMoveOncePerTurn drives a sessions_send exchange the way
-// session pods do, on real Redis: Start stores it, queues its first turn
+// session pods do, on real Redis as the tenant's own ACL user: Start stores it, queues its first turn
 // in the target's chat (with a wake) and hands the caller the outcome the
 // target chat's event channel carries; each answered turn moves it once
 // and queues the next (a duplicate answer, or the answer of a turn that is
@@ -40,7 +40,10 @@ func TestExchangesMoveOncePerTurn(t *testing.T) {
 	f := newFixture(t)
 	g := NewWithT(t)
 	ctx := store.WithTenant(context.Background(), f.tenant)
-	x := &Exchanges{Tenant: f.tenant, Bus: f.bus, Redis: f.rdb, Log: slog.New(slog.DiscardHandler)}
+	// As in a session pod: logged in as the tenant's own Redis user, whose
+	// ACL allows only some command categories on the tenant's keys.
+	tb := tenantBus(t, f.rdb, f.tenant)
+	x := &Exchanges{Tenant: f.tenant, Bus: tb, Redis: tb.Client(), Log: slog.New(slog.DiscardHandler)}
 	rc := &RunCompletion{Store: f.store, Exchanges: x, Log: slog.New(slog.DiscardHandler)}
 	ex := sessions.Exchange{ID: sessions.ExchangePrefix + "x1", Requester: "web:lc:default", RequesterAgent: "lead",
 		Target: "telegram:42:d2", TargetAgent: "helper", Message: "status?", MaxTurns: 1, RequesterCanListen: true}
@@ -102,7 +105,7 @@ func TestExchangesMoveOncePerTurn(t *testing.T) {
 	n, err := f.rdb.Exists(ctx, exchangeKey(f.tenant, "a2a:x1")).Result()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n).To(BeZero(), "an ended exchange leaves nothing behind")
-	g.Expect(f.rdb.SMembers(ctx, exchangesKey(f.tenant)).Val()).To(BeEmpty())
+	g.Expect(f.rdb.HKeys(ctx, exchangesKey(f.tenant)).Val()).To(BeEmpty())
 	g.Expect(x.Check(ctx, 0)).To(Succeed())
 	for _, a := range []string{"helper", "lead"} {
 		ids, _ = f.turnsOn(t, a, map[string]string{"helper": "telegram", "lead": "web"}[a], map[string]string{"helper": "42", "lead": "lc"}[a])

@@ -167,11 +167,14 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 		calls = append(calls, time.Since(called))
 		mu.Unlock()
 	})
+	// A warm pod of each waits for every sample: at least one (the
+	// operator refills a pool as soon as its pod turns busy, and a pod that
+	// answered a run goes back to the pool, so it may hold two for a while).
 	warm := func(name string) func(g Gomega) {
 		return func(g Gomega) {
 			a := &picobotv1alpha1.Agent{}
 			g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, a)).To(Succeed())
-			g.Expect(a.Status.WarmPods).To(HaveValue(Equal(int32(1))))
+			g.Expect(a.Status.WarmPods).To(HaveValue(BeNumerically(">=", 1)))
 			g.Expect(a.Status.ActiveSessions).To(HaveValue(BeZero()))
 		}
 	}
@@ -196,6 +199,8 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()
+	// One delegate call per turn, or the figure would be of nothing.
+	g.Expect(calls).To(HaveLen(len(turns)), "delegate calls timed")
 	b.ReportMetric(float64(quantile(turns, 0.50).Milliseconds()), "ms-turn-p50")
 	b.ReportMetric(float64(quantile(turns, 0.99).Milliseconds()), "ms-turn-p99")
 	b.ReportMetric(float64(quantile(calls, 0.50).Milliseconds()), "ms-delegate-p50")

@@ -139,8 +139,17 @@ func TestClusterSessionsSendSurvivesPodDeaths(t *testing.T) {
 		a, s, err := trySendLead(c, "l1", "lchat", "Ask researcher")
 		done <- result{a, s, err}
 	}()
-	g.Eventually(started, time.Minute).Should(Receive(Equal("researcher")))
-	g.Expect(killPod(t, ns, "researcher", "rchat")).To(BeTrue(), "researcher's pod serving its chat")
+	select {
+	case who := <-started:
+		g.Expect(who).To(Equal("researcher"))
+	case r := <-done:
+		t.Fatalf("lead's turn ended before researcher's turn started: %+v", r)
+	case <-time.After(time.Minute):
+		t.Fatal("researcher's turn did not start")
+	}
+	rchat, err := session.ParseID(rsid)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(killPod(t, ns, "researcher", rchat.ChatID)).To(BeTrue(), "researcher's pod serving its chat")
 	close(unblock["researcher"])
 
 	var res result
@@ -180,7 +189,7 @@ func TestClusterSessionsSendSurvivesPodDeaths(t *testing.T) {
 	msgs, err := db.LoadMessages(ctx, rsid, store.LoadOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(msgs[len(msgs)-1].Content).To(Equal(announce), "the announce step is the chat's last word")
-	n, err := st.redis.SCard(ctx, "{"+ns+":a2a}").Result()
+	n, err := st.redis.HLen(ctx, "{"+ns+":a2a}").Result()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n).To(BeZero(), "the ended exchange is no longer watched")
 }
