@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	. "github.com/onsi/gomega/gstruct"
 
+	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/session"
 	"github.com/picobot/picobot/runtime/store"
@@ -19,8 +21,8 @@ import (
 
 // sessionsSendManifest is a tenant (%[1]s, gateway key %[2]s, fake model
 // %[3]s) whose Agent "lead" may talk to "researcher" (its delegate edge)
-// with sessions_send; both keep a warm pod and serve a chat for two
-// minutes.
+// with the OpenClaw session tools; both keep a warm pod and serve a chat
+// for two minutes.
 const sessionsSendManifest = tenantBase + `
 apiVersion: v1
 kind: Secret
@@ -38,7 +40,7 @@ metadata:
 spec:
   instructions: You are lead.
   model: {provider: openai, model: lead-model, baseURL: %[3]s, apiKeySecretRef: {name: model-key, key: apiKey}}
-  tools: {allow: [sessions_send, sessions_history]}
+  tools: {allow: [sessions_send, sessions_history, sessions_list, session_status, agents_list]}
   delegates:
   - {name: researcher, agentRef: {name: researcher}, description: finds facts}
   runtime: {idleTimeout: 2m, warmPool: 1}
@@ -84,14 +86,13 @@ func TestClusterSessionsSendSurvivesPodDeaths(t *testing.T) {
 		blocked[agent] = true
 		return true
 	}
-	var once sync.Once
-	release := func() {
-		once.Do(func() {
-			for _, c := range unblock {
-				close(c)
-			}
-		})
+	var freed sync.Map
+	free := func(agent string) {
+		if _, loaded := freed.LoadOrStore(agent, true); !loaded {
+			close(unblock[agent])
+		}
 	}
+	release := func() { free("researcher"); free("lead") }
 	t.Cleanup(release)
 	c := observedDelegateTenant(t, ns, fmt.Sprintf(sessionsSendManifest, ns, ns+"-key", st.llm.URL()), func(agent, user string, _ fakellm.Recorded) fakellm.Turn {
 		switch {
@@ -150,7 +151,7 @@ func TestClusterSessionsSendSurvivesPodDeaths(t *testing.T) {
 	rchat, err := session.ParseID(rsid)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(killPod(t, ns, "researcher", rchat.ChatID)).To(BeTrue(), "researcher's pod serving its chat")
-	close(unblock["researcher"])
+	free("researcher")
 
 	var res result
 	g.Eventually(done, 3*time.Minute).Should(Receive(&res))
@@ -207,4 +208,64 @@ func turnCalls(agent, prefix string) int {
 		}
 	}
 	return n
+}
+
+// TestClusterSessionToolsOnPods: the other OpenClaw session tools in a
+// session pod, on PostgreSQL: lead's model calls sessions_list,
+// sessions_history of researcher's chat (a session along its delegate
+// edge), session_status and agents_list in one step, and each answers
+// from the tenant's store and lead's edges.
+func TestClusterSessionToolsOnPods(t *testing.T) {
+	needStack(t)
+	g := NewWithT(t)
+	ns := "tenant-session-tools"
+	var rsid string
+	var mu sync.Mutex
+	st.llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		var results []string
+		for i := len(r.Messages) - 1; i >= 0 && (r.Messages[i].Role == "tool" || len(r.Messages[i].ToolResults) > 0); i-- {
+			results = append(results, r.Messages[i].Content)
+			for _, tr := range r.Messages[i].ToolResults {
+				results = append(results, tr.Content)
+			}
+		}
+		if len(results) > 0 {
+			return fakellm.Turn{Text: strings.Join(results, "\n---\n")}
+		}
+		if strings.HasPrefix(r.System, "You are researcher.") {
+			return fakellm.Turn{Text: "hello from researcher"}
+		}
+		mu.Lock()
+		key := rsid
+		mu.Unlock()
+		return fakellm.Turn{ToolCalls: []fakellm.Call{
+			{ID: "t1", Name: sessions.NameList, Args: `{"messageLimit":2}`},
+			{ID: "t2", Name: sessions.NameHistory, Args: `{"sessionKey":"` + key + `"}`},
+			{ID: "t3", Name: sessions.NameStatus, Args: `{}`},
+			{ID: "t4", Name: "agents_list", Args: `{}`},
+		}}
+	})
+	st.apply(t, fmt.Sprintf(sessionsSendManifest, ns, ns+"-key", st.llm.URL()))
+	st.waitReady(t, ns, "lead")
+	st.waitReady(t, ns, "researcher")
+	c := gatewaytest.Client{URL: st.gatewayURL, Key: ns + "-key"}
+	var sid string
+	g.Eventually(func() error {
+		var err error
+		_, sid, err = trySend(c, "researcher", "r0", "rchat", "hi")
+		return err
+	}, time.Minute, time.Second).Should(Succeed())
+	mu.Lock()
+	rsid = sid
+	mu.Unlock()
+	var answer, lsid string
+	g.Eventually(func() error {
+		var err error
+		answer, lsid, err = trySendLead(c, "l0", "lchat", "What do you see?")
+		return err
+	}, time.Minute, time.Second).Should(Succeed())
+	g.Expect(answer).To(MatchRegexp(`"session":\s*"`+regexp.QuoteMeta(lsid)+`"`), "sessions_list shows lead's chat")
+	g.Expect(answer).To(ContainSubstring("hello from researcher"), "sessions_history reads researcher's chat")
+	g.Expect(answer).To(MatchRegexp(`"model":\s*"[^"]*lead-model"`), "session_status tells lead's model")
+	g.Expect(answer).To(MatchRegexp(`"agent":\s*"researcher"`), "agents_list lists lead's edge")
 }
