@@ -20,8 +20,9 @@ import (
 
 // TestPodServesRunAfterRun: a session pod that answered a delegated run's
 // one message goes back to the pool (registered warm again) instead of
-// exiting, and serves the next run of its agent; a person's chat still
-// ends the pod once idle.
+// exiting, and serves the next run of its agent; one that gets no wake
+// within the idle timeout exits then, as after a chat, leaving the
+// registry.
 func TestPodServesRunAfterRun(t *testing.T) {
 	f := newFixture(t)
 	g := NewWithT(t)
@@ -31,7 +32,7 @@ func TestPodServesRunAfterRun(t *testing.T) {
 	cfg := session.Config{Store: f.store, Loop: &agent.Loop{Provider: p}, Agent: "helper", Holder: "pod-a",
 		Timeline: session.StoreTimeline{Store: f.store}, LeaseTTL: 3 * time.Second}
 	rt := NewRuntime(RuntimeConfig{Tenant: f.tenant, Agent: "helper", Pod: "pod-a", Bus: f.bus, Redis: f.rdb, Store: f.store,
-		Manager: session.NewManager(cfg), IdleTimeout: time.Second, LeaseTTL: 3 * time.Second,
+		Manager: session.NewManager(cfg), IdleTimeout: 3 * time.Second, LeaseTTL: 3 * time.Second,
 		Delegated: func(ctx context.Context, _ protocol.Delegation) (context.Context, *session.Manager, error) {
 			return ctx, session.NewManager(cfg), nil
 		}})
@@ -67,7 +68,7 @@ func TestPodServesRunAfterRun(t *testing.T) {
 		g.Expect(done).NotTo(Receive(), "the pod is still running after %s", run)
 	}
 
-	f.queue(t, "helper/bob", "helper/bob/1", "hi")
-	g.Eventually(done, 20*time.Second).Should(Receive(BeNil()), "a person's chat ends the pod once idle")
+	g.Eventually(done, 20*time.Second).Should(Receive(BeNil()), "no wake within the idle timeout: the pod exits")
+	g.Expect(f.rdb.HExists(context.Background(), wake.PodsKey(f.tenant, "helper"), "pod-a").Val()).To(BeFalse())
 	ended = true
 }
