@@ -103,9 +103,12 @@ func TestClusterBackgroundFanOutRepeated(t *testing.T) {
 // BenchmarkClusterBackgroundFanOut50 measures, in cluster mode with a
 // model that answers at once and a warm pool of 4 researcher pods, the
 // time from the message whose turn starts 50 background runs to the 50th
-// continuation turn done in the chat. Each run is a chat of researcher and
-// a session pod serves one run, so the time is mostly 50 pod wakes (46 of
-// them pods the operator creates as the pool drains).
+// continuation turn done in the chat. Each run is a chat of researcher; a
+// pod that answered one goes back to the pool for the next wake until its
+// idle timeout (1m here), so the first fan-out starts from the 4 warm pods
+// and the pods the operator adds for the waiting wakes, and a fan-out
+// soon after finds those pods still waiting (each one is logged with the
+// pods it started with).
 func BenchmarkClusterBackgroundFanOut50(b *testing.B) {
 	needStack(b)
 	g := NewWithT(b)
@@ -113,8 +116,12 @@ func BenchmarkClusterBackgroundFanOut50(b *testing.B) {
 	c, db, ctx := fanOutTenant(b, "bench-bg-fanout", n, 4, nil)
 	var took []time.Duration
 	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		pods := len(st.pods(b, "bench-bg-fanout", "researcher"))
+		b.StartTimer()
 		sid, d := fanOutOnce(ctx, b, g, c, db, n, fmt.Sprintf("bench%d", i))
 		took = append(took, d)
+		b.Logf("fan-out %d: %d researcher pods at the start, all 50 continuations in %s", i, pods, d)
 		b.StopTimer()
 		checkOnceEach(ctx, g, db, "bench-bg-fanout", sid, n)
 		b.StartTimer()
