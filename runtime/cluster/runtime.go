@@ -152,26 +152,10 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}
 	defer r.cfg.Redis.HDel(context.WithoutCancel(ctx), pods, r.cfg.Pod)
 	r.quiet()
-	// After a delegated run the pod waits for the next wake at most the
-	// idle timeout, then exits as after a chat: the pods the operator
-	// added for a fan-out do not stay on as a pool larger than the
-	// Agent's. Zero: it waits as long as it takes (a pool pod).
-	var lingerUntil time.Time
 	for {
 		taking, stopTaking := r.rt.UntilDrain(ctx)
-		if !lingerUntil.IsZero() {
-			var stopLinger context.CancelFunc
-			taking, stopLinger = context.WithDeadline(taking, lingerUntil)
-			stop := stopTaking
-			stopTaking = func() { stopLinger(); stop() }
-		}
 		w, m, err := r.claim(taking)
-		lingered := w == nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
 		stopTaking()
-		if lingered {
-			r.sweepAudit(ctx)
-			return nil
-		}
 		if err != nil || w == nil {
 			return err
 		}
@@ -192,17 +176,6 @@ func (r *Runtime) Run(ctx context.Context) error {
 			r.quiet()
 		default:
 			served, err := r.rt.Serve(ctx, sessionrt.Chat{Channel: w.Channel, Key: w.ChatKey})
-			if served && err == nil && w.Channel == protocol.ChannelDelegate {
-				// A delegated run's chat has one message, answered now: the
-				// pod goes back to the pool for the next run of its agent
-				// rather than exit, so that runs fanned out at once need
-				// fewer new pods. (A person's chat, which may come back,
-				// keeps its pod to itself until it is idle, then the pod
-				// exits.)
-				r.quiet()
-				lingerUntil = time.Now().Add(r.cfg.IdleTimeout)
-				break
-			}
 			if served {
 				r.sweepAudit(ctx)
 			}

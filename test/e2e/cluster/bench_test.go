@@ -168,8 +168,8 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 		mu.Unlock()
 	})
 	// A warm pod of each waits for every sample: at least one (the
-	// operator refills a pool as soon as its pod turns busy, and a pod that
-	// answered a run goes back to the pool, so it may hold two for a while).
+	// operator refills a pool as soon as its pod turns busy, so it may
+	// hold two for a while).
 	warm := func(name string) func(g Gomega) {
 		return func(g Gomega) {
 			a := &picobotv1alpha1.Agent{}

@@ -103,12 +103,11 @@ func TestClusterBackgroundFanOutRepeated(t *testing.T) {
 // BenchmarkClusterBackgroundFanOut50 measures, in cluster mode with a
 // model that answers at once and a warm pool of 4 researcher pods, the
 // time from the message whose turn starts 50 background runs to the 50th
-// continuation turn done in the chat. Each run is a chat of researcher; a
-// pod that answered one goes back to the pool for the next wake until its
-// idle timeout (1m here), so the first fan-out starts from the 4 warm pods
-// and the pods the operator adds for the waiting wakes, and a fan-out
-// soon after finds those pods still waiting (each one is logged with the
-// pods it started with).
+// continuation turn done in the chat. Each run is a chat of researcher and
+// a session pod serves one run, so the time is 50 pod wakes (46 of them
+// pods the operator creates as the pool drains) and the 50 continuation
+// turns lead's pod takes one after another. Each fan-out is logged with the
+// researcher pods (live or finished, not yet reaped) it started with.
 func BenchmarkClusterBackgroundFanOut50(b *testing.B) {
 	needStack(b)
 	g := NewWithT(b)
