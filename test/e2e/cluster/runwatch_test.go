@@ -41,7 +41,7 @@ func TestClusterRunWatchWakesARunNoPodServes(t *testing.T) {
 	id := store.NewID()
 	_, err := db.CreateAgentRun(ctx, store.AgentRun{ID: id, Agent: "researcher", SessionID: sid, ParentAgent: "lead",
 		Mode: store.RunBackground, Status: store.RunRunning, Completion: store.CompletionReserved,
-		Input: `{"mode":"background","parent_agent":"lead","target":"researcher","task":"find it","tools":["calculator"],"depth":1}`})
+		Input: `{"mode":"background","parent_agent":"lead","target":"researcher","task":"find it for the watch","tools":["calculator"],"depth":1}`})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	g.Eventually(func(g Gomega) {
@@ -54,7 +54,7 @@ func TestClusterRunWatchWakesARunNoPodServes(t *testing.T) {
 	g.Consistently(func(g Gomega) {
 		g.Expect(countMessages(g, db, ns, sid, "user", continuationPrefix+id)).To(Equal(1))
 		g.Expect(countMessages(g, db, ns, sid, "assistant", "Relayed: Result:\nfound by the watch")).To(Equal(1))
-		g.Expect(turnCalls("researcher", "[Task delegated by agent lead]")).To(Equal(1))
+		g.Expect(turnCalls("researcher", "[Task delegated by agent lead]\n\nfind it for the watch")).To(Equal(1))
 	}, 5*time.Second, 500*time.Millisecond).Should(Succeed())
 }
 
