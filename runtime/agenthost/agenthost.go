@@ -101,7 +101,7 @@ type Host struct {
 	ActiveRuns *delegate.ActiveRuns
 	// Exchanges runs sessions_send's agent-to-agent exchanges; nil answers
 	// sessions_send with ExchangesUnavailable.
-	Exchanges            *sessions.Exchanges
+	Exchanges            sessions.Exchanger
 	ExchangesUnavailable string
 	// Features add tools and prompt sections to every agent, in order.
 	Features []Feature

@@ -156,8 +156,11 @@ func (c Continuations) ensureRuntime(ctx context.Context, agent, channel, chat s
 type RunCompletion struct {
 	Store       RunStore
 	Completions delegate.Completions
-	Clock       func() time.Time
-	Log         *slog.Logger
+	// Exchanges moves sessions_send's exchanges on past the turns this
+	// pod answers (nil: it answers none).
+	Exchanges *Exchanges
+	Clock     func() time.Time
+	Log       *slog.Logger
 }
 
 // didNotRun reports whether a message's outcome says its turn never ran (it
@@ -166,9 +169,14 @@ func didNotRun(err *protocol.CodedError) bool {
 	return err != nil && (err.Code == protocol.CodeBusy || err.Code == protocol.CodeUnavailable)
 }
 
-// Silent reports whether a chat platform must not get a continuation's
-// reply: a sessions_spawn announce step that chose silence.
+// Silent reports whether a chat platform must not get a turn's reply: a
+// sessions_spawn announce step that chose silence, and a turn of a
+// sessions_send exchange (only its announce step posts to the chat, unless
+// it chose silence).
 func (rc *RunCompletion) Silent(msgID string, out protocol.Outcome) bool {
+	if _, announce, ok := sessions.ParseTurnMsgID(msgID); ok {
+		return !announce || strings.TrimSpace(out.Text) == sessions.AnnounceSkip || strings.TrimSpace(out.Text) == ""
+	}
 	_, ok := delegate.ContinuationRun(msgID)
 	return ok && strings.TrimSpace(out.Text) == sessions.AnnounceSkip
 }
@@ -179,6 +187,15 @@ func (rc *RunCompletion) Done(ctx context.Context, c sessionrt.Chat, msgID strin
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
+	if _, _, ok := sessions.ParseTurnMsgID(msgID); ok {
+		if rc.Exchanges == nil {
+			return
+		}
+		if err := rc.Exchanges.Answered(ctx, msgID, out.Text, cerr != nil); err != nil {
+			rc.log().Error("Failed to move an agent-to-agent exchange on; the gateway queues its turn again", "turn", msgID, "err", err)
+		}
+		return
+	}
 	if runID, ok := delegate.ContinuationRun(msgID); ok {
 		if err := delegate.MarkDelivered(ctx, rc.Store, runID); err != nil {
 			rc.log().Error("Failed to mark a background run's completion delivered", "run", runID, "err", err)

@@ -29,7 +29,9 @@ import (
 //   - runs whose completion is ready (recorded, continuation not yet
 //     answered) and whose parent chat no runtime owns: the continuation is
 //     queued again (its message id makes it run once) and a runtime of the
-//     parent woken.
+//     parent woken;
+//   - sessions_send's exchanges whose turn's chat no runtime owns (see
+//     Exchanges.Check).
 //
 // Runs younger than Grace are left alone: their pods are still being woken.
 // It is safe to run in every gateway replica: each step is idempotent.
@@ -139,6 +141,10 @@ func (w *RunWatch) Check(ctx context.Context, tenant string) error {
 	ready, err := w.Store.ListAgentRuns(ctx, store.AgentRunFilter{Mode: store.RunBackground, Completion: store.CompletionReady, Limit: 10_000})
 	if err != nil {
 		return fmt.Errorf("failed to list ready background completions: %w", err)
+	}
+	x := &Exchanges{Tenant: tenant, Bus: w.Bus, Redis: w.Redis, Wake: wake.Publish, Log: w.Log}
+	if err := x.Check(ctx, grace); err != nil {
+		w.Log.Error("Failed to check agent-to-agent exchanges", "tenant", tenant, "err", err)
 	}
 	cont := Continuations{Tenant: tenant, Bus: w.Bus, Redis: w.Redis, Wake: wake.Publish}
 	for _, r := range ready {

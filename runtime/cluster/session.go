@@ -212,15 +212,16 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 	_ = quotas.Refresh(ctx) // logged; no quota read is no budget yet
 	var built *agenthost.Built
 	delegates := &Delegates{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Kube: kube, Log: log}
+	exchanges := &Exchanges{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis, Log: log.With("component", "agent-to-agent")}
 	host := &agenthost.Host{Budget: quotas.Budget, Prices: quotas.Prices, MaxCronJobs: quotas.MaxCronJobs, Mode: agenthost.ModeCluster, Tenant: tenant, Store: mstore, Artifacts: svc.Artifacts,
 		ArtifactURL: func(a store.Artifact) string { return "/api/v1/artifacts/" + a.ID },
 		StateDir:    stateDir, Holder: pod, LeaseTTL: ttl, Defaults: defaults, Kube: kube, Features: feats, Log: log, Health: opts.Health, Metrics: opts.Metrics,
 		Secrets: agenthost.EnvSecrets(nil, env, &a),
 		// A sub-agent's model key is its own Agent's Secret, which this pod
 		// must not read: its runs go to its own session pods.
-		Delegates:            delegates,
-		Background:           &BackgroundRuns{Delegates: delegates},
-		ExchangesUnavailable: "in cluster mode agent-to-agent messages are not built yet (embedded mode, picobot serve, has them)",
+		Delegates:  delegates,
+		Background: &BackgroundRuns{Delegates: delegates},
+		Exchanges:  exchanges,
 		SecretHint: func(sel corev1.SecretKeySelector) string {
 			return fmt.Sprintf("the operator passes Secret %q key %q to the pod as %s; check that the Secret exists", sel.Name, sel.Key, agenthost.SecretEnvName(sel.Name, sel.Key))
 		}}
@@ -283,7 +284,8 @@ func RunSession(ctx context.Context, opts SessionOptions) error {
 		Delegated: SubAgentRuns(svc.Store, agentName, func(tools []string, background bool) (session.Config, error) {
 			return cur.Load().SubAgentRun(tools, background)
 		}),
-		Completion: &RunCompletion{Store: svc.Store, Completions: Continuations{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis}, Log: log},
+		Completion: &RunCompletion{Store: svc.Store, Completions: Continuations{Tenant: tenant, Bus: svc.Bus, Redis: svc.Redis},
+			Exchanges: exchanges, Log: log},
 		// A session pod spends most of its life waiting: warm for a wake,
 		// then for the user's next message. Start-up and each turn leave
 		// garbage and heap the Go runtime would hand back to the OS only

@@ -52,10 +52,29 @@ type SendStore interface {
 	GetSession(ctx context.Context, id string) (store.Session, error)
 }
 
-// Exchanges runs the agent-to-agent exchanges sessions_send starts, past the
-// calling turn: the first turn, the reply ping-pong and the announce step.
-// They live in this process (a restart ends those in progress; the turns
-// already run are stored). Safe for concurrent use.
+// Exchanger runs the agent-to-agent exchanges sessions_send starts, past
+// the calling turn: the first turn, the reply ping-pong and the announce
+// step. Exchanges runs them in the process (embedded mode); cluster mode's
+// runs each turn in the session pods of its chat and survives their deaths.
+type Exchanger interface {
+	// Start starts ex for the tenant of ctx. Its First channel gets the
+	// outcome of ex's first turn (at most one value); Stop ends that wait,
+	// not the exchange.
+	Start(ctx context.Context, ex Exchange) (Started, error)
+	// Clock times timeoutSeconds.
+	Clock() clock.Clock
+}
+
+// Started is a started exchange as its sessions_send call sees it.
+type Started struct {
+	First <-chan StepResult
+	// Stop, if set, ends the wait for First.
+	Stop func()
+}
+
+// Exchanges runs the agent-to-agent exchanges sessions_send starts in this
+// process (a restart ends those in progress; the turns already run are
+// stored). Safe for concurrent use.
 type Exchanges struct {
 	ctx    context.Context
 	sender Sender
@@ -63,6 +82,8 @@ type Exchanges struct {
 	log    *slog.Logger
 	wg     sync.WaitGroup
 }
+
+var _ Exchanger = (*Exchanges)(nil)
 
 // NewExchanges returns the exchanges of a process whose context is ctx (its
 // end stops them); clock times timeoutSeconds.
@@ -80,6 +101,9 @@ func NewExchanges(ctx context.Context, s Sender, clk clock.Clock, log *slog.Logg
 // ended).
 func (x *Exchanges) Wait() { x.wg.Wait() }
 
+// Clock implements Exchanger.
+func (x *Exchanges) Clock() clock.Clock { return x.clock }
+
 // SendConfig configures sessions_send of one agent.
 type SendConfig struct {
 	// Agent is the calling Agent; Edges its spec.delegates: it may send to
@@ -89,7 +113,7 @@ type SendConfig struct {
 	Store SendStore
 	// Exchanges runs the exchanges; nil answers every call with
 	// Unavailable.
-	Exchanges   *Exchanges
+	Exchanges   Exchanger
 	Unavailable string
 }
 
@@ -124,21 +148,27 @@ func NewSend(cfg SendConfig) tool.Tool {
 		})
 }
 
-// exchange is one sessions_send's conversation between two sessions.
-type exchange struct {
-	id                 string
-	requester, target  string // sessions
-	requesterAgent     string
-	targetAgent        string
-	message            string
-	maxTurns           int
-	primary            chan stepResult // the first turn's outcome, buffered
-	requesterCanListen bool
+// Exchange is one sessions_send's conversation between two sessions.
+type Exchange struct {
+	// ID starts the message ids of its turns (ExchangePrefix and a new id).
+	ID string `json:"id"`
+	// Requester and Target are sessions; RequesterAgent and TargetAgent
+	// their Agents.
+	Requester      string `json:"requester"`
+	Target         string `json:"target"`
+	RequesterAgent string `json:"requesterAgent"`
+	TargetAgent    string `json:"targetAgent"`
+	Message        string `json:"message"`
+	MaxTurns       int    `json:"maxTurns"`
+	// RequesterCanListen says the requester's session takes replies (see
+	// chatSession): without it there is no ping-pong.
+	RequesterCanListen bool `json:"requesterCanListen"`
 }
 
-type stepResult struct {
-	reply string
-	err   error
+// StepResult is the outcome of a turn of an exchange.
+type StepResult struct {
+	Reply string
+	Err   error
 }
 
 func send(ctx context.Context, cfg SendConfig, env tool.Env, a SendArgs) (tool.Result, error) {
@@ -189,28 +219,31 @@ func send(ctx context.Context, cfg SendConfig, env tool.Env, a SendArgs) (tool.R
 		return tool.Errorf("error: session %q is a sub-agent run's; it takes no messages: start another run "+
 			"(sessions_spawn or delegate) with what it needs to know", key), nil
 	}
-	ex := &exchange{id: ExchangePrefix + store.NewID(), requester: env.SessionID, target: s.ID, requesterAgent: cfg.Agent, targetAgent: s.Agent,
-		message: msg, maxTurns: turns, primary: make(chan stepResult, 1),
-		requesterCanListen: chatSession(env.SessionID)}
-	if err := cfg.Exchanges.start(ctx, ex); err != nil {
+	ex := Exchange{ID: ExchangePrefix + store.NewID(), Requester: env.SessionID, Target: s.ID, RequesterAgent: cfg.Agent, TargetAgent: s.Agent,
+		Message: msg, MaxTurns: turns, RequesterCanListen: chatSession(env.SessionID)}
+	started, err := cfg.Exchanges.Start(ctx, ex)
+	if err != nil {
 		return tool.Result{}, err
 	}
-	out := Sent{RunID: ex.id, SessionKey: s.ID}
+	if started.Stop != nil {
+		defer started.Stop()
+	}
+	out := Sent{RunID: ex.ID, SessionKey: s.ID}
 	if timeout == 0 {
 		out.Status = "accepted"
 		return jsonResult(out)
 	}
-	timer := cfg.Exchanges.clock.NewTimer(time.Duration(timeout) * time.Second)
+	timer := cfg.Exchanges.Clock().NewTimer(time.Duration(timeout) * time.Second)
 	defer timer.Stop()
 	select {
-	case r := <-ex.primary:
-		if r.err != nil {
-			out.Status, out.Error = "error", r.err.Error()
+	case r := <-started.First:
+		if r.Err != nil {
+			out.Status, out.Error = "error", r.Err.Error()
 			b, _ := jsonResult(out)
 			b.IsError = true
 			return b, nil
 		}
-		out.Status, out.Reply = "ok", r.reply
+		out.Status, out.Reply = "ok", r.Reply
 	case <-timer.C():
 		out.Status, out.Error = "timeout", fmt.Sprintf("no reply within %d s; the turn goes on: sessions_history shows its reply later", timeout)
 	case <-ctx.Done():
@@ -234,69 +267,46 @@ func reach(cfg SendConfig) string {
 	return "agents " + strings.Join(names, ", ")
 }
 
-// start runs ex past the calling turn, for the tenant of ctx.
-func (x *Exchanges) start(ctx context.Context, ex *exchange) error {
+// Start implements Exchanger: ex runs in this process, past the calling
+// turn, for the tenant of ctx.
+func (x *Exchanges) Start(ctx context.Context, ex Exchange) (Started, error) {
 	tenant, err := store.TenantFrom(ctx)
 	if err != nil {
-		return fmt.Errorf("failed to start exchange %q: %w", ex.id, err)
+		return Started{}, fmt.Errorf("failed to start exchange %q: %w", ex.ID, err)
 	}
 	if x.ctx.Err() != nil {
-		return fmt.Errorf("failed to start exchange %q: the runtime is shutting down", ex.id)
+		return Started{}, fmt.Errorf("failed to start exchange %q: the runtime is shutting down", ex.ID)
 	}
 	xctx := store.WithTenant(x.ctx, tenant)
-	x.wg.Go(func() { x.run(xctx, ex) })
-	return nil
+	first := make(chan StepResult, 1)
+	x.wg.Go(func() { x.run(xctx, ex, first) })
+	return Started{First: first}, nil
 }
 
 // run is one exchange: the first turn in the target session, then up to
-// maxTurns replies alternating between the requester's session and the
+// MaxTurns replies alternating between the requester's session and the
 // target's (either ends it with REPLY_SKIP), then the target's announce
-// step, whose reply goes to its chat unless it is ANNOUNCE_SKIP.
-func (x *Exchanges) run(ctx context.Context, ex *exchange) {
-	step := func(session string, n int, text string) (string, error) {
+// step, whose reply goes to its chat unless it is ANNOUNCE_SKIP. The turns
+// are those of ExchangeState, run one after the other.
+func (x *Exchanges) run(ctx context.Context, ex Exchange, first chan<- StepResult) {
+	s := NewExchangeState(ex)
+	for !s.Done {
+		t := s.Current()
 		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
-		defer cancel()
-		return x.sender.Turn(sctx, session, fmt.Sprintf("%s:%d", ex.id, n), text)
-	}
-	first, err := step(ex.target, 1, fmt.Sprintf("[Message from agent %s, session %s, sent with sessions_send]\n\n%s",
-		ex.requesterAgent, ex.requester, ex.message))
-	ex.primary <- stepResult{reply: first, err: err}
-	if err != nil {
-		x.log.Warn("The first turn of an agent-to-agent exchange failed", "exchange", ex.id, "session", ex.target, "err", err)
-		return
-	}
-	latest, n := first, 1
-	for i := 1; i <= ex.maxTurns && ex.requesterCanListen && !skip(latest, ReplySkip); i++ {
-		// Odd turns go back to the requester, even ones to the target.
-		to, from, fromAgent := ex.requester, ex.target, ex.targetAgent
-		if i%2 == 0 {
-			to, from, fromAgent = ex.target, ex.requester, ex.requesterAgent
+		reply, err := x.sender.Turn(sctx, t.Session, t.MsgID, t.Text)
+		cancel()
+		if s.Step == 1 {
+			first <- StepResult{Reply: reply, Err: err}
 		}
-		n++
-		reply, err := step(to, n, fmt.Sprintf("[Reply from agent %s, session %s (agent-to-agent exchange %s, reply %d of at most %d)]\n\n%s\n\n"+
-			"Reply to continue the exchange, or reply exactly %s to end it.", fromAgent, from, ex.id, i, ex.maxTurns, latest, ReplySkip))
 		if err != nil {
-			x.log.Warn("A reply of an agent-to-agent exchange failed", "exchange", ex.id, "session", to, "err", err)
-			break
+			x.log.Warn("A turn of an agent-to-agent exchange failed", "exchange", ex.ID, "session", t.Session, "step", t.Step, "err", err)
 		}
-		if skip(reply, ReplySkip) {
-			break
+		if t.Announce && err == nil && !skip(reply, AnnounceSkip) {
+			if err := x.sender.Announce(ctx, ex.Target, reply); err != nil {
+				x.log.Warn("Failed to deliver an agent-to-agent announcement", "exchange", ex.ID, "session", ex.Target, "err", err)
+			}
 		}
-		latest = reply
-	}
-	n++
-	announce, err := step(ex.target, n, fmt.Sprintf("[Announce step of agent-to-agent exchange %s with agent %s]\n\nOriginal message:\n%s\n\n"+
-		"Your first reply:\n%s\n\nLatest reply:\n%s\n\nYour reply to this message is posted to your chat's channel; reply exactly %s to stay silent.",
-		ex.id, ex.requesterAgent, ex.message, first, latest, AnnounceSkip))
-	if err != nil {
-		x.log.Warn("The announce step of an agent-to-agent exchange failed", "exchange", ex.id, "session", ex.target, "err", err)
-		return
-	}
-	if skip(announce, AnnounceSkip) {
-		return
-	}
-	if err := x.sender.Announce(ctx, ex.target, announce); err != nil {
-		x.log.Warn("Failed to deliver an agent-to-agent announcement", "exchange", ex.id, "session", ex.target, "err", err)
+		s.Advance(reply, err != nil)
 	}
 }
 

@@ -129,9 +129,10 @@ func TestSessionsSend(t *testing.T) {
 	g.Expect(steps[1].text).To(ContainSubstring("reply 1"))
 	g.Expect(steps[2].text).To(ContainSubstring("reply 2"))
 	g.Expect(steps[3].text).To(And(ContainSubstring("Your first reply:\nreply 1"), ContainSubstring("Latest reply:\nreply 3")))
-	for i, s := range steps {
+	for i, s := range steps[:3] {
 		g.Expect(s.msgID).To(Equal(sent.RunID+":"+string(rune('1'+i))), "one message id per turn of the exchange")
 	}
+	g.Expect(steps[3].msgID).To(Equal(sent.RunID+sessions.AnnounceSuffix), "the announce step's message id says what it is")
 	g.Expect(announced).To(Equal([]string{"announced"}))
 
 	// REPLY_SKIP from lead's side ends the ping-pong at once; ANNOUNCE_SKIP

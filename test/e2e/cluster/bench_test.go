@@ -31,6 +31,7 @@ func BenchmarkWakeToFirstToken(b *testing.B) {
 		pool int
 	}{{"warm", 1}, {"cold", 0}} {
 		b.Run(tc.name, func(b *testing.B) {
+			run := invocation()
 			g := NewWithT(b)
 			ns, key := "bench-"+tc.name, "bench-key-"+tc.name
 			st.apply(b, fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "2s", tc.pool))
@@ -47,9 +48,9 @@ func BenchmarkWakeToFirstToken(b *testing.B) {
 				b.StopTimer()
 				g.Eventually(ready, 120*time.Second, 100*time.Millisecond).Should(Succeed())
 				b.StartTimer()
-				id := fmt.Sprintf("w%d", i)
+				id := fmt.Sprintf("w%s-%d", run, i)
 				start := time.Now()
-				ws.Write(b, gatewaytest.Frame{"type": "send", "id": id, "agent": "helper", "chat_id": fmt.Sprintf("c%d", i), "text": "hi"})
+				ws.Write(b, gatewaytest.Frame{"type": "send", "id": id, "agent": "helper", "chat_id": fmt.Sprintf("c%s-%d", run, i), "text": "hi"})
 				first := time.Duration(0)
 				for {
 					f := ws.Read(b)
@@ -83,6 +84,7 @@ func BenchmarkWakeToFirstToken(b *testing.B) {
 // on the kernel's page-cache folio sizes as well as on the code it runs).
 func BenchmarkSessionPodRSS(b *testing.B) {
 	needStack(b)
+	run := invocation()
 	g := NewWithT(b)
 	st.llm.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "ok"} })
 	ns, key := "bench-rss", "bench-rss-key"
@@ -91,9 +93,9 @@ func BenchmarkSessionPodRSS(b *testing.B) {
 	ws := gatewaytest.Client{URL: st.gatewayURL, Key: key}.Dial(b)
 	var rss, anon, file []float64
 	for i := range max(b.N, 3) {
-		frames := ws.Exchange(b, gatewaytest.Frame{"id": fmt.Sprintf("r%d", i), "agent": "helper", "chat_id": fmt.Sprintf("rss%d", i), "text": "hello"})
+		frames := ws.Exchange(b, gatewaytest.Frame{"id": fmt.Sprintf("r%s-%d", run, i), "agent": "helper", "chat_id": fmt.Sprintf("rss%s-%d", run, i), "text": "hello"})
 		g.Expect(gatewaytest.ErrorFrame(frames)).To(BeNil())
-		pod := st.busyPod(ns, "helper", fmt.Sprintf("helper/rss%d", i))
+		pod := st.busyPod(ns, "helper", fmt.Sprintf("helper/rss%s-%d", run, i))
 		g.Expect(pod).NotTo(BeEmpty())
 		var pid int
 		for _, p := range st.pods(b, ns, "helper") {
@@ -148,6 +150,7 @@ func procStatusMB(tb testing.TB, pid int, names ...string) []float64 {
 // Each sample is a new chat, so each one is a wake of each Agent.
 func BenchmarkDelegateRoundTrip(b *testing.B) {
 	needStack(b)
+	run := invocation()
 	g := NewWithT(b)
 	ns := "bench-delegate"
 	var mu sync.Mutex
@@ -167,11 +170,14 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 		calls = append(calls, time.Since(called))
 		mu.Unlock()
 	})
+	// A warm pod of each waits for every sample: at least one (the
+	// operator refills a pool as soon as its pod turns busy, so it may
+	// hold two for a while).
 	warm := func(name string) func(g Gomega) {
 		return func(g Gomega) {
 			a := &picobotv1alpha1.Agent{}
 			g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, a)).To(Succeed())
-			g.Expect(a.Status.WarmPods).To(HaveValue(Equal(int32(1))))
+			g.Expect(a.Status.WarmPods).To(HaveValue(BeNumerically(">=", 1)))
 			g.Expect(a.Status.ActiveSessions).To(HaveValue(BeZero()))
 		}
 	}
@@ -182,13 +188,13 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 		g.Eventually(warm("researcher"), 120*time.Second, 100*time.Millisecond).Should(Succeed())
 		b.StartTimer()
 		start := time.Now()
-		answer, _ := sendLead(b, c, fmt.Sprintf("b%d", i), fmt.Sprintf("bench%d", i), "Where?")
+		answer, _ := sendLead(b, c, fmt.Sprintf("b%s-%d", run, i), fmt.Sprintf("bench%s-%d", run, i), "Where?")
 		turns = append(turns, time.Since(start))
 		g.Expect(answer).To(ContainSubstring(`"result": "Paris"`))
 		b.StopTimer()
 		g.Eventually(warm("researcher"), 120*time.Second, 100*time.Millisecond).Should(Succeed())
 		start = time.Now()
-		answer, _, err := trySend(c, "researcher", fmt.Sprintf("p%d", i), fmt.Sprintf("plain%d", i), "Where?")
+		answer, _, err := trySend(c, "researcher", fmt.Sprintf("p%s-%d", run, i), fmt.Sprintf("plain%s-%d", run, i), "Where?")
 		plain = append(plain, time.Since(start))
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(answer).To(Equal("Paris"))
@@ -196,6 +202,8 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()
+	// One delegate call per turn, or the figure would be of nothing.
+	g.Expect(calls).To(HaveLen(len(turns)), "delegate calls timed")
 	b.ReportMetric(float64(quantile(turns, 0.50).Milliseconds()), "ms-turn-p50")
 	b.ReportMetric(float64(quantile(turns, 0.99).Milliseconds()), "ms-turn-p99")
 	b.ReportMetric(float64(quantile(calls, 0.50).Milliseconds()), "ms-delegate-p50")
@@ -203,6 +211,12 @@ func BenchmarkDelegateRoundTrip(b *testing.B) {
 	b.ReportMetric(float64(quantile(plain, 0.50).Milliseconds()), "ms-plain-turn-p50")
 	b.ReportMetric(float64(quantile(plain, 0.99).Milliseconds()), "ms-plain-turn-p99")
 }
+
+// invocation names one call of a benchmark function, for its message ids
+// and chats: the testing package calls it more than once (b.N 1, then
+// -benchtime's N), and a message id sent again is answered from the store
+// as a duplicate, without a turn, so a second call would time nothing.
+func invocation() string { return strconv.FormatInt(time.Now().UnixNano(), 36) }
 
 // quantile is the q-quantile of d (nearest rank).
 func quantile(d []time.Duration, q float64) time.Duration {

@@ -104,8 +104,10 @@ func TestClusterBackgroundFanOutRepeated(t *testing.T) {
 // model that answers at once and a warm pool of 4 researcher pods, the
 // time from the message whose turn starts 50 background runs to the 50th
 // continuation turn done in the chat. Each run is a chat of researcher and
-// a session pod serves one run, so the time is mostly 50 pod wakes (46 of
-// them pods the operator creates as the pool drains).
+// a session pod serves one run, so the time is 50 pod wakes (46 of them
+// pods the operator creates as the pool drains) and the 50 continuation
+// turns lead's pod takes one after another. Each fan-out is logged with the
+// researcher pods (live or finished, not yet reaped) it started with.
 func BenchmarkClusterBackgroundFanOut50(b *testing.B) {
 	needStack(b)
 	g := NewWithT(b)
@@ -113,8 +115,12 @@ func BenchmarkClusterBackgroundFanOut50(b *testing.B) {
 	c, db, ctx := fanOutTenant(b, "bench-bg-fanout", n, 4, nil)
 	var took []time.Duration
 	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		pods := len(st.pods(b, "bench-bg-fanout", "researcher"))
+		b.StartTimer()
 		sid, d := fanOutOnce(ctx, b, g, c, db, n, fmt.Sprintf("bench%d", i))
 		took = append(took, d)
+		b.Logf("fan-out %d: %d researcher pods at the start, all 50 continuations in %s", i, pods, d)
 		b.StopTimer()
 		checkOnceEach(ctx, g, db, "bench-bg-fanout", sid, n)
 		b.StartTimer()
