@@ -104,7 +104,7 @@ run: ## Embedded mode: an example agent with the web UI on http://127.0.0.1:8080
 	hack/run-embedded.sh
 
 .PHONY: run-operator
-run-operator: controlplane build ## Cluster mode locally: control plane, samples applied, the operator reconciling them.
+run-operator: controlplane build ## Cluster mode locally (gateway, operator, session pods as processes, PostgreSQL, Redis, S3), ending in a chat on http://127.0.0.1:8090/.
 	hack/run-local.sh
 
 ##@ Packaging
