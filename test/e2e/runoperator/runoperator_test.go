@@ -27,7 +27,8 @@ import (
 // runner, applies Agent chat (demo model, no key in the environment) and
 // prints the web UI and a `picobot ask` line; that line, run as printed,
 // answers with the calculator's result, computed in a session pod; the
-// samples' Agents say their key is a placeholder; Ctrl-C stops everything
+// samples' Agents say their key is a placeholder; the web UI chats and
+// shows the Agent read-only (webUIInClusterMode); Ctrl-C stops everything
 // and the script exits 0.
 func TestRunOperatorEndsInAChat(t *testing.T) {
 	if _, err := controlplane.AssetsDir(); err != nil {
@@ -82,8 +83,8 @@ func TestRunOperatorEndsInAChat(t *testing.T) {
 
 	// The banner: everything up, the Agent Ready and served.
 	var banner []string
-	ask := regexp.MustCompile(`One message: (PICOBOT_URL=(\S+) PICOBOT_API_KEY=\S+ .*)$`)
-	var askLine, gatewayURL string
+	ask := regexp.MustCompile(`One message: (PICOBOT_URL=(\S+) PICOBOT_API_KEY=(\S+) .*)$`)
+	var askLine, gatewayURL, apiKey string
 	deadline := time.After(10 * time.Minute) // a cold build of the control plane takes longer; it is cached here
 	for askLine == "" || !strings.Contains(strings.Join(banner, "\n"), "Ctrl-C stops everything") {
 		select {
@@ -93,7 +94,7 @@ func TestRunOperatorEndsInAChat(t *testing.T) {
 			}
 			banner = append(banner, l)
 			if m := ask.FindStringSubmatch(l); m != nil {
-				askLine, gatewayURL = m[1], m[2]
+				askLine, gatewayURL, apiKey = m[1], m[2], m[3]
 			}
 		case <-deadline:
 			t.Fatalf("no banner; output:\n%s\nstderr:\n%s", strings.Join(banner, "\n"), stderr.String())
@@ -137,6 +138,14 @@ func TestRunOperatorEndsInAChat(t *testing.T) {
 		served = served || strings.Contains(string(b), "Turn done")
 	}
 	g.Expect(served).To(BeTrue(), "a session pod's log records the turn")
+
+	// The web UI the banner points to, with the printed key.
+	shots := os.Getenv("PICOBOT_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	g.Expect(os.MkdirAll(shots, 0o755)).To(Succeed())
+	t.Run("web UI", func(t *testing.T) { webUIInClusterMode(t, gatewayURL, apiKey, shots) })
 
 	// Ctrl-C: everything stops, the kubeconfig goes, the script exits 0.
 	g.Expect(syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)).To(Succeed())
