@@ -43,8 +43,8 @@ const (
 
 type options struct {
 	state, kubeconfig, picobot, operator, addr, namespace, samples string
-	fakeLLM                                                         bool
-	model                                                           model
+	fakeLLM                                                        bool
+	model                                                          model
 }
 
 // stack is what run started, stopped in reverse order.
