@@ -514,7 +514,7 @@ func (s *stack) banner(out io.Writer, gatewayURL, apiKey string) {
 	}
 	client := fmt.Sprintf("PICOBOT_URL=%s PICOBOT_API_KEY=%s %s", gatewayURL, apiKey, shownPath(s.o.picobot))
 	kc := "kubectl --kubeconfig " + s.o.kubeconfig
-	fmt.Fprintf(out, `
+	_, _ = fmt.Fprintf(out, `
   PicoBot cluster mode is running: Agent %[1]s in namespace %[2]s, model %[3]s.
   Web UI:      %[4]s/   (API key %[5]s)
   One message: %[6]s ask --agent %[1]s %[7]s

@@ -76,7 +76,7 @@ func TestRunOperatorEndsInAChat(t *testing.T) {
 	t.Cleanup(func() {
 		if !stopped {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-			<-exited
+			_ = <-exited
 		}
 	})
 	go func() { exited <- cmd.Wait() }()
