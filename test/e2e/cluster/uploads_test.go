@@ -130,7 +130,10 @@ func TestClusterUploadsReachTheSessionPod(t *testing.T) {
 	// reload), and the gateway serves their bytes to the tenant.
 	status, body := c.Do(t, http.MethodGet, "/api/v1/sessions/"+url.PathEscape("web:seer/tab1:default")+"/messages", nil)
 	g.Expect(status).To(Equal(http.StatusOK))
-	g.Expect(body["messages"].([]any)[0].(map[string]any)["content"]).To(Equal(user.Content))
+	msgs := body["messages"].([]any)
+	g.Expect(msgs[0].(map[string]any)["content"]).To(Equal(user.Content))
+	g.Expect(msgs[len(msgs)-1]).To(HaveKeyWithValue("usage", HaveKeyWithValue("input_tokens", BeNumerically(">", 0))),
+		"the session pod stored the turn's tokens with its answer (shown after a reload)")
 	status, raw := c.Raw(t, http.MethodGet, img["url"].(string), nil)
 	g.Expect(status).To(Equal(http.StatusOK))
 	g.Expect(raw).To(Equal(pngFile))
