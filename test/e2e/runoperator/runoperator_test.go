@@ -86,7 +86,8 @@ func TestRunOperatorEndsInAChat(t *testing.T) {
 	// The banner: everything up, the Agent Ready and served.
 	var banner []string
 	ask := regexp.MustCompile(`One message: (PICOBOT_URL=(\S+) PICOBOT_API_KEY=(\S+) .*)$`)
-	var askLine, gatewayURL, apiKey string
+	chatRE := regexp.MustCompile(`Terminal: +(PICOBOT_URL=\S+ PICOBOT_API_KEY=\S+ .*)$`)
+	var askLine, chatLine, gatewayURL, apiKey string
 	deadline := time.After(10 * time.Minute) // a cold build of the control plane takes longer; it is cached here
 	for askLine == "" || !strings.Contains(strings.Join(banner, "\n"), "Ctrl-C stops everything") {
 		select {
@@ -95,6 +96,9 @@ func TestRunOperatorEndsInAChat(t *testing.T) {
 				t.Fatalf("the script ended before its banner; output:\n%s\nstderr:\n%s", strings.Join(banner, "\n"), stderr.String())
 			}
 			banner = append(banner, l)
+			if m := chatRE.FindStringSubmatch(l); m != nil {
+				chatLine = m[1]
+			}
 			if m := ask.FindStringSubmatch(l); m != nil {
 				askLine, gatewayURL, apiKey = m[1], m[2], m[3]
 			}
@@ -104,7 +108,7 @@ func TestRunOperatorEndsInAChat(t *testing.T) {
 	}
 	text := strings.Join(banner, "\n")
 	g.Expect(text).To(ContainSubstring("Web UI:      " + gatewayURL + "/"))
-	g.Expect(text).To(ContainSubstring("chat --agent chat"))
+	g.Expect(chatLine).To(HaveSuffix("chat --agent chat"))
 	g.Expect(askLine).To(HaveSuffix(`ask --agent chat "what is 6*7?"`))
 	g.Expect(askLine).To(ContainSubstring(filepath.Join(bin, "picobot")))
 
@@ -148,6 +152,7 @@ func TestRunOperatorEndsInAChat(t *testing.T) {
 	}
 	g.Expect(os.MkdirAll(shots, 0o755)).To(Succeed())
 	t.Run("web UI", func(t *testing.T) { webUIInClusterMode(t, gatewayURL, apiKey, shots) })
+	t.Run("terminal", func(t *testing.T) { chatInTerminal(t, chatLine) })
 
 	// Ctrl-C: everything stops, the kubeconfig goes, the script exits 0.
 	g.Expect(syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)).To(Succeed())
