@@ -180,6 +180,9 @@ func (s *stack) services(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// A configured shared server (PICOBOT_TEST_POSTGRES_URL) keeps no
+	// database of ours once we stop; a throwaway one goes as a whole.
+	s.stops = append(s.stops, func() { dropDatabase(pgDSN, ownerDSN) })
 	s3u, err := url.Parse(s3URL)
 	if err != nil {
 		return "", err
@@ -236,6 +239,26 @@ func database(ctx context.Context, adminDSN string) (app, owner string, err erro
 	owner = u.String()
 	u.User = url.UserPassword(appRole, "local")
 	return u.String(), owner, nil
+}
+
+// dropDatabase drops the database of ownerDSN through the admin
+// connection, ending its sessions (the processes using it are stopped).
+func dropDatabase(adminDSN, ownerDSN string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u, err := url.Parse(ownerDSN)
+	if err != nil {
+		return
+	}
+	conn, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return // a stopped throwaway server took it with it
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	name := strings.TrimPrefix(u.Path, "/")
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		fmt.Fprintf(os.Stderr, "localcluster: failed to drop database %q: %v\n", name, err)
+	}
 }
 
 // podRunner runs the cluster's pods as local processes until ctx ends.
