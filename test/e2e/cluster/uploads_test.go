@@ -71,7 +71,8 @@ func upload(t *testing.T, c gatewaytest.Client, agent, chatID, name, mediaType s
 // through the blob grant service, the model receives the image as an
 // image part and the text file's place in the workspace, reads the file
 // there with file_read (the tools' container) and answers with its
-// content; the file is in the pod's workspace volume.
+// content; the file is in the pod's workspace volume, and the search
+// finds the answer.
 func TestClusterUploadsReachTheSessionPod(t *testing.T) {
 	needStack(t)
 	g := NewWithT(t)
@@ -134,6 +135,11 @@ func TestClusterUploadsReachTheSessionPod(t *testing.T) {
 	g.Expect(msgs[0].(map[string]any)["content"]).To(Equal(user.Content))
 	g.Expect(msgs[len(msgs)-1]).To(HaveKeyWithValue("usage", HaveKeyWithValue("input_tokens", BeNumerically(">", 0))),
 		"the session pod stored the turn's tokens with its answer (shown after a reload)")
+	// The conversation search (PostgreSQL's full-text index) finds the
+	// answer by a word of the file.
+	status, body = c.Do(t, http.MethodGet, "/api/v1/search?agent=seer&chat_id=tab1&q=milk", nil)
+	g.Expect(status).To(Equal(http.StatusOK), "%v", body)
+	g.Expect(body["hits"]).To(ContainElement(And(HaveKeyWithValue("session", "web:seer/tab1:default"), HaveKeyWithValue("role", "assistant"))))
 	status, raw := c.Raw(t, http.MethodGet, img["url"].(string), nil)
 	g.Expect(status).To(Equal(http.StatusOK))
 	g.Expect(raw).To(Equal(pngFile))
