@@ -106,7 +106,9 @@ run: ## Embedded mode: an example agent with the web UI on http://127.0.0.1:8080
 	hack/run-embedded.sh
 
 .PHONY: run-operator
-run-operator: controlplane build ## Cluster mode locally: control plane, samples applied, the operator reconciling them.
+run-operator: ## Cluster mode locally (gateway, operator, session pods as processes, PostgreSQL, Redis, S3), ending in a chat on http://127.0.0.1:8090/.
+	@echo "run-operator: building kube-apiserver and etcd (once: 10-15 minutes on 2 cores) and bin/ (a few minutes the first time, seconds after)..."
+	@$(MAKE) --no-print-directory controlplane build
 	hack/run-local.sh
 
 ##@ Packaging

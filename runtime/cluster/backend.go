@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -216,7 +217,32 @@ func (b *Backend) Handle(ctx context.Context, s gateway.Send) (gateway.Outcome, 
 		// Queued is what matters: the rewake below tries again.
 		b.cfg.Log.ErrorContext(ctx, "Failed to wake chat", "chat", chat, "err", err)
 	}
-	return b.await(ctx, s, tenant, msgID, events)
+	out, err := b.await(ctx, s, tenant, msgID, events)
+	if len(s.Files) > 0 {
+		err = filesRefused(s.Agent, err)
+	}
+	return out, err
+}
+
+// codeFilesUnsupported answers a message with files whose session runtime
+// is older than files: it refused the message (protocol.InboundVersion)
+// rather than answer its text and lose the files.
+const codeFilesUnsupported = "files_unsupported"
+
+// filesRefused turns a session runtime's refusal of a message of a newer
+// wire version, when the message carried files (the only reason a
+// message is version 3), into an error that says so and what to do. Other
+// errors are returned as they are. The runtime's refusal starts with
+// protocol.ErrUnknownVersion's text; a frame this gateway cannot read
+// (a runtime newer than the gateway) reads otherwise.
+func filesRefused(agent string, err error) error {
+	var coded *gateway.CodedError
+	if !errors.As(err, &coded) || coded.Code != gateway.CodeUnavailable || !strings.HasPrefix(coded.Err.Error(), protocol.ErrUnknownVersion.Error()) {
+		return err
+	}
+	return &gateway.CodedError{Code: codeFilesUnsupported, Status: http.StatusUnprocessableEntity, Err: fmt.Errorf(
+		"the session runtime of agent %s is older than the gateway and cannot take attached files (%s); nothing was answered: "+
+			"send the message without files, or upgrade the Agent's runtime image", agent, coded.Err)}
 }
 
 // await relays the events of message msgID to the send's sink until its

@@ -205,7 +205,7 @@ func TestRuntimeRefusesANewerWireFormat(t *testing.T) {
 	got := f.events(t, "helper/eve")
 	ctx := context.Background()
 	stream := chatStream(f.tenant, "helper", "web", "helper/eve")
-	newer := []byte(`{"v":3,"id":"helper/eve/1","channel":"web","chat_key":"helper/eve","text":"hi","attachments":[{"id":"a1"}]}`)
+	newer := []byte(`{"v":4,"id":"helper/eve/1","channel":"web","chat_key":"helper/eve","text":"hi","attachments":[{"id":"a1"}]}`)
 	older := []byte(`{"id":"helper/eve/2","channel":"web","chat_key":"helper/eve","text":"hi"}`)
 	g.Expect(f.bus.Publish(ctx, stream, bus.Message{ID: "helper/eve/1", Payload: newer}, bus.Message{ID: "helper/eve/2", Payload: older})).To(Succeed())
 	g.Expect(wake.Publish(ctx, f.bus, Wake{Tenant: f.tenant, Agent: "helper", Channel: "web", ChatKey: "helper/eve"})).To(Succeed())
@@ -223,7 +223,7 @@ func TestRuntimeRefusesANewerWireFormat(t *testing.T) {
 	}
 	g.Expect(refused).NotTo(BeNil())
 	g.Expect(refused.Code).To(Equal(protocol.CodeUnavailable))
-	g.Expect(refused.Message).To(ContainSubstring("unknown wire format version 3 (this build reads up to 2)"))
+	g.Expect(refused.Message).To(ContainSubstring("unknown wire format version 4 (this build reads up to 3)"))
 	g.Expect(answered).NotTo(BeNil())
 	g.Expect(answered.Outcome.Text).To(Equal("read you"))
 	g.Expect(f.llm.Requests()).To(HaveLen(1), "the refused message never reached the model")

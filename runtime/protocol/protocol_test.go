@@ -35,7 +35,7 @@ func TestInboundVersions(t *testing.T) {
 	g.Expect(in.Text).To(Equal("hi"))
 	_, err = DecodeInbound([]byte(`{"v":7,"id":"x","channel":"web","chat_key":"a/u"}`))
 	g.Expect(errors.Is(err, ErrUnknownVersion)).To(BeTrue())
-	g.Expect(err).To(MatchError(ContainSubstring("version 7 (this build reads up to 2)")))
+	g.Expect(err).To(MatchError(ContainSubstring("version 7 (this build reads up to 3)")))
 	// A delegated task is version 2, which a version-1 runtime refuses
 	// rather than run it without its narrowed tools and depth.
 	b, err = EncodeInbound(Inbound{ID: "r1", Channel: ChannelDelegate, ChatKey: "r1", Text: "task",
@@ -45,6 +45,20 @@ func TestInboundVersions(t *testing.T) {
 	in, err = DecodeInbound(b)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(in.Delegation).To(Equal(&Delegation{RunID: "r1", ParentAgent: "lead", Depth: 2, Tools: []string{}}), "an empty tools list stays a narrowing to none")
+	// A message with files is version 3: a runtime from before files
+	// (reading up to 2) refuses it instead of answering the text alone.
+	files := []File{{ID: "art_1", Name: "notes.md", MediaType: "text/markdown", Size: 9}}
+	b, err = EncodeInbound(Inbound{ID: "a/u/2", Channel: ChannelWeb, ChatKey: "a/u", Text: "read this", Files: files})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).To(ContainSubstring(`"v":3`))
+	in, err = DecodeInbound(b)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(in.Files).To(Equal(files))
+	var stamped struct{ V int }
+	g.Expect(json.Unmarshal(b, &stamped)).To(Succeed())
+	err = checkVersion(stamped.V, 2)
+	g.Expect(errors.Is(err, ErrUnknownVersion)).To(BeTrue(), "a version-2 reader refuses it")
+	g.Expect(err).To(MatchError(ContainSubstring("version 3 (this build reads up to 2)")))
 	_, err = DecodeInbound([]byte(`{"id":"x","text":"hi"}`))
 	g.Expect(err).To(MatchError(ContainSubstring("no channel or chat_key")))
 }

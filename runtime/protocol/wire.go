@@ -22,7 +22,10 @@ const (
 	// Delegation, which a version-1 reader would drop (running a sub-agent's
 	// task with all of its tools and no depth): a message carrying it is
 	// stamped 2, every other message still 1, so older runtimes read them.
-	InboundVersion = 2
+	// Version 3 added Files, which a reader before it drops (answering the
+	// text alone, the files silently lost): a message carrying files is
+	// stamped 3, so such a runtime refuses it and the sender hears why.
+	InboundVersion = 3
 	// FrameVersion is the version of Frame. Version 1 carried the turn
 	// event with Go field names ("ToolCall"); version 2 with the JSON tags
 	// of runtime/turn ("tool_call"), and turn.Event still reads version 1.
@@ -52,8 +55,9 @@ type Inbound struct {
 	DialogID string `json:"dialog_id,omitempty"`
 	// Files are the files the user attached to the message, uploaded to
 	// the artifact store before it was sent (POST /api/v1/uploads): the
-	// message carries their references, never their bytes. A reader older
-	// than the field answers the text alone.
+	// message carries their references, never their bytes. A message with
+	// files is version 3, which a reader older than the field refuses
+	// (see InboundVersion).
 	Files []File `json:"files,omitempty"`
 	// Actor is who the message came from as the gateway knows it (the
 	// API key "key:<id>", a chat platform's user "<channel>:<user>"),
@@ -87,12 +91,15 @@ type Delegation struct {
 }
 
 // EncodeInbound returns the bus payload of a message, stamped with the
-// oldest version that carries it: InboundVersion with a Delegation, 1
-// without.
+// oldest version that carries it: 3 with Files, 2 with a Delegation, 1
+// otherwise.
 func EncodeInbound(in Inbound) ([]byte, error) {
 	in.V = 1
 	if in.Delegation != nil {
-		in.V = InboundVersion
+		in.V = 2
+	}
+	if len(in.Files) > 0 {
+		in.V = 3
 	}
 	b, err := json.Marshal(in)
 	if err != nil {
