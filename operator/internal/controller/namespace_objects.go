@@ -122,6 +122,11 @@ func (n *namespaceObjects) ensure(ctx context.Context, ns string) error {
 		return err
 	}
 	network := n.network
+	api, err := apiServerEgress(ctx, n.reader)
+	if err != nil {
+		return err
+	}
+	network.APIServer = api
 	if n.placement != nil && n.placement(ctx, ns) == podspec.SandboxInPod {
 		network.SandboxPort = podspec.SandboxPort
 	}
@@ -354,27 +359,49 @@ func (r *NamespaceObjectsReconciler) Reconcile(ctx context.Context, req ctrl.Req
 func (r *NamespaceObjectsReconciler) reprovision(w restartWatcher, out chan<- event.GenericEvent) manager.RunnableFunc {
 	return func(ctx context.Context) error {
 		w.WatchRedisRestarts(ctx, restartCheck, func() {
-			var agents picobotv1alpha1.AgentList
-			if err := r.List(ctx, &agents); err != nil {
-				log.FromContext(ctx).Error(err, "Failed to list Agents after a Redis restart; their namespaces wait for their next event")
-				return
-			}
-			seen := map[string]bool{}
 			log.FromContext(ctx).Info("Redis restarted; provisioning the tenants' users again")
-			for i := range agents.Items {
-				ns := agents.Items[i].Namespace
-				if seen[ns] {
-					continue
-				}
-				seen[ns] = true
-				select {
-				case out <- event.GenericEvent{Object: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns}}}:
-				case <-ctx.Done():
-					return
-				}
-			}
+			r.enqueueAll(ctx, out, "after a Redis restart")
 		})
 		return nil
+	}
+}
+
+// followAPIServer enqueues every namespace with Agents when the API server's
+// addresses change, so their session pods' NetworkPolicy lets new pods
+// reach it.
+func (r *NamespaceObjectsReconciler) followAPIServer(out chan<- event.GenericEvent) manager.RunnableFunc {
+	return func(ctx context.Context) error {
+		first, err := apiServerEgress(ctx, r.objects.reader)
+		if err != nil {
+			log.FromContext(ctx).Error(err, "Failed to read the API server's addresses; reading them again later")
+		}
+		watchAPIServer(ctx, r.objects.reader, first, func(now podspec.APIServer) {
+			log.FromContext(ctx).Info("The API server's addresses changed; updating the session pods' NetworkPolicies", "cidrs", now.CIDRs, "ports", now.Ports)
+			r.enqueueAll(ctx, out, "after the API server's addresses changed")
+		})
+		return nil
+	}
+}
+
+// enqueueAll sends every namespace with Agents to the reconciler once.
+func (r *NamespaceObjectsReconciler) enqueueAll(ctx context.Context, out chan<- event.GenericEvent, why string) {
+	var agents picobotv1alpha1.AgentList
+	if err := r.List(ctx, &agents); err != nil {
+		log.FromContext(ctx).Error(err, "Failed to list Agents; their namespaces wait for their next event", "why", why)
+		return
+	}
+	seen := map[string]bool{}
+	for i := range agents.Items {
+		ns := agents.Items[i].Namespace
+		if seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		select {
+		case out <- event.GenericEvent{Object: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns}}}:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -400,6 +427,11 @@ func (r *NamespaceObjectsReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		b = b.WatchesRawSource(source.Channel(again, toNamespace))
 	}
+	moved := make(chan event.GenericEvent, 1024)
+	if err := mgr.Add(r.followAPIServer(moved)); err != nil {
+		return fmt.Errorf("failed to follow the API server's addresses: %w", err)
+	}
+	b = b.WatchesRawSource(source.Channel(moved, toNamespace))
 	err := b.
 		Named("namespace-objects").
 		Watches(&picobotv1alpha1.Agent{}, toNamespace, builder.WithPredicates(createOrDelete{})).

@@ -6,9 +6,11 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/picobot/picobot/operator/internal/podspec"
@@ -36,6 +38,8 @@ func TestNamespaceObjectsComeBack(t *testing.T) {
 	g.Expect(k8s.Create(ctx, openAIAgent(ns, "helper", "openai"))).To(Succeed())
 	sa := podspec.ServiceAccountName("helper")
 	wantData := map[string][]byte{"PICOBOT_REDIS_URL": []byte(rc.Connection["PICOBOT_REDIS_URL"])}
+	network := rc.Network
+	network.APIServer = apiServerOf(t)
 
 	objects := map[string]namespaceObject{
 		"connection Secret": {
@@ -64,7 +68,7 @@ func TestNamespaceObjectsComeBack(t *testing.T) {
 				o.(*networkingv1.NetworkPolicy).Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}} // allow all
 			},
 			intact: func(g Gomega, o client.Object) {
-				g.Expect(o.(*networkingv1.NetworkPolicy).Spec).To(Equal(podspec.NetworkPolicy(ns, rc.Network).Spec))
+				g.Expect(o.(*networkingv1.NetworkPolicy).Spec).To(Equal(podspec.NetworkPolicy(ns, network).Spec))
 			},
 		},
 		"unlabelled NetworkPolicy": {
@@ -75,7 +79,7 @@ func TestNamespaceObjectsComeBack(t *testing.T) {
 			},
 			intact: func(g Gomega, o client.Object) {
 				g.Expect(o.GetLabels()).To(HaveKeyWithValue(podspec.LabelManagedBy, "picobot-operator"))
-				g.Expect(o.(*networkingv1.NetworkPolicy).Spec).To(Equal(podspec.NetworkPolicy(ns, rc.Network).Spec))
+				g.Expect(o.(*networkingv1.NetworkPolicy).Spec).To(Equal(podspec.NetworkPolicy(ns, network).Spec))
 			},
 		},
 		"Role": {
@@ -143,5 +147,67 @@ func TestNamespaceObjectsComeBack(t *testing.T) {
 			NewWithT(t).Expect(k8s.Update(ctx, o)).To(Succeed())
 			fetch(t, c, "")
 		})
+	}
+}
+
+// apiServerOf reads where the test's API server answers, as the operator
+// should: the kubernetes Service's cluster IP and port, and its endpoints.
+func apiServerOf(t *testing.T) podspec.APIServer {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	var svc corev1.Service
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &svc)).To(Succeed())
+	var eps discoveryv1.EndpointSliceList
+	g.Expect(k8s.List(ctx, &eps, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})).To(Succeed())
+	api := podspec.APIServer{CIDRs: []string{svc.Spec.ClusterIP + "/32"}, Ports: []int32{svc.Spec.Ports[0].Port}}
+	for _, s := range eps.Items {
+		for _, e := range s.Endpoints {
+			api.CIDRs = append(api.CIDRs, e.Addresses[0]+"/32")
+		}
+		api.Ports = append(api.Ports, *s.Ports[0].Port)
+	}
+	g.Expect(eps.Items).NotTo(BeEmpty(), "the API server publishes its own endpoints")
+	api.Normalize()
+	return api
+}
+
+// TestSessionPodsReachTheAPIServer: the session pods' NetworkPolicy lets them
+// reach the API server where it really answers (its endpoint address and
+// port, usually private and not 443, as on the real node where every session
+// pod otherwise exited with "failed to read agent … connection refused"), and
+// the sandbox pods' policy does not.
+func TestSessionPodsReachTheAPIServer(t *testing.T) {
+	ns := newRuntimeNamespace(t)
+	startRuntimeManager(t, ns, nil)
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(k8s.Create(ctx, secret(ns, "openai", "apiKey"))).To(Succeed())
+	g.Expect(k8s.Create(ctx, openAIAgent(ns, "helper", "openai"))).To(Succeed())
+	api := apiServerOf(t)
+	g.Expect(api.Ports).To(ContainElement(Not(BeEquivalentTo(443))), "envtest's API server listens on a port of its own")
+
+	want := networkingv1.NetworkPolicyEgressRule{}
+	tcp := corev1.ProtocolTCP
+	for _, c := range api.CIDRs {
+		want.To = append(want.To, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: c}})
+	}
+	for _, p := range api.Ports {
+		port := intstr.FromInt32(p)
+		want.Ports = append(want.Ports, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &port})
+	}
+	g.Eventually(func(g Gomega) {
+		var np networkingv1.NetworkPolicy
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: podspec.NetworkPolicyName}, &np)).To(Succeed())
+		g.Expect(np.Spec.Egress).To(ContainElement(want))
+	}).Should(Succeed())
+
+	sandbox := podspec.SandboxNetworkPolicy(ns, podspec.Network{APIServer: api})
+	for _, r := range sandbox.Spec.Egress {
+		for _, p := range r.To {
+			if p.IPBlock != nil {
+				g.Expect(api.CIDRs).NotTo(ContainElement(p.IPBlock.CIDR), "sandbox pods never reach the API server")
+			}
+		}
 	}
 }

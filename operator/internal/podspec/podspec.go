@@ -396,6 +396,25 @@ type Network struct {
 	// SandboxPort, when set (sandbox placement "pod"), lets session pods
 	// reach the namespace's sandbox pods on it.
 	SandboxPort int32
+	// APIServer is where the Kubernetes API server answers: session pods
+	// read their Agent there when they start, and its addresses usually
+	// lie in the private ranges the internet rule leaves out.
+	APIServer APIServer
+}
+
+// APIServer is the API server's addresses (one-address CIDRs) and ports.
+type APIServer struct {
+	CIDRs []string
+	Ports []int32
+}
+
+// Normalize sorts both lists and drops repeats, so equal readings compare
+// equal and the policy does not change from one reading to the next.
+func (a *APIServer) Normalize() {
+	slices.Sort(a.CIDRs)
+	a.CIDRs = slices.Compact(a.CIDRs)
+	slices.Sort(a.Ports)
+	a.Ports = slices.Compact(a.Ports)
 }
 
 // DefaultPrivateCIDRs are RFC 1918, CGNAT, link-local (cloud metadata) and
@@ -443,6 +462,17 @@ func NetworkPolicy(namespace string, n Network) *networkingv1.NetworkPolicy {
 	for _, cidr := range n.ServiceCIDRs {
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
 			To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: cidr}}}, Ports: svcPorts})
+	}
+	if api := n.APIServer; len(api.CIDRs) > 0 && len(api.Ports) > 0 {
+		rule := networkingv1.NetworkPolicyEgressRule{}
+		for _, cidr := range api.CIDRs {
+			rule.To = append(rule.To, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
+		}
+		for _, p := range api.Ports {
+			port := intstr.FromInt32(p)
+			rule.Ports = append(rule.Ports, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &port})
+		}
+		egress = append(egress, rule)
 	}
 	var ingress []networkingv1.NetworkPolicyIngressRule
 	if n.MetricsPort > 0 {

@@ -18,6 +18,7 @@
   - ""
   resources:
   - namespaces
+  - services
   verbs:
   - get
 - apiGroups:
@@ -113,6 +114,12 @@
   - leases/finalizers
   verbs:
   - update
+- apiGroups:
+  - discovery.k8s.io
+  resources:
+  - endpointslices
+  verbs:
+  - list
 - apiGroups:
   - events.k8s.io
   resources:
