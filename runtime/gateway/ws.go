@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/picobot/picobot/runtime/metrics"
+	"github.com/picobot/picobot/runtime/node"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
@@ -57,6 +58,8 @@ type frame struct {
 	Answered *bool  `json:"answered,omitempty"`
 	// RetryAfterMS is set on rate_limited errors.
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+	// Node is the payload of the node_* frames (package node).
+	Node json.RawMessage `json:"node,omitempty"`
 }
 
 type eventBody struct {
@@ -176,6 +179,8 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 	defer s.metrics.ConnOpened(metrics.ConnWebSocket)()
 	var turns sync.WaitGroup
 	defer turns.Wait()
+	var nc nodeConn
+	defer nc.close()
 	for {
 		typ, data, err := ws.Read(ctx)
 		if err != nil {
@@ -215,6 +220,10 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			s.wsDialog(ctx, c, f)
 		case f.Type == "approve":
 			s.wsApprove(ctx, c, f)
+		case f.Type == node.FrameHello:
+			s.wsNodeHello(ctx, c, f, &nc)
+		case f.Type == node.FrameResult:
+			s.wsNodeResult(ctx, c, f, &nc)
 		case f.Type == "send":
 			if msg := validateSend(f); msg != "" {
 				c.fail(f.ID, CodeBadRequest, msg)
