@@ -134,7 +134,8 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Nodes pairs the tenants' devices (`picobot node`): the gateway takes
 	// their connections into it and the nodes tool reaches them through
-	// it (runtime/node); nil pairs none.
+	// it (runtime/node); nil pairs none. Open sets its Store to the
+	// runtime's when it has none.
 	Nodes *node.Service
 	// TracerProvider traces turns, from the gateway's request through the
 	// bus to the reply (package tracing); nil traces nothing.
@@ -331,6 +332,9 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		if state, err = OpenState(ctx, opts.StateDir); err != nil {
 			return nil, err
 		}
+	}
+	if opts.Nodes != nil && opts.Nodes.Store == nil {
+		opts.Nodes.Store = state.Store
 	}
 	if opts.Metrics != nil {
 		// The runtime's store and bus calls are timed and counted; the

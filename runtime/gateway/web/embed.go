@@ -4,7 +4,8 @@
 // resources (highlight.js, which colours code blocks, is vendored under
 // vendor/highlight): index.html loads ui-core.js (pure functions: markdown rendering,
 // the turn/frame reducer, history grouping; unit-tested by app.test.mjs with
-// `node --test`) and app.js (the DOM wiring). The element ids and classes that
+// `node --test`) and app.js (the DOM wiring); nodes.js is the Devices section (paired
+// nodes) of the configuration view. The element ids and classes that
 // browser tests may rely on are listed at the top of app.js.
 package web
 
@@ -12,5 +13,5 @@ import "embed"
 
 // FS holds the UI's files at its root; the gateway serves it at "/".
 //
-//go:embed index.html app.js ui-core.js style.css vendor/highlight/highlight.min.js vendor/highlight/github.css vendor/highlight/github-dark.css
+//go:embed index.html app.js ui-core.js nodes.js style.css vendor/highlight/highlight.min.js vendor/highlight/github.css vendor/highlight/github-dark.css
 var FS embed.FS
