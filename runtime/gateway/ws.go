@@ -233,7 +233,7 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			c.send(frame{Type: "ack", ID: f.ID})
 			turns.Go(func() { s.turn(ctx, c, f) })
 		default:
-			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown frame type %q (want send, stop, dialog or approve)", f.Type))
+			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown frame type %q (want send, stop, dialog, approve, node_hello or node_result)", f.Type))
 		}
 	}
 }

@@ -29,13 +29,14 @@ import (
 
 // nodesModel calls the nodes tool with the JSON after "NODES " in the
 // user's message, and answers a tool result with "RESULT:" (or "ERROR:"
-// for an error result) and the result's content, so the test reads what
+// for an error result, which the tool starts with "error:") and the
+// result's content, so the test reads what
 // the model was given.
 func nodesModel(r fakellm.Recorded) fakellm.Turn {
 	last := r.Messages[len(r.Messages)-1]
 	if len(last.ToolResults) > 0 {
 		tr := last.ToolResults[len(last.ToolResults)-1]
-		if tr.IsError {
+		if tr.IsError || strings.HasPrefix(tr.Content, "error:") { // the OpenAI protocol carries no error flag
 			return fakellm.Turn{Text: "ERROR:" + tr.Content}
 		}
 		return fakellm.Turn{Text: "RESULT:" + tr.Content}
@@ -61,8 +62,24 @@ type turnResult struct {
 }
 
 // askAgent sends text to the agent over the WebSocket with key and waits for
-// the turn to end.
+// the turn to end. The key's rate limit (10/s, bursts of 20) is shared with
+// the nodes' frames and the test's REST calls: a refused dial or send is
+// retried (with the same message id) after the second it asks for.
 func askAgent(ctx context.Context, base, key, id, text string) (turnResult, error) {
+	for {
+		res, err := askOnce(ctx, base, key, id, text)
+		if err == nil || !(strings.Contains(err.Error(), "429") || strings.Contains(err.Error(), "rate limit")) {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func askOnce(ctx context.Context, base, key, id, text string) (turnResult, error) {
 	var out turnResult
 	c, res, err := websocket.Dial(ctx, strings.Replace(base, "http", "ws", 1)+"/api/v1/ws",
 		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
@@ -240,6 +257,9 @@ func freeAddr(tb testing.TB) string {
 // call is in the audit log.
 func TestNodesPairedThroughServe(t *testing.T) {
 	g := NewWithT(t)
+	// The test's REST polls share the key's rate limit (10/s) with the
+	// nodes' own connections.
+	g.SetDefaultEventuallyPollingInterval(500 * time.Millisecond)
 	bus := services.StartSessionBus(t)
 	display := services.StartXvfb(t, 320, 240)
 	notes := serveNotifications(t, bus)
