@@ -46,6 +46,7 @@ import (
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/manifest"
 	"github.com/picobot/picobot/runtime/metrics"
+	"github.com/picobot/picobot/runtime/node"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/quota"
@@ -132,6 +133,11 @@ type Options struct {
 	// serves no /metrics.
 	Metrics  *metrics.Metrics
 	Gatherer prometheus.Gatherer
+	// Nodes pairs the tenants' devices (`picobot node`): the gateway takes
+	// their connections into it and the nodes tool reaches them through
+	// it (runtime/node); nil pairs none. Open sets its Store to the
+	// runtime's when it has none.
+	Nodes *node.Service
 	// TracerProvider traces turns, from the gateway's request through the
 	// bus to the reply (package tracing); nil traces nothing.
 	TracerProvider trace.TracerProvider
@@ -328,6 +334,9 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	if opts.Nodes != nil && opts.Nodes.Store == nil {
+		opts.Nodes.Store = state.Store
+	}
 	if opts.Metrics != nil {
 		// The runtime's store and bus calls are timed and counted; the
 		// caller's State keeps the bare ones.
@@ -448,6 +457,10 @@ func checkTenant(t string) error {
 
 // Tenant is the default tenant: gateway.New serves it.
 func (r *Runtime) Tenant() string { return r.opts.Tenant }
+
+// Nodes returns the paired devices' service (Options.Nodes): gateway.New
+// serves it.
+func (r *Runtime) Nodes() *node.Service { return r.opts.Nodes }
 
 // Metrics returns what the gateway records its own metrics on and what it
 // serves on /metrics (Options.Metrics and Options.Gatherer).

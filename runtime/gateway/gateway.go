@@ -23,6 +23,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/metrics"
+	"github.com/picobot/picobot/runtime/node"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tracing"
@@ -244,6 +245,9 @@ type Config struct {
 	// trace continues through the bus (package tracing). Nil traces
 	// nothing.
 	TracerProvider trace.TracerProvider
+	// Nodes pairs and reaches the tenants' devices (`picobot node`, package
+	// node); nil answers the node frames and endpoints with not_found.
+	Nodes *node.Service
 }
 
 // Server is the gateway's HTTP handler.
@@ -263,6 +267,7 @@ type Server struct {
 	metrics     *metrics.Metrics
 	gatherer    prometheus.Gatherer
 	tracer      trace.Tracer
+	nodes       *node.Service
 	mux         *http.ServeMux
 }
 
@@ -272,7 +277,9 @@ type Server struct {
 // UIKey() when the backend has that method, else a key of this process). The
 // tenant is the backend's Tenant() when it has that method, else "default".
 // A backend with a Metrics() method gives the gateway its metrics and what
-// it serves on /metrics, one with a TracerProvider() method its tracing. NewServer configures everything else.
+// it serves on /metrics, one with a TracerProvider() method its tracing,
+// one with a Nodes() method its paired devices. NewServer configures
+// everything else.
 func New(b Backend, apiKey string, ui fs.FS, log *slog.Logger) *Server {
 	tenant := "default"
 	if t, ok := b.(interface{ Tenant() string }); ok && t.Tenant() != "" {
@@ -294,6 +301,9 @@ func New(b Backend, apiKey string, ui fs.FS, log *slog.Logger) *Server {
 	}
 	if t, ok := b.(interface{ TracerProvider() trace.TracerProvider }); ok {
 		cfg.TracerProvider = t.TracerProvider()
+	}
+	if n, ok := b.(interface{ Nodes() *node.Service }); ok {
+		cfg.Nodes = n.Nodes()
 	}
 	s, err := NewServer(cfg)
 	if err != nil {
@@ -324,7 +334,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{backend: cfg.Backend, auth: cfg.Auth, limits: newLimiters(cfg.DefaultLimit), authFails: newAuthFailures(),
 		bodyTimeout: cfg.BodyTimeout, hosts: cfg.AllowedHosts, keepAlive: cfg.StreamKeepAlive, maxBody: cfg.MaxBodyBytes, origins: cfg.OriginPatterns, ui: cfg.UI, log: cfg.Log,
-		metrics: cfg.Metrics, gatherer: cfg.MetricsGatherer, tracer: tracing.Tracer(cfg.TracerProvider), mux: http.NewServeMux()}
+		metrics: cfg.Metrics, gatherer: cfg.MetricsGatherer, tracer: tracing.Tracer(cfg.TracerProvider), nodes: cfg.Nodes, mux: http.NewServeMux()}
 	_, s.keyless = cfg.Auth.(Loopback)
 	s.routes()
 	return s, nil
@@ -358,6 +368,8 @@ func (s *Server) routes() {
 	api("PATCH /api/v1/dialogs/{dialog}", s.renameDialog)
 	api("POST /api/v1/dialogs/{dialog}/archive", s.archiveDialog)
 	api("DELETE /api/v1/dialogs/{dialog}", s.deleteDialog)
+	api("GET /api/v1/nodes", s.listNodes)
+	api("POST /api/v1/nodes/{id}/{decision}", s.decideNode)
 	if s.gatherer != nil {
 		h := metrics.Handler(s.gatherer)
 		s.mux.HandleFunc("GET /metrics", s.guard(styleProtocol, h.ServeHTTP))

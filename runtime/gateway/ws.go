@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/picobot/picobot/runtime/metrics"
+	"github.com/picobot/picobot/runtime/node"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/tracing"
 	"github.com/picobot/picobot/runtime/turn"
@@ -62,6 +63,8 @@ type frame struct {
 	Image    string `json:"image,omitempty"`
 	// RetryAfterMS is set on rate_limited errors.
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+	// Node is the payload of the node_* frames (package node).
+	Node json.RawMessage `json:"node,omitempty"`
 }
 
 type eventBody struct {
@@ -187,6 +190,8 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 	defer s.metrics.ConnOpened(metrics.ConnWebSocket)()
 	var turns sync.WaitGroup
 	defer turns.Wait()
+	var nc nodeConn
+	defer nc.close()
 	for {
 		typ, data, err := ws.Read(ctx)
 		if err != nil {
@@ -228,6 +233,10 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			s.wsApprove(ctx, c, f)
 		case f.Type == "canvas_result":
 			s.wsCanvasResult(ctx, c, f)
+		case f.Type == node.FrameHello:
+			s.wsNodeHello(ctx, c, f, &nc)
+		case f.Type == node.FrameResult:
+			s.wsNodeResult(ctx, c, f, &nc)
 		case f.Type == "send":
 			if msg := validateSend(f); msg != "" {
 				c.fail(f.ID, CodeBadRequest, msg)
@@ -237,7 +246,7 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 			c.send(frame{Type: "ack", ID: f.ID})
 			turns.Go(func() { s.turn(ctx, c, f) })
 		default:
-			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown frame type %q (want send, stop, dialog, approve or canvas_result)", f.Type))
+			c.fail(f.ID, CodeBadRequest, fmt.Sprintf("unknown frame type %q (want send, stop, dialog, approve, canvas_result, node_hello or node_result)", f.Type))
 		}
 	}
 }

@@ -177,6 +177,21 @@ type Store interface {
 	// before and returns how many it removed (retention).
 	DeleteAudit(ctx context.Context, before time.Time) (int, error)
 
+	// RegisterNode records the hello of a paired device (`picobot node`):
+	// a node not seen before is stored as NodePending; a known one gets its
+	// name, platform, version and capabilities replaced and LastSeenAt moved
+	// on, and keeps its state (so a reconnect needs no new approval, and a
+	// rejected or revoked node stays refused).
+	RegisterNode(ctx context.Context, n Node) (Node, error)
+	// GetNode returns a node by ID.
+	GetNode(ctx context.Context, id string) (Node, error)
+	// ListNodes returns the tenant's nodes in state (all when empty),
+	// oldest first.
+	ListNodes(ctx context.Context, state NodeState) ([]Node, error)
+	// SetNodeState moves a node to state and returns it; ErrNotFound when
+	// the tenant has no such node.
+	SetNodeState(ctx context.Context, id string, state NodeState) (Node, error)
+
 	// CreateDelivery stores a new outbound delivery; ErrExists on a duplicate ID.
 	CreateDelivery(ctx context.Context, d Delivery) (Delivery, error)
 	// GetDelivery returns a delivery by ID.

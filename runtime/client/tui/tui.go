@@ -349,6 +349,12 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		cmd = m.readRuns()
 	case runReadMsg:
 		cmd = m.runRead(msg)
+	case nodesMsg:
+		if msg.err != nil {
+			m.errLine = "Nodes: " + m.describe(msg.err)
+		} else {
+			m.log.add(entry{kind: entryNote, text: msg.text})
+		}
 	case approvedMsg:
 		switch {
 		case msg.err != nil:
@@ -416,6 +422,10 @@ func (m Model) submit() (Model, tea.Cmd, bool) {
 	case strings.HasPrefix(text, "/cancel-run"):
 		m.input.Reset()
 		return m, m.cancelRun(text), false
+	case text == "/nodes" || strings.HasPrefix(text, "/nodes "):
+		m.input.Reset()
+		m.log.add(entry{kind: entryNote, text: text})
+		return m, m.nodesCommand(text), false
 	case m.busy() && text == "/stop":
 		m.input.Reset()
 		if m.stopping {

@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/picobot/picobot/runtime/client"
 	"github.com/picobot/picobot/runtime/embedded/embeddedtest"
+	"github.com/picobot/picobot/runtime/node"
+	"github.com/picobot/picobot/runtime/node/device"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -446,4 +449,32 @@ func TestScrollingKeepsItsPlaceWhileTheReplyGrows(t *testing.T) {
 		tm, _ = tm.Update(tea.KeyMsg{Type: tea.KeyPgUp})
 	}
 	g.Expect(body()).To(HavePrefix("You\nquestion 0:"), "PgUp stops at the top")
+}
+
+// TestChatNodes pairs a real node client (package device) with the gateway
+// and lists and approves it with /nodes.
+func TestChatNodes(t *testing.T) {
+	g := NewWithT(t)
+	env, d := start(t, embeddedtest.Options{Nodes: true}, "assistant")
+	d.shows("● online")
+	d.say("/nodes")
+	d.shows("No paired devices.")
+
+	states := make(chan string, 4)
+	n, err := device.New(device.Config{Gateway: env.URL, ID: "tui-box", Name: "box", Capabilities: []string{"run"},
+		Reconnect: -1, OnState: func(s node.State) { states <- s.State }})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	g.Eventually(states).WithTimeout(20 * time.Second).Should(Receive(Equal("pending")))
+
+	d.say("/nodes")
+	d.shows("tui-box  box  pending, online")
+	d.say("/nodes approve tui-box")
+	d.shows("Node tui-box (box) is approved.")
+	g.Eventually(states).WithTimeout(20 * time.Second).Should(Receive(Equal("approved")))
+	d.say("/nodes fly")
+	d.shows("/nodes lists the paired devices")
 }

@@ -9,7 +9,7 @@ import (
 
 // commands are the subcommands completion offers, in usage's order.
 var commands = []string{"serve", "browser", "health", "session", "sandbox-server", "gateway", "migrate",
-	"dead-letters", "ask", "chat", "version", "completion", "help"}
+	"dead-letters", "ask", "chat", "node", "nodes", "version", "completion", "help"}
 
 // completionCmd is `picobot completion bash|zsh|fish`: a script that
 // completes the commands, and each command's flags as its own -h lists them

@@ -11,6 +11,7 @@ import (
 	"github.com/picobot/picobot/runtime/health/healthtool"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/memory"
+	"github.com/picobot/picobot/runtime/node"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/skill"
@@ -20,6 +21,7 @@ import (
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 	"github.com/picobot/picobot/runtime/tool/cron"
 	"github.com/picobot/picobot/runtime/tool/messaging"
+	nodestool "github.com/picobot/picobot/runtime/tool/nodes"
 )
 
 // featureOptions say where the features run.
@@ -54,6 +56,9 @@ type featureOptions struct {
 	// them, for bot_status (unknown when nil).
 	instances func(ctx context.Context, tenant, agent string) ([]bot.Instance, error)
 	queue     func(ctx context.Context, tenant, agent string) (bot.Queue, error)
+	// nodes reaches the tenants' paired devices for the nodes tool (none
+	// when nil).
+	nodes *node.Service
 }
 
 // features are the agent features both modes run (memory, skills,
@@ -74,6 +79,9 @@ func features(o featureOptions) ([]agenthost.Feature, func()) {
 	}
 	if o.cron {
 		feats = append(feats, cron.NewFeature(cron.Config{}), bottask.NewFeature(bottask.Config{}))
+	}
+	if o.nodes != nil {
+		feats = append(feats, nodestool.NewFeature(o.nodes))
 	}
 	return feats, browser.Close
 }

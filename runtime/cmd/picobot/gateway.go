@@ -34,6 +34,8 @@ import (
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/gateway/kubeauth"
 	"github.com/picobot/picobot/runtime/gateway/web"
+	"github.com/picobot/picobot/runtime/node"
+	"github.com/picobot/picobot/runtime/node/noderedis"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/quota"
 	"github.com/picobot/picobot/runtime/tool/delegate"
@@ -139,8 +141,16 @@ Configured by flags and PICOBOT_POSTGRES_URL, PICOBOT_REDIS_URL, PICOBOT_S3_*.
 	backend := cluster.NewBackend(cluster.BackendConfig{Bus: mbus, Redis: svc.Redis, Store: mstore, Artifacts: svc.Artifacts,
 		Kube: agents, ReplyTimeout: *replyTimeout, Log: log,
 		Limits: limits.Limits, Admitter: &quota.RedisAdmitter{Redis: svc.Redis, Clock: clock.RealClock{}}, Metrics: met})
+	// Paired devices connect to one replica; calls from session pods and
+	// the other replicas reach them through Redis (package noderedis).
+	nodeHub := node.NewHub()
+	holder, _ := os.Hostname()
+	nodeRelay := &noderedis.Relay{Redis: svc.Redis, Hub: nodeHub, Holder: holder, Log: log}
+	nodeRelay.Follow(ctx)
+	loops.Go(func() error { return nodeRelay.Start(ctx) })
+	nodes := &node.Service{Store: mstore, Hub: nodeHub, Remote: noderedis.Remote{Redis: svc.Redis}, Log: log}
 	srv, err := gateway.NewServer(gateway.Config{Backend: backend, Auth: keys, UI: web.FS, Log: log,
-		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins), Metrics: met, TracerProvider: tp})
+		AllowedHosts: splitList(*hosts), OriginPatterns: splitList(*origins), Metrics: met, TracerProvider: tp, Nodes: nodes})
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/picobot/picobot/runtime/health"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
 	"github.com/picobot/picobot/runtime/metrics"
+	"github.com/picobot/picobot/runtime/node"
 	"github.com/picobot/picobot/runtime/outbound"
 	"github.com/picobot/picobot/runtime/sandbox"
 	"github.com/picobot/picobot/runtime/sandbox/warm"
@@ -69,6 +70,10 @@ func main() {
 		err = healthCmd(os.Args[2:])
 	case "version":
 		err = versionCmd(os.Args[2:], os.Stdout)
+	case "node":
+		err = nodeCmd(os.Args[2:])
+	case "nodes":
+		err = nodesCmd(os.Args[2:], os.Stdout)
 	case "completion":
 		err = completionCmd(os.Args[2:], os.Stdout)
 	case "help", "-h", "-help", "--help":
@@ -105,6 +110,8 @@ Commands:
   dead-letters  list a tenant's messages set aside after too many deliveries, or requeue them (cluster mode)
   ask     send one message to an agent and print the reply ('picobot ask -h')
   chat    talk to an agent in a full-screen terminal UI ('picobot chat -h')
+  node    pair this machine with a gateway as a node its agents can reach ('picobot node -h')
+  nodes   list, approve, reject or revoke paired nodes ('picobot nodes -h')
   version print the build's version (and a gateway's, with --url)
   completion  print a shell completion script (bash, zsh or fish)
 
@@ -170,8 +177,11 @@ mode: SQLite, an in-process bus and a local folder).
 	// gateway serves it as GET /api/v1/health (the web UI's health page,
 	// `picobot health`).
 	checks, probe := health.NewService(), modelcheck.NewProber()
+	// Paired devices connect to this process's gateway; the nodes tool
+	// reaches them here.
+	nodes := &node.Service{Store: state.Store, Hub: node.NewHub(), Log: log}
 	feats, closeFeatures := features(featureOptions{log: log, manifestsDir: *dir, sender: disp, channels: channels,
-		health: checks, probe: probe,
+		health: checks, probe: probe, nodes: nodes,
 		instances: func(ctx context.Context, tenant, agent string) ([]bot.Instance, error) {
 			return rt.Instances(ctx, tenant, agent)
 		},
@@ -192,7 +202,7 @@ mode: SQLite, an in-process bus and a local folder).
 		state.Close()
 		return err
 	}
-	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats,
+	rt, err = embedded.Open(ctx, embedded.Options{Dir: *dir, StateDir: *stateDir, State: state, Log: log, Features: feats, Nodes: nodes,
 		RunRetention: *retention, AuditRetention: *auditRetention, WarmSandbox: wcfg, Health: checks, ModelProbe: probe, Metrics: met, Gatherer: reg, TracerProvider: tp,
 		Scheduler: &embedded.SchedulerOptions{Deliverer: notices{sender: disp, owner: owner}}})
 	if err != nil {

@@ -20,6 +20,8 @@ import (
 	"github.com/picobot/picobot/runtime/browser/remote"
 	"github.com/picobot/picobot/runtime/cluster"
 	"github.com/picobot/picobot/runtime/health/modelcheck"
+	"github.com/picobot/picobot/runtime/node"
+	"github.com/picobot/picobot/runtime/node/noderedis"
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	"github.com/picobot/picobot/runtime/sandbox/paircred"
 	runtimesession "github.com/picobot/picobot/runtime/session"
@@ -79,7 +81,10 @@ func session(args []string) error {
 		o := featureOptions{log: log, cron: true, health: checks, probe: modelcheck.NewProber(),
 			// Messages to chat platforms leave through the gateway, which
 			// holds the channels' credentials.
-			sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis}}
+			sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis},
+			// Paired devices are connected to a gateway replica: calls
+			// reach it through Redis.
+			nodes: &node.Service{Store: svc.Store, Remote: noderedis.Remote{Redis: svc.Redis}, Log: log}}
 		// bot_status reads the agent's pods and wakes where they keep them.
 		status := cluster.BotStatus{Redis: svc.Redis, LeaseTTL: pod.LeaseTTL}
 		o.instances, o.queue = status.Instances, status.Queue

@@ -22,6 +22,7 @@ import (
 	"github.com/picobot/picobot/runtime/embedded"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/metrics"
+	"github.com/picobot/picobot/runtime/node"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 )
 
@@ -45,6 +46,8 @@ type Options struct {
 	// TracerProvider, when set, traces the runtime's and the gateway's
 	// turns (package tracing).
 	TracerProvider trace.TracerProvider
+	// Nodes makes the gateway pair devices (`picobot node`, package node).
+	Nodes bool
 }
 
 // Env is a running gateway.
@@ -108,6 +111,9 @@ func Start(tb testing.TB, opts Options) *Env {
 		return ""
 	}
 	eopts := embedded.Options{Dir: dir, Env: env, TracerProvider: opts.TracerProvider}
+	if opts.Nodes {
+		eopts.Nodes = &node.Service{Hub: node.NewHub()}
+	}
 	if opts.Registry != nil {
 		m, err := metrics.New(opts.Registry, metrics.Options{})
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 func TestFSHoldsTheUI(t *testing.T) {
-	for _, name := range []string{"index.html", "app.js", "ui-core.js", "style.css", "vendor/highlight/highlight.min.js", "vendor/highlight/github.css", "vendor/highlight/github-dark.css",
+	for _, name := range []string{"index.html", "app.js", "ui-core.js", "nodes.js", "style.css", "vendor/highlight/highlight.min.js", "vendor/highlight/github.css", "vendor/highlight/github-dark.css",
 		"canvas.js", "canvas.css", "canvas-frame.html"} {
 		b, err := fs.ReadFile(FS, name)
 		if err != nil {
@@ -21,7 +21,7 @@ func TestFSHoldsTheUI(t *testing.T) {
 		}
 	}
 	index, _ := fs.ReadFile(FS, "index.html")
-	for _, ref := range []string{`src="ui-core.js"`, `src="app.js"`, `href="style.css"`, `src="vendor/highlight/highlight.min.js"`, `href="vendor/highlight/github.css"`,
+	for _, ref := range []string{`src="ui-core.js"`, `src="app.js"`, `src="nodes.js"`, `href="style.css"`, `src="vendor/highlight/highlight.min.js"`, `href="vendor/highlight/github.css"`,
 		`src="canvas.js"`, `href="canvas.css"`, `sandbox="allow-scripts"`} {
 		if !strings.Contains(string(index), ref) {
 			t.Errorf("index.html does not reference %s", ref)

@@ -32,7 +32,7 @@ const migrationLockKey int64 = 0x7069636f626f74
 var appTables = []string{
 	"sessions", "messages", "current_dialogs", "session_leases", "memories",
 	"cron_runs", "agent_runs", "deliveries", "artifacts", "cron_jobs", "memory_postings", "memory_term_stats",
-	"tasks", "agenda_items", "agent_signals", "session_plans", "turn_errors", "usage_daily", "quota_notices", "tool_audit",
+	"tasks", "agenda_items", "agent_signals", "session_plans", "turn_errors", "usage_daily", "quota_notices", "tool_audit", "nodes",
 }
 
 // Migrate brings the database at ownerDSN to the newest schema and, when

@@ -129,6 +129,8 @@ func seed(t testing.TB, st *Store, tenant string, n int) string {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.AppendAudit(ctx, store.AuditRecord{Actor: "key:" + tenant, Agent: "helper", SessionID: sess.ID, Tool: "exec",
 		ArgsDigest: "sha256:" + strings.Repeat("0", 64), Outcome: store.AuditOK})).To(Succeed())
+	_, err = st.RegisterNode(ctx, store.Node{ID: "node-of-" + tenant, Name: tenant})
+	g.Expect(err).NotTo(HaveOccurred())
 	return sess.ID
 }
 
@@ -172,6 +174,7 @@ func TestTenantRoleIsolation(t *testing.T) {
 	g.Expect(query(`SELECT count(*)::text FROM messages`)).To(Equal("3"))
 	g.Expect(query(`SELECT string_agg(actor, ',') FROM tool_audit`)).To(Equal("key:tenant-a"), "A's audit log only")
 	g.Expect(query(`SELECT count(*)::text FROM tool_audit WHERE tenant = 'tenant-b'`)).To(Equal("0"))
+	g.Expect(query(`SELECT string_agg(id, ',') FROM nodes`)).To(Equal("node-of-tenant-a"), "A's paired nodes only")
 	g.Expect(query(`SELECT picobot_tenant()`)).To(Equal("tenant-a"))
 
 	// The setting the store sends is ignored for a tenant role, at session
@@ -227,6 +230,7 @@ func TestTenantRoleIsolation(t *testing.T) {
 		`DELETE FROM memories WHERE tenant = 'tenant-b'`,
 		`DELETE FROM sessions WHERE tenant = 'tenant-b'`,
 		`DELETE FROM tool_audit WHERE tenant = 'tenant-b'`,
+		`UPDATE nodes SET state = 'approved' WHERE tenant = 'tenant-b'`,
 	} {
 		tag, err := conn.Exec(t.Context(), sql)
 		g.Expect(err).NotTo(HaveOccurred())

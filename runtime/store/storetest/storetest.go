@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Usage", testUsage},
 		{"Notices", testNotices},
 		{"Audit", testAudit},
+		{"Nodes", testNodes},
 		{"Deliveries", testDeliveries},
 		{"Artifacts", testArtifacts},
 		{"TenantIsolation", testTenantIsolation},

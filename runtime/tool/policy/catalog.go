@@ -35,9 +35,7 @@ const (
 	// GroupOpenClaw is OpenClaw's name of GroupPicoBot, so that a policy
 	// copied from OpenClaw resolves to the same tools.
 	GroupOpenClaw = "group:openclaw"
-	// GroupNodes is OpenClaw's group of paired-device tools, which PicoBot
-	// does not have: it is accepted and selects nothing (an allow list of
-	// nothing else is ignored with a warning, as for unknown tools).
+	// GroupNodes holds the paired-device tool (nodes; `picobot node`).
 	GroupNodes = "group:nodes"
 )
 
@@ -67,6 +65,7 @@ var builtinGroups = []struct {
 	{GroupMessaging, []string{"send_message", "message", "bot_connector"}},
 	{GroupSkills, []string{"get_skill"}},
 	{GroupSystem, []string{"health", "calculator", "todo", "llm_task", "image", "reload_config", "bot_status"}},
+	{GroupNodes, []string{"nodes"}},
 }
 
 // Profile names a base allowlist (tools.profile) that is applied before the
@@ -224,7 +223,6 @@ func newCatalogData(extra []string) *catalogData {
 	}
 	byName[GroupPicoBot] = picobot
 	byName[GroupOpenClaw] = picobot
-	byName[GroupNodes] = d.newSet()
 	for name := range byName {
 		d.groups = append(d.groups, name)
 	}

@@ -25,8 +25,9 @@ var (
 	tMessaging  = []string{"send_message", "message", "bot_connector"}
 	tSkills     = []string{"get_skill"}
 	tSystem     = []string{"health", "calculator", "todo", "llm_task", "image", "reload_config", "bot_status"}
+	tNodes      = []string{"nodes"}
 
-	tAll        = set(tRuntime, tFS, tSessions, tMemory, tWeb, tUI, tAutomation, tMessaging, tSkills, tSystem)
+	tAll        = set(tRuntime, tFS, tSessions, tMemory, tWeb, tUI, tAutomation, tMessaging, tSkills, tSystem, tNodes)
 	tCoding     = set(tFS, tRuntime, tSessions, tMemory, []string{"image"})
 	tMessaging2 = set(tMessaging, []string{"chat_manager", "session_status", "sessions_list", "sessions_history", "sessions_send"})
 
@@ -73,7 +74,7 @@ func TestCatalog(t *testing.T) {
 		GroupSystem:     set(tSystem),
 		GroupPicoBot:    tAll,
 		GroupOpenClaw:   tAll,
-		GroupNodes:      {},
+		GroupNodes:      set(tNodes),
 	}))
 
 	// The zero Catalog is the default one.
@@ -128,8 +129,7 @@ func TestResolve(t *testing.T) {
 		// OpenClaw's and other agents' spellings.
 		{name: "OpenClaw's file tool names", spec: Spec{Allow: []string{"read", "Write", "edit"}}, want: []string{"file_edit", "file_read", "file_write"}},
 		{name: "group:openclaw is every built-in tool", catalog: mcp, spec: Spec{Allow: []string{"group:openclaw"}}, want: tAll},
-		{name: "group:nodes selects nothing and says so", spec: Spec{Allow: []string{"group:nodes"}}, want: tAll,
-			warnings: []string{`allow list names only unknown tools ["group:nodes"]; ignored so core tools stay available`}},
+		{name: "group:nodes is the nodes tool", spec: Spec{Allow: []string{"group:nodes"}}, want: tNodes},
 		{name: "mcp__server__tool names an MCP tool", catalog: mcp, spec: Spec{Allow: []string{"mcp__github__create_issue"}}, want: []string{"mcp_github_create_issue"}},
 		{name: "mcp__server__* is a pattern", catalog: mcp, spec: Spec{Profile: ProfileMinimal, Allow: []string{"mcp__github__*"}, Deny: []string{"MCP__GitHub__List_PRs"}},
 			want: []string{"mcp_github_create_issue", "session_status"}},
