@@ -45,10 +45,10 @@ SERVICE_CIDR=10.96.0.0/16
 DNS_IP=10.96.0.10
 # TEST-NET-3 (RFC 5737): public as far as a NetworkPolicy can tell.
 PUBLIC_IP=203.0.113.1
-# 443, as on managed clusters: the session pods read their Agent from the API
-# server, and the operator's NetworkPolicy admits that only on a service port
-# (--service-ports has 443) of an address in --service-cidrs.
-API_PORT=443
+# 6443, as kubeadm clusters do: not a service port, so the session pods reach
+# it (they read their Agent there) only because the operator's NetworkPolicy
+# admits the API server's own addresses and ports.
+API_PORT=6443
 PAUSE_IMAGE=localhost/picobot-pause:3.10
 # Inside the node's private /run.
 CONTAINERD_SOCK=/run/picobot-node/containerd/containerd.sock

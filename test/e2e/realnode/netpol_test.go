@@ -148,9 +148,10 @@ func TestNetworkPoliciesAreEnforcedOnTheRealNode(t *testing.T) {
 		{"session-probe", "tcp", net.JoinHostPort(realnode.NodeIP, pgPort)},
 		{"session-probe", "tcp", net.JoinHostPort(realnode.NodeIP, redisPort)},
 		{"session-probe", "tcp", llm},
-		// The API server through the kubernetes Service: the node address
-		// is in the install's --service-cidrs and the API server listens on
-		// 443, a service port; session pods read their Agent there.
+		// The API server through the kubernetes Service: it listens on
+		// 6443, not a service port, and the policy admits it by the
+		// addresses and ports the operator read from its EndpointSlices;
+		// session pods read their Agent there.
 		{"session-probe", "tcp", "10.96.0.1:443"},
 		{"other-probe", "tcp", kubelet},
 		{"other-probe", "tcp", net.JoinHostPort(gateway, "80")},
