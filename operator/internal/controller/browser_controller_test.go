@@ -53,11 +53,11 @@ const browserImage = "registry.example/picobot:test"
 // same profiles; a kube-apiserver without a kubelet also lets the tests play
 // the node (fakeKubelet) and decide what each pod does.
 type browserEnv struct {
-	c     client.Client
-	cfg   *rest.Config
-	pods  BrowserPods
+	c    client.Client
+	cfg  *rest.Config
+	pods BrowserPods
 	// reg holds the browser metrics.
-	reg *prometheus.Registry
+	reg   *prometheus.Registry
 	port  int
 	store *s3blob.Store
 	// clock is the time of this cluster: the operator decides idleness by
@@ -410,7 +410,9 @@ func testBrowserMetrics(t *testing.T, e *browserEnv) {
 	ep, err := second.Endpoint(ctx, browser.ProfileKey("shop"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ep.Token).NotTo(BeEmpty())
-	g.Eventually(func() float64 { return gathered(t, e.reg, "picobot_browser_requests_total", profile, "outcome", "reused") }).
+	g.Eventually(func() float64 {
+		return gathered(t, e.reg, "picobot_browser_requests_total", profile, "outcome", "reused")
+	}).
 		WithTimeout(eventually).WithPolling(poll).Should(Equal(1.0))
 	g.Expect(gathered(t, e.reg, "picobot_browser_requests_total", profile, "outcome", "started")).To(Equal(1.0))
 	g.Expect(gathered(t, e.reg, "picobot_browser_pod_start_seconds", profile)).To(Equal(1.0), "one pod, one start")
