@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,29 @@ import (
 	"github.com/picobot/picobot/test/controlplane"
 	"github.com/picobot/picobot/test/services"
 )
+
+// scrapedManifest is tenantBase with Agent "helper" of the fake model
+// (%[3]s) with the calculator tool, one warm pod and a long idle timeout
+// (its pod is scraped after its turns).
+const scrapedManifest = tenantBase + `
+apiVersion: agents.picobot.io/v1alpha1
+kind: Agent
+metadata:
+  name: helper
+  namespace: %[1]s
+spec:
+  instructions: You are a test agent.
+  model:
+    provider: openai
+    model: fake-model
+    baseURL: %[3]s
+    apiKeySecretRef: {name: model-key, key: apiKey}
+  tools:
+    allow: ["calculator"]
+  runtime:
+    idleTimeout: 5m
+    warmPool: 1
+`
 
 // metricsReaders creates, in the system namespace, a ServiceAccount bound
 // to the shipped metrics-reader ClusterRole (config/rbac, what a Prometheus
@@ -93,14 +117,28 @@ func scrapeOperator(ctx context.Context, token string) (int, string, error) {
 // pod's own address) and the operator's HTTPS endpoint with the token of a
 // ServiceAccount bound to the shipped metrics-reader role; a token without
 // that binding is refused (and Prometheus's scrape with it is down). After a
-// turn, Prometheus's HTTP API answers with a PicoBot series of each.
+// turn with a tool call, a turn the model refuses and a CronJob's fire,
+// Prometheus's HTTP API answers with the PicoBot series of each process.
 func TestPrometheusScrapesClusterProcesses(t *testing.T) {
 	needStack(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns, key := "tenant-prometheus", "tenant-prometheus-key"
-	st.llm.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "Scraped."} })
-	st.apply(t, fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "5m", 1))
+	st.llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		last := r.Messages[len(r.Messages)-1]
+		switch text := lastUser(r); {
+		case last.Role == "tool" || len(last.ToolResults) > 0:
+			return fakellm.Turn{Text: "It is 42."}
+		case strings.Contains(text, "compute"):
+			return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "calculator", Args: `{"function":"evaluate","expression":"6*7"}`}}}
+		case strings.Contains(text, "refuse"):
+			return fakellm.Turn{Status: http.StatusBadRequest, ErrorBody: "content policy"}
+		case strings.Contains(text, "water the plants"):
+			return fakellm.Turn{ToolCalls: []fakellm.Call{{Name: "complete_scheduled_run", Args: `{"outcome":"ok","message":"Watered."}`}}}
+		}
+		return fakellm.Turn{Text: "Scraped."}
+	})
+	st.apply(t, fmt.Sprintf(scrapedManifest, ns, key, st.llm.URL()))
 	var pod corev1.Pod
 	g.Eventually(func(g Gomega) {
 		var a picobotv1alpha1.Agent
@@ -133,11 +171,26 @@ func TestPrometheusScrapesClusterProcesses(t *testing.T) {
 		services.ScrapeTarget{Job: "operator", Addr: st.operatorMetrics, HTTPS: true, BearerToken: reader},
 		services.ScrapeTarget{Job: "operator-stranger", Addr: st.operatorMetrics, HTTPS: true, BearerToken: stranger})
 
+	// A turn with a tool call, a turn the model refuses, and a CronJob's
+	// fire (run by a session pod the operator wakes).
 	ws := gatewaytest.Client{URL: st.gatewayURL, Key: key}.Dial(t)
-	frames := ws.Exchange(t, gatewaytest.Frame{"id": "prom-1", "agent": "helper", "chat_id": "prom", "text": "Are you scraped?"})
+	frames := ws.Exchange(t, gatewaytest.Frame{"id": "prom-1", "agent": "helper", "chat_id": "prom", "text": "compute 6*7"})
 	final := gatewaytest.Event(frames, "final")
 	g.Expect(final).NotTo(BeNil(), "frames: %v", frames)
-	g.Expect(final["text"]).To(Equal("Scraped."))
+	g.Expect(final["text"]).To(Equal("It is 42."))
+	ws.Write(t, gatewaytest.Frame{"type": "send", "id": "prom-2", "agent": "helper", "chat_id": "prom", "text": "refuse this"})
+	frames = ws.Until(t, "prom-2", "final")
+	g.Expect(frames[len(frames)-1]).To(And(HaveKeyWithValue("type", "error"), HaveKeyWithValue("code", "model_rejected")), "frames: %v", frames)
+	st.apply(t, fmt.Sprintf(`
+apiVersion: agents.picobot.io/v1alpha1
+kind: CronJob
+metadata: {name: plants, namespace: %s}
+spec:
+  schedule: {at: %d}
+  prompt: water the plants
+  agentRef: {name: helper}
+  deliveryPolicy: never
+`, ns, time.Now().Add(3*time.Second).UnixMilli()))
 
 	for _, c := range []struct {
 		what, query string
@@ -149,7 +202,12 @@ func TestPrometheusScrapesClusterProcesses(t *testing.T) {
 		{"the gateway's WebSocket frames", `sum(picobot_gateway_frames_total{job="gateway", direction="in"})`, 1},
 		{"the gateway's publish of the message", fmt.Sprintf(`sum(picobot_bus_published_total{job="gateway", tenant=%q, stream="chat"})`, ns), 1},
 		{"the session pod's turn", fmt.Sprintf(`sum(picobot_turns_total{job="session-pod", tenant=%q, agent="helper", outcome="ok"})`, ns), 1},
-		{"the session pod's model call", fmt.Sprintf(`sum(picobot_model_calls_total{job="session-pod", tenant=%q, outcome="ok"})`, ns), 1},
+		{"the session pod's model calls", fmt.Sprintf(`sum(picobot_model_calls_total{job="session-pod", tenant=%q, outcome="ok"})`, ns), 2},
+		{"the session pod's tool call", fmt.Sprintf(`sum(picobot_tool_calls_total{job="session-pod", tenant=%q, tool="calculator", outcome="ok"})`, ns), 1},
+		{"the session pod's refused turn", fmt.Sprintf(`sum(picobot_turns_total{job="session-pod", tenant=%q, outcome="model_rejected"})`, ns), 1},
+		{"the model's refusal", fmt.Sprintf(`sum(picobot_model_calls_total{job="session-pod", tenant=%q, outcome="400"})`, ns), 1},
+		{"the operator's CronJob run", fmt.Sprintf(`sum(picobot_cron_runs_total{job="operator", namespace=%q})`, ns), 1},
+		{"the operator's fire lag", fmt.Sprintf(`sum(picobot_cron_fire_lag_seconds_count{job="operator", namespace=%q})`, ns), 1},
 		{"the operator's warm pool size", fmt.Sprintf(`picobot_pool_warm_target{job="operator", namespace=%q, agent="helper"}`, ns), 1},
 		{"the operator's pod start latency", fmt.Sprintf(`sum(picobot_pool_pod_start_seconds_count{job="operator", namespace=%q})`, ns), 1},
 		{"the operator's reading of Redis, one series per stream kind", fmt.Sprintf(`count(picobot_bus_streams{job="operator", namespace=%q})`, ns), 3},
