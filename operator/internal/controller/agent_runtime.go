@@ -300,6 +300,10 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 			res.requeue = rc.ResyncBusy
 		}
 	}
+	var made int32
+	// The chats' pods come first in Create: those made beyond none are
+	// the warm pool's misses.
+	defer func() { rc.Metrics.ColdStarts(a.Namespace, a.Name, min(made, plan.WakeNeed)) }()
 	for range plan.Create {
 		err := r.createPod(ctx, s)
 		rc.Metrics.PodCreated(a.Namespace, a.Name, err != nil)
@@ -311,6 +315,7 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 			res.cond, res.requeue = c, createRetry
 			break
 		}
+		made++
 	}
 	return res, nil
 }

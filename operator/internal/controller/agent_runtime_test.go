@@ -306,6 +306,31 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[st
 	return -1
 }
 
+// TestColdStartsAreTheWarmPoolsMisses: a chat waiting with no warm or
+// starting pod gets a pod of its own, counted as a miss of the warm pool;
+// a chat a starting pod can take is none.
+func TestColdStartsAreTheWarmPoolsMisses(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := e.agent.Namespace
+	agent := map[string]string{"namespace": ns, "agent": "helper"}
+	e.agent.Spec.Runtime.WarmPool = ptr(int32(0))
+	e.run(t)
+	g.Expect(e.pods(t)).To(BeEmpty())
+	g.Expect(gathered(t, e.reg, "picobot_pool_cold_starts_total", agent)).To(Equal(-1.0))
+
+	g.Expect(wake.Publish(ctx, e.r.Runtime.Bus, wake.Wake{Tenant: ns, Agent: "helper", Channel: "web", ChatKey: "chat-1"})).To(Succeed())
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(1))
+	g.Expect(gathered(t, e.reg, "picobot_pool_cold_starts_total", agent)).To(Equal(1.0))
+
+	// Still waiting for its starting pod: no second pod, no second miss.
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(1))
+	g.Expect(gathered(t, e.reg, "picobot_pool_cold_starts_total", agent)).To(Equal(1.0))
+}
+
 // TestDelegateTargetsWithUnclaimedWakesAreEnqueued: a session pod wakes the
 // runtime of a delegated run on the target's wake stream alone (its Redis
 // user cannot write the operator's notice stream); reconciling the busy

@@ -49,6 +49,7 @@ type Metrics struct {
 	podsReaped  *prometheus.CounterVec
 	poolMisses  *prometheus.CounterVec
 	podStart    *prometheus.HistogramVec
+	coldStarts  *prometheus.CounterVec
 	browserPods *prometheus.GaugeVec
 	browserUp   *prometheus.HistogramVec
 	browserReqs *prometheus.CounterVec
@@ -83,6 +84,9 @@ func NewWithClock(reg prometheus.Registerer, clk clock.PassiveClock) (*Metrics, 
 		podStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "picobot_pool_pod_start_seconds",
 			Help:    "Time from a session pod's creation to its runtime registering with the pool (ready for a wake), as the operator's reconciles see it.",
 			Buckets: PodStartBuckets}, []string{"namespace", "agent"}),
+		coldStarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picobot_pool_cold_starts_total",
+			Help: "The warm pool's misses: session pods created for waiting chats that no warm or starting pod could take (each such chat waits for a pod to start)."},
+			[]string{"namespace", "agent"}),
 		browserPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "picobot_browser_pods",
 			Help: "Browser pods the operator runs, by kind (profile or ephemeral) and state (starting, or ready: serving sessions)."},
 			[]string{"namespace", "kind", "state"}),
@@ -104,7 +108,7 @@ func NewWithClock(reg prometheus.Registerer, clk clock.PassiveClock) (*Metrics, 
 			Help: "Chats of session pods that died mid-chat which the operator woke again (their messages wait for a new pod)."}, []string{"namespace", "agent"}),
 		cron: metrics.NewCronRuns(),
 	}
-	for _, c := range append([]prometheus.Collector{m.poolPods, m.poolWarm, m.podsCreated, m.podsReaped, m.poolMisses, m.podStart,
+	for _, c := range append([]prometheus.Collector{m.poolPods, m.poolWarm, m.podsCreated, m.podsReaped, m.poolMisses, m.podStart, m.coldStarts,
 		m.browserPods, m.browserUp, m.browserReqs}, m.cron.Collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("failed to register the operator's metrics"), err)
@@ -235,6 +239,15 @@ func (m *Metrics) PodCreated(namespace, agent string, refused bool) {
 		outcome = "refused"
 	}
 	m.podsCreated.WithLabelValues(namespace, agent, outcome).Inc()
+}
+
+// ColdStarts counts n pods created for waiting chats no warm or starting
+// pod could take.
+func (m *Metrics) ColdStarts(namespace, agent string, n int32) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.coldStarts.WithLabelValues(namespace, agent).Add(float64(n))
 }
 
 // PodsReaped counts n reaped pods.
