@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/busbacklog"
 	"github.com/picobot/picobot/operator/internal/controller"
 	"github.com/picobot/picobot/operator/internal/deadletter"
 	"github.com/picobot/picobot/operator/internal/opmetrics"
@@ -142,6 +143,13 @@ func run(ctx context.Context, o options) error {
 		}
 		if err := mgr.Add(gauge); err != nil {
 			return fmt.Errorf("failed to add the dead-letter gauge: %w", err)
+		}
+		backlog, err := busbacklog.New(mgr.GetClient(), rc.Redis, metrics.Registry)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(backlog); err != nil {
+			return fmt.Errorf("failed to add the bus backlog reader: %w", err)
 		}
 	}
 	closeScheduler, err := o.scheduler.setup(ctx, mgr, rc, st, om)

@@ -187,7 +187,7 @@ func (h *schedulerHost) upsertRecord(tenant string, rec store.CronJob) error {
 		return fmt.Errorf("failed to decode job %q: %w", rec.Name, err)
 	}
 	return h.sched.Upsert(scheduler.Job{Tenant: tenant, Name: rec.Name, DisplayName: rec.DisplayName, Spec: spec,
-		Created: rec.CreatedAt, NotBefore: notBefore(rec), Version: strconv.FormatInt(rec.Version, 10)})
+		Created: rec.CreatedAt, NotBefore: notBefore(rec), Version: strconv.FormatInt(rec.Version, 10), Origin: rec.Origin})
 }
 
 // notBefore: ticks before a job's last change were not due under its

@@ -20,6 +20,9 @@ import (
 	"github.com/picobot/picobot/runtime/scheduler/schedulertest"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/store/sqlite"
+	"github.com/picobot/picobot/runtime/tracing"
+	"github.com/picobot/picobot/runtime/tracing/otlp"
+	"github.com/picobot/picobot/runtime/tracing/tracingtest"
 )
 
 const scheduledManifests = `apiVersion: agents.picobot.io/v1alpha1
@@ -266,4 +269,54 @@ func openScheduled(t *testing.T, dir, manifests string, now time.Time) (*embedde
 	}
 	t.Cleanup(rt.Close)
 	return rt, clk, del
+}
+
+// TestFireLinksToTheTurnThatMadeTheJob: a job an agent makes with cron_add
+// in a traced turn keeps that tool call's trace context in its store record,
+// and each fire (a trace of its own, exported to a real OTLP receiver)
+// carries a span link to the tool call.
+func TestFireLinksToTheTurnThatMadeTheJob(t *testing.T) {
+	g := NewWithT(t)
+	rcv := tracingtest.Start(t)
+	tp, err := otlp.NewProvider(context.Background(), otlp.Config{Endpoint: rcv.HTTPEndpoint, Getenv: func(string) string { return "" }})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	llm := fakellm.New()
+	t.Cleanup(llm.Close)
+	llm.Respond(scheduledLLM)
+	dir, now := t.TempDir(), time.Now().UTC()
+	if err := os.WriteFile(filepath.Join(dir, "agents.yaml"), []byte(strings.SplitN(fmt.Sprintf(scheduledManifests, llm.URL()), "---", 2)[0]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(now)
+	del := &schedulertest.Deliverer{}
+	rt, err := embedded.Open(context.Background(), embedded.Options{Dir: dir, Env: func(string) string { return "" }, TracerProvider: tp,
+		Scheduler: &embedded.SchedulerOptions{Clock: clk, Deliverer: del}})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(rt.Close)
+
+	out, err := rt.Handle(store.WithTenant(context.Background(), manifest.DefaultNamespace),
+		gateway.Send{ID: "m1", Agent: "root", ChatID: "kitchen", Text: "Check my plants every minute"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.Text).To(Equal("Done."))
+	var tool tracingtest.Span
+	g.Eventually(func() error {
+		g.Expect(tp.ForceFlush(context.Background())).To(Succeed())
+		tool, err = tracingtest.Find(rcv.Spans(), tracing.SpanTool)
+		return err
+	}).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(Succeed())
+	g.Expect(tool.Attrs).To(HaveKeyWithValue("gen_ai.tool.name", "cron_add"))
+
+	clk.SetTime(now.Truncate(time.Minute).Add(time.Minute))
+	g.Eventually(del.Notices).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).ShouldNot(BeEmpty())
+	var fire tracingtest.Span
+	g.Eventually(func() error {
+		g.Expect(tp.ForceFlush(context.Background())).To(Succeed())
+		fire, err = tracingtest.Find(rcv.Spans(), tracing.SpanCronFire)
+		return err
+	}).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(Succeed())
+	g.Expect(fire.Attrs["picobot.cronjob"]).To(HavePrefix("plants-"))
+	g.Expect(fire.ParentID).To(BeEmpty(), "a fire is a trace of its own")
+	g.Expect(fire.TraceID).NotTo(Equal(tool.TraceID))
+	g.Expect(fire.Links).To(Equal([]string{tool.TraceID + "/" + tool.SpanID}), "linked to the cron_add call of the turn")
 }

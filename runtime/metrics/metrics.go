@@ -57,6 +57,12 @@ const (
 	PhaseModel = "model"
 	PhaseTools = "tools"
 	PhaseQueue = "queue"
+	// PhasePrompt is the turn's first step under the session's lock:
+	// storing the message, recalling memory, building the system prompt,
+	// compressing the context.
+	PhasePrompt = "prompt"
+	// PhasePersist is its last: storing what the turn produced.
+	PhasePersist = "persist"
 )
 
 var (
@@ -123,7 +129,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "turns_total",
 			Help: "Model turns that ended, by outcome: ok or the protocol's error code."}, []string{"tenant", "agent", "outcome"}),
 		turnSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "turn_duration_seconds",
-			Help:    "Time of a turn by phase: total (from the runtime taking the message to its outcome), model (its model calls), tools (its tool calls) and queue (from the message being queued to the runtime taking it).",
+			Help:    "Time of a turn by phase: total (from the runtime taking the message to its outcome), prompt (storing the message, memory recall, the system prompt, compression), model (its model calls), tools (its tool calls), persist (storing what it produced) and queue (from the message being queued to the runtime taking it).",
 			Buckets: turnBuckets}, []string{"tenant", "agent", "phase"}),
 		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "model_calls_total",
 			Help: "Model calls (retries included) by outcome: ok, an HTTP status, truncated, context_overflow, cancelled or error (a network or other failure)."},
@@ -192,7 +198,11 @@ type Turn struct {
 	start         time.Time
 	queued        time.Time    // zero when unknown
 	model, tools  atomic.Int64 // nanoseconds
-	exemplar      prometheus.Labels
+	// prompt and persist are set by the one goroutine that runs the
+	// session's steps, before End.
+	prompt, persist time.Duration
+	timedSteps      bool // the session runtime timed them
+	exemplar        prometheus.Labels
 }
 
 type turnKey struct{}
@@ -220,6 +230,26 @@ func (t *Turn) QueuedAt(at time.Time) {
 	}
 }
 
+// TimePhase starts timing phase (PhasePrompt or PhasePersist) of the turn
+// of ctx; the returned func ends it. Without a turn in ctx it does nothing.
+func TimePhase(ctx context.Context, phase string) (done func()) {
+	t := turnOf(ctx)
+	if t == nil {
+		return func() {}
+	}
+	start := t.m.clock.Now()
+	return func() {
+		d := t.m.clock.Since(start)
+		t.timedSteps = true
+		switch phase {
+		case PhasePrompt:
+			t.prompt += d
+		case PhasePersist:
+			t.persist += d
+		}
+	}
+}
+
 // End records the turn with outcome (OutcomeOK or an error code).
 func (t *Turn) End(outcome string) {
 	if t == nil {
@@ -230,6 +260,10 @@ func (t *Turn) End(outcome string) {
 	observe(h.WithLabelValues(t.tenant, t.agent, PhaseTotal), t.m.clock.Since(t.start), t.exemplar)
 	observe(h.WithLabelValues(t.tenant, t.agent, PhaseModel), time.Duration(t.model.Load()), t.exemplar)
 	observe(h.WithLabelValues(t.tenant, t.agent, PhaseTools), time.Duration(t.tools.Load()), t.exemplar)
+	if t.timedSteps {
+		observe(h.WithLabelValues(t.tenant, t.agent, PhasePrompt), t.prompt, t.exemplar)
+		observe(h.WithLabelValues(t.tenant, t.agent, PhasePersist), t.persist, t.exemplar)
+	}
 	if !t.queued.IsZero() {
 		// Clocks of two hosts may disagree: a negative wait is none.
 		observe(h.WithLabelValues(t.tenant, t.agent, PhaseQueue), max(t.start.Sub(t.queued), 0), t.exemplar)

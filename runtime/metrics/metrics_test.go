@@ -154,6 +154,8 @@ func TestTurnsOverOpenAI(t *testing.T) {
 	g.Expect(value(fams, "picobot_turn_duration_seconds", with("phase", "model"))).To(Equal(3.0))
 	g.Expect(value(fams, "picobot_turn_duration_seconds", with("phase", "tools"))).To(Equal(3.0))
 	g.Expect(value(fams, "picobot_turn_duration_seconds", with("phase", "queue"))).To(Equal(3.0))
+	g.Expect(value(fams, "picobot_turn_duration_seconds", with("phase", "prompt"))).To(Equal(3.0), "the session's first step")
+	g.Expect(value(fams, "picobot_turn_duration_seconds", with("phase", "persist"))).To(Equal(3.0), "a refused turn is stored too")
 
 	m := with("provider", "openai", "model", "fake")
 	g.Expect(value(fams, "picobot_model_calls_total", with("provider", "openai", "model", "fake", "outcome", "ok"))).To(Equal(4.0))

@@ -67,9 +67,14 @@ func (s *Scheduler) execute(ctx context.Context, j *Job, c store.CronClaim) {
 	rctx, cancel := context.WithTimeout(store.WithTenant(ctx, j.Tenant), s.opts.RunTimeout)
 	defer cancel()
 	// A fire is a trace of its own: no request asked for it. The run's turn
-	// (queued on the bus in cluster mode) continues it.
-	rctx, span := s.tracer.Start(rctx, tracing.SpanCronFire, trace.WithNewRoot(), trace.WithAttributes(tracing.AttrTenant.String(j.Tenant),
-		tracing.AttrCronJob.String(j.Name), tracing.AttrRunID.String(c.Run.RunID)))
+	// (queued on the bus in cluster mode) continues it; a job a turn made
+	// links back to that turn's tool call.
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithAttributes(tracing.AttrTenant.String(j.Tenant),
+		tracing.AttrCronJob.String(j.Name), tracing.AttrRunID.String(c.Run.RunID))}
+	if link, ok := tracing.LinkTo(j.Origin); ok {
+		opts = append(opts, trace.WithLinks(link))
+	}
+	rctx, span := s.tracer.Start(rctx, tracing.SpanCronFire, opts...)
 	defer span.End()
 	res, err := s.run(rctx, j, c)
 	switch {

@@ -44,6 +44,10 @@ type Job struct {
 	// Version changes whenever Spec does (metadata.generation, a store
 	// version); an Upsert of the version already scheduled changes nothing.
 	Version string
+	// Origin is the W3C traceparent of the turn's span that made the job
+	// (tracing.Traceparent; empty for jobs of manifests, or made with
+	// tracing off): each fire's trace links to it.
+	Origin string
 }
 
 // Key is the job's name in run records: "<tenant>/<name>".
@@ -155,4 +159,7 @@ const (
 	// rescheduled (Job.NotBefore): a scheduler restarting later does not
 	// count the ticks before it as missed.
 	AnnotationNotBefore = "agents.picobot.io/not-before"
+	// AnnotationOrigin holds the W3C traceparent of the tool call that made
+	// the job (Job.Origin), so its fires' traces link back to that turn.
+	AnnotationOrigin = "agents.picobot.io/origin-traceparent"
 )

@@ -16,6 +16,7 @@ import (
 	"github.com/picobot/picobot/runtime/agent"
 	"github.com/picobot/picobot/runtime/llm"
 	"github.com/picobot/picobot/runtime/logctx"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/store"
 	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/turn"
@@ -276,7 +277,9 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 	if in.MessageID == "" {
 		in.MessageID = "m_" + NewDialogID()[2:] + fmt.Sprint(m.cfg.Clock.Now().UnixNano())
 	}
+	prompted := metrics.TimePhase(ctx, metrics.PhasePrompt)
 	t, dup, err := m.prepare(ctx, id, in)
+	prompted()
 	if dup != nil {
 		return m.answerDuplicate(ctx, id, dup)
 	}
@@ -284,6 +287,7 @@ func (m *Manager) Handle(ctx context.Context, in Inbound) (Reply, error) {
 		return Reply{SessionID: id.String()}, err
 	}
 	m.run(ctx, t, in)
+	defer metrics.TimePhase(ctx, metrics.PhasePersist)()
 	return m.finish(ctx, t)
 }
 

@@ -71,6 +71,10 @@ type CronJob struct {
 	Agent string `json:"agent,omitempty"`
 	// Spec is the JSON of the job's api/v1alpha1 CronJobSpec.
 	Spec json.RawMessage `json:"spec"`
+	// Origin is the W3C traceparent of the turn that made the job (set at
+	// creation, never updated; empty with tracing off): its fires link to
+	// that turn's trace.
+	Origin string `json:"origin,omitempty"`
 	// Version is 1 on create and grows by one with every update.
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
@@ -135,11 +139,17 @@ func (j CronJob) Validate() error {
 	if len(j.Name) > maxCronJobName {
 		return invalid("name is longer than %d bytes", maxCronJobName)
 	}
-	if err := noNUL("display_name", j.DisplayName, "agent", j.Agent); err != nil {
+	if err := noNUL("display_name", j.DisplayName, "agent", j.Agent, "origin", j.Origin); err != nil {
 		return err
+	}
+	if len(j.Origin) > maxOrigin {
+		return invalid("origin is longer than %d bytes", maxOrigin)
 	}
 	return validSpec(j.Spec)
 }
+
+// maxOrigin bounds CronJob.Origin: a W3C traceparent has 55 characters.
+const maxOrigin = 256
 
 // Validate checks the values a job update sets.
 func (u CronJobUpdate) Validate() error {

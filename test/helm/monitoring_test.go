@@ -158,7 +158,8 @@ func TestMonitoringInstallWithoutPrometheusOperator(t *testing.T) {
 	g.Expect(pm).To(Equal("metrics true"))
 	alerts, stderr, err := kubectl("", "get", "prometheusrule", release+"-alerts", "-n", ns, "-o", "jsonpath={.spec.groups[*].rules[*].alert}")
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
-	g.Expect(strings.Fields(alerts)).To(ConsistOf("PicoBotTurnErrorRate", "PicoBotTurnLatencyHigh", "PicoBotQueueWaitHigh", "PicoBotCronFireLagHigh", "PicoBotOperatorReconcileErrors"))
+	g.Expect(strings.Fields(alerts)).To(ConsistOf("PicoBotTurnErrorRate", "PicoBotTurnLatencyHigh", "PicoBotQueueWaitHigh", "PicoBotBusBacklogGrowing", "PicoBotWarmPoolExhausted",
+		"PicoBotCronFireLagHigh", "PicoBotOperatorReconcileErrors"))
 }
 
 // TestSessionMetricsReachTheOperator: the operator is told the session pods'

@@ -101,7 +101,12 @@ func TestAlertRulesAreValidPromQL(t *testing.T) {
 			g.Expect(annotations).To(HaveKey("description"), alert)
 		}
 	}
-	g.Expect(exprs).To(HaveLen(5))
+	g.Expect(exprs).To(HaveLen(7))
+	for _, alert := range []string{"PicoBotBusBacklogGrowing", "PicoBotWarmPoolExhausted"} {
+		g.Expect(exprs[alert]).To(ContainSubstring(`job="picobot-operator-metrics", namespace="picobot-system"`),
+			"%s: the operator exports what it reads", alert)
+	}
+	g.Expect(exprs["PicoBotWarmPoolExhausted"]).To(ContainSubstring("picobot_pool_warm_target"), "compares with the Agent's warm pool size")
 	g.Expect(exprs["PicoBotCronFireLagHigh"]).To(ContainSubstring(`job="picobot-operator-metrics", namespace="picobot-system"`),
 		"the operator's scheduler records it")
 	g.Expect(exprs["PicoBotOperatorReconcileErrors"]).To(ContainSubstring(`job="picobot-operator-metrics", namespace="picobot-system"`),
@@ -109,7 +114,8 @@ func TestAlertRulesAreValidPromQL(t *testing.T) {
 
 	// Thresholds and labels come from the values.
 	rule = render("--set", "monitoring.prometheusRule.turnErrorRatio=0.25", "--set", "monitoring.prometheusRule.turnLatencyP99Seconds=42.5",
-		"--set", "monitoring.prometheusRule.cronFireLagP99Seconds=300", "--set", "monitoring.prometheusRule.alertLabels.team=platform")
+		"--set", "monitoring.prometheusRule.cronFireLagP99Seconds=300", "--set", "monitoring.prometheusRule.busBacklogEntries=250",
+		"--set", "monitoring.prometheusRule.alertLabels.team=platform")
 	groups, _, _ = unstructured.NestedSlice(rule.Object, "spec", "groups")
 	for _, grp := range groups {
 		for _, r := range grp.(map[string]any)["rules"].([]any) {
@@ -123,6 +129,8 @@ func TestAlertRulesAreValidPromQL(t *testing.T) {
 				g.Expect(r["expr"]).To(HaveSuffix("> 42.5"))
 			case "PicoBotCronFireLagHigh":
 				g.Expect(r["expr"]).To(HaveSuffix("> 300"))
+			case "PicoBotBusBacklogGrowing":
+				g.Expect(r["expr"]).To(ContainSubstring("> 250\nand\n"))
 			}
 		}
 	}

@@ -27,8 +27,9 @@
 // and the sandbox's Landlock keep one container out of another's
 // /proc/<pid>), mount namespace (no read-only root, no private /tmp: a
 // mount path is rewritten in env values only) and network (every pod
-// listens on a loopback address of its own and reaches everything the
-// host reaches: no NetworkPolicy); seccomp and capability settings;
+// listens on a loopback address of its own — `--listen=:PORT` arguments and
+// env values ":PORT" naming a declared container port are rewritten to it —
+// and reaches everything the host reaches: no NetworkPolicy); seccomp and capability settings;
 // RuntimeClasses; resource limits, probes, restarts, ordinary init
 // containers; ServiceAccount tokens (see above). A session pod's sandbox
 // pod (sandbox placement "pod") is a pod like any other here: its own
@@ -44,9 +45,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -460,6 +463,7 @@ func (r *Runner) prepare(ctx context.Context, p *corev1.Pod, c corev1.Container,
 	if err != nil {
 		return nil, "CreateContainerConfigError", err
 	}
+	env = listenOn(env, c, ip)
 	args := append([]string{}, c.Command[1:]...)
 	for _, a := range c.Args {
 		// A pod has a network namespace of its own, where it listens on
@@ -844,6 +848,24 @@ func statuses(p *corev1.Pod, state func(corev1.Container) (corev1.ContainerState
 		main = append(main, status(c))
 	}
 	return init, main
+}
+
+// listenOn rewrites env values that name only a port the container
+// declares (":9090", e.g. PICOBOT_METRICS_ADDR), as --listen=: arguments
+// are: the pod listens on its own loopback address, so two pods serving
+// the same port do not collide and a scraper finds each at its pod IP.
+func listenOn(env []string, c corev1.Container, ip string) []string {
+	ports := map[string]bool{}
+	for _, p := range c.Ports {
+		ports[strconv.Itoa(int(p.ContainerPort))] = true
+	}
+	for i, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if port, ok := strings.CutPrefix(v, ":"); ok && ports[port] {
+			env[i] = k + "=" + net.JoinHostPort(ip, port)
+		}
+	}
+	return env
 }
 
 // podIP hands out the next pod address: 127.1.0.1, 127.1.0.2, ... (all of

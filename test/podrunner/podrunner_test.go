@@ -207,3 +207,12 @@ func twoContainers(t *testing.T, g Gomega, cs kubernetes.Interface, ns, work str
 	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o770)))
 	g.Expect(fi.Mode() & os.ModeSetgid).NotTo(BeZero())
 }
+
+// TestListenOnThePodsAddress: an env value naming only a port the container
+// declares moves to the pod's address, as --listen=: arguments do; other
+// values, and ports the container does not declare, stay.
+func TestListenOnThePodsAddress(t *testing.T) {
+	c := corev1.Container{Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}}}
+	got := listenOn([]string{"PICOBOT_METRICS_ADDR=:9090", "OTHER=:8080", "URL=http://x:9090", "EMPTY="}, c, "127.1.0.7")
+	NewWithT(t).Expect(got).To(Equal([]string{"PICOBOT_METRICS_ADDR=127.1.0.7:9090", "OTHER=:8080", "URL=http://x:9090", "EMPTY="}))
+}

@@ -37,6 +37,9 @@ type ScrapeTarget struct {
 	Job, Addr string
 	// BearerToken, when set, is sent as Authorization: Bearer.
 	BearerToken string
+	// HTTPS scrapes over TLS without verifying the certificate (a
+	// self-signed one, as the operator's metrics endpoint makes).
+	HTTPS bool
 }
 
 // Prometheus is a running Prometheus server.
@@ -61,6 +64,9 @@ func StartPrometheus(tb testing.TB, targets ...ScrapeTarget) *Prometheus {
 				tb.Fatal(err)
 			}
 			fmt.Fprintf(&cfg, "    authorization:\n      credentials_file: %q\n", tokenFile)
+		}
+		if t.HTTPS {
+			cfg.WriteString("    scheme: https\n    tls_config:\n      insecure_skip_verify: true\n")
 		}
 	}
 	cfgFile := filepath.Join(dir, "prometheus.yml")

@@ -161,6 +161,8 @@ func (r *AgentReconciler) runtimePhase(ctx context.Context, s *agentScope) error
 	if err != nil {
 		return err
 	}
+	r.Runtime.Metrics.WarmTarget(a.Namespace, a.Name, in.WarmPool)
+	r.Runtime.Metrics.PodsRegistered(a.Namespace, a.Name, registeredPods(listed, in.Registry))
 	if pol.violation != "" {
 		res.cond = condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPolicyViolation, "Runtime policy: "+pol.violation)
 	}
@@ -173,6 +175,18 @@ func (r *AgentReconciler) runtimePhase(ctx context.Context, s *agentScope) error
 	}
 	s.runtime = res
 	return nil
+}
+
+// registeredPods are the listed live pods whose runtime has registered with
+// the pool: started, for the pool's start latency.
+func registeredPods(listed map[string]*corev1.Pod, registry map[string]string) []opmetrics.RegisteredPod {
+	var out []opmetrics.RegisteredPod
+	for name, p := range listed {
+		if _, ok := registry[name]; ok && p.DeletionTimestamp == nil {
+			out = append(out, opmetrics.RegisteredPod{UID: p.UID, Created: p.CreationTimestamp.Time})
+		}
+	}
+	return out
 }
 
 // policyOf applies the runtime policy to the Agent, the per-namespace rules
@@ -322,6 +336,10 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 			res.requeue = rc.ResyncBusy
 		}
 	}
+	var made int32
+	// The chats' pods come first in Create: those made beyond none are
+	// the warm pool's misses.
+	defer func() { rc.Metrics.ColdStarts(a.Namespace, a.Name, min(made, plan.WakeNeed)) }()
 	for range plan.Create {
 		err := r.createPod(ctx, s)
 		rc.Metrics.PodCreated(a.Namespace, a.Name, err != nil)
@@ -333,6 +351,7 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 			res.cond, res.requeue = c, createRetry
 			break
 		}
+		made++
 	}
 	return res, nil
 }

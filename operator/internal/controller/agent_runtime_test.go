@@ -176,10 +176,13 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	g.Expect(pods).To(HaveLen(2))
 
 	// One pod registers warm and one takes a chat: the busy one is labelled
-	// with its session and a pod is added to keep two warm.
+	// with its session and a pod is added to keep two warm. Both started:
+	// their start latency is observed, once.
 	e.register(t, pods[0].Name, "warm")
 	e.register(t, pods[1].Name, "busy web chat-1")
 	res = e.run(t)
+	g.Expect(gathered(t, e.reg, "picobot_pool_pod_start_seconds", map[string]string{"namespace": ns, "agent": "helper"})).To(Equal(2.0))
+	g.Expect(gathered(t, e.reg, "picobot_pool_warm_target", map[string]string{"namespace": ns, "agent": "helper"})).To(Equal(2.0))
 	g.Expect(*res).To(Equal(runtimeResult{cond: ready("1 active, 1 warm, 0 starting"), active: 1, warm: 1, requeue: time.Second}))
 	busy := &corev1.Pod{}
 	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(&pods[1]), busy)).To(Succeed())
@@ -255,10 +258,17 @@ func TestRuntimePhaseKeepsSessionPods(t *testing.T) {
 	g.Expect(gathered(t, e.reg, "picobot_pool_wake_misses_total", agent)).To(Equal(2.0))
 	g.Expect(gathered(t, e.reg, "picobot_pool_pods", agent, "state", "active")).To(Equal(1.0))
 	g.Expect(gathered(t, e.reg, "picobot_pool_pods", agent, "state", "warm")).To(Equal(0.0))
+	g.Expect(gathered(t, e.reg, "picobot_pool_pod_start_seconds", agent)).To(Equal(2.0), "each pod's start is observed once")
+
+	// The Agent deleted: its pool's series go with it.
+	e.r.Runtime.Metrics.PoolGone(ns, "helper")
+	g.Expect(gathered(t, e.reg, "picobot_pool_pods", agent, "state", "active")).To(Equal(-1.0))
+	g.Expect(gathered(t, e.reg, "picobot_pool_warm_target", agent)).To(Equal(-1.0))
 }
 
 // gathered is the value of the series of family name with labels and the
-// extra label pairs kv (a counter or gauge); -1 when there is none.
+// extra label pairs kv (a counter or gauge; a histogram's sample count); -1
+// when there is none.
 func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string, kv ...string) float64 {
 	t.Helper()
 	want := maps.Clone(labels)
@@ -284,13 +294,41 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[st
 					continue series
 				}
 			}
-			if m.Gauge != nil {
+			switch {
+			case m.Gauge != nil:
 				return m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
 			}
 			return m.GetCounter().GetValue()
 		}
 	}
 	return -1
+}
+
+// TestColdStartsAreTheWarmPoolsMisses: a chat waiting with no warm or
+// starting pod gets a pod of its own, counted as a miss of the warm pool;
+// a chat a starting pod can take is none.
+func TestColdStartsAreTheWarmPoolsMisses(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := e.agent.Namespace
+	agent := map[string]string{"namespace": ns, "agent": "helper"}
+	e.agent.Spec.Runtime.WarmPool = ptr(int32(0))
+	e.run(t)
+	g.Expect(e.pods(t)).To(BeEmpty())
+	g.Expect(gathered(t, e.reg, "picobot_pool_cold_starts_total", agent)).To(Equal(-1.0))
+
+	g.Expect(wake.Publish(ctx, e.r.Runtime.Bus, wake.Wake{Tenant: ns, Agent: "helper", Channel: "web", ChatKey: "chat-1"})).To(Succeed())
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(1))
+	g.Expect(gathered(t, e.reg, "picobot_pool_cold_starts_total", agent)).To(Equal(1.0))
+
+	// Still waiting for its starting pod: no second pod, no second miss.
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(1))
+	g.Expect(gathered(t, e.reg, "picobot_pool_cold_starts_total", agent)).To(Equal(1.0))
 }
 
 // TestDelegateTargetsWithUnclaimedWakesAreEnqueued: a session pod wakes the

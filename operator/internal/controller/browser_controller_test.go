@@ -15,6 +15,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -33,6 +34,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/blob"
 	"github.com/picobot/picobot/runtime/blob/s3blob"
@@ -51,9 +53,11 @@ const browserImage = "registry.example/picobot:test"
 // same profiles; a kube-apiserver without a kubelet also lets the tests play
 // the node (fakeKubelet) and decide what each pod does.
 type browserEnv struct {
-	c     client.Client
-	cfg   *rest.Config
-	pods  BrowserPods
+	c    client.Client
+	cfg  *rest.Config
+	pods BrowserPods
+	// reg holds the browser metrics.
+	reg   *prometheus.Registry
 	port  int
 	store *s3blob.Store
 	// clock is the time of this cluster: the operator decides idleness by
@@ -119,7 +123,12 @@ func startBrowserEnv(t *testing.T) *browserEnv {
 	if err := SetupIndexes(ctx, mgr); err != nil {
 		t.Fatal(err)
 	}
-	rc := &RuntimeConfig{BrowserImage: browserImage, Connection: conn, APIReader: mgr.GetAPIReader()}
+	reg := prometheus.NewRegistry()
+	om, err := opmetrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &RuntimeConfig{BrowserImage: browserImage, Connection: conn, APIReader: mgr.GetAPIReader(), Metrics: om}
 	pods, err := BrowserPodsFromRuntime(ctx, rc)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +148,7 @@ func startBrowserEnv(t *testing.T) *browserEnv {
 		}
 	})
 	t.Cleanup(func() { cancel(); wg.Wait(); _ = store.Close() })
-	return &browserEnv{c: c, cfg: env.Config, pods: *pods, port: port, store: store, clock: clk}
+	return &browserEnv{c: c, cfg: env.Config, pods: *pods, reg: reg, port: port, store: store, clock: clk}
 }
 
 func (e *browserEnv) namespace(t *testing.T) string {
@@ -376,6 +385,43 @@ func TestBrowserPods(t *testing.T) {
 	t.Run("NoOpResyncWritesNothing", func(t *testing.T) { testBrowserResync(t, e) })
 	t.Run("GitOpsHealth", func(t *testing.T) { testBrowserHealth(t, e) })
 	t.Run("BrowserPodCap", func(t *testing.T) { testBrowserPodCap(t, e) })
+	t.Run("Metrics", func(t *testing.T) { testBrowserMetrics(t, e) })
+}
+
+// testBrowserMetrics: a profile's browser started for one session pod and
+// then asked for by a second is one start and one reuse; its pod counts as
+// ready while it runs, its start latency is observed once, and it leaves
+// the gauge with its profile.
+func testBrowserMetrics(t *testing.T, e *browserEnv) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	e.agent(t, ns, "helper")
+	bp := e.profile(t, ns, "shop", "helper")
+	name := wire.ProfileName("shop")
+	profile := map[string]string{"namespace": ns, "kind": "profile"}
+	e.serve(t, e.provider(t, ns, "helper"), ns, browser.ProfileKey("shop"), name)
+	g.Eventually(func() float64 { return gathered(t, e.reg, "picobot_browser_pods", profile, "state", "ready") }).
+		WithTimeout(eventually).WithPolling(poll).Should(Equal(1.0))
+	g.Expect(gathered(t, e.reg, "picobot_browser_requests_total", profile, "outcome", "started")).To(Equal(1.0))
+	g.Expect(gathered(t, e.reg, "picobot_browser_pod_start_seconds", profile)).To(Equal(1.0))
+
+	second := e.provider(t, ns, "helper", func(c *remote.ProviderConfig) { c.Holder = "helper-session-2" })
+	ep, err := second.Endpoint(ctx, browser.ProfileKey("shop"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ep.Token).NotTo(BeEmpty())
+	g.Eventually(func() float64 {
+		return gathered(t, e.reg, "picobot_browser_requests_total", profile, "outcome", "reused")
+	}).
+		WithTimeout(eventually).WithPolling(poll).Should(Equal(1.0))
+	g.Expect(gathered(t, e.reg, "picobot_browser_requests_total", profile, "outcome", "started")).To(Equal(1.0))
+	g.Expect(gathered(t, e.reg, "picobot_browser_pod_start_seconds", profile)).To(Equal(1.0), "one pod, one start")
+	g.Expect(gathered(t, e.reg, "picobot_browser_pods", profile, "state", "starting")).To(Equal(0.0))
+
+	g.Expect(e.c.Delete(ctx, bp)).To(Succeed())
+	e.noPods(t, ns, name)
+	g.Eventually(func() float64 { return gathered(t, e.reg, "picobot_browser_pods", profile, "state", "ready") }).
+		WithTimeout(eventually).WithPolling(poll).Should(Equal(0.0))
 }
 
 // testBrowserPodCap: with the tenant's maxBrowserPods at 1, a second

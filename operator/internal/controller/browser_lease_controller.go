@@ -87,7 +87,7 @@ func (r *BrowserLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	in := podspec.BrowserInput{Name: lease.Name, Namespace: lease.Namespace, Agents: []string{name},
 		Owner: metav1.OwnerReference{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease", Name: lease.Name, UID: lease.UID,
 			Controller: ptrTo(true), BlockOwnerDeletion: ptrTo(true)}}
-	w := browserWant{in: in, wanted: true, renewed: renewed, until: renewed.Add(idle), notify: []string{name}}
+	w := browserWant{in: in, wanted: true, renewed: renewed, until: renewed.Add(idle), notify: []string{name}, holder: leaseHolder(lease)}
 	if b := agent.Spec.Browser; b != nil {
 		in.Domains = b.AllowedDomains
 		if b.Enabled != nil && !*b.Enabled {

@@ -21,11 +21,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/browser/remote/wire"
 )
@@ -60,6 +62,8 @@ type BrowserPods struct {
 	// Quota are the default caps of tenants (TenantQuota fields unset):
 	// maxBrowserPods.
 	Quota QuotaDefaults
+	// Metrics records browser pods; nil records nothing.
+	Metrics *opmetrics.Metrics
 }
 
 // BrowserPodsFromRuntime derives the browser pod settings from the session
@@ -74,7 +78,7 @@ func BrowserPodsFromRuntime(ctx context.Context, rc *RuntimeConfig) (*BrowserPod
 		return nil, err
 	}
 	return &BrowserPods{Image: rc.BrowserImage, Storage: storage, StorageEndpoint: rc.Connection["PICOBOT_S3_ENDPOINT"],
-		Network: rc.Network, APIReader: rc.APIReader}, nil
+		Network: rc.Network, APIReader: rc.APIReader, Metrics: rc.Metrics}, nil
 }
 
 // recycleMargin replaces an S3 profile's pod this long before its presigned
@@ -90,7 +94,24 @@ type browserKeeper struct {
 	egress sync.Map
 	// podLocks serialise the capped browser pod creations of a namespace.
 	podLocks namespaceLocks
+
+	// seen remembers, per browser, the pod whose start was timed and the
+	// Lease holder last counted as a request, so each is recorded once
+	// (bounded by the browsers running).
+	seenMu sync.Mutex
+	seen   map[client.ObjectKey]browserSeen
 }
+
+type browserSeen struct {
+	pod types.UID
+	// holders are the session pods counted since the browser last ran
+	// no pod: several sessions may share a profile's browser and renew
+	// its Lease in turn.
+	holders map[string]struct{}
+}
+
+// maxHolders bounds browserSeen.holders; past it the set starts again.
+const maxHolders = 64
 
 // browserCapRetry is how often a browser held back by maxBrowserPods tries
 // again: another browser stopping sends it no event.
@@ -129,7 +150,7 @@ func newBrowserKeeper(c client.Client, cfg BrowserPods, clk clock.PassiveClock) 
 	if cfg.APIReader == nil {
 		cfg.APIReader = c
 	}
-	return &browserKeeper{Client: c, cfg: cfg, clock: clk}
+	return &browserKeeper{Client: c, cfg: cfg, clock: clk, seen: map[client.ObjectKey]browserSeen{}}
 }
 
 // browserWant is what one browser should be.
@@ -150,6 +171,8 @@ type browserWant struct {
 	// notify are the agents told why a browser cannot run: in.Agents and
 	// the one that asked.
 	notify []string
+	// holder is the session pod holding the Lease (the last to ask).
+	holder string
 }
 
 // browserState is what sync observed and did.
@@ -164,6 +187,81 @@ type browserState struct {
 // missing, its address and token published to the agents' endpoints
 // Secrets once it serves, deleted (after saving its profile) when idle.
 func (k *browserKeeper) sync(ctx context.Context, w browserWant) (browserState, error) {
+	st, err := k.syncPod(ctx, w)
+	k.observe(w, st)
+	return st, err
+}
+
+// browserKind is a browser's kind label: a dialog's or a profile's.
+func browserKind(name string) string {
+	if strings.HasPrefix(name, ephemeralPrefix) {
+		return opmetrics.BrowserEphemeral
+	}
+	return opmetrics.BrowserProfile
+}
+
+// observe records what sync found: the browser's pod state, a ready pod's
+// start latency (once per pod) and a session pod's request (once per
+// holder while the browser runs; an operator restart counts the current
+// holder again).
+func (k *browserKeeper) observe(w browserWant, st browserState) {
+	m := k.cfg.Metrics
+	if m == nil {
+		return
+	}
+	ns, name := w.in.Namespace, w.in.Name
+	kind := browserKind(name)
+	state := ""
+	switch {
+	case st.ready:
+		state = opmetrics.BrowserReady
+	case st.pod != nil && st.problem == nil:
+		state = opmetrics.BrowserStarting
+	}
+	m.BrowserState(ns, name, kind, state)
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	k.seenMu.Lock()
+	defer k.seenMu.Unlock()
+	seen := k.seen[key]
+	if st.pod == nil && !w.wanted {
+		seen.holders = nil
+	}
+	if _, counted := seen.holders[w.holder]; w.wanted && w.blocked == nil && !w.noStart && w.holder != "" && !counted {
+		m.BrowserRequested(ns, kind, st.ready && seen.pod == st.pod.UID)
+		if seen.holders == nil || len(seen.holders) >= maxHolders {
+			seen.holders = map[string]struct{}{}
+		}
+		seen.holders[w.holder] = struct{}{}
+	}
+	if st.ready && seen.pod != st.pod.UID {
+		if up := podReadySince(st.pod); !up.IsZero() {
+			m.BrowserStarted(ns, kind, up.Sub(st.pod.CreationTimestamp.Time))
+		}
+		seen.pod = st.pod.UID
+	}
+	k.seen[key] = seen
+}
+
+// podReadySince is when the pod last became ready (zero when it is not).
+func podReadySince(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// forget drops what observe remembers of a removed browser.
+func (k *browserKeeper) forget(ns, name string) {
+	k.cfg.Metrics.BrowserState(ns, name, browserKind(name), "")
+	k.seenMu.Lock()
+	delete(k.seen, client.ObjectKey{Namespace: ns, Name: name})
+	k.seenMu.Unlock()
+}
+
+// syncPod is sync's work, before observe records it.
+func (k *browserKeeper) syncPod(ctx context.Context, w browserWant) (browserState, error) {
 	ns, name := w.in.Namespace, w.in.Name
 	live, failed, stopping, err := k.pods(ctx, k.Client, ns, name)
 	if err != nil {
@@ -532,7 +630,16 @@ func (k *browserKeeper) remove(ctx context.Context, ns, name string) (gone bool,
 		}
 	}
 	errs = append(errs, k.unpublish(ctx, ns, name, nil))
+	k.forget(ns, name)
 	return len(list.Items) == 0, errors.Join(errs...)
+}
+
+// leaseHolder is the session pod holding a browser Lease.
+func leaseHolder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }
 
 // leaseRenewed is when a session last renewed a browser Lease.

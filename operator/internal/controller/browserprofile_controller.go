@@ -261,6 +261,7 @@ func (r *BrowserProfileReconciler) browserPhase(ctx context.Context, s *profileS
 			idle = bp.Spec.IdleTimeout.Duration
 		}
 		w.renewed = leaseRenewed(l)
+		w.holder = leaseHolder(l)
 		w.until = w.renewed.Add(idle)
 		w.wanted = s.now.Before(w.until)
 		requester := l.Labels[picobotv1alpha1.LabelAgent]

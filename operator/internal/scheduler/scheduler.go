@@ -208,7 +208,7 @@ func JobFrom(cj *picobotv1alpha1.CronJob) rtscheduler.Job {
 	name := cj.Annotations[rtscheduler.AnnotationDisplayName]
 	notBefore := cj.Annotations[rtscheduler.AnnotationNotBefore]
 	j := rtscheduler.Job{Tenant: cj.Namespace, Name: cj.Name, DisplayName: name, Spec: cj.Spec, Created: cj.CreationTimestamp.Time,
-		Version: fmt.Sprintf("%d/%s/%s", cj.Generation, notBefore, name)}
+		Version: fmt.Sprintf("%d/%s/%s", cj.Generation, notBefore, name), Origin: cj.Annotations[rtscheduler.AnnotationOrigin]}
 	if t, err := time.Parse(time.RFC3339, notBefore); err == nil {
 		j.NotBefore = t
 	}

@@ -23,6 +23,7 @@ import (
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/scheduler"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 var (
@@ -116,6 +117,13 @@ func (k *Kube) Create(ctx context.Context, name, displayName string, spec picobo
 	}
 	SetDisplayName(cj, displayName)
 	k.stampNotBefore(cj)
+	if tp := tracing.Traceparent(ctx); tp != "" {
+		// The job's fires link back to the turn that made it.
+		if cj.Annotations == nil {
+			cj.Annotations = map[string]string{}
+		}
+		cj.Annotations[scheduler.AnnotationOrigin] = tp
+	}
 	if err := k.c.Create(ctx, cj); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, ErrExists

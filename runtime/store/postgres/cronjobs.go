@@ -18,7 +18,7 @@ func (s *Store) CreateCronJob(ctx context.Context, j store.CronJob) (store.CronJ
 	if err := j.Validate(); err != nil {
 		return store.CronJob{}, fmt.Errorf("failed to create cron job %q: %w", j.Name, err)
 	}
-	out, err := one(ctx, s, scanCronJob, sqlCreateCronJob, j.Name, j.DisplayName, j.Agent, []byte(j.Spec), nullTime(j.CreatedAt))
+	out, err := one(ctx, s, scanCronJob, sqlCreateCronJob, j.Name, j.DisplayName, j.Agent, []byte(j.Spec), nullTime(j.CreatedAt), j.Origin)
 	if err != nil {
 		return store.CronJob{}, fmt.Errorf("failed to create cron job %q: %w", j.Name, err)
 	}
@@ -187,7 +187,7 @@ func (s *Store) ListUnfinishedCronRuns(ctx context.Context, job string, limit in
 func scanCronJob(row pgx.CollectableRow) (store.CronJob, error) {
 	var j store.CronJob
 	var spec []byte
-	err := row.Scan(&j.Tenant, &j.Name, &j.DisplayName, &j.Agent, &spec, &j.Version, &j.CreatedAt, &j.UpdatedAt)
+	err := row.Scan(&j.Tenant, &j.Name, &j.DisplayName, &j.Agent, &spec, &j.Version, &j.CreatedAt, &j.UpdatedAt, &j.Origin)
 	j.Spec = spec
 	j.CreatedAt, j.UpdatedAt = utc(j.CreatedAt), utc(j.UpdatedAt)
 	return j, err

@@ -2,11 +2,11 @@ package postgres
 
 // SQL of the store.CronStore methods (cronjobs.go). $1 is always the tenant.
 
-const cronJobColumns = `tenant, name, display_name, agent, spec, version, created_at, updated_at`
+const cronJobColumns = `tenant, name, display_name, agent, spec, version, created_at, updated_at, origin`
 
 const (
-	sqlCreateCronJob = `INSERT INTO cron_jobs (tenant, name, display_name, agent, spec, version, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, 1, COALESCE($6, now()), COALESCE($6, now()))
+	sqlCreateCronJob = `INSERT INTO cron_jobs (tenant, name, display_name, agent, spec, version, created_at, updated_at, origin)
+VALUES ($1, $2, $3, $4, $5, 1, COALESCE($6, now()), COALESCE($6, now()), $7)
 RETURNING ` + cronJobColumns
 
 	sqlGetCronJob = `SELECT ` + cronJobColumns + ` FROM cron_jobs WHERE tenant = $1 AND name = $2`

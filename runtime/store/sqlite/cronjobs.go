@@ -22,7 +22,7 @@ func (s *Store) CreateCronJob(ctx context.Context, j store.CronJob) (store.CronJ
 	if !j.CreatedAt.IsZero() {
 		created = micros(j.CreatedAt)
 	}
-	out, err := one(ctx, s, true, scanCronJob, sqlCreateCronJob, j.Name, j.DisplayName, j.Agent, string(j.Spec), created)
+	out, err := one(ctx, s, true, scanCronJob, sqlCreateCronJob, j.Name, j.DisplayName, j.Agent, string(j.Spec), created, j.Origin)
 	if err != nil {
 		return store.CronJob{}, fmt.Errorf("failed to create cron job %q: %w", j.Name, err)
 	}
@@ -200,7 +200,7 @@ func scanCronJob(row scanner) (store.CronJob, error) {
 		spec             string
 		created, updated int64
 	)
-	err := row.Scan(&j.Tenant, &j.Name, &j.DisplayName, &j.Agent, &spec, &j.Version, &created, &updated)
+	err := row.Scan(&j.Tenant, &j.Name, &j.DisplayName, &j.Agent, &spec, &j.Version, &created, &updated, &j.Origin)
 	j.Spec = json.RawMessage(spec)
 	j.CreatedAt, j.UpdatedAt = fromMicros(created), fromMicros(updated)
 	return j, err

@@ -2,12 +2,12 @@ package sqlite
 
 // SQL of the store.CronStore methods (cronjobs.go). ?1 is always the tenant.
 
-const cronJobColumns = `tenant, name, display_name, agent, spec, version, created_at, updated_at`
+const cronJobColumns = `tenant, name, display_name, agent, spec, version, created_at, updated_at, origin`
 
 const (
 	// ?6 is the creation time (the caller's or now).
-	sqlCreateCronJob = `INSERT INTO cron_jobs (tenant, name, display_name, agent, spec, version, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?6)
+	sqlCreateCronJob = `INSERT INTO cron_jobs (tenant, name, display_name, agent, spec, version, created_at, updated_at, origin)
+VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?6, ?7)
 RETURNING ` + cronJobColumns
 
 	sqlGetCronJob = `SELECT ` + cronJobColumns + ` FROM cron_jobs WHERE tenant = ?1 AND name = ?2`

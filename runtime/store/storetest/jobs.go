@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,8 +31,9 @@ func testCronJobs(t *testing.T, newStore NewStore) {
 		cs := cronStore(t, newStore(t))
 		ctx := ctxFor(t, tenantA)
 
+		origin := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		created, err := cs.CreateCronJob(ctx, store.CronJob{Name: "inbox", DisplayName: "Inbox digest", Agent: "helper",
-			Spec: spec, CreatedAt: t0})
+			Spec: spec, CreatedAt: t0, Origin: origin})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(created.Tenant).To(gomega.Equal(tenantA))
 		g.Expect(created.Version).To(gomega.Equal(int64(1)))
@@ -47,6 +49,7 @@ func testCronJobs(t *testing.T, newStore NewStore) {
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(got.DisplayName).To(gomega.Equal("Inbox digest"))
 		g.Expect(got.Agent).To(gomega.Equal("helper"))
+		g.Expect(got.Origin).To(gomega.Equal(origin), "the trace context of the turn that made it")
 
 		all, err := cs.ListCronJobs(ctx, store.CronJobFilter{})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -72,6 +75,7 @@ func testCronJobs(t *testing.T, newStore NewStore) {
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(renamed.Version).To(gomega.Equal(int64(3)))
 		g.Expect(renamed.Spec).To(gomega.MatchJSON(newSpec))
+		g.Expect(renamed.Origin).To(gomega.Equal(origin), "updates keep where the job came from")
 		_, err = cs.UpdateCronJob(ctx, "missing", store.CronJobUpdate{DisplayName: ptr("x"), IfVersion: 1})
 		g.Expect(err).To(gomega.MatchError(store.ErrNotFound))
 
@@ -91,6 +95,7 @@ func testCronJobs(t *testing.T, newStore NewStore) {
 			{Name: "x", Spec: json.RawMessage(`[1]`)},
 			{Name: "x", Spec: nil},
 			{Name: "x", DisplayName: "a\x00b", Spec: spec},
+			{Name: "x", Origin: strings.Repeat("0", 300), Spec: spec},
 		} {
 			_, err := cs.CreateCronJob(ctx, j)
 			g.Expect(err).To(gomega.MatchError(store.ErrInvalid), "%+v", j)

@@ -13,6 +13,7 @@ import (
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/scheduler/agentjobs"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tracing"
 )
 
 // errNoJob: the job does not exist (in this tenant).
@@ -252,7 +253,8 @@ func (s *storeBackend) create(ctx context.Context, j *job) (*job, error) {
 	for attempt := 0; ; attempt++ {
 		r, err := store.CronJob{}, store.ErrExists // a manifest job's name is taken
 		if s.fromManifest(ctx, j.ID) == nil {
-			r, err = s.cs.CreateCronJob(ctx, store.CronJob{Name: j.ID, DisplayName: j.Name, Agent: s.agent, Spec: spec})
+			r, err = s.cs.CreateCronJob(ctx, store.CronJob{Name: j.ID, DisplayName: j.Name, Agent: s.agent, Spec: spec,
+				Origin: tracing.Traceparent(ctx)})
 		}
 		if errors.Is(err, store.ErrExists) && attempt < createAttempts {
 			j.ID = newID(j.Name)

@@ -75,7 +75,17 @@ type stack struct {
 	// traces receives the spans of the gateway, the operator's session
 	// pods and the operator over OTLP/gRPC (the OTEL_* settings in conn).
 	traces *tracingtest.Receiver
+	// gatewayMetrics and operatorMetrics are the host:port of the
+	// gateway's /metrics (plain HTTP) and the operator's (HTTPS, callers
+	// authenticated and authorized by the API server). Session pods serve
+	// theirs on sessionMetricsPort at their pod IP.
+	gatewayMetrics, operatorMetrics string
 }
+
+// sessionMetricsPort is the operator's --session-metrics-port: the local pod
+// runner puts each pod's listener on the pod's own address, so every pod
+// serves it.
+const sessionMetricsPort = 9090
 
 var (
 	st         *stack
@@ -244,6 +254,15 @@ func start() (*stack, func(), error) {
 	s.logs = append(s.logs, gwLog)
 	s.gatewayLog = gwLog
 	urlc, blobc := make(chan string, 1), make(chan string, 1)
+	gwPort, err := services.FreePort()
+	if err != nil {
+		return fail(err)
+	}
+	opPort, err := services.FreePort()
+	if err != nil {
+		return fail(err)
+	}
+	s.gatewayMetrics, s.operatorMetrics = fmt.Sprintf("127.0.0.1:%d", gwPort), fmt.Sprintf("127.0.0.1:%d", opPort)
 	stopGW, err := s.spawn(gwLog, func(line string) {
 		if m := servingRE.FindStringSubmatch(line); m != nil {
 			urlc <- m[1]
@@ -251,7 +270,7 @@ func start() (*stack, func(), error) {
 		if m := blobGrantsRE.FindStringSubmatch(line); m != nil {
 			blobc <- m[1]
 		}
-	}, s.picobot, "gateway", "--addr=127.0.0.1:0", "--blob-addr=127.0.0.1:0", "--reply-timeout=2m", "--run-watch-grace=3s", "--namespace="+systemNamespace)
+	}, s.picobot, "gateway", "--addr=127.0.0.1:0", "--blob-addr=127.0.0.1:0", "--metrics-addr="+s.gatewayMetrics, "--reply-timeout=2m", "--run-watch-grace=3s", "--namespace="+systemNamespace)
 	if err != nil {
 		return fail(err)
 	}
@@ -268,7 +287,8 @@ func start() (*stack, func(), error) {
 
 	opLog := filepath.Join(dir, "operator.log")
 	s.logs = append(s.logs, opLog)
-	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address=0",
+	stopOp, err := s.spawn(opLog, nil, s.operator, "--kubeconfig="+s.env.KubeconfigPath, "--metrics-bind-address="+s.operatorMetrics,
+		fmt.Sprintf("--session-metrics-port=%d", sessionMetricsPort),
 		"--health-probe-bind-address=127.0.0.1:0", "--runtime-image="+image, "--allowed-images=registry.example/*", "--browser-image="+browserPodImage,
 		"--session-lease-ttl=3s", "--zap-log-level=info", "--blob-url="+blobURL, "--gateway-namespace="+systemNamespace,
 		fmt.Sprintf("--tenant-role-prefix=pbe2e_%d_", os.Getpid()), fmt.Sprintf("--tenant-user-prefix=pbe2e-%d-", os.Getpid()))
