@@ -23,7 +23,7 @@ import (
 // maxRuntimeNamespaces is how many namespaces runtime tests may create; the
 // suite's status-only manager does not watch them (its Ready would not
 // count RuntimeReady and would fight the runtime manager's).
-const maxRuntimeNamespaces = 24
+const maxRuntimeNamespaces = 32
 
 var runtimeNSSeq atomic.Int64
 
