@@ -31,7 +31,7 @@ const (
 	DecisionRevoke  = "revoke"
 )
 
-// ErrTransition: the decision does not apply to the node's state (reject
+// ErrTransition means the decision does not apply to the node's state (reject
 // an approved node: revoke it instead).
 var ErrTransition = errors.New("decision does not apply to the node's state")
 

@@ -467,7 +467,12 @@ func TestChatNodes(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node client: %v", err)
+		}
+	}()
 	g.Eventually(states).WithTimeout(20 * time.Second).Should(Receive(Equal("pending")))
 
 	d.say("/nodes")

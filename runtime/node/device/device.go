@@ -123,7 +123,8 @@ func (n *Node) Run(ctx context.Context) error {
 		err := n.session(ctx)
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return nil //nolint:nilerr // a cancelled context is how the node is told to stop
+
 		case errors.Is(err, ErrRefused), n.cfg.Reconnect < 0:
 			return err
 		}

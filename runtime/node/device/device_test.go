@@ -52,7 +52,12 @@ func pair(tb testing.TB, cfg device.Config, approve bool) *paired {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
-	tb.Cleanup(func() { cancel(); <-done })
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("node client: %v", err)
+		}
+	})
 	g.Eventually(p.state).WithTimeout(30 * time.Second).Should(Receive(Equal("pending")))
 	if approve {
 		_, err := p.svc.Decide(p.ctx, p.id, node.DecisionApprove)

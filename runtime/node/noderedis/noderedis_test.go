@@ -2,6 +2,7 @@ package noderedis_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -61,7 +62,12 @@ func TestCallsCrossReplicas(t *testing.T) {
 	relay.Follow(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("relay: %v", err)
+		}
+	}()
 	gw := &node.Service{Store: st, Hub: hub, Remote: noderedis.Remote{Redis: rdb}}
 	// The session pod: no hub.
 	pod := &node.Service{Store: st, Remote: noderedis.Remote{Redis: rdb}}

@@ -68,7 +68,7 @@ type turnResult struct {
 func askAgent(ctx context.Context, base, key, id, text string) (turnResult, error) {
 	for {
 		res, err := askOnce(ctx, base, key, id, text)
-		if err == nil || !(strings.Contains(err.Error(), "429") || strings.Contains(err.Error(), "rate limit")) {
+		if err == nil || (!strings.Contains(err.Error(), "429") && !strings.Contains(err.Error(), "rate limit")) {
 			return res, err
 		}
 		select {
