@@ -370,7 +370,7 @@ func TestOptionsRenderWhatTheySay(t *testing.T) {
 		`--session-metrics-from=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`,
 		// The runtime policy's defaults.
 		"--default-requests=cpu=100m,memory=256Mi", "--default-limits=memory=1Gi", "--max-resources=cpu=2,memory=4Gi",
-		"--max-warm-pods-per-agent=5", "--max-sessions-per-agent=100", "--max-warm-pods-per-namespace=20", "--max-sessions-per-namespace=500",
+		"--max-warm-pods-per-agent=5", "--max-sessions-per-agent=100", "--max-warm-pods-per-namespace=20", "--max-sessions-per-namespace=500", "--sandbox-placement=container",
 		// The values' default tenant caps.
 		"--default-max-session-pods=50", "--default-max-warm-pods=10", "--default-max-browser-pods=5", "--default-max-cronjobs=100",
 		"--service-cidrs=10.20.0.0/16", "--concurrency=8"}))

@@ -118,9 +118,17 @@ func TestAuthCanI(t *testing.T) {
 		{"operator", operator, "bind", "roles", "team-a", false},
 		{"operator", operator, "create", "deployments.apps", "team-a", false},
 		{"operator", operator, "get", "nodes", "", false},
-		// It publishes for the gateway in its own namespace only.
+		// It publishes for the gateway in its own namespace, and a sandbox
+		// pod's address (sandbox placement "pod") beside its session pod.
 		{"operator", operator, "update", "configmaps", sys, true},
-		{"operator", operator, "create", "configmaps", "team-a", false},
+		{"operator", operator, "create", "configmaps", "team-a", true},
+		// It reads where the API server answers (the kubernetes Service and
+		// its EndpointSlices) for the session pods' NetworkPolicy, and
+		// changes neither.
+		{"operator", operator, "get", "services", "default", true},
+		{"operator", operator, "list", "endpointslices.discovery.k8s.io", "default", true},
+		{"operator", operator, "create", "services", "default", false},
+		{"operator", operator, "update", "endpointslices.discovery.k8s.io", "default", false},
 		// Namespaced mode: the same rights in team-a, none elsewhere.
 		{"namespaced operator", nsOperator, "create", "pods", "team-a", true},
 		{"namespaced operator", nsOperator, "watch", "agents.agents.picobot.io", "team-a", true},

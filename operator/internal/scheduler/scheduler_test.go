@@ -118,7 +118,14 @@ func TestFiresCronJobsAndPublishesLastRun(t *testing.T) {
 	g.Expect(k8s.Create(ctx, cronJob(ns, "paused", "0 * * * * *", func(cj *picobotv1alpha1.CronJob) {
 		cj.Spec.Suspend = new(true)
 	}))).To(Succeed())
-	g.Eventually(func() int { return r.Scheduler().Len() }).WithTimeout(eventually).WithPolling(poll).Should(Equal(2))
+	// The scheduler exists once the manager has started the runnable (after
+	// leader election), which may be after the CronJobs are created.
+	g.Eventually(func() int {
+		if s := r.Scheduler(); s != nil {
+			return s.Len()
+		}
+		return -1
+	}).WithTimeout(eventually).WithPolling(poll).Should(Equal(2))
 
 	clk.Step(30 * time.Second) // the next minute
 	tick := now.Add(30 * time.Second)

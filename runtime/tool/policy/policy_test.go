@@ -60,7 +60,7 @@ func TestCatalog(t *testing.T) {
 	c := DefaultCatalog()
 
 	g.Expect(c.Tools()).To(Equal(tAll))
-	g.Expect(c.Tools()).To(HaveLen(54))
+	g.Expect(c.Tools()).To(HaveLen(55))
 	g.Expect(c.Groups()).To(Equal(map[string][]string{
 		GroupRuntime:    set(tRuntime),
 		GroupFS:         set(tFS),
