@@ -13,6 +13,9 @@
   const status = document.getElementById('nodes-status');
   const refresh = document.getElementById('nodes-refresh');
   if (!list) return;
+  // The outcome of the user's last decision (or why it failed): kept across
+  // the re-renders that follow it, which would otherwise blank it at once.
+  let note = '';
 
   function headers() {
     const h = { Accept: 'application/json' };
@@ -65,7 +68,7 @@
         el('span', { class: 'node-caps' }, (n.platform || '') + (caps ? ' — ' + caps : '')),
         actions));
     }
-    status.textContent = nodes.length ? '' : 'No paired devices. Run `picobot node` on a machine to pair it.';
+    status.textContent = nodes.length ? note : 'No paired devices. Run `picobot node` on a machine to pair it.';
   }
 
   async function load() {
@@ -79,11 +82,12 @@
 
   async function decide(id, decision) {
     try {
-      await call('/api/v1/nodes/' + encodeURIComponent(id) + '/' + decision, 'POST');
-      status.textContent = 'Node ' + id + ': ' + decision + 'd.';
+      const body = await call('/api/v1/nodes/' + encodeURIComponent(id) + '/' + decision, 'POST');
+      note = 'Node ' + id + ': ' + ((body.node && body.node.state) || decision) + '.';
     } catch (e) {
-      status.textContent = 'Could not ' + decision + ' ' + id + ': ' + e.message;
+      note = 'Could not ' + decision + ' ' + id + ': ' + e.message;
     }
+    status.textContent = note;
     load();
   }
 

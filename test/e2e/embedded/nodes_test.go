@@ -13,8 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 
 	"github.com/picobot/picobot/runtime/client"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/test/nodeproc"
 	"github.com/picobot/picobot/test/services"
 )
 
@@ -125,84 +124,6 @@ func askOnce(ctx context.Context, base, key, id, text string) (turnResult, error
 	}
 }
 
-// nodeProc is a running `picobot node`.
-type nodeProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	dir   string
-	done  chan struct{}
-	mu    sync.Mutex
-	out   strings.Builder // stdout: the approval prompts
-	log   strings.Builder // stderr
-	err   error           // how it exited
-}
-
-func (n *nodeProc) stdout() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.out.String()
-}
-
-func (n *nodeProc) stderr() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.log.String()
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *strings.Builder
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-// startNode runs `picobot node` against the gateway at base with its state
-// in dir.
-func startNode(tb testing.TB, base, key, dir, name string, env ...string) *nodeProc {
-	tb.Helper()
-	n := &nodeProc{dir: dir, done: make(chan struct{})}
-	n.cmd = exec.Command(picobotBin, "node", "--url", base, "--api-key", key, "--state", dir, "--name", name)
-	n.cmd.Env = append(os.Environ(), env...)
-	n.cmd.Stdout = lockedWriter{&n.mu, &n.out}
-	n.cmd.Stderr = lockedWriter{&n.mu, &n.log}
-	var err error
-	if n.stdin, err = n.cmd.StdinPipe(); err != nil {
-		tb.Fatal(err)
-	}
-	if err := n.cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	go func() {
-		n.err = n.cmd.Wait()
-		close(n.done)
-	}()
-	tb.Cleanup(func() {
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.done:
-		case <-time.After(10 * time.Second):
-			_ = n.cmd.Process.Kill()
-			<-n.done
-		}
-	})
-	return n
-}
-
-// id is the node's id, from its state folder.
-func (n *nodeProc) id(g Gomega) string {
-	var id string
-	g.Eventually(func() error {
-		b, err := os.ReadFile(filepath.Join(n.dir, "node-id"))
-		id = strings.TrimSpace(string(b))
-		return err
-	}).WithTimeout(30 * time.Second).Should(Succeed())
-	return id
-}
-
 // notifications is a notification server the test owns on its session
 // bus: it implements org.freedesktop.Notifications.Notify and records the
 // summary and body of each notification.
@@ -287,10 +208,10 @@ func TestNodesPairedThroughServe(t *testing.T) {
 	}
 
 	nodeDir := t.TempDir()
-	nd := startNode(t, p.url, key, nodeDir, "testbox", "DBUS_SESSION_BUS_ADDRESS="+bus, "DISPLAY="+display)
-	id := nd.id(g)
+	nd := nodeproc.Start(t, picobotBin, p.url, key, nodeDir, "testbox", "DBUS_SESSION_BUS_ADDRESS="+bus, "DISPLAY="+display)
+	id := nd.ID(g)
 	g.Eventually(func() ([]client.Node, error) { return c.Nodes(ctx, "pending") }).WithTimeout(30*time.Second).
-		Should(ContainElement(And(HaveField("ID", id), HaveField("Connected", true))), nd.stderr)
+		Should(ContainElement(And(HaveField("ID", id), HaveField("Connected", true))), nd.Stderr)
 
 	// Pending: the agent sees the request and may not use the node.
 	g.Expect(agent(`{"action":"pending"}`).Final).To(And(HavePrefix("RESULT:"), ContainSubstring(id), ContainSubstring("testbox")))
@@ -301,13 +222,13 @@ func TestNodesPairedThroughServe(t *testing.T) {
 	out, err := exec.Command(picobotBin, "nodes", "--url", p.url, "--api-key", key, "approve", id).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
 	g.Expect(string(out)).To(ContainSubstring("is approved"))
-	g.Eventually(nd.stderr).WithTimeout(10 * time.Second).Should(ContainSubstring("state=approved"))
+	g.Eventually(nd.Stderr).WithTimeout(10 * time.Second).Should(ContainSubstring("state=approved"))
 	g.Expect(agent(`{"action":"describe","node":"testbox"}`).Final).To(And(ContainSubstring(`"run"`), ContainSubstring(`"notify"`),
 		ContainSubstring(`"screen_record"`), ContainSubstring(`"connected": true`)))
 
 	// run: the node's user is asked; the test answers on its stdin.
 	answer := func(answerWith string, args string) turnResult {
-		prompts := strings.Count(nd.stdout(), "Allow? [y/N]")
+		prompts := strings.Count(nd.Stdout(), "Allow? [y/N]")
 		msg++
 		id := fmt.Sprintf("m%d", msg)
 		type reply struct {
@@ -319,9 +240,9 @@ func TestNodesPairedThroughServe(t *testing.T) {
 			res, err := askAgent(ctx, p.url, key, id, "NODES "+args)
 			resc <- reply{res, err}
 		}()
-		g.Eventually(func() int { return strings.Count(nd.stdout(), "Allow? [y/N]") }).WithTimeout(60*time.Second).
-			Should(Equal(prompts+1), nd.stderr)
-		_, err := io.WriteString(nd.stdin, answerWith+"\n")
+		g.Eventually(func() int { return strings.Count(nd.Stdout(), "Allow? [y/N]") }).WithTimeout(60*time.Second).
+			Should(Equal(prompts+1), nd.Stderr)
+		_, err := io.WriteString(nd.Stdin, answerWith+"\n")
 		g.Expect(err).NotTo(HaveOccurred())
 		r := <-resc // askAgent ends with ctx at the latest
 		g.Expect(r.err).NotTo(HaveOccurred(), args)
@@ -330,16 +251,16 @@ func TestNodesPairedThroughServe(t *testing.T) {
 	run := `{"action":"run","command":["sh","-c","echo hi; echo $FOO >&2"],"env":["FOO=bar"]}`
 	res := answer("y", run)
 	g.Expect(res.Final).To(And(HavePrefix("RESULT:"), ContainSubstring("exit code 0"), ContainSubstring("hi"), ContainSubstring("bar")))
-	g.Expect(nd.stdout()).To(ContainSubstring("FOO=bar sh -c 'echo hi; echo $FOO >&2'"), "the user saw the whole command")
+	g.Expect(nd.Stdout()).To(ContainSubstring("FOO=bar sh -c 'echo hi; echo $FOO >&2'"), "the user saw the whole command")
 	res = answer("n", `{"action":"run","command":["touch","`+filepath.Join(nodeDir, "denied")+`"]}`)
 	g.Expect(res.Final).To(And(HavePrefix("ERROR:"), ContainSubstring("denied")))
 	g.Expect(filepath.Join(nodeDir, "denied")).NotTo(BeAnExistingFile())
 
 	// An allowlisted command runs without a prompt.
 	g.Expect(os.WriteFile(filepath.Join(nodeDir, "allowlist"), []byte("# safe\necho **\n"), 0o600)).To(Succeed())
-	prompts := strings.Count(nd.stdout(), "Allow?")
+	prompts := strings.Count(nd.Stdout(), "Allow?")
 	g.Expect(agent(`{"action":"run","command":["echo","allowed"]}`).Final).To(And(HavePrefix("RESULT:"), ContainSubstring("allowed")))
-	g.Expect(strings.Count(nd.stdout(), "Allow?")).To(Equal(prompts))
+	g.Expect(strings.Count(nd.Stdout(), "Allow?")).To(Equal(prompts))
 
 	// Invalid arguments are the model's to fix.
 	for args, want := range map[string]string{
@@ -372,26 +293,26 @@ func TestNodesPairedThroughServe(t *testing.T) {
 	p.stop()
 	p = serveArgs(t, dir, []string{"--addr", addr, "--api-key", key}, secret)
 	g.Eventually(func() ([]client.Node, error) { return c.Nodes(ctx, "approved") }).WithTimeout(90*time.Second).
-		Should(ContainElement(And(HaveField("ID", id), HaveField("Connected", true))), nd.stderr)
+		Should(ContainElement(And(HaveField("ID", id), HaveField("Connected", true))), nd.Stderr)
 	g.Expect(agent(`{"action":"run","node":"testbox","command":["echo","again"]}`).Final).To(ContainSubstring("again"))
 
 	// A second node: the agent rejects it when the user asks; the node is
 	// told and ends.
-	other := startNode(t, p.url, key, t.TempDir(), "stranger")
-	otherID := other.id(g)
+	other := nodeproc.Start(t, picobotBin, p.url, key, t.TempDir(), "stranger")
+	otherID := other.ID(g)
 	g.Eventually(func() ([]client.Node, error) { return c.Nodes(ctx, "pending") }).WithTimeout(30 * time.Second).
 		Should(ContainElement(HaveField("ID", otherID)))
 	g.Expect(agent(`{"action":"reject","node":"` + otherID + `"}`).Final).To(ContainSubstring("is rejected"))
-	g.Eventually(other.done).WithTimeout(30 * time.Second).Should(BeClosed())
-	g.Expect(other.err).To(HaveOccurred())
-	g.Expect(other.stderr()).To(ContainSubstring("rejected"))
+	g.Eventually(other.Done()).WithTimeout(30 * time.Second).Should(BeClosed())
+	g.Expect(other.Err()).To(HaveOccurred())
+	g.Expect(other.Stderr()).To(ContainSubstring("rejected"))
 
 	// Revoking the first disconnects it; its process ends, and the agent
 	// can no longer reach it.
 	_, err = c.DecideNode(ctx, id, "revoke")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(nd.done).WithTimeout(30 * time.Second).Should(BeClosed())
-	g.Expect(nd.stderr()).To(ContainSubstring("revoked"))
+	g.Eventually(nd.Done()).WithTimeout(30 * time.Second).Should(BeClosed())
+	g.Expect(nd.Stderr()).To(ContainSubstring("revoked"))
 	g.Expect(agent(`{"action":"run","node":"` + id + `","command":["echo","hi"]}`).Final).To(HavePrefix("ERROR:"))
 	_, err = c.DecideNode(ctx, id, "reject")
 	g.Expect(err).To(MatchError(ContainSubstring("which is revoked")))
