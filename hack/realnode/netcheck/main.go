@@ -5,7 +5,8 @@
 // and nothing that dials an arbitrary address, by design; this static binary
 // is its own image (hack/realnode-images.sh netcheck).
 //
-//	netcheck sleep            # PID 1 of the probe pod, until SIGTERM
+//	netcheck sleep [PORT]     # PID 1 of the probe pod, until SIGTERM; with PORT
+//	                          # it also accepts (and closes) TCP connections there
 //	netcheck tcp HOST:PORT    # exit 0 when a TCP connection opens within 3 s
 //	netcheck dns NAME         # exit 0 when the pod's resolver answers NAME within 3 s
 package main
@@ -38,7 +39,14 @@ func run(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	switch {
-	case args[0] == "sleep" && len(args) == 1:
+	case args[0] == "sleep" && len(args) <= 2:
+		if len(args) == 2 {
+			l, err := net.Listen("tcp", ":"+args[1])
+			if err != nil {
+				return fmt.Errorf("failed to listen on port %s: %w", args[1], err)
+			}
+			go accept(l)
+		}
 		signals := make(chan os.Signal, 1)
 		signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 		<-signals
@@ -59,5 +67,16 @@ func run(args []string) error {
 		fmt.Println(addrs)
 		return nil
 	}
-	return fmt.Errorf("unknown check %q (want sleep, tcp HOST:PORT or dns NAME)", args)
+	return fmt.Errorf("unknown check %q (want sleep [PORT], tcp HOST:PORT or dns NAME)", args)
+}
+
+// accept closes every connection it takes: the checks only open them.
+func accept(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+	}
 }
