@@ -276,9 +276,18 @@ func TestToolsRunInTheSandboxPod(t *testing.T) {
 	g.Expect(sel).To(HaveKeyWithValue(labelComponent, "sandbox"))
 	egress, _, _ := unstructured.NestedSlice(policy(sessionPolicy).Object, "spec", "egress")
 	g.Expect(egress).NotTo(BeEmpty())
-	ports, _, _ := unstructured.NestedSlice(egress[len(egress)-1].(map[string]any), "ports")
-	g.Expect(ports).To(HaveLen(1))
-	g.Expect(ports[0]).To(HaveKeyWithValue("port", BeNumerically("==", sandboxPort)))
+	// The rule whose peer selects sandbox pods opens their exec port alone.
+	var toSandbox []any
+	for _, r := range egress {
+		to, _, _ := unstructured.NestedSlice(r.(map[string]any), "to")
+		for _, peer := range to {
+			if l, _, _ := unstructured.NestedStringMap(peer.(map[string]any), "podSelector", "matchLabels"); l[labelComponent] == "sandbox" {
+				toSandbox, _, _ = unstructured.NestedSlice(r.(map[string]any), "ports")
+			}
+		}
+	}
+	g.Expect(toSandbox).To(HaveLen(1), "one rule from session pods to sandbox pods, on one port")
+	g.Expect(toSandbox[0]).To(HaveKeyWithValue("port", BeNumerically("==", sandboxPort)))
 
 	// The sandbox pod dies: the operator replaces it (a new address, an
 	// empty workspace), and the next tool call goes there.
