@@ -30,6 +30,7 @@ import (
 	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/sandbox/paircred"
 )
@@ -259,7 +260,7 @@ func (r *AgentReconciler) poolInput(ctx context.Context, s *agentScope) (poolInp
 			return poolInput{}, nil, err
 		}
 	}
-	if in.Unclaimed, err = r.unclaimedWakes(ctx, a); err != nil {
+	if in.Wakes, err = r.unclaimedWakes(ctx, a); err != nil {
 		return poolInput{}, nil, err
 	}
 	return in, listed, nil
@@ -417,37 +418,63 @@ func createProblem(err error) (c metav1.Condition, ok bool) {
 	return condition(picobotv1alpha1.ConditionRuntimeReady, false, reason, "Cannot create session pods: "+msg), true
 }
 
-// unclaimedWakes is the wake stream's lag for the pods' group: wakes no pod
-// has read yet. Redis reports the lag as unknown (go-redis: -1) when it
-// cannot count the entries after the group's position (entries deleted
-// there, or a position moved without its count, as the crash campaign met
-// after Redis restarts); those entries are then counted, up to maxUnclaimed.
-// An unknown lag taken as -1 cancelled a warm pod, and with a warm pool of
-// one no pod was ever created again.
-func (r *AgentReconciler) unclaimedWakes(ctx context.Context, a *picobotv1alpha1.Agent) (int32, error) {
+// unclaimedWakes lists the chats of the wakes no pod has read yet (those
+// after the pods' group's position on the wake stream), each chat once, up
+// to maxUnclaimed entries read. A chat is woken again while it has no owner:
+// the gateway re-wakes a waiting send's chat every Rewake (2 s), and more so
+// while the chat's pod is still starting, so the stream holds several wakes
+// of one chat. Counting entries (the group's lag) gave each of them a pod: a
+// pod slow to start (seconds, on a real node) made the operator create
+// another one per re-wake, and the surplus stayed as idle pods. The entries
+// are read rather than the lag, which Redis also reports as unknown when it
+// cannot count them (entries deleted, or a position moved without its count,
+// as the crash campaign met after Redis restarts).
+func (r *AgentReconciler) unclaimedWakes(ctx context.Context, a *picobotv1alpha1.Agent) ([]string, error) {
 	stream := wake.Stream(a.Namespace, a.Name)
 	groups, err := r.Runtime.Redis.XInfoGroups(ctx, stream).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
-			return 0, nil
+			return nil, nil
 		}
-		return 0, fmt.Errorf("failed to read wake stream: %w", err)
+		return nil, fmt.Errorf("failed to read wake stream: %w", err)
 	}
+	from := "-"
 	for _, g := range groups {
 		if g.Name != wake.GroupPods {
 			continue
 		}
-		if g.Lag >= 0 {
-			return int32(min(g.Lag, maxUnclaimed)), nil
+		if g.Lag == 0 {
+			return nil, nil
 		}
-		unread, err := r.Runtime.Redis.XRangeN(ctx, stream, "("+g.LastDeliveredID, "+", maxUnclaimed).Result()
-		if err != nil {
-			return 0, fmt.Errorf("failed to count the unread wakes: %w", err)
-		}
-		return int32(len(unread)), nil
+		from = "(" + g.LastDeliveredID
 	}
-	n, err := r.Runtime.Redis.XLen(ctx, stream).Result()
-	return int32(min(n, maxUnclaimed)), err
+	unread, err := r.Runtime.Redis.XRangeN(ctx, stream, from, "+", maxUnclaimed).Result()
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the unread wakes: %w", err)
+	}
+	return wakeChats(stream, unread), nil
+}
+
+// wakeChats lists the distinct chats of wake entries, sorted, as "<channel>
+// <chat>" (a busy registry entry's chat; a scheduled run's and a stateless
+// request's wake has a chat of its own). An entry that is no wake (a pod
+// acks it as malformed) counts on its own.
+func wakeChats(stream string, entries []redis.XMessage) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, e := range entries {
+		var w wake.Wake
+		key := "entry " + e.ID
+		if json.Unmarshal(redisbus.Decode(stream, e).Payload, &w) == nil && w.ChatKey != "" {
+			key = w.Channel + " " + w.ChatKey
+		}
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, key)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // podGone asks the API server (uncached: the cache may not have seen a new
@@ -690,12 +717,12 @@ func (r *AgentReconciler) delegateTargets(ctx context.Context, a *picobotv1alpha
 		}
 		seen[name] = true
 		target := &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: name}}
-		n, err := r.unclaimedWakes(ctx, target)
+		chats, err := r.unclaimedWakes(ctx, target)
 		if err != nil {
 			log.FromContext(ctx).V(1).Info("Could not read a delegate target's wakes", "target", name, "err", err.Error())
 			continue
 		}
-		if n == 0 {
+		if len(chats) == 0 {
 			continue
 		}
 		select {

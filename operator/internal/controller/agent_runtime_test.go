@@ -339,10 +339,56 @@ func TestWakesAreCountedWhenRedisCannotTellTheLag(t *testing.T) {
 	g.Expect(groups).To(HaveLen(1))
 	g.Expect(groups[0].Lag).To(Equal(int64(-1)), "Redis must report the lag as unknown for this test to mean anything")
 
-	n, err := e.r.unclaimedWakes(ctx, e.agent)
+	chats, err := e.r.unclaimedWakes(ctx, e.agent)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n).To(Equal(int32(1)))
+	g.Expect(chats).To(Equal([]string{"web chat-3"}))
 	// 0 active + 2 warm + 1 unclaimed = 3 pods.
 	e.run(t)
 	g.Expect(e.pods(t)).To(HaveLen(3))
+}
+
+// TestAChatWokenWhileItsPodStartsGetsOnePod plays what a real node showed: a
+// wake's pod takes seconds to start, and meanwhile the gateway wakes the
+// chat again every Rewake (it has no owner yet). Each re-wake is one more
+// entry on the wake stream; counted as a chat each, they made the operator
+// create another pod per re-wake, which then stayed as surplus idle pods.
+// One chat gets one pod, and the warm pool keeps its size, however often
+// the chat is woken and whether or not its pod has started.
+func TestAChatWokenWhileItsPodStartsGetsOnePod(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.agent.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](1)}
+	w := wake.Wake{Tenant: e.agent.Namespace, Agent: e.agent.Name, Channel: "web", ChatKey: "c1"}
+	g.Expect(wake.Publish(ctx, e.r.Runtime.Bus, w)).To(Succeed())
+	e.run(t)
+	// One pod for the warm pool, one for the chat; neither starts (no
+	// kubelet), as on a node where pods take seconds.
+	g.Expect(e.pods(t)).To(HaveLen(2))
+	for range 4 {
+		g.Expect(wake.Publish(ctx, e.r.Runtime.Bus, w)).To(Succeed()) // the gateway's re-wake
+		e.run(t)
+		g.Expect(e.pods(t)).To(HaveLen(2), "a re-wake of a chat whose pod starts")
+	}
+
+	// A pod starts and reads the first wake, taking the chat; the re-wakes
+	// behind it are the served chat's (whoever reads them acks them).
+	stream := wake.Stream(e.agent.Namespace, e.agent.Name)
+	g.Expect(e.rdb.XGroupCreateMkStream(ctx, stream, wake.GroupPods, "0").Err()).To(Succeed())
+	pods := e.pods(t)
+	read, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: wake.GroupPods, Consumer: pods[0].Name, Streams: []string{stream, ">"}, Count: 1}).Result()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(read[0].Messages).To(HaveLen(1))
+	setPhase(t, &pods[0], corev1.PodStatus{Phase: corev1.PodRunning})
+	e.register(t, pods[0].Name, "busy web c1")
+	res := e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(2), "one pod serves the chat, one is the warm pool")
+	g.Expect(res.active).To(Equal(int32(1)))
+
+	// The other pod starts and takes nothing: the pool is full.
+	setPhase(t, &pods[1], corev1.PodStatus{Phase: corev1.PodRunning})
+	e.register(t, pods[1].Name, "warm")
+	res = e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(2))
+	g.Expect(res.warm).To(Equal(int32(1)))
 }
