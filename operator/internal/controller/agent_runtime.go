@@ -32,6 +32,7 @@ import (
 	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/sandbox/paircred"
 )
 
@@ -419,16 +420,18 @@ func createProblem(err error) (c metav1.Condition, ok bool) {
 }
 
 // unclaimedWakes lists the chats of the wakes no pod has read yet (those
-// after the pods' group's position on the wake stream), each chat once, up
-// to maxUnclaimed entries read. A chat is woken again while it has no owner:
-// the gateway re-wakes a waiting send's chat every Rewake (2 s), and more so
-// while the chat's pod is still starting, so the stream holds several wakes
-// of one chat. Counting entries (the group's lag) gave each of them a pod: a
-// pod slow to start (seconds, on a real node) made the operator create
-// another one per re-wake, and the surplus stayed as idle pods. The entries
-// are read rather than the lag, which Redis also reports as unknown when it
-// cannot count them (entries deleted, or a position moved without its count,
-// as the crash campaign met after Redis restarts).
+// after the pods' group's position on the wake stream) that have messages
+// waiting, each chat once, up to maxUnclaimed entries read. A chat is woken
+// again while it has no owner: the gateway re-wakes a waiting send's chat
+// every Rewake (2 s), and more so while the chat's pod is still starting, so
+// the stream holds several wakes of one chat, and those left once the chat
+// was served wake nothing. Counting entries (the group's lag) gave each of
+// them a pod: a pod slow to start (seconds, on a real node) made the
+// operator create another one per re-wake, and the surplus read the
+// re-wakes, found nothing to serve and stayed as idle pods. The entries are
+// read rather than the lag, which Redis also reports as unknown when it
+// cannot count them (entries deleted, or a position moved without its
+// count, as the crash campaign met after Redis restarts).
 func (r *AgentReconciler) unclaimedWakes(ctx context.Context, a *picobotv1alpha1.Agent) ([]string, error) {
 	stream := wake.Stream(a.Namespace, a.Name)
 	groups, err := r.Runtime.Redis.XInfoGroups(ctx, stream).Result()
@@ -452,28 +455,68 @@ func (r *AgentReconciler) unclaimedWakes(ctx context.Context, a *picobotv1alpha1
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the unread wakes: %w", err)
 	}
-	return wakeChats(stream, unread), nil
+	var out []string
+	for _, c := range wakeChats(stream, unread) {
+		if c.wake != nil {
+			waiting, err := r.chatWaiting(ctx, a, *c.wake)
+			if err != nil {
+				return nil, err
+			}
+			if !waiting {
+				continue
+			}
+		}
+		out = append(out, c.key)
+	}
+	return out, nil
 }
 
-// wakeChats lists the distinct chats of wake entries, sorted, as "<channel>
-// <chat>" (a busy registry entry's chat; a scheduled run's and a stateless
-// request's wake has a chat of its own). An entry that is no wake (a pod
-// acks it as malformed) counts on its own.
-func wakeChats(stream string, entries []redis.XMessage) []string {
-	seen := map[string]bool{}
-	out := []string{}
-	for _, e := range entries {
-		var w wake.Wake
-		key := "entry " + e.ID
-		if json.Unmarshal(redisbus.Decode(stream, e).Payload, &w) == nil && w.ChatKey != "" {
-			key = w.Channel + " " + w.ChatKey
+// chatWaiting reports whether the chat of wake w has messages no runtime
+// has finished: its stream's group has entries unread or pending. A chat
+// without a stream or group yet (a scheduled run's or a stateless request's
+// wake, a chat's first message) counts as waiting, and so does a lag Redis
+// cannot tell.
+func (r *AgentReconciler) chatWaiting(ctx context.Context, a *picobotv1alpha1.Agent, w wake.Wake) (bool, error) {
+	groups, err := r.Runtime.Redis.XInfoGroups(ctx, wake.ChatStream(a.Namespace, a.Name, w.Channel, w.ChatKey)).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return true, nil
 		}
-		if !seen[key] {
-			seen[key] = true
-			out = append(out, key)
+		return false, fmt.Errorf("failed to read the stream of chat %q: %w", w.ChatKey, err)
+	}
+	for _, g := range groups {
+		if g.Name == protocol.ChatGroup {
+			return g.Lag != 0 || g.Pending > 0, nil
 		}
 	}
-	sort.Strings(out)
+	return true, nil
+}
+
+// wakeChat is one chat of the unread wakes: key is "<channel> <chat>" (a
+// busy registry entry's chat; a scheduled run's and a stateless request's
+// wake has a chat of its own), wake the wake (nil for an entry that is no
+// wake, which counts on its own: a pod acks it as malformed).
+type wakeChat struct {
+	key  string
+	wake *wake.Wake
+}
+
+// wakeChats lists the distinct chats of wake entries, sorted by key.
+func wakeChats(stream string, entries []redis.XMessage) []wakeChat {
+	seen := map[string]bool{}
+	var out []wakeChat
+	for _, e := range entries {
+		var w wake.Wake
+		c := wakeChat{key: "entry " + e.ID}
+		if json.Unmarshal(redisbus.Decode(stream, e).Payload, &w) == nil && w.ChatKey != "" {
+			c = wakeChat{key: w.Channel + " " + w.ChatKey, wake: &w}
+		}
+		if !seen[c.key] {
+			seen[c.key] = true
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out
 }
 

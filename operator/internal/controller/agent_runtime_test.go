@@ -21,8 +21,10 @@ import (
 	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/test/services"
 )
 
@@ -391,4 +393,46 @@ func TestAChatWokenWhileItsPodStartsGetsOnePod(t *testing.T) {
 	res = e.run(t)
 	g.Expect(e.pods(t)).To(HaveLen(2))
 	g.Expect(res.warm).To(Equal(int32(1)))
+}
+
+// TestStaleWakesOfAServedChatGetNoPod: the re-wakes left on the stream once
+// a chat was served (its pod read the first wake, answered and exited) wake
+// nothing; they made a pod that found nothing to serve and stayed idle with
+// a warm pool of 0. A message the chat gets later is waited for again.
+func TestStaleWakesOfAServedChatGetNoPod(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.agent.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](0)}
+	ns, name := e.agent.Namespace, e.agent.Name
+	chat := wake.ChatStream(ns, name, "web", "c1")
+	b := e.r.Runtime.Bus
+	g.Expect(b.Publish(ctx, chat, bus.Message{ID: "c1/m1", Payload: []byte("hi")})).To(Succeed())
+	w := wake.Wake{Tenant: ns, Agent: name, Channel: "web", ChatKey: "c1"}
+	for range 3 { // the send's wake and two re-wakes while its pod started
+		g.Expect(wake.Publish(ctx, b, w)).To(Succeed())
+	}
+	e.run(t)
+	pods := e.pods(t)
+	g.Expect(pods).To(HaveLen(1))
+
+	// The pod reads the first wake, answers the message and exits.
+	stream := wake.Stream(ns, name)
+	g.Expect(e.rdb.XGroupCreateMkStream(ctx, stream, wake.GroupPods, "0").Err()).To(Succeed())
+	_, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: wake.GroupPods, Consumer: pods[0].Name, Streams: []string{stream, ">"}, Count: 1}).Result()
+	g.Expect(err).NotTo(HaveOccurred())
+	msgs, err := b.Fetch(ctx, chat, protocol.ChatGroup, pods[0].Name, bus.FetchOptions{Count: 1})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(msgs).To(HaveLen(1))
+	g.Expect(b.Ack(ctx, chat, protocol.ChatGroup, msgs[0].Seq)).To(Succeed())
+	setPhase(t, &pods[0], corev1.PodStatus{Phase: corev1.PodSucceeded})
+	e.run(t) // reaps it
+	g.Eventually(func() []string { return names(e.pods(t)) }).WithTimeout(eventually).WithPolling(poll).ShouldNot(ContainElement(pods[0].Name))
+	e.run(t)
+	g.Expect(e.pods(t)).To(BeEmpty(), "the re-wakes of a served chat")
+
+	// A later message of the chat, its wake lost: the stale wakes stand for it.
+	g.Expect(b.Publish(ctx, chat, bus.Message{ID: "c1/m2", Payload: []byte("again")})).To(Succeed())
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(1))
 }
