@@ -254,6 +254,11 @@ func (r *AgentReconciler) poolInput(ctx context.Context, s *agentScope) (poolInp
 		listed[pods.Items[i].Name] = &pods.Items[i]
 		in.Pods = append(in.Pods, poolPodOf(&pods.Items[i]))
 	}
+	// Pods created a moment ago may be missing from the cache: they are
+	// starting.
+	for _, name := range r.expected.unseen(client.ObjectKeyFromObject(a), listed) {
+		in.Pods = append(in.Pods, poolPod{Name: name, Phase: corev1.PodPending})
+	}
 	// The list comes from the cache: a registered pod it lacks may only be
 	// too new for it, so the API server is asked.
 	for _, name := range unregisteredOrphans(in.Pods, registry) {
@@ -298,6 +303,9 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 		}
 	}
 	for _, l := range plan.Label {
+		if listed[l.Pod] == nil {
+			continue // not in the cache yet: labelled at the next pass
+		}
 		if err := r.labelSession(ctx, listed[l.Pod], l.Value); err != nil {
 			return nil, fmt.Errorf("failed to label pod %s with its session: %w", l.Pod, err)
 		}
@@ -569,6 +577,7 @@ func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
 	if err := r.Create(ctx, p); err != nil {
 		return fmt.Errorf("failed to create a session pod: %w", err)
 	}
+	r.expected.created(client.ObjectKeyFromObject(s.agent), p.Name)
 	return nil
 }
 
@@ -593,6 +602,7 @@ func (r *AgentReconciler) createPaired(ctx context.Context, s *agentScope, in po
 		_ = r.Delete(ctx, sec)
 		return fmt.Errorf("failed to create a session pod: %w", err)
 	}
+	r.expected.created(client.ObjectKeyFromObject(s.agent), in.Name)
 	return nil
 }
 

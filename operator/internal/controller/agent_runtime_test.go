@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -435,4 +437,41 @@ func TestStaleWakesOfAServedChatGetNoPod(t *testing.T) {
 	g.Expect(b.Publish(ctx, chat, bus.Message{ID: "c1/m2", Payload: []byte("again")})).To(Succeed())
 	e.run(t)
 	g.Expect(e.pods(t)).To(HaveLen(1))
+}
+
+// TestPodsTheCacheHasNotSeenCountTowardThePool: the pool is planned from
+// the informer cache, which lists a new pod a moment after its creation; a
+// reconcile in between (a wake notice, a pod event) saw the pool short and
+// created the pod again. The reconciler here reads pods through a real
+// informer cache that never lists them (a selector no pod matches): the
+// longest lag there is. Pods it created count until the cache lists them,
+// or for expectTimeout.
+func TestPodsTheCacheHasNotSeenCountTowardThePool(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	never, err := labels.Parse("picobot.test/never-listed=true")
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := cache.New(restConfig, cache.Options{Scheme: testScheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: never}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	g.Expect(c.WaitForCacheSync(ctx)).To(BeTrue())
+	lagging, err := client.New(restConfig, client.Options{Scheme: testScheme, Cache: &client.CacheOptions{Reader: c}})
+	g.Expect(err).NotTo(HaveOccurred())
+	e.r.Client = lagging
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.r.expected.now = func() time.Time { return now }
+
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(2), "the warm pool")
+	res := e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(2), "a pass the cache has not caught up with")
+	g.Expect(res.cond.Message).To(Equal("0 active, 0 warm, 2 starting"))
+
+	// A pod the cache never lists (deleted before it could) stops counting.
+	now = now.Add(expectTimeout)
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(4))
 }
