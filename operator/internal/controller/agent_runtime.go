@@ -265,6 +265,21 @@ func (r *AgentReconciler) poolInput(ctx context.Context, s *agentScope) (poolInp
 		if in.Gone[name], err = r.podGone(ctx, a.Namespace, name); err != nil {
 			return poolInput{}, nil, err
 		}
+		// A pod deleted while it held an answered chat (its idle
+		// timeout) leaves nothing to reclaim: a re-wake would start a
+		// pod that finds nothing and stays idle.
+		if st := parseState(registry[name]); in.Gone[name] && st.busy {
+			waiting, err := r.chatWaiting(ctx, a, wake.Wake{Channel: st.channel, ChatKey: st.chat})
+			if err != nil {
+				return poolInput{}, nil, err
+			}
+			if !waiting {
+				if in.Answered == nil {
+					in.Answered = map[string]bool{}
+				}
+				in.Answered[st.channel+" "+st.chat] = true
+			}
+		}
 	}
 	if in.Wakes, err = r.unclaimedWakes(ctx, a); err != nil {
 		return poolInput{}, nil, err

@@ -475,3 +475,41 @@ func TestPodsTheCacheHasNotSeenCountTowardThePool(t *testing.T) {
 	e.run(t)
 	g.Expect(e.pods(t)).To(HaveLen(4))
 }
+
+// TestAPodDeletedAfterAnsweringIsNotReWoken: a pod deleted while it holds a
+// chat it has answered (during its idle timeout; the cold benchmark deletes
+// pods so) is seen gone while the registry says busy. Its chat has nothing
+// to reclaim: a re-wake started a pod that found nothing and stayed idle,
+// with a warm pool of 0.
+func TestAPodDeletedAfterAnsweringIsNotReWoken(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.agent.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](0)}
+	ns, name := e.agent.Namespace, e.agent.Name
+	chat := wake.ChatStream(ns, name, "web", "c1")
+	b := e.r.Runtime.Bus
+	g.Expect(b.Publish(ctx, chat, bus.Message{ID: "c1/m1", Payload: []byte("hi")})).To(Succeed())
+	g.Expect(wake.Publish(ctx, b, wake.Wake{Tenant: ns, Agent: name, Channel: "web", ChatKey: "c1"})).To(Succeed())
+	e.run(t)
+	pods := e.pods(t)
+	g.Expect(pods).To(HaveLen(1))
+	stream := wake.Stream(ns, name)
+	g.Expect(e.rdb.XGroupCreateMkStream(ctx, stream, wake.GroupPods, "0").Err()).To(Succeed())
+	_, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: wake.GroupPods, Consumer: pods[0].Name, Streams: []string{stream, ">"}, Count: 1}).Result()
+	g.Expect(err).NotTo(HaveOccurred())
+	e.register(t, pods[0].Name, "busy web c1")
+	msgs, err := b.Fetch(ctx, chat, protocol.ChatGroup, pods[0].Name, bus.FetchOptions{Count: 1})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(b.Ack(ctx, chat, protocol.ChatGroup, msgs[0].Seq)).To(Succeed())
+	woken := len(e.wokenChats(t))
+
+	// The pod goes with its entry still busy.
+	setPhase(t, &pods[0], corev1.PodStatus{Phase: corev1.PodSucceeded})
+	e.run(t)
+	g.Expect(e.registry(t)).To(BeEmpty())
+	g.Expect(e.wokenChats(t)).To(HaveLen(woken), "no re-wake")
+	g.Eventually(func() []string { return names(e.pods(t)) }).WithTimeout(eventually).WithPolling(poll).ShouldNot(ContainElement(pods[0].Name))
+	e.run(t)
+	g.Expect(e.pods(t)).To(BeEmpty())
+}

@@ -60,6 +60,11 @@ type poolInput struct {
 	// the API server confirms the pod is gone; an entry not confirmed (a pod
 	// the cache has not seen yet) is kept.
 	Gone map[string]bool
+	// Answered holds the chats ("<channel> <chat>") of busy registry
+	// entries of gone pods that have nothing unread or pending: the pod
+	// answered them before it went (a pod deleted during its idle
+	// timeout), so there is nothing for a re-wake to reclaim.
+	Answered map[string]bool
 	// Wakes are the chats of the wakes no pod has read yet, each once
 	// ("<channel> <chat>"), before this plan's re-wakes.
 	Wakes []string
@@ -227,7 +232,7 @@ func planRegistry(plan *poolPlan, in poolInput, live map[string]poolPod) {
 		case !ok && !in.Gone[name]:
 			continue
 		case !ok:
-			if st.busy {
+			if st.busy && !in.Answered[st.channel+" "+st.chat] {
 				plan.Rewake = append(plan.Rewake, rewake{Pod: name, Channel: st.channel, Chat: st.chat})
 			}
 			plan.Drop = append(plan.Drop, name)

@@ -113,6 +113,10 @@ func TestPlanPool(t *testing.T) {
 			Gone: map[string]bool{"gone-warm": true, "gone-busy": true, "too-new": false}, WarmPool: 1, CanRun: true},
 			poolPlan{Rewake: []rewake{{Pod: "gone-busy", Channel: "slack", Chat: "C1 T1"}}, Drop: []string{"gone-busy", "gone-warm"},
 				Create: 1, Warm: 1, Requeue: true}},
+		{"an answered chat of a gone pod is not re-woken", poolInput{
+			Registry: map[string]string{"x": "busy web c1"}, Gone: map[string]bool{"x": true}, Answered: map[string]bool{"web c1": true},
+			CanRun: true},
+			poolPlan{Drop: []string{"x"}}},
 		{"a pod that cannot start stops the pool from growing; the first problem is reported", poolInput{
 			Pods:     []poolPod{running("p1"), {Name: "p2", Phase: corev1.PodPending, Problem: imagePull}, {Name: "p3", Phase: corev1.PodPending, Problem: crashing}},
 			Registry: map[string]string{"p1": "warm"}, Wakes: chats(1), WarmPool: 4, CanRun: true},
