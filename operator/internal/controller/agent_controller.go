@@ -40,6 +40,8 @@ type AgentReconciler struct {
 	Usage *UsageReader
 	// podLocks serialise the capped pod creations of a namespace.
 	podLocks namespaceLocks
+	// expected are session pods created and not yet in the cache.
+	expected podExpectations
 	// wakes enqueues agents whose wakes no pod has claimed (wakeNotices,
 	// delegateTargets).
 	wakes chan event.TypedGenericEvent[*picobotv1alpha1.Agent]

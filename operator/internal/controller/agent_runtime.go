@@ -30,7 +30,9 @@ import (
 	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/agentspec"
 	"github.com/picobot/picobot/runtime/bus"
+	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/sandbox/paircred"
 )
 
@@ -266,14 +268,34 @@ func (r *AgentReconciler) poolInput(ctx context.Context, s *agentScope) (poolInp
 		listed[pods.Items[i].Name] = &pods.Items[i]
 		in.Pods = append(in.Pods, poolPodOf(&pods.Items[i]))
 	}
+	// Pods created a moment ago may be missing from the cache: they are
+	// starting.
+	for _, name := range r.expected.unseen(client.ObjectKeyFromObject(a), listed) {
+		in.Pods = append(in.Pods, poolPod{Name: name, Phase: corev1.PodPending})
+	}
 	// The list comes from the cache: a registered pod it lacks may only be
 	// too new for it, so the API server is asked.
 	for _, name := range unregisteredOrphans(in.Pods, registry) {
 		if in.Gone[name], err = r.podGone(ctx, a.Namespace, name); err != nil {
 			return poolInput{}, nil, err
 		}
+		// A pod deleted while it held an answered chat (its idle
+		// timeout) leaves nothing to reclaim: a re-wake would start a
+		// pod that finds nothing and stays idle.
+		if st := parseState(registry[name]); in.Gone[name] && st.busy {
+			waiting, err := r.chatWaiting(ctx, a, wake.Wake{Channel: st.channel, ChatKey: st.chat})
+			if err != nil {
+				return poolInput{}, nil, err
+			}
+			if !waiting {
+				if in.Answered == nil {
+					in.Answered = map[string]bool{}
+				}
+				in.Answered[st.channel+" "+st.chat] = true
+			}
+		}
 	}
-	if in.Unclaimed, err = r.unclaimedWakes(ctx, a); err != nil {
+	if in.Wakes, err = r.unclaimedWakes(ctx, a); err != nil {
 		return poolInput{}, nil, err
 	}
 	return in, listed, nil
@@ -310,6 +332,9 @@ func (r *AgentReconciler) applyPoolPlan(ctx context.Context, s *agentScope, plan
 		}
 	}
 	for _, l := range plan.Label {
+		if listed[l.Pod] == nil {
+			continue // not in the cache yet: labelled at the next pass
+		}
 		if err := r.labelSession(ctx, listed[l.Pod], l.Value); err != nil {
 			return nil, fmt.Errorf("failed to label pod %s with its session: %w", l.Pod, err)
 		}
@@ -436,37 +461,105 @@ func createProblem(err error) (c metav1.Condition, ok bool) {
 	return condition(picobotv1alpha1.ConditionRuntimeReady, false, reason, "Cannot create session pods: "+msg), true
 }
 
-// unclaimedWakes is the wake stream's lag for the pods' group: wakes no pod
-// has read yet. Redis reports the lag as unknown (go-redis: -1) when it
-// cannot count the entries after the group's position (entries deleted
-// there, or a position moved without its count, as the crash campaign met
-// after Redis restarts); those entries are then counted, up to maxUnclaimed.
-// An unknown lag taken as -1 cancelled a warm pod, and with a warm pool of
-// one no pod was ever created again.
-func (r *AgentReconciler) unclaimedWakes(ctx context.Context, a *picobotv1alpha1.Agent) (int32, error) {
+// unclaimedWakes lists the chats of the wakes no pod has read yet (those
+// after the pods' group's position on the wake stream) that have messages
+// waiting, each chat once, up to maxUnclaimed entries read. A chat is woken
+// again while it has no owner: the gateway re-wakes a waiting send's chat
+// every Rewake (2 s), and more so while the chat's pod is still starting, so
+// the stream holds several wakes of one chat, and those left once the chat
+// was served wake nothing. Counting entries (the group's lag) gave each of
+// them a pod: a pod slow to start (seconds, on a real node) made the
+// operator create another one per re-wake, and the surplus read the
+// re-wakes, found nothing to serve and stayed as idle pods. The entries are
+// read rather than the lag, which Redis also reports as unknown when it
+// cannot count them (entries deleted, or a position moved without its
+// count, as the crash campaign met after Redis restarts).
+func (r *AgentReconciler) unclaimedWakes(ctx context.Context, a *picobotv1alpha1.Agent) ([]string, error) {
 	stream := wake.Stream(a.Namespace, a.Name)
 	groups, err := r.Runtime.Redis.XInfoGroups(ctx, stream).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
-			return 0, nil
+			return nil, nil
 		}
-		return 0, fmt.Errorf("failed to read wake stream: %w", err)
+		return nil, fmt.Errorf("failed to read wake stream: %w", err)
 	}
+	from := "-"
 	for _, g := range groups {
 		if g.Name != wake.GroupPods {
 			continue
 		}
-		if g.Lag >= 0 {
-			return int32(min(g.Lag, maxUnclaimed)), nil
+		if g.Lag == 0 {
+			return nil, nil
 		}
-		unread, err := r.Runtime.Redis.XRangeN(ctx, stream, "("+g.LastDeliveredID, "+", maxUnclaimed).Result()
-		if err != nil {
-			return 0, fmt.Errorf("failed to count the unread wakes: %w", err)
-		}
-		return int32(len(unread)), nil
+		from = "(" + g.LastDeliveredID
 	}
-	n, err := r.Runtime.Redis.XLen(ctx, stream).Result()
-	return int32(min(n, maxUnclaimed)), err
+	unread, err := r.Runtime.Redis.XRangeN(ctx, stream, from, "+", maxUnclaimed).Result()
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the unread wakes: %w", err)
+	}
+	var out []string
+	for _, c := range wakeChats(stream, unread) {
+		if c.wake != nil {
+			waiting, err := r.chatWaiting(ctx, a, *c.wake)
+			if err != nil {
+				return nil, err
+			}
+			if !waiting {
+				continue
+			}
+		}
+		out = append(out, c.key)
+	}
+	return out, nil
+}
+
+// chatWaiting reports whether the chat of wake w has messages no runtime
+// has finished: its stream's group has entries unread or pending. A chat
+// without a stream or group yet (a scheduled run's or a stateless request's
+// wake, a chat's first message) counts as waiting, and so does a lag Redis
+// cannot tell.
+func (r *AgentReconciler) chatWaiting(ctx context.Context, a *picobotv1alpha1.Agent, w wake.Wake) (bool, error) {
+	groups, err := r.Runtime.Redis.XInfoGroups(ctx, wake.ChatStream(a.Namespace, a.Name, w.Channel, w.ChatKey)).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return true, nil
+		}
+		return false, fmt.Errorf("failed to read the stream of chat %q: %w", w.ChatKey, err)
+	}
+	for _, g := range groups {
+		if g.Name == protocol.ChatGroup {
+			return g.Lag != 0 || g.Pending > 0, nil
+		}
+	}
+	return true, nil
+}
+
+// wakeChat is one chat of the unread wakes: key is "<channel> <chat>" (a
+// busy registry entry's chat; a scheduled run's and a stateless request's
+// wake has a chat of its own), wake the wake (nil for an entry that is no
+// wake, which counts on its own: a pod acks it as malformed).
+type wakeChat struct {
+	key  string
+	wake *wake.Wake
+}
+
+// wakeChats lists the distinct chats of wake entries, sorted by key.
+func wakeChats(stream string, entries []redis.XMessage) []wakeChat {
+	seen := map[string]bool{}
+	var out []wakeChat
+	for _, e := range entries {
+		var w wake.Wake
+		c := wakeChat{key: "entry " + e.ID}
+		if json.Unmarshal(redisbus.Decode(stream, e).Payload, &w) == nil && w.ChatKey != "" {
+			c = wakeChat{key: w.Channel + " " + w.ChatKey, wake: &w}
+		}
+		if !seen[c.key] {
+			seen[c.key] = true
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
 }
 
 // podGone asks the API server (uncached: the cache may not have seen a new
@@ -518,6 +611,7 @@ func (r *AgentReconciler) createPod(ctx context.Context, s *agentScope) error {
 	if err := r.Create(ctx, p); err != nil {
 		return fmt.Errorf("failed to create a session pod: %w", err)
 	}
+	r.expected.created(client.ObjectKeyFromObject(s.agent), p.Name)
 	return nil
 }
 
@@ -542,6 +636,7 @@ func (r *AgentReconciler) createPaired(ctx context.Context, s *agentScope, in po
 		_ = r.Delete(ctx, sec)
 		return fmt.Errorf("failed to create a session pod: %w", err)
 	}
+	r.expected.created(client.ObjectKeyFromObject(s.agent), in.Name)
 	return nil
 }
 
@@ -709,12 +804,12 @@ func (r *AgentReconciler) delegateTargets(ctx context.Context, a *picobotv1alpha
 		}
 		seen[name] = true
 		target := &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: name}}
-		n, err := r.unclaimedWakes(ctx, target)
+		chats, err := r.unclaimedWakes(ctx, target)
 		if err != nil {
 			log.FromContext(ctx).V(1).Info("Could not read a delegate target's wakes", "target", name, "err", err.Error())
 			continue
 		}
-		if n == 0 {
+		if len(chats) == 0 {
 			continue
 		}
 		select {

@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -21,8 +23,10 @@ import (
 	"github.com/picobot/picobot/operator/internal/opmetrics"
 	"github.com/picobot/picobot/operator/internal/podspec"
 	"github.com/picobot/picobot/runtime/agentspec"
+	"github.com/picobot/picobot/runtime/bus"
 	"github.com/picobot/picobot/runtime/bus/redisbus"
 	"github.com/picobot/picobot/runtime/cluster/wake"
+	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/test/services"
 )
 
@@ -377,10 +381,173 @@ func TestWakesAreCountedWhenRedisCannotTellTheLag(t *testing.T) {
 	g.Expect(groups).To(HaveLen(1))
 	g.Expect(groups[0].Lag).To(Equal(int64(-1)), "Redis must report the lag as unknown for this test to mean anything")
 
-	n, err := e.r.unclaimedWakes(ctx, e.agent)
+	chats, err := e.r.unclaimedWakes(ctx, e.agent)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n).To(Equal(int32(1)))
+	g.Expect(chats).To(Equal([]string{"web chat-3"}))
 	// 0 active + 2 warm + 1 unclaimed = 3 pods.
 	e.run(t)
 	g.Expect(e.pods(t)).To(HaveLen(3))
+}
+
+// TestAChatWokenWhileItsPodStartsGetsOnePod plays what a real node showed: a
+// wake's pod takes seconds to start, and meanwhile the gateway wakes the
+// chat again every Rewake (it has no owner yet). Each re-wake is one more
+// entry on the wake stream; counted as a chat each, they made the operator
+// create another pod per re-wake, which then stayed as surplus idle pods.
+// One chat gets one pod, and the warm pool keeps its size, however often
+// the chat is woken and whether or not its pod has started.
+func TestAChatWokenWhileItsPodStartsGetsOnePod(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.agent.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](1)}
+	w := wake.Wake{Tenant: e.agent.Namespace, Agent: e.agent.Name, Channel: "web", ChatKey: "c1"}
+	g.Expect(wake.Publish(ctx, e.r.Runtime.Bus, w)).To(Succeed())
+	e.run(t)
+	// One pod for the warm pool, one for the chat; neither starts (no
+	// kubelet), as on a node where pods take seconds.
+	g.Expect(e.pods(t)).To(HaveLen(2))
+	for range 4 {
+		g.Expect(wake.Publish(ctx, e.r.Runtime.Bus, w)).To(Succeed()) // the gateway's re-wake
+		e.run(t)
+		g.Expect(e.pods(t)).To(HaveLen(2), "a re-wake of a chat whose pod starts")
+	}
+
+	// A pod starts and reads the first wake, taking the chat; the re-wakes
+	// behind it are the served chat's (whoever reads them acks them).
+	stream := wake.Stream(e.agent.Namespace, e.agent.Name)
+	g.Expect(e.rdb.XGroupCreateMkStream(ctx, stream, wake.GroupPods, "0").Err()).To(Succeed())
+	pods := e.pods(t)
+	read, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: wake.GroupPods, Consumer: pods[0].Name, Streams: []string{stream, ">"}, Count: 1}).Result()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(read[0].Messages).To(HaveLen(1))
+	setPhase(t, &pods[0], corev1.PodStatus{Phase: corev1.PodRunning})
+	e.register(t, pods[0].Name, "busy web c1")
+	res := e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(2), "one pod serves the chat, one is the warm pool")
+	g.Expect(res.active).To(Equal(int32(1)))
+
+	// The other pod starts and takes nothing: the pool is full.
+	setPhase(t, &pods[1], corev1.PodStatus{Phase: corev1.PodRunning})
+	e.register(t, pods[1].Name, "warm")
+	res = e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(2))
+	g.Expect(res.warm).To(Equal(int32(1)))
+}
+
+// TestStaleWakesOfAServedChatGetNoPod: the re-wakes left on the stream once
+// a chat was served (its pod read the first wake, answered and exited) wake
+// nothing; they made a pod that found nothing to serve and stayed idle with
+// a warm pool of 0. A message the chat gets later is waited for again.
+func TestStaleWakesOfAServedChatGetNoPod(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.agent.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](0)}
+	ns, name := e.agent.Namespace, e.agent.Name
+	chat := wake.ChatStream(ns, name, "web", "c1")
+	b := e.r.Runtime.Bus
+	g.Expect(b.Publish(ctx, chat, bus.Message{ID: "c1/m1", Payload: []byte("hi")})).To(Succeed())
+	w := wake.Wake{Tenant: ns, Agent: name, Channel: "web", ChatKey: "c1"}
+	for range 3 { // the send's wake and two re-wakes while its pod started
+		g.Expect(wake.Publish(ctx, b, w)).To(Succeed())
+	}
+	e.run(t)
+	pods := e.pods(t)
+	g.Expect(pods).To(HaveLen(1))
+
+	// The pod reads the first wake, answers the message and exits.
+	stream := wake.Stream(ns, name)
+	g.Expect(e.rdb.XGroupCreateMkStream(ctx, stream, wake.GroupPods, "0").Err()).To(Succeed())
+	_, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: wake.GroupPods, Consumer: pods[0].Name, Streams: []string{stream, ">"}, Count: 1}).Result()
+	g.Expect(err).NotTo(HaveOccurred())
+	msgs, err := b.Fetch(ctx, chat, protocol.ChatGroup, pods[0].Name, bus.FetchOptions{Count: 1})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(msgs).To(HaveLen(1))
+	g.Expect(b.Ack(ctx, chat, protocol.ChatGroup, msgs[0].Seq)).To(Succeed())
+	setPhase(t, &pods[0], corev1.PodStatus{Phase: corev1.PodSucceeded})
+	e.run(t) // reaps it
+	g.Eventually(func() []string { return names(e.pods(t)) }).WithTimeout(eventually).WithPolling(poll).ShouldNot(ContainElement(pods[0].Name))
+	e.run(t)
+	g.Expect(e.pods(t)).To(BeEmpty(), "the re-wakes of a served chat")
+
+	// A later message of the chat, its wake lost: the stale wakes stand for it.
+	g.Expect(b.Publish(ctx, chat, bus.Message{ID: "c1/m2", Payload: []byte("again")})).To(Succeed())
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(1))
+}
+
+// TestPodsTheCacheHasNotSeenCountTowardThePool: the pool is planned from
+// the informer cache, which lists a new pod a moment after its creation; a
+// reconcile in between (a wake notice, a pod event) saw the pool short and
+// created the pod again. The reconciler here reads pods through a real
+// informer cache that never lists them (a selector no pod matches): the
+// longest lag there is. Pods it created count until the cache lists them,
+// or for expectTimeout.
+func TestPodsTheCacheHasNotSeenCountTowardThePool(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	never, err := labels.Parse("picobot.test/never-listed=true")
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := cache.New(restConfig, cache.Options{Scheme: testScheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: never}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	g.Expect(c.WaitForCacheSync(ctx)).To(BeTrue())
+	lagging, err := client.New(restConfig, client.Options{Scheme: testScheme, Cache: &client.CacheOptions{Reader: c}})
+	g.Expect(err).NotTo(HaveOccurred())
+	e.r.Client = lagging
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.r.expected.now = func() time.Time { return now }
+
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(2), "the warm pool")
+	res := e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(2), "a pass the cache has not caught up with")
+	g.Expect(res.cond.Message).To(Equal("0 active, 0 warm, 2 starting"))
+
+	// A pod the cache never lists (deleted before it could) stops counting.
+	now = now.Add(expectTimeout)
+	e.run(t)
+	g.Expect(e.pods(t)).To(HaveLen(4))
+}
+
+// TestAPodDeletedAfterAnsweringIsNotReWoken: a pod deleted while it holds a
+// chat it has answered (during its idle timeout; the cold benchmark deletes
+// pods so) is seen gone while the registry says busy. Its chat has nothing
+// to reclaim: a re-wake started a pod that found nothing and stayed idle,
+// with a warm pool of 0.
+func TestAPodDeletedAfterAnsweringIsNotReWoken(t *testing.T) {
+	e := startRuntimeEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.agent.Spec.Runtime = &picobotv1alpha1.RuntimeSpec{WarmPool: ptr[int32](0)}
+	ns, name := e.agent.Namespace, e.agent.Name
+	chat := wake.ChatStream(ns, name, "web", "c1")
+	b := e.r.Runtime.Bus
+	g.Expect(b.Publish(ctx, chat, bus.Message{ID: "c1/m1", Payload: []byte("hi")})).To(Succeed())
+	g.Expect(wake.Publish(ctx, b, wake.Wake{Tenant: ns, Agent: name, Channel: "web", ChatKey: "c1"})).To(Succeed())
+	e.run(t)
+	pods := e.pods(t)
+	g.Expect(pods).To(HaveLen(1))
+	stream := wake.Stream(ns, name)
+	g.Expect(e.rdb.XGroupCreateMkStream(ctx, stream, wake.GroupPods, "0").Err()).To(Succeed())
+	_, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: wake.GroupPods, Consumer: pods[0].Name, Streams: []string{stream, ">"}, Count: 1}).Result()
+	g.Expect(err).NotTo(HaveOccurred())
+	e.register(t, pods[0].Name, "busy web c1")
+	msgs, err := b.Fetch(ctx, chat, protocol.ChatGroup, pods[0].Name, bus.FetchOptions{Count: 1})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(b.Ack(ctx, chat, protocol.ChatGroup, msgs[0].Seq)).To(Succeed())
+	woken := len(e.wokenChats(t))
+
+	// The pod goes with its entry still busy.
+	setPhase(t, &pods[0], corev1.PodStatus{Phase: corev1.PodSucceeded})
+	e.run(t)
+	g.Expect(e.registry(t)).To(BeEmpty())
+	g.Expect(e.wokenChats(t)).To(HaveLen(woken), "no re-wake")
+	g.Eventually(func() []string { return names(e.pods(t)) }).WithTimeout(eventually).WithPolling(poll).ShouldNot(ContainElement(pods[0].Name))
+	e.run(t)
+	g.Expect(e.pods(t)).To(BeEmpty())
 }

@@ -60,8 +60,14 @@ type poolInput struct {
 	// the API server confirms the pod is gone; an entry not confirmed (a pod
 	// the cache has not seen yet) is kept.
 	Gone map[string]bool
-	// Unclaimed is the wake stream's lag before this plan's re-wakes.
-	Unclaimed int32
+	// Answered holds the chats ("<channel> <chat>") of busy registry
+	// entries of gone pods that have nothing unread or pending: the pod
+	// answered them before it went (a pod deleted during its idle
+	// timeout), so there is nothing for a re-wake to reclaim.
+	Answered map[string]bool
+	// Wakes are the chats of the wakes no pod has read yet, each once
+	// ("<channel> <chat>"), before this plan's re-wakes.
+	Wakes []string
 	// WarmPool is how many idle pods to keep; MaxSessions, when set, caps
 	// active sessions plus the unclaimed wakes given pods.
 	WarmPool    int32
@@ -161,9 +167,7 @@ func planPool(in poolInput) poolPlan {
 		}
 	}
 	planRegistry(&plan, in, live)
-	// The re-wakes join the stream's lag once applied; counting them here
-	// gives their chats pods in this pass.
-	unclaimed := max(in.Unclaimed, 0) + int32(len(plan.Rewake))
+	unclaimed := waitingChats(in, live, plan.Rewake)
 	demand := min(unclaimed, maxUnclaimed)
 	if in.MaxSessions != nil && plan.Active+demand > *in.MaxSessions {
 		demand = max(0, *in.MaxSessions-plan.Active)
@@ -184,6 +188,34 @@ func planPool(in poolInput) poolPlan {
 	return plan
 }
 
+// waitingChats counts the chats that wait for a pod: those of the unread
+// wakes and of this plan's re-wakes (they join the stream once applied;
+// counting them here gives their chats pods in this pass), each once, less
+// the chats a live pod serves (a chat woken again while its pod started:
+// the pod that reads the wake acks it, as another runtime owns the chat).
+func waitingChats(in poolInput, live map[string]poolPod, rewakes []rewake) int32 {
+	served := map[string]bool{}
+	for name, v := range in.Registry {
+		if st := parseState(v); st.busy {
+			if _, ok := live[name]; ok {
+				served[st.channel+" "+st.chat] = true
+			}
+		}
+	}
+	waiting := map[string]bool{}
+	for _, c := range in.Wakes {
+		if !served[c] {
+			waiting[c] = true
+		}
+	}
+	for _, w := range rewakes {
+		if c := w.Channel + " " + w.Chat; !served[c] {
+			waiting[c] = true
+		}
+	}
+	return int32(len(waiting))
+}
+
 // planRegistry fills the plan's registry part: entries of confirmed-gone pods
 // are dropped (busy ones re-woken), live busy pods are counted and labelled,
 // live idle ones counted warm, and live pods not registered yet are starting.
@@ -200,7 +232,7 @@ func planRegistry(plan *poolPlan, in poolInput, live map[string]poolPod) {
 		case !ok && !in.Gone[name]:
 			continue
 		case !ok:
-			if st.busy {
+			if st.busy && !in.Answered[st.channel+" "+st.chat] {
 				plan.Rewake = append(plan.Rewake, rewake{Pod: name, Channel: st.channel, Chat: st.chat})
 			}
 			plan.Drop = append(plan.Drop, name)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -26,6 +27,14 @@ func TestPlanPool(t *testing.T) {
 		"session pod p3 keeps crashing: back-off"))
 	failedBeforeServing := ptrTo(condition(picobotv1alpha1.ConditionRuntimeReady, false, picobotv1alpha1.ReasonPodFailed,
 		"session pod f1 failed before serving: exit code 1: boom"))
+	// chats are the unread wakes of n chats.
+	chats := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("web w%d", i)
+		}
+		return out
+	}
 	for _, tc := range []struct {
 		name string
 		in   poolInput
@@ -47,32 +56,41 @@ func TestPlanPool(t *testing.T) {
 			poolPlan{Label: []sessionLabel{{Pod: "p1", Value: podspec.SessionValue("web", "c1")}}, Create: 1, Active: 1, Warm: 1, Requeue: true}},
 		{"pending wakes need extra pods", poolInput{
 			Pods:     []poolPod{running("p1")},
-			Registry: map[string]string{"p1": "warm"}, Unclaimed: 2, WarmPool: 1, CanRun: true},
+			Registry: map[string]string{"p1": "warm"}, Wakes: chats(2), WarmPool: 1, CanRun: true},
 			poolPlan{Create: 2, WakeNeed: 1, Warm: 1, Requeue: true}},
 		{"the tenant's warm room holds the pool below warmPool", poolInput{WarmPool: 3, WarmRoom: ptrTo[int32](1), CanRun: true},
 			poolPlan{Create: 1, WarmHeld: 2}},
-		{"no warm room: pods for waiting chats only", poolInput{Unclaimed: 2, WarmPool: 2, WarmRoom: ptrTo[int32](0), CanRun: true},
+		{"no warm room: pods for waiting chats only", poolInput{Wakes: chats(2), WarmPool: 2, WarmRoom: ptrTo[int32](0), CanRun: true},
 			poolPlan{Create: 2, WakeNeed: 2, WarmHeld: 2, Requeue: true}},
-		{"an unknown wake count (negative) takes no pod from the warm pool", poolInput{Unclaimed: -1, WarmPool: 1, CanRun: true},
-			poolPlan{Create: 1}},
+		{"a chat woken again while its pod starts gets one pod", poolInput{
+			Pods:  []poolPod{{Name: "p1", Phase: corev1.PodPending}},
+			Wakes: []string{"web c1"}, CanRun: true},
+			poolPlan{Starting: 1, Requeue: true}},
+		{"the wakes of a chat a pod serves need no pod", poolInput{
+			Pods:     []poolPod{busyPod("p1", "web", "c1")},
+			Registry: map[string]string{"p1": "busy web c1"}, Wakes: []string{"web c1", "web c2"}, CanRun: true},
+			poolPlan{Create: 1, WakeNeed: 1, Active: 1, Requeue: true}},
+		{"a re-woken chat that also has an unread wake is counted once", poolInput{
+			Registry: map[string]string{"x": "busy web c1"}, Gone: map[string]bool{"x": true}, Wakes: []string{"web c1"}, CanRun: true},
+			poolPlan{Rewake: []rewake{{Pod: "x", Channel: "web", Chat: "c1"}}, Drop: []string{"x"}, Create: 1, WakeNeed: 1, Requeue: true}},
 		{"pending wakes get pods up to maxSessions", poolInput{
 			Pods:     []poolPod{busyPod("p1", "web", "c1")},
-			Registry: map[string]string{"p1": "busy web c1"}, Unclaimed: 5, WarmPool: 1, MaxSessions: ptrTo[int32](3), CanRun: true},
+			Registry: map[string]string{"p1": "busy web c1"}, Wakes: chats(5), WarmPool: 1, MaxSessions: ptrTo[int32](3), CanRun: true},
 			poolPlan{Create: 3, WakeNeed: 2, Active: 1, Requeue: true}},
 		{"the namespace's room caps pods for pending wakes below maxSessions", poolInput{
 			Pods:     []poolPod{busyPod("p1", "web", "c1")},
-			Registry: map[string]string{"p1": "busy web c1"}, Unclaimed: 5, WarmPool: 1, MaxSessions: ptrTo[int32](3),
+			Registry: map[string]string{"p1": "busy web c1"}, Wakes: chats(5), WarmPool: 1, MaxSessions: ptrTo[int32](3),
 			NamespaceRoom: ptrTo[int32](1), CanRun: true},
 			poolPlan{Create: 2, WakeNeed: 1, Active: 1, Requeue: true}},
 		{"no room in the namespace: the warm pool only", poolInput{
-			Unclaimed: 4, WarmPool: 1, NamespaceRoom: ptrTo[int32](0), CanRun: true},
+			Wakes: chats(4), WarmPool: 1, NamespaceRoom: ptrTo[int32](0), CanRun: true},
 			poolPlan{Create: 1, Requeue: true}},
 		{"at maxSessions: no pods for pending wakes", poolInput{
 			Pods:     []poolPod{busyPod("p1", "web", "c1"), busyPod("p2", "web", "c2"), running("p3")},
-			Registry: map[string]string{"p1": "busy web c1", "p2": "busy web c2", "p3": "warm"}, Unclaimed: 5, WarmPool: 1,
+			Registry: map[string]string{"p1": "busy web c1", "p2": "busy web c2", "p3": "warm"}, Wakes: chats(5), WarmPool: 1,
 			MaxSessions: ptrTo[int32](2), CanRun: true},
 			poolPlan{Active: 2, Warm: 1, Requeue: true}},
-		{"pending wakes are capped", poolInput{Unclaimed: maxUnclaimed, CanRun: true,
+		{"pending wakes are capped", poolInput{Wakes: chats(maxUnclaimed), CanRun: true,
 			Registry: map[string]string{"x": "busy web c1"}, Gone: map[string]bool{"x": true}},
 			poolPlan{Rewake: []rewake{{Pod: "x", Channel: "web", Chat: "c1"}}, Drop: []string{"x"}, Create: maxUnclaimed, WakeNeed: maxUnclaimed, Requeue: true}},
 		{"a pod that failed before registering is reaped and reported, not replaced", poolInput{
@@ -95,11 +113,15 @@ func TestPlanPool(t *testing.T) {
 			Gone: map[string]bool{"gone-warm": true, "gone-busy": true, "too-new": false}, WarmPool: 1, CanRun: true},
 			poolPlan{Rewake: []rewake{{Pod: "gone-busy", Channel: "slack", Chat: "C1 T1"}}, Drop: []string{"gone-busy", "gone-warm"},
 				Create: 1, Warm: 1, Requeue: true}},
+		{"an answered chat of a gone pod is not re-woken", poolInput{
+			Registry: map[string]string{"x": "busy web c1"}, Gone: map[string]bool{"x": true}, Answered: map[string]bool{"web c1": true},
+			CanRun: true},
+			poolPlan{Drop: []string{"x"}}},
 		{"a pod that cannot start stops the pool from growing; the first problem is reported", poolInput{
 			Pods:     []poolPod{running("p1"), {Name: "p2", Phase: corev1.PodPending, Problem: imagePull}, {Name: "p3", Phase: corev1.PodPending, Problem: crashing}},
-			Registry: map[string]string{"p1": "warm"}, Unclaimed: 1, WarmPool: 4, CanRun: true},
+			Registry: map[string]string{"p1": "warm"}, Wakes: chats(1), WarmPool: 4, CanRun: true},
 			poolPlan{Warm: 1, Starting: 2, Problem: imagePull, Requeue: true}},
-		{"without a model no pod is created", poolInput{Unclaimed: 1, WarmPool: 2},
+		{"without a model no pod is created", poolInput{Wakes: chats(1), WarmPool: 2},
 			poolPlan{Requeue: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -353,6 +353,10 @@ func isNoGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 
+// Decode reads an entry of stream as read with the Redis client itself (an
+// XRANGE), for readers that look at a stream without a consumer group.
+func Decode(stream string, xm redis.XMessage) bus.Message { return decode(stream, xm, 0) }
+
 func decode(stream string, xm redis.XMessage, deliveries int) bus.Message {
 	m := bus.Message{Stream: stream, Seq: xm.ID, Deliveries: deliveries}
 	for k, v := range xm.Values {

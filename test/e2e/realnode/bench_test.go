@@ -34,10 +34,9 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 // the first streamed token: with a warm pod waiting (the operator refills
 // the pool between samples) and with none (kubelet starts a new pod from the
 // image: sandbox, CNI, two containers, the runtime's start). Each sample is
-// a new chat, so each one is a wake. The operator may leave a surplus idle
-// pod behind a wake on this node (docs/cluster.md), so a cold sample starts
-// after the agent's pods are deleted, and a warm one when at least one pod
-// waits.
+// a new chat, so each one is a wake. A cold sample starts after the agent's
+// pods are deleted (the last one holds its answered chat for its idle
+// timeout), and a warm one when at least one pod waits.
 func BenchmarkRealnodeWakeToFirstToken(b *testing.B) {
 	needStack(b)
 	ctx := context.Background()
