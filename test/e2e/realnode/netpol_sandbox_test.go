@@ -22,9 +22,8 @@ const (
 	sandboxExecPort       = 7443
 )
 
-// sandboxProbePods are probe pods of the netcheck image in namespace %[1]s:
-// one labelled as a sandbox pod (listening on the exec port %[3]d), one as a
-// session pod, one that no policy selects; %[2]s is the probe spec.
+// sandboxProbePods are probePods and one more, labelled as a sandbox pod
+// (%[2]s, the probe spec, listens on the exec port).
 const sandboxProbePods = `
 apiVersion: v1
 kind: Pod
@@ -33,28 +32,12 @@ metadata:
   namespace: %[1]s
   labels: {app.kubernetes.io/name: picobot, app.kubernetes.io/component: sandbox}
 spec: %[2]s
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: session-probe
-  namespace: %[1]s
-  labels: {app.kubernetes.io/name: picobot, app.kubernetes.io/component: session}
-spec: %[2]s
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: other-probe
-  namespace: %[1]s
-  labels: {app.kubernetes.io/name: netcheck}
-spec: %[2]s
-`
+---` + probePods
 
 // The sandbox pods' NetworkPolicy (sandbox placement "pod") is enforced on
 // the real node: before the operator writes it, a pod labelled as a sandbox
-// pod reaches the store, the bus and the API server, like any pod; once a namespace labelled for sandbox pods gets an
-// Agent, it is refused all of them (while a session pod of the same
+// pod reaches the store, the bus and the API server, like any pod; once a
+// namespace labelled for sandbox pods gets an Agent, it is refused all of them (while a session pod of the same
 // namespace still reaches the store and the API server), keeps DNS and the
 // public internet, and takes connections on its exec port from session pods
 // only. So a prompt-injected program in a sandbox pod cannot reach what the
@@ -93,14 +76,7 @@ func TestSandboxPodPolicyIsEnforcedOnTheRealNode(t *testing.T) {
 	apiServer := "10.96.0.1:443"
 	blob := net.JoinHostPort(gateway, "8090")
 
-	type check struct{ pod, kind, target string }
-	expect := func(g Gomega, want bool, checks ...check) {
-		for _, c := range checks {
-			got, err := reach(ctx, ns, c.pod, c.kind, c.target)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(got).To(Equal(want), "%s %s %s", c.pod, c.kind, c.target)
-		}
-	}
+	expect := func(g Gomega, want bool, checks ...check) { expectReach(ctx, g, ns, want, checks...) }
 
 	// Without the namespace's policies nothing stops the sandbox-labelled
 	// pod (the gateway's blob port is the chart's gateway policy's, for

@@ -56,6 +56,20 @@ spec:
   runtime: {warmPool: 0}
 `
 
+// check is one probe: from pod, a connection (kind tcp, target HOST:PORT)
+// or a name lookup (kind dns, target NAME).
+type check struct{ pod, kind, target string }
+
+// expectReach expects every check from namespace ns's probe pods to succeed
+// (want true) or be refused (want false).
+func expectReach(ctx context.Context, g Gomega, ns string, want bool, checks ...check) {
+	for _, c := range checks {
+		got, err := reach(ctx, ns, c.pod, c.kind, c.target)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(want), "%s %s %s", c.pod, c.kind, c.target)
+	}
+}
+
 // reach says whether pod opens a connection (tcp HOST:PORT) or resolves a
 // name (dns NAME) from its own address; an error is a failure of the probe
 // itself (kubectl, the pod), never a refusal.
@@ -119,14 +133,7 @@ func TestNetworkPoliciesAreEnforcedOnTheRealNode(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(dnsPod).NotTo(BeEmpty())
 
-	type check struct{ pod, kind, target string }
-	expect := func(g Gomega, want bool, checks ...check) {
-		for _, c := range checks {
-			got, err := reach(ctx, ns, c.pod, c.kind, c.target)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(got).To(Equal(want), "%s %s %s", c.pod, c.kind, c.target)
-		}
-	}
+	expect := func(g Gomega, want bool, checks ...check) { expectReach(ctx, g, ns, want, checks...) }
 
 	// Without the policy: nothing stops the session-labelled pod.
 	g.Expect(st.node.Kubectl(ctx, "get", "networkpolicies", "-n", ns, "-o", "name")).To(BeEmpty())
