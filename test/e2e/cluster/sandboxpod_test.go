@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
 	"github.com/picobot/picobot/runtime/gateway/gatewaytest"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/sandbox/paircred"
@@ -166,6 +167,13 @@ func TestToolsRunInTheSandboxPod(t *testing.T) {
 	})
 	st.apply(t, inSandboxPods(fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "1m", 1), ns)+fsAgent+sandboxtest.MCPProbeServers(st.mcpProbe))
 	st.waitReady(t, ns, "helper")
+	// The warm pod has registered (it waits for wakes): a chat sent while
+	// it still starts may go to a pod the operator makes for that chat.
+	g.Eventually(func(g Gomega) {
+		a := &picobotv1alpha1.Agent{}
+		g.Expect(st.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "helper"}, a)).To(Succeed())
+		g.Expect(a.Status.WarmPods).To(HaveValue(Equal(int32(1))))
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	// The warm pod and its sandbox pod, before any chat (the pool may hold
 	// one more for a moment): every session pod has a running sandbox pod.
