@@ -40,6 +40,9 @@ import (
 // publishes Agent status (the mode of the first releases and of tests that
 // need no Redis).
 type RuntimeConfig struct {
+	// apiServer is the API server's addresses as last read, shared by the
+	// reconcilers that write the session pods' NetworkPolicy.
+	apiServer apiServerAddrs
 	// Image is the default runtime image of session pods.
 	Image string
 	// BrowserImage runs browser pods (Chromium behind `picobot browser`).
@@ -661,7 +664,7 @@ func (rc *RuntimeConfig) namespaceObjects(c client.Client) *namespaceObjects {
 	conn = grantedBlobs{TenantConnection: conn, url: rc.BlobURL}
 	network := rc.Network
 	network.MetricsPort = rc.MetricsPort
-	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, rotator: rot, network: network,
+	return &namespaceObjects{client: c, reader: reader, conn: conn, watcher: watcher, rotator: rot, network: network, api: &rc.apiServer,
 		placement: func(ctx context.Context, ns string) podspec.SandboxPlacement { return rc.placement(ctx, reader, ns) }}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +70,38 @@ func apiServerEgress(ctx context.Context, r client.Reader) (podspec.APIServer, e
 	}
 	out.Normalize()
 	return out, nil
+}
+
+// apiServerAddrs is the last reading of the API server's addresses, shared
+// by the operator's reconcilers: the watcher (watchAPIServer) keeps it
+// current, so a namespace's reconcile reads nothing from the API server
+// for it.
+type apiServerAddrs struct {
+	mu    sync.Mutex
+	known bool
+	last  podspec.APIServer
+}
+
+// get returns the last reading, reading once when there is none yet.
+func (a *apiServerAddrs) get(ctx context.Context, r client.Reader) (podspec.APIServer, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.known {
+		return a.last, nil
+	}
+	now, err := apiServerEgress(ctx, r)
+	if err != nil {
+		return podspec.APIServer{}, err
+	}
+	a.known, a.last = true, now
+	return now, nil
+}
+
+// set records a new reading.
+func (a *apiServerAddrs) set(now podspec.APIServer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.known, a.last = true, now
 }
 
 // appendHost appends ip as a one-address CIDR; what does not parse is left out.

@@ -91,6 +91,8 @@ type namespaceObjects struct {
 	// (podspec.AnnotationRotateCredentials).
 	rotator rotator
 	network podspec.Network
+	// api is where the API server answers, for the session pods' policy.
+	api *apiServerAddrs
 	// placement is where a namespace's session pods run their tools.
 	placement func(ctx context.Context, ns string) podspec.SandboxPlacement
 }
@@ -122,7 +124,7 @@ func (n *namespaceObjects) ensure(ctx context.Context, ns string) error {
 		return err
 	}
 	network := n.network
-	api, err := apiServerEgress(ctx, n.reader)
+	api, err := n.api.get(ctx, n.reader)
 	if err != nil {
 		return err
 	}
@@ -371,11 +373,12 @@ func (r *NamespaceObjectsReconciler) reprovision(w restartWatcher, out chan<- ev
 // reach it.
 func (r *NamespaceObjectsReconciler) followAPIServer(out chan<- event.GenericEvent) manager.RunnableFunc {
 	return func(ctx context.Context) error {
-		first, err := apiServerEgress(ctx, r.objects.reader)
+		first, err := r.objects.api.get(ctx, r.objects.reader)
 		if err != nil {
 			log.FromContext(ctx).Error(err, "Failed to read the API server's addresses; reading them again later")
 		}
 		watchAPIServer(ctx, r.objects.reader, first, func(now podspec.APIServer) {
+			r.objects.api.set(now)
 			log.FromContext(ctx).Info("The API server's addresses changed; updating the session pods' NetworkPolicies", "cidrs", now.CIDRs, "ports", now.Ports)
 			r.enqueueAll(ctx, out, "after the API server's addresses changed")
 		})
