@@ -369,6 +369,10 @@ func TestBackgroundRefusedToSubAgents(t *testing.T) {
 func TestSignalsSteerAndQueue(t *testing.T) {
 	g := NewWithT(t)
 	proceed := make(chan struct{})
+	// The run sends its signals once the parent's delegate batch has
+	// ended: a steer signal sent sooner joins that batch's result instead.
+	started := make(chan struct{})
+	var startedOnce sync.Once
 	var e *bgEnv
 	var mu sync.Mutex
 	var calcResult string
@@ -379,6 +383,7 @@ func TestSignalsSteerAndQueue(t *testing.T) {
 			<-proceed
 			return fakellm.Turn{Text: "research done"}
 		case agent == "researcher":
+			<-started
 			return fakellm.Turn{ToolCalls: []fakellm.Call{
 				{ID: "s1", Name: delegate.SignalName, Args: `{"message":"STEER-1 the city is Lyon","delivery":"steer","kind":"finding"}`},
 				{ID: "s2", Name: delegate.SignalName, Args: `{"message":"QUEUE-1 half way"}`}}}
@@ -386,12 +391,11 @@ func TestSignalsSteerAndQueue(t *testing.T) {
 			return fakellm.Turn{Text: "continued"}
 		case last.Role == "tool" && strings.Contains(last.Content, "started in the background"):
 			// Wait for both signals, then run one more tool batch.
-			for {
-				sigs, err := e.st.ListAgentSignals(tenantOf(tenantA), store.AgentSignalFilter{})
-				if err == nil && len(sigs) == 2 {
+			startedOnce.Do(func() { close(started) })
+			for hangGuard := time.Now().Add(time.Minute); time.Now().Before(hangGuard); time.Sleep(5 * time.Millisecond) {
+				if sigs, err := e.st.ListAgentSignals(tenantOf(tenantA), store.AgentSignalFilter{}); err == nil && len(sigs) == 2 {
 					break
 				}
-				time.Sleep(5 * time.Millisecond)
 			}
 			return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "c1", Name: "calculator", Args: `{"function":"evaluate","expression":"1+1"}`}}}
 		case last.Role == "tool":
@@ -403,6 +407,13 @@ func TestSignalsSteerAndQueue(t *testing.T) {
 			return fakellm.Turn{ToolCalls: []fakellm.Call{delegateCall("d1", `{"target":"researcher","task":"find the city","mode":"background"}`)}}
 		}
 	})
+	// Let the run end however the test does, or closing the fake model
+	// waits on its handler for ever.
+	var release sync.Once
+	t.Cleanup(func() {
+		startedOnce.Do(func() { close(started) })
+		release.Do(func() { close(proceed) })
+	})
 	answer, session := e.send(e.a, "signals", "Go")
 	g.Expect(answer).To(Equal("noted"))
 	mu.Lock()
@@ -411,7 +422,7 @@ func TestSignalsSteerAndQueue(t *testing.T) {
 	g.Expect(calcResult).NotTo(ContainSubstring("QUEUE-1"), "a queue signal waits for the next turn")
 	mu.Unlock()
 
-	close(proceed)
+	release.Do(func() { close(proceed) })
 	runs := e.waitDelivered(tenantA, 1)
 	e.checkOnceEach(e.a, session, runs)
 	var continuation string

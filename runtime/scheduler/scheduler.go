@@ -304,7 +304,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // actions and hands them to the claim workers.
 func (s *Scheduler) fireLoop(ctx context.Context) {
 	for {
-		acts, wait := s.due()
+		acts, at := s.due()
 		if len(acts) > 0 {
 			if !s.dispatch(ctx, acts) {
 				return
@@ -313,8 +313,16 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 		}
 		var timer clock.Timer
 		var fire <-chan time.Time
-		if wait >= 0 {
-			timer = s.clock.NewTimer(wait)
+		if !at.IsZero() {
+			timer = s.clock.NewTimer(max(0, at.Sub(s.clock.Now())))
+			// The clock may have passed at between reading it and arming
+			// the timer (a fake clock a test steps, a long pause): the
+			// timer then waits a whole interval too long, so look again
+			// now that it is armed.
+			if !s.clock.Now().Before(at) {
+				timer.Stop()
+				continue
+			}
 			fire = timer.C()
 		}
 		select {
@@ -332,9 +340,9 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 }
 
 // due pops every entry whose next tick has come, plans its due ticks and
-// puts it back at its following tick. wait is the time to the next tick
-// after that (-1: none).
-func (s *Scheduler) due() (acts []action, wait time.Duration) {
+// puts it back at its following tick. at is when to look again: the next
+// tick after that less the claim-ahead time (zero: no tick).
+func (s *Scheduler) due() (acts []action, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
@@ -357,9 +365,9 @@ func (s *Scheduler) due() (acts []action, wait time.Duration) {
 		s.heap.place(e)
 	}
 	if len(s.heap) == 0 {
-		return acts, -1
+		return acts, time.Time{}
 	}
-	return acts, max(0, s.heap[0].next.Sub(until))
+	return acts, s.heap[0].next.Add(-s.opts.ClaimAhead)
 }
 
 // currentFor returns the version of j's job that is scheduled now, if it

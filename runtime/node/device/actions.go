@@ -29,6 +29,10 @@ const (
 	// promptMargin is kept of an invoke's timeout for the command itself
 	// and the answer's way back: the prompt waits for the rest.
 	promptMargin = 5 * time.Second
+	// notifyTimeout bounds showing a notification: a bus or daemon that
+	// does not answer is the call's error, not a wait until the invoke's
+	// own timeout.
+	notifyTimeout = 20 * time.Second
 )
 
 // Detect returns the actions this machine can do: run always; notify with a
@@ -196,6 +200,8 @@ func (n *Node) notify(ctx context.Context, p node.NotifyParams) node.Result {
 	if title == "" {
 		title = "PicoBot"
 	}
+	ctx, cancel := context.WithTimeout(ctx, notifyTimeout)
+	defer cancel()
 	switch runtime.GOOS {
 	case "linux":
 		id, err := notifyDBus(ctx, n.cfg.Env("DBUS_SESSION_BUS_ADDRESS"), title, p.Body)
@@ -231,6 +237,9 @@ func notifyDBus(ctx context.Context, addr, title, body string) (uint32, error) {
 	call := obj.CallWithContext(ctx, "org.freedesktop.Notifications.Notify", 0,
 		"PicoBot", uint32(0), "", title, body, []string{}, map[string]dbus.Variant{}, int32(-1))
 	if call.Err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("failed to show the notification: the notification daemon did not answer within %s: %w", notifyTimeout, call.Err)
+		}
 		return 0, fmt.Errorf("failed to show the notification (is a notification daemon running?): %w", call.Err)
 	}
 	if err := call.Store(&id); err != nil {
