@@ -78,6 +78,23 @@ func (s *Server) wsNodeHello(ctx context.Context, c *conn, f frame, nc *nodeConn
 	c.send(frame{Type: node.FrameState, ID: f.ID, Node: b})
 }
 
+// answerNode hands a node_result frame to the call of this gateway waiting
+// on it and reports whether one did. Such an answer is no new work: the
+// read loop delivers it before the key's rate limit, since dropping it
+// would leave the call waiting out its whole timeout (an answer nobody
+// waits for counts like any frame).
+func (s *Server) answerNode(ctx context.Context, f frame, nc *nodeConn) bool {
+	if s.nodes == nil || nc.id == "" || f.Type != node.FrameResult || f.V != ProtocolVersion {
+		return false
+	}
+	var r node.Result
+	if json.Unmarshal(f.Node, &r) != nil || r.ID == "" {
+		return false
+	}
+	p, _ := PrincipalFrom(ctx)
+	return s.nodes.Hub.Deliver(p.Tenant, nc.id, r)
+}
+
 // wsNodeResult hands a node's answer to the call waiting on it.
 func (s *Server) wsNodeResult(ctx context.Context, c *conn, f frame, nc *nodeConn) {
 	if nc.id == "" {

@@ -209,7 +209,10 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 		}
 		var f frame
 		jsonErr := json.Unmarshal(data, &f)
-		if ok, wait := s.limits.allow(p); !ok { // every frame counts, valid or not
+		if jsonErr == nil && s.answerNode(ctx, f, &nc) {
+			continue
+		}
+		if ok, wait := s.limits.allow(p); !ok { // every other frame counts, valid or not
 			s.metrics.RateLimited(metrics.RateLimitKey)
 			c.send(frame{Type: "error", ID: f.ID, Code: CodeRateLimited, RetryAfterMS: wait.Milliseconds() + 1,
 				Message: fmt.Sprintf("rate limit of this API key exceeded; retry in %dms", wait.Milliseconds()+1)})

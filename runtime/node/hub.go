@@ -111,9 +111,10 @@ func (h *Hub) Apply(tenant, id string, state store.NodeState) bool {
 	return true
 }
 
-// Deliver hands a node's result to the call waiting on it; a result nobody
-// waits for (late, or unknown id) is dropped.
-func (h *Hub) Deliver(tenant, id string, r Result) {
+// Deliver hands a node's result to the call waiting on it and reports
+// whether one did; a result nobody waits for (late, or unknown id) is
+// dropped.
+func (h *Hub) Deliver(tenant, id string, r Result) bool {
 	h.mu.Lock()
 	var ch chan Result
 	if l := h.links[linkKey{tenant, id}]; l != nil {
@@ -124,6 +125,7 @@ func (h *Hub) Deliver(tenant, id string, r Result) {
 	if ch != nil {
 		ch <- r
 	}
+	return ch != nil
 }
 
 // Invoke sends inv to a node connected here and waits for its result, at

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +38,7 @@ type paired struct {
 	ctx   context.Context // the gateway's tenant
 	id    string
 	state chan string
+	url   string // the gateway's
 }
 
 // pair starts a gateway and a node client with cfg (ID and Gateway set
@@ -42,9 +46,9 @@ type paired struct {
 func pair(tb testing.TB, cfg device.Config, approve bool) *paired {
 	tb.Helper()
 	g := NewWithT(tb)
-	env := embeddedtest.Start(tb, embeddedtest.Options{Nodes: true})
+	env := embeddedtest.Start(tb, embeddedtest.Options{Nodes: true, APIKey: cfg.APIKey})
 	p := &paired{svc: env.Runtime.Nodes(), ctx: store.WithTenant(context.Background(), env.Runtime.Tenant()), id: "box-1",
-		state: make(chan string, 8)}
+		state: make(chan string, 8), url: env.URL}
 	cfg.Gateway, cfg.ID, cfg.Reconnect = env.URL, p.id, -1
 	cfg.OnState = func(s node.State) { p.state <- s.State }
 	n, err := device.New(cfg)
@@ -155,6 +159,47 @@ func TestRunAsksTheDeviceOwner(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(r.Code).To(Equal(node.CodeUnsupported))
 	g.Expect(r.Error).To(ContainSubstring("notify is not supported on this node"))
+}
+
+// TestAnswersPassTheRateLimit: while other clients of the node's API key
+// use up the key's rate limit (the gateway answers them 429), the node's
+// answers still reach the calls waiting on them; the gateway asked for
+// them, and dropping one would leave its call waiting out its timeout.
+func TestAnswersPassTheRateLimit(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	allow := filepath.Join(dir, "allowlist")
+	g.Expect(os.WriteFile(allow, []byte("echo **\n"), 0o600)).To(Succeed())
+	const key = "sk-node-limit-0123456789"
+	p := pair(t, device.Config{Capabilities: []string{node.ActionRun}, Allowlist: allow, APIKey: key}, true)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var limited atomic.Int64
+	var hammer sync.WaitGroup
+	hammer.Go(func() {
+		for ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/api/v1/nodes", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				continue
+			}
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusTooManyRequests {
+				limited.Add(1)
+			}
+		}
+	})
+	defer func() { cancel(); hammer.Wait() }()
+	g.Eventually(limited.Load).WithTimeout(30*time.Second).Should(BeNumerically(">", 0), "the key's limit is used up")
+	before := limited.Load()
+	for i := range 10 {
+		params, _ := json.Marshal(node.RunParams{Command: []string{"echo", strconv.Itoa(i)}})
+		r, err := p.svc.Invoke(p.ctx, p.id, node.Invoke{Action: node.ActionRun, Params: params}, 10*time.Second)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.Stdout).To(Equal(strconv.Itoa(i) + "\n"))
+	}
+	g.Expect(limited.Load()).To(BeNumerically(">", before), "other requests were refused meanwhile")
 }
 
 func TestAllowlistPatterns(t *testing.T) {
