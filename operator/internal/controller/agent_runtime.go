@@ -69,6 +69,10 @@ type RuntimeConfig struct {
 	MetricsPort int32
 	// APIReader reads uncached (pods the cache has not seen yet).
 	APIReader client.Reader
+	// PairSecretGrace is how long a sandbox pair's Secret may exist without
+	// its session pod before it is deleted as an orphan (the operator died
+	// between creating the two); a minute when zero.
+	PairSecretGrace time.Duration
 	// ResyncBusy is how often an agent with pods is looked at again, since
 	// pods change state in Redis, which sends no events.
 	ResyncBusy time.Duration

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,6 +39,10 @@ import (
 type SandboxPairReconciler struct {
 	client.Client
 	MaxConcurrentReconciles int
+	// SecretGrace is how long a pair's Secret waits for its session pod
+	// (made just after it) before it counts as an orphan; a minute when
+	// zero.
+	SecretGrace time.Duration
 }
 
 // SetupWithManager watches session pods with sandbox pods, and the
@@ -64,6 +69,7 @@ func (r *SandboxPairReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1.Pod{}, builder.WithPredicates(paired)).
 		Watches(&corev1.Pod{}, ownerOf).
 		Watches(&corev1.ConfigMap{}, ownerOf).
+		Watches(&corev1.Secret{}, ownerOf).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
 }
@@ -73,6 +79,13 @@ func (r *SandboxPairReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	var p corev1.Pod
 	err := r.Get(ctx, req.NamespacedName, &p)
 	if apierrors.IsNotFound(err) {
+		// A pair's Secret is made just before its session pod, and owned
+		// by the Agent until the pod takes it: one whose pod does not come
+		// (the operator died in between) is deleted once it is older than
+		// the grace, and not before (the pod may be on its way).
+		if wait, err := r.orphanWait(ctx, req); err != nil || wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, err
+		}
 		// The owner references remove the pair too, where a garbage
 		// collector runs; this does it at once, and where none runs.
 		return ctrl.Result{}, r.removePair(ctx, req.Namespace, req.Name)
@@ -94,6 +107,30 @@ func (r *SandboxPairReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.publishAddress(ctx, &p, sb)
+}
+
+// orphanWait is how long the pair of a session pod not found should wait
+// before it is removed: the rest of the grace of a Secret not yet handed
+// to a pod, zero otherwise.
+func (r *SandboxPairReconciler) orphanWait(ctx context.Context, req ctrl.Request) (time.Duration, error) {
+	var sec corev1.Secret
+	err := r.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: podspec.PairName(req.Name)}, &sec)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("failed to get the sandbox pair Secret of session pod %q: %w", req.Name, err)
+	}
+	for _, ref := range sec.OwnerReferences {
+		if ref.Kind == "Pod" {
+			return 0, nil // its pod was there and is gone
+		}
+	}
+	grace := r.SecretGrace
+	if grace <= 0 {
+		grace = time.Minute
+	}
+	return time.Until(sec.CreationTimestamp.Add(grace)), nil
 }
 
 // ownSecret hands the pair's Secret (made with the pod, owned by the

@@ -94,3 +94,39 @@ func TestSandboxPairFollowsItsSessionPod(t *testing.T) {
 		}, 20*time.Second, 100*time.Millisecond).Should(BeTrue(), "%T", obj)
 	}
 }
+
+// A pair's Secret whose session pod never came (the operator died between
+// creating the two) is deleted once older than the grace; one whose pod
+// follows it, as the operator makes them, is kept and handed to the pod.
+func TestOrphanedPairSecretIsDeleted(t *testing.T) {
+	needAPIServer(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newRuntimeNamespace(t)
+	startRuntimeManager(t, ns, func(rc *RuntimeConfig) { rc.PairSecretGrace = 3 * time.Second })
+
+	a := &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "helper", Namespace: ns, UID: "agent-uid"}}
+	secret := func(pod string) *corev1.Secret {
+		cred, err := paircred.Generate(podspec.PairName(pod), time.Now())
+		g.Expect(err).NotTo(HaveOccurred())
+		sec := podspec.PairSecret(a, pod, cred)
+		sec.OwnerReferences = nil // no such Agent here
+		g.Expect(k8s.Create(ctx, sec)).To(Succeed())
+		return sec
+	}
+	orphan := secret("helper-orphn")
+	kept := secret("helper-keptx")
+	session := podspec.SessionPod(podspec.Input{Agent: a, Name: "helper-keptx", Image: "registry.example/picobot:1.0", Sandbox: podspec.SandboxInPod})
+	session.OwnerReferences = nil
+	g.Expect(k8s.Create(ctx, session)).To(Succeed())
+
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(orphan), &corev1.Secret{}))
+	}, 30*time.Second, 100*time.Millisecond).Should(BeTrue(), "the orphan is deleted")
+	var s corev1.Secret
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(kept), &s)).To(Succeed(), "the Secret of the pod that came is kept")
+	g.Eventually(func() []metav1.OwnerReference {
+		must(k8s.Get(ctx, client.ObjectKeyFromObject(kept), &s))
+		return s.OwnerReferences
+	}, 20*time.Second, 100*time.Millisecond).Should(ConsistOf(HaveField("UID", session.UID)))
+}

@@ -66,7 +66,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		}
 		// Any namespace may place its sandboxes in pods
 		// (podspec.LabelSandboxPlacement).
-		if err := (&SandboxPairReconciler{Client: mgr.GetClient(), MaxConcurrentReconciles: cfg.Concurrency}).SetupWithManager(mgr); err != nil {
+		if err := (&SandboxPairReconciler{Client: mgr.GetClient(), MaxConcurrentReconciles: cfg.Concurrency,
+			SecretGrace: cfg.Runtime.PairSecretGrace}).SetupWithManager(mgr); err != nil {
 			return err
 		}
 	}
