@@ -221,15 +221,26 @@ func (b *Browser) stopLoading(t *Tab) {
 	_ = proto.PageStopLoading{}.Call(t.page.Context(ctx))
 }
 
+// navStartGrace is how long an input waits for a navigation it may have
+// started to be announced.
+const navStartGrace = 200 * time.Millisecond
+
 // settle waits briefly for a navigation an input started (a link click, a
 // form submit) to finish.
 func (b *Browser) settle(ctx context.Context, t *Tab) {
 	actx, cancel := b.actionCtx(ctx)
 	defer cancel()
-	// One round trip: navigations the input started are announced by then.
+	// One round trip: navigations the input started are usually announced
+	// by then. Not always: the renderer starts a navigation and answers
+	// DevTools on separate channels, and the event is handled on another
+	// goroutine; so a tab not loading yet gets a short grace for one to
+	// start (a loaded machine showed the old page after a link click).
 	_, _ = proto.RuntimeEvaluate{Expression: "0"}.Call(t.page.Context(actx))
 	nctx, ncancel := context.WithTimeout(ctx, b.limits.Navigation)
 	defer ncancel()
+	grace := time.NewTimer(navStartGrace)
+	defer grace.Stop()
+	started := false
 	for {
 		if b.frozen(t) {
 			return
@@ -237,9 +248,21 @@ func (b *Browser) settle(ctx context.Context, t *Tab) {
 		t.mu.Lock()
 		loading, ch := t.loading, t.changed
 		t.mu.Unlock()
-		if !loading {
+		if !loading && started {
 			return
 		}
+		if !loading {
+			select {
+			case <-ch:
+				started = true
+			case <-grace.C:
+				return
+			case <-nctx.Done():
+				return
+			}
+			continue
+		}
+		started = true
 		select {
 		case <-ch:
 		case <-nctx.Done():
