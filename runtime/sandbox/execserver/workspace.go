@@ -62,7 +62,7 @@ func (w workspaceFiles) call(ctx context.Context, env tool.Env, name string, arg
 	case err != nil:
 		return tool.Result{}, err
 	case res.IsError:
-		return tool.Result{}, errors.New(strings.TrimPrefix(res.Content, "error: "))
+		return tool.Result{}, errors.New(strings.TrimSuffix(strings.TrimPrefix(res.Content, "error: "), "."))
 	}
 	return res, nil
 }

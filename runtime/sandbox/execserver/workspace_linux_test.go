@@ -1,0 +1,229 @@
+//go:build linux
+
+package execserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	"github.com/picobot/picobot/runtime/feature"
+	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/provider"
+	"github.com/picobot/picobot/runtime/provider/fakellm"
+	"github.com/picobot/picobot/runtime/sandbox/execserver"
+	"github.com/picobot/picobot/runtime/tool"
+	"github.com/picobot/picobot/runtime/tool/builtin"
+	"github.com/picobot/picobot/runtime/tool/imagetool"
+	"github.com/picobot/picobot/runtime/tool/messaging"
+)
+
+// relayedPod is a sandbox pod as a session pod's runtime reaches it: the
+// runtime's workspace folder (ws, under its own root) is not the sandbox
+// pod's (p.ws), as in two pods, and the runtime's tools reach the server
+// through the runtime's relay at socket, which copies the uploads over.
+type relayedPod struct {
+	p      *pod
+	ws     string
+	socket string
+	client *execserver.Client
+}
+
+func newRelayedSandboxPod(t testing.TB) *relayedPod {
+	t.Helper()
+	p := newSandboxPod(t)
+	runtimeRoot := filepath.Join(p.root, "runtime-workspaces")
+	r := &relayedPod{p: p, ws: filepath.Join(runtimeRoot, "s1"), socket: filepath.Join(p.root, "relay.sock")}
+	must(t, os.MkdirAll(filepath.Join(r.ws, "uploads"), 0o700))
+	remote, err := execserver.NewRemoteClient(execserver.RemoteConfig{CertPEM: p.cred.CertPEM, Token: p.cred.Token, Root: runtimeRoot,
+		Address: func(context.Context, string) (string, error) { return p.addr, nil }})
+	must(t, err)
+	relay := &execserver.Relay{Socket: r.socket, Client: remote, Mirror: []string{"uploads"}}
+	l, err := relay.Listen()
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); must(t, <-done) })
+	r.client = execserver.NewClient(r.socket)
+	return r
+}
+
+// run runs argv in the runtime's workspace through the relay, stdin on
+// its input, and returns its output.
+func (r *relayedPod) run(t testing.TB, stdin []byte, argv ...string) string {
+	t.Helper()
+	out, w, err := os.Pipe()
+	must(t, err)
+	defer func() { _ = out.Close() }()
+	in, inW, err := os.Pipe()
+	must(t, err)
+	go func() { _, _ = inW.Write(stdin); _ = inW.Close() }()
+	proc, err := r.client.Start(execserver.Request{Workspace: r.ws, Env: []string{"PATH=/usr/bin:/bin", "HOME=" + r.ws}, Argv: argv}, in, w, w)
+	_ = w.Close()
+	_ = in.Close()
+	must(t, err)
+	b, _ := io.ReadAll(out)
+	_, _, _ = proc.Wait()
+	proc.Close()
+	return string(b)
+}
+
+// env is a tool call's environment in the runtime's workspace.
+func (r *relayedPod) env() tool.Env {
+	return tool.Env{Workspace: r.ws, SessionID: "web:bot/alice:default", Agent: "bot"}
+}
+
+func dotPNG(t testing.TB, w, h int) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	img.Set(w/2, h/2, color.RGBA{R: 255, A: 255})
+	var buf bytes.Buffer
+	must(t, png.Encode(&buf, img))
+	return buf.Bytes()
+}
+
+// The runtime's workspace and the sandbox pod's are different folders (as
+// in two pods): the runtime's paths are mapped onto the server's, and the
+// files the runtime itself writes there (a chat message's uploads) are
+// copied over before the next program, again when they change.
+func TestSandboxPodRelayMirrorsUploads(t *testing.T) {
+	g := NewWithT(t)
+	r := newRelayedSandboxPod(t)
+	must(t, os.WriteFile(filepath.Join(r.ws, "uploads", "data.csv"), []byte("a,b\n1,2\n"), 0o600))
+
+	g.Expect(r.run(t, nil, "sh", "-c", `pwd; cat uploads/data.csv; echo "$HOME"`)).To(Equal(r.p.ws + "\na,b\n1,2\n" + r.p.ws + "\n"))
+	g.Expect(os.ReadFile(filepath.Join(r.p.ws, "uploads", "data.csv"))).To(BeEquivalentTo("a,b\n1,2\n"))
+	must(t, os.WriteFile(filepath.Join(r.ws, "uploads", "data.csv"), []byte("changed\n"), 0o600))
+	g.Expect(r.run(t, nil, "cat", "uploads/data.csv")).To(Equal("changed\n"))
+}
+
+// A program in a sandbox pod draws a chart and writes a report: the image
+// tool shows the chart to the image model and send_message attaches both
+// to the reply, reading them from the sandbox pod's workspace through the
+// relay (the runtime's own folder never holds them). The reads keep the
+// file tools' confinement (no "..", no symlink out) and the attachment
+// bound.
+func TestSandboxPodRuntimeReadsProgramsFiles(t *testing.T) {
+	g := NewWithT(t)
+	r := newRelayedSandboxPod(t)
+	pic := dotPNG(t, 40, 20)
+	out := r.run(t, []byte(base64.StdEncoding.EncodeToString(pic)), "sh", "-c",
+		`mkdir out && base64 -d > out/chart.png && echo 'tickets: 42' > out/report.txt && ln -s /etc/hostname out/link.txt && `+
+			`head -c 2000000 /dev/zero > out/big.bin && echo written`)
+	g.Expect(out).To(Equal("written\n"))
+	g.Expect(filepath.Join(r.p.ws, "out", "chart.png")).To(BeAnExistingFile())
+	g.Expect(filepath.Join(r.ws, "out")).NotTo(BeAnExistingFile(), "the runtime's folder holds none of the programs' files")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// The image tool reads the chart with the agent's file_read (the
+	// sandbox's), and the image model gets the picture.
+	model := fakellm.New()
+	defer model.Close()
+	model.Script(fakellm.Turn{Text: "A red dot on black."})
+	prov, err := provider.New(provider.Config{Provider: provider.OpenAI, Model: "eye-model", BaseURL: model.URL(), APIKey: "sk-eye"})
+	g.Expect(err).NotTo(HaveOccurred())
+	set, err := builtin.New(builtin.Config{ExecServer: r.socket})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer set.Close()
+	fileRead, ok := set.Registry.Get("file_read")
+	g.Expect(ok).To(BeTrue())
+	reg, err := tool.NewRegistry(imagetool.New(imagetool.Config{Provider: prov, Model: "openai/eye-model", FileRead: fileRead}))
+	g.Expect(err).NotTo(HaveOccurred())
+	res := reg.Execute(ctx, r.env(), llm.ToolCall{ID: "c1", Name: "image", Arguments: `{"image":"out/chart.png","prompt":"What is it?"}`})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(res.Content).To(ContainSubstring("A red dot on black."))
+	g.Expect(res.Content).To(ContainSubstring("out/chart.png: image/png, "))
+	g.Expect(res.Content).To(ContainSubstring("40x20 pixels"))
+	reqs := model.Requests()
+	g.Expect(reqs).To(HaveLen(1))
+	g.Expect(reqs[0].Messages).To(HaveLen(1))
+	g.Expect(reqs[0].Messages[0].Images).To(Equal(1))
+	g.Expect(string(reqs[0].Body)).To(ContainSubstring("data:image/png;base64," + base64.StdEncoding.EncodeToString(pic)))
+
+	// send_message to this conversation attaches what the program wrote.
+	feat := messaging.NewFeature(messaging.Options{Files: execserver.WorkspaceFiles(r.client), MaxFileBytes: 1 << 20})
+	parts, err := feat.Build(ctx, &feature.Agent{Spec: &picobotv1alpha1.Agent{ObjectMeta: metav1.ObjectMeta{Name: "bot"}}, Host: &feature.Host{Tenant: "t"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	reg, err = tool.NewRegistry(parts.Tools...)
+	g.Expect(err).NotTo(HaveOccurred())
+	send := func(files ...string) tool.Result {
+		raw, _ := json.Marshal(map[string]any{"target_chat_id": "web:bot/alice", "content": "here", "files": files})
+		return reg.Execute(ctx, r.env(), llm.ToolCall{ID: "s1", Name: "send_message", Arguments: string(raw)})
+	}
+	res = send("out/chart.png", "out/report.txt")
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(res.Content).To(HavePrefix("Attached chart.png, report.txt to your reply"))
+	g.Expect(res.Artifacts).To(Equal([]tool.Artifact{
+		{Name: "chart.png", MediaType: "image/png", Data: pic, PresentToUser: true},
+		{Name: "report.txt", MediaType: "text/plain; charset=utf-8", Data: []byte("tickets: 42\n"), PresentToUser: true},
+	}))
+	for file, want := range map[string]string{
+		"out/link.txt":    "leads outside the workspace",
+		"../s2/x.txt":     "outside the workspace",
+		"/etc/hostname":   "outside the workspace",
+		"out/big.bin":     "has 2000000 bytes, more than the 1048576 byte limit",
+		"out/missing.txt": "does not exist",
+		"out":             "is a folder",
+	} {
+		res = send(file)
+		g.Expect(res.IsError).To(BeTrue(), file)
+		g.Expect(res.Content).To(ContainSubstring(want), file)
+		g.Expect(res.Content).To(HaveSuffix(". Nothing was sent."), file)
+		g.Expect(res.Content).NotTo(ContainSubstring(".. "), file)
+	}
+}
+
+// What the runtime writes into the workspace (a node's photo) lands in the
+// sandbox pod's, where the programs read it, as the sandbox's user; a path
+// out of the workspace is refused.
+func TestSandboxPodRuntimeWritesForThePrograms(t *testing.T) {
+	g := NewWithT(t)
+	r := newRelayedSandboxPod(t)
+	files := execserver.WorkspaceFiles(r.client)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	photo := append([]byte("\xff\xd8\xff\xe0"), bytes.Repeat([]byte{0, 1, 2, 0xff}, 1000)...)
+	g.Expect(files.WriteFile(ctx, r.env(), "nodes/n1/snap.jpg", photo)).To(Succeed())
+	g.Expect(r.run(t, nil, "sh", "-c", "stat -c '%u %s' nodes/n1/snap.jpg")).To(Equal("65533 4004\n"))
+	g.Expect(os.ReadFile(filepath.Join(r.p.ws, "nodes", "n1", "snap.jpg"))).To(Equal(photo))
+	g.Expect(filepath.Join(r.ws, "nodes")).NotTo(BeAnExistingFile())
+	// Read back through the same path, and replaced.
+	got, err := files.ReadFile(ctx, r.env(), "nodes/n1/snap.jpg", 1<<20)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(photo))
+	g.Expect(files.WriteFile(ctx, r.env(), "nodes/n1/snap.jpg", []byte("v2"))).To(Succeed())
+	g.Expect(r.run(t, nil, "cat", "nodes/n1/snap.jpg")).To(Equal("v2"))
+
+	r.run(t, nil, "ln", "-s", "/tmp", "out")
+	for p, want := range map[string]string{
+		"../s2/x":             "outside the workspace",
+		"/etc/x":              "outside the workspace",
+		"out/podrelay-escape": "leads outside the workspace",
+		"nodes/n1/a/b":        "",
+	} {
+		err := files.WriteFile(ctx, r.env(), p, []byte("x"))
+		if want == "" {
+			g.Expect(err).NotTo(HaveOccurred(), p)
+			continue
+		}
+		g.Expect(err).To(MatchError(ContainSubstring(want)), p)
+	}
+	g.Expect("/tmp/podrelay-escape").NotTo(BeAnExistingFile())
+	g.Expect(strings.TrimSpace(r.run(t, nil, "cat", "nodes/n1/a/b"))).To(Equal("x"))
+}
