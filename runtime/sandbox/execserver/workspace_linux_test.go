@@ -11,6 +11,9 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,12 +24,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	picobotv1alpha1 "github.com/picobot/picobot/api/v1alpha1"
+	driver "github.com/picobot/picobot/runtime/browser"
 	"github.com/picobot/picobot/runtime/feature"
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/netguard"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	"github.com/picobot/picobot/runtime/tool"
+	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 	"github.com/picobot/picobot/runtime/tool/builtin"
 	"github.com/picobot/picobot/runtime/tool/imagetool"
 	"github.com/picobot/picobot/runtime/tool/messaging"
@@ -226,4 +232,53 @@ func TestSandboxPodRuntimeWritesForThePrograms(t *testing.T) {
 	}
 	g.Expect("/tmp/podrelay-escape").NotTo(BeAnExistingFile())
 	g.Expect(strings.TrimSpace(r.run(t, nil, "cat", "nodes/n1/a/b"))).To(Equal("x"))
+}
+
+// The browser tool uploads a file a program in the sandbox pod wrote into
+// a page's file input of real Chromium, reading it through the relay; a
+// file out of the workspace is refused.
+func TestSandboxPodBrowserUploadsProgramsFile(t *testing.T) {
+	if err := driver.CheckExecutable(driver.DefaultBin); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("Chromium is required: %v", err)
+		}
+		t.Skipf("Chromium is not installed: %v (run hack/chromium.sh)", err)
+	}
+	g := NewWithT(t)
+	r := newRelayedSandboxPod(t)
+	g.Expect(r.run(t, nil, "sh", "-c", "echo 'name,score' > cv.csv && ln -s /etc/hostname host && echo ok")).To(Equal("ok\n"))
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, `<!doctype html><title>Upload</title><label>Attach <input type="file" `+
+			`onchange="document.getElementById('out').textContent = 'got ' + this.files[0].name + ' ' + this.files[0].size"></label><p id="out"></p>`)
+	}))
+	defer site.Close()
+	resolver := netguard.ResolverFunc(func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	})
+	drv := driver.NewDriver(driver.Config{
+		Guard:    netguard.New(netguard.AllowPrefixes(netip.MustParsePrefix("127.0.0.0/8")), netguard.WithResolver(resolver)),
+		Resolver: resolver, TempDir: t.TempDir(), Limits: driver.Limits{Navigation: 10 * time.Second, Action: 10 * time.Second},
+	})
+	defer drv.Close()
+	reg, err := tool.NewRegistry(browsertool.NewTool(browsertool.Options{Driver: drv, Agent: "bot", Files: execserver.WorkspaceFiles(r.client)}))
+	g.Expect(err).NotTo(HaveOccurred())
+	call := func(args map[string]any) tool.Result {
+		raw, _ := json.Marshal(args)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return reg.Execute(ctx, r.env(), llm.ToolCall{ID: "b1", Name: "browser", Arguments: string(raw)})
+	}
+	res := call(map[string]any{"action": "open", "url": site.URL})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	res = call(map[string]any{"action": "snapshot"})
+	g.Expect(res.Content).To(ContainSubstring(`button "Attach" [ref=@e1`))
+	res = call(map[string]any{"action": "upload", "ref": "@e1", "paths": []string{"cv.csv"}})
+	g.Expect(res.IsError).To(BeFalse(), res.Content)
+	g.Expect(call(map[string]any{"action": "get_text"}).Content).To(ContainSubstring("got cv.csv 11"))
+	for p, want := range map[string]string{"host": "leads outside the workspace", "../s2/cv.csv": "outside the workspace", "nope.csv": "does not exist"} {
+		res = call(map[string]any{"action": "upload", "ref": "@e1", "paths": []string{p}})
+		g.Expect(res.IsError).To(BeTrue(), p)
+		g.Expect(res.Content).To(ContainSubstring(want), p)
+	}
 }
