@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"image"
 	"image/color"
 	"image/png"
@@ -16,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,4 +283,86 @@ func TestSandboxPodBrowserUploadsProgramsFile(t *testing.T) {
 		g.Expect(res.IsError).To(BeTrue(), p)
 		g.Expect(res.Content).To(ContainSubstring(want), p)
 	}
+}
+
+// BenchmarkImageReadSandboxPod is the added latency of the runtime's own
+// reads of a workspace file in a sandbox pod, through the relay, TLS and
+// the pod's server, against the same read of the runtime's own folder,
+// run alternately so both see the same load: "image" is an image tool call
+// on a 256x256 PNG of noise (about 260 kB; the image model is the fake
+// one, the same for both), "attachment" a send_message attachment's read
+// of the same file (WorkspaceFiles against os.ReadFile). Reports p50/p99 of
+// each and of the difference.
+func BenchmarkImageReadSandboxPod(b *testing.B) {
+	r := newRelayedSandboxPod(b)
+	img := image.NewRGBA(image.Rect(0, 0, 256, 256))
+	for i := range img.Pix {
+		img.Pix[i] = byte(i*7919>>3 ^ i)
+	}
+	var buf bytes.Buffer
+	must(b, png.Encode(&buf, img))
+	pic := buf.Bytes()
+	b.Logf("the image has %d bytes", len(pic))
+	local := filepath.Join(b.TempDir(), "s1")
+	must(b, os.MkdirAll(local, 0o700))
+	must(b, os.WriteFile(filepath.Join(local, "noise.png"), pic, 0o600))
+	r.run(b, pic, "sh", "-c", "cat > noise.png")
+	model := fakellm.New()
+	defer model.Close()
+	model.SetRequestLimit(1)
+	model.Respond(func(fakellm.Recorded) fakellm.Turn { return fakellm.Turn{Text: "noise"} })
+	prov, err := provider.New(provider.Config{Provider: provider.OpenAI, Model: "eye-model", BaseURL: model.URL(), APIKey: "sk-eye"})
+	must(b, err)
+	set, err := builtin.New(builtin.Config{ExecServer: r.socket})
+	must(b, err)
+	defer set.Close()
+	fileRead, _ := set.Registry.Get("file_read")
+	direct := imagetool.New(imagetool.Config{Provider: prov, Model: "openai/eye-model"})
+	relayed := imagetool.New(imagetool.Config{Provider: prov, Model: "openai/eye-model", FileRead: fileRead})
+	files := execserver.WorkspaceFiles(r.client)
+	args := json.RawMessage(`{"image":"noise.png"}`)
+	ctx := context.Background()
+	cases := map[string][2]func() error{
+		"image": {
+			func() error { return resultErr(direct.Run(ctx, tool.Env{Workspace: local}, args)) },
+			func() error { return resultErr(relayed.Run(ctx, r.env(), args)) },
+		},
+		"attachment": {
+			func() error { _, err := os.ReadFile(filepath.Join(local, "noise.png")); return err },
+			func() error { _, err := files.ReadFile(ctx, r.env(), "noise.png", 20<<20); return err },
+		},
+	}
+	for _, name := range []string{"image", "attachment"} {
+		b.Run(name, func(b *testing.B) {
+			var here, pod, added []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				if err := cases[name][0](); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := cases[name][1](); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				here, pod, added = append(here, t1.Sub(t0)), append(pod, t2.Sub(t1)), append(added, t2.Sub(t1)-t1.Sub(t0))
+			}
+			for _, m := range []struct {
+				name string
+				lat  []time.Duration
+			}{{"local", here}, {"pod", pod}, {"added", added}} {
+				slices.Sort(m.lat)
+				b.ReportMetric(float64(m.lat[len(m.lat)/2].Microseconds())/1000, m.name+"-p50-ms")
+				b.ReportMetric(float64(m.lat[len(m.lat)*99/100].Microseconds())/1000, m.name+"-p99-ms")
+			}
+		})
+	}
+}
+
+// resultErr is a tool call's failure: its error, or its error result.
+func resultErr(res tool.Result, err error) error {
+	if err == nil && res.IsError {
+		err = errors.New(res.Content)
+	}
+	return err
 }
