@@ -12,6 +12,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -296,8 +297,9 @@ func TestSandboxPodBrowserUploadsProgramsFile(t *testing.T) {
 func BenchmarkImageReadSandboxPod(b *testing.B) {
 	r := newRelayedSandboxPod(b)
 	img := image.NewRGBA(image.Rect(0, 0, 256, 256))
+	noise := rand.New(rand.NewPCG(1, 2))
 	for i := range img.Pix {
-		img.Pix[i] = byte(i*7919>>3 ^ i)
+		img.Pix[i] = byte(noise.Uint32())
 	}
 	var buf bytes.Buffer
 	must(b, png.Encode(&buf, img))
