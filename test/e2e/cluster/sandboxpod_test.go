@@ -136,14 +136,14 @@ func TestToolsRunInTheSandboxPod(t *testing.T) {
 	var seen []fakellm.Recorded // the image model's requests
 	var drawn []string          // the tool results of "draw and attach"
 	st.llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
-		if last := r.Messages[len(r.Messages)-1]; last.Role == "user" && last.Images > 0 {
+		if len(r.Messages) == 1 && r.Messages[0].Images > 0 { // the image tool's question
 			mu.Lock()
 			seen = append(seen, r)
 			mu.Unlock()
 			return fakellm.Turn{Text: "A red dot on black."}
 		}
-		if lastUser(r) == "draw and attach" {
-			return drawAndAttach(r, pic, &mu, &drawn)
+		if turn, ok := drawAndAttach(r, pic, &mu, &drawn); ok {
+			return turn
 		}
 		if last := r.Messages[len(r.Messages)-1]; last.Role == "tool" {
 			mu.Lock()
@@ -389,33 +389,44 @@ func chartsIn(dir string) []string {
 	return found
 }
 
-// drawAndAttach is the model of "draw and attach": bash writes a chart and
-// a report, then the image tool looks at the chart and send_message
-// attaches both; the tool results are kept in drawn.
-func drawAndAttach(r fakellm.Recorded, pic []byte, mu *sync.Mutex, drawn *[]string) fakellm.Turn {
+// drawAndAttach is the model of "draw and attach" (ok false for another
+// request): bash writes a chart and a report, then the image tool looks at
+// the chart and send_message attaches both; the tool results are kept in
+// drawn. The attached chart comes back to the model (which sees images) as
+// a user message with the image after the tool results.
+func drawAndAttach(r fakellm.Recorded, pic []byte, mu *sync.Mutex, drawn *[]string) (fakellm.Turn, bool) {
 	args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	asked := -1
+	for i, m := range r.Messages {
+		if m.Role == "user" && m.Images == 0 {
+			asked = i
+		}
+	}
+	if asked < 0 || r.Messages[asked].Content != "draw and attach" {
+		return fakellm.Turn{}, false
+	}
 	var tools []string
-	for i := len(r.Messages) - 1; i >= 0 && r.Messages[i].Role != "user"; i-- {
-		if r.Messages[i].Role == "tool" {
-			tools = append([]string{r.Messages[i].Content}, tools...)
+	for _, m := range r.Messages[asked+1:] {
+		if m.Role == "tool" {
+			tools = append(tools, m.Content)
 		}
 	}
 	switch len(tools) {
 	case 0:
 		script := fmt.Sprintf("mkdir -p out && echo %s | base64 -d > out/chart.png && echo 'tickets: 42' > out/report.txt && echo drawn",
 			base64.StdEncoding.EncodeToString(pic))
-		return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "d1", Name: "bash", Args: args(map[string]any{"command": script})}}}
+		return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "d1", Name: "bash", Args: args(map[string]any{"command": script})}}}, true
 	case 1:
 		return fakellm.Turn{ToolCalls: []fakellm.Call{
 			{ID: "d2", Name: "image", Args: args(map[string]any{"image": "out/chart.png", "prompt": "What is on the chart?"})},
 			{ID: "d3", Name: "send_message", Args: args(map[string]any{"target_chat_id": "web:helper/podprobe", "content": "here",
 				"files": []string{"out/chart.png", "out/report.txt"}})},
-		}}
+		}}, true
 	}
 	mu.Lock()
 	*drawn = tools
 	mu.Unlock()
-	return fakellm.Turn{Text: "attached"}
+	return fakellm.Turn{Text: "attached"}, true
 }
 
 // redDotPNG is a 40x20 PNG with a red dot.
