@@ -239,7 +239,7 @@ func TestSandboxPodRuntimeWritesForThePrograms(t *testing.T) {
 
 // The browser tool uploads a file a program in the sandbox pod wrote into
 // a page's file input of real Chromium, reading it through the relay; a
-// file out of the workspace is refused.
+// file out of the workspace or over the upload limit is refused.
 func TestSandboxPodBrowserUploadsProgramsFile(t *testing.T) {
 	if err := driver.CheckExecutable(driver.DefaultBin); err != nil {
 		if os.Getenv("CI") != "" {
@@ -249,7 +249,7 @@ func TestSandboxPodBrowserUploadsProgramsFile(t *testing.T) {
 	}
 	g := NewWithT(t)
 	r := newRelayedSandboxPod(t)
-	g.Expect(r.run(t, nil, "sh", "-c", "echo 'name,score' > cv.csv && ln -s /etc/hostname host && echo ok")).To(Equal("ok\n"))
+	g.Expect(r.run(t, nil, "sh", "-c", "echo 'name,score' > cv.csv && ln -s /etc/hostname host && head -c 21000000 /dev/zero > big.bin && echo ok")).To(Equal("ok\n"))
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = io.WriteString(w, `<!doctype html><title>Upload</title><label>Attach <input type="file" `+
@@ -279,7 +279,8 @@ func TestSandboxPodBrowserUploadsProgramsFile(t *testing.T) {
 	res = call(map[string]any{"action": "upload", "ref": "@e1", "paths": []string{"cv.csv"}})
 	g.Expect(res.IsError).To(BeFalse(), res.Content)
 	g.Expect(call(map[string]any{"action": "get_text"}).Content).To(ContainSubstring("got cv.csv 11"))
-	for p, want := range map[string]string{"host": "leads outside the workspace", "../s2/cv.csv": "outside the workspace", "nope.csv": "does not exist"} {
+	for p, want := range map[string]string{"host": "leads outside the workspace", "../s2/cv.csv": "outside the workspace", "nope.csv": "does not exist",
+		"big.bin": "big.bin has 21000000 bytes, more than the 20971520 byte limit"} {
 		res = call(map[string]any{"action": "upload", "ref": "@e1", "paths": []string{p}})
 		g.Expect(res.IsError).To(BeTrue(), p)
 		g.Expect(res.Content).To(ContainSubstring(want), p)

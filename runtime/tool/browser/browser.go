@@ -540,7 +540,8 @@ func (t *browserTool) uploadFrom(ctx context.Context, env tool.Env, b *driver.Br
 			if ctx.Err() != nil {
 				return tool.Result{}, err
 			}
-			return tool.Errorf("error: cannot upload %s (the upload limit is %d MiB): %v", p, driver.MaxUploadBytes>>20, err), nil
+			// A file over what is left of the limit says so itself.
+			return tool.Errorf("error: cannot upload %s: %v", p, err), nil
 		}
 		total += len(data)
 		name := filepath.Base(env.Resolve(p))
