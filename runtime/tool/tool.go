@@ -328,3 +328,17 @@ func IsArgumentError(err error) bool {
 	var ae *ArgumentError
 	return errors.As(err, &ae)
 }
+
+// WorkspaceFiles reads and writes whole files of a session's workspace for
+// the runtime's own tools (a message's attachments, a browser upload, a
+// node's media) where the tools' programs see them. A tool without one
+// uses the runtime's own folder (embedded mode, a sandbox container sharing
+// the workspace volume); in a sandbox pod, another pod's volume, it reaches
+// them through the exec server (execserver.WorkspaceFiles).
+type WorkspaceFiles interface {
+	// ReadFile reads the regular file p (relative to env.Workspace, or
+	// absolute inside it), refusing one of more than maxBytes.
+	ReadFile(ctx context.Context, env Env, p string, maxBytes int64) ([]byte, error)
+	// WriteFile creates or replaces the file p, creating missing folders.
+	WriteFile(ctx context.Context, env Env, p string, data []byte) error
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/picobot/picobot/runtime/scheduler"
 	"github.com/picobot/picobot/runtime/skill"
 	"github.com/picobot/picobot/runtime/store"
+	"github.com/picobot/picobot/runtime/tool"
 	"github.com/picobot/picobot/runtime/tool/bot"
 	"github.com/picobot/picobot/runtime/tool/bottask"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
@@ -59,20 +60,26 @@ type featureOptions struct {
 	// nodes reaches the tenants' paired devices for the nodes tool (none
 	// when nil).
 	nodes *node.Service
+	// files reads and writes the workspace files of the runtime's own
+	// tools (attachments, browser uploads, a node's media) where the
+	// programs' files are: a sandbox pod's workspace, through the exec
+	// relay (nil: the runtime's own folder, which a sandbox container
+	// shares).
+	files tool.WorkspaceFiles
 }
 
 // features are the agent features both modes run (memory, skills,
 // schedules, messaging, browser), in prompt order, and a function that
 // releases what they hold (the browser driver's Chromium processes).
 func features(o featureOptions) ([]agenthost.Feature, func()) {
-	browser := browsertool.NewFeature(browsertool.FeatureConfig{Driver: o.browser})
+	browser := browsertool.NewFeature(browsertool.FeatureConfig{Driver: o.browser, Files: o.files})
 	if o.onBrowser != nil {
 		o.onBrowser(browser)
 	}
 	feats := []agenthost.Feature{
 		memory.NewFeature(memory.Options{Log: o.log, NoConsolidation: o.cron, NoMaintenance: o.cron}),
 		skill.NewFeature(skill.Options{ManifestsDir: o.manifestsDir, Log: o.log}),
-		messaging.NewFeature(messaging.Options{Sender: o.sender, Channels: o.channels}),
+		messaging.NewFeature(messaging.Options{Sender: o.sender, Channels: o.channels, Files: o.files}),
 		browser,
 		healthtool.NewFeature(o.health),
 		bot.NewFeature(bot.Config{Instances: o.instances, Queue: o.queue, Sender: o.sender, Channels: o.channels, Probe: modelProbe(o.probe)}),
@@ -81,7 +88,7 @@ func features(o featureOptions) ([]agenthost.Feature, func()) {
 		feats = append(feats, cron.NewFeature(cron.Config{}), bottask.NewFeature(bottask.Config{}))
 	}
 	if o.nodes != nil {
-		feats = append(feats, nodestool.NewFeature(o.nodes))
+		feats = append(feats, nodestool.NewFeature(o.nodes, o.files))
 	}
 	return feats, browser.Close
 }

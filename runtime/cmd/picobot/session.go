@@ -25,6 +25,7 @@ import (
 	"github.com/picobot/picobot/runtime/sandbox/execserver"
 	"github.com/picobot/picobot/runtime/sandbox/paircred"
 	runtimesession "github.com/picobot/picobot/runtime/session"
+	"github.com/picobot/picobot/runtime/tool"
 	browsertool "github.com/picobot/picobot/runtime/tool/browser"
 	"github.com/picobot/picobot/runtime/tracing"
 )
@@ -63,10 +64,15 @@ func session(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var files tool.WorkspaceFiles
 	if pair := os.Getenv(paircred.EnvPair); pair != "" {
 		if err := relaySandboxPod(ctx, pair, log); err != nil {
 			return err
 		}
+		// The runtime's own reads and writes of workspace files go to the
+		// sandbox pod's workspace too, through the relay (which copies a
+		// chat message's uploads there first).
+		files = execserver.WorkspaceFiles(execserver.NewClient(os.Getenv(execserver.SocketEnv)))
 	}
 	// The operator passes its OTEL_* settings on to session pods.
 	tp, stopTracing, err := traces.start(ctx, "picobot-session", log)
@@ -78,7 +84,7 @@ func session(args []string) error {
 	defer func() { closeFeatures() }()
 	checks := podHealthService()
 	err = cluster.RunSession(ctx, cluster.SessionOptions{Log: log, Health: checks, Metrics: met, TracerProvider: tp, Features: func(svc *cluster.Services, pod cluster.Pod) []agenthost.Feature {
-		o := featureOptions{log: log, cron: true, health: checks, probe: modelcheck.NewProber(),
+		o := featureOptions{log: log, cron: true, health: checks, probe: modelcheck.NewProber(), files: files,
 			// Messages to chat platforms leave through the gateway, which
 			// holds the channels' credentials.
 			sender: cluster.RemoteSender{Bus: svc.Bus, Redis: svc.Redis},

@@ -37,7 +37,6 @@ import (
 	"time"
 
 	"github.com/picobot/picobot/runtime/sandbox/paircred"
-	"github.com/picobot/picobot/runtime/tool"
 )
 
 const (
@@ -333,8 +332,9 @@ func (p *Process) readRemote(fc *frameConn, in, out, errOut *os.File) {
 	}
 }
 
-// callTool runs a tool call on the server.
-func (r *Remote) callTool(ctx context.Context, req Request) (tool.Result, error) {
+// callToolRaw runs a tool call on the server and returns its answer as
+// sent (see Client.callToolRaw).
+func (r *Remote) callToolRaw(ctx context.Context, req Request) ([]byte, error) {
 	name := req.Tool.Name
 	dctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
@@ -344,25 +344,21 @@ func (r *Remote) callTool(ctx context.Context, req Request) (tool.Result, error)
 	}
 	fc, err := r.dial(dctx, req)
 	if err != nil {
-		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox pod: %w", name, err)
+		return nil, fmt.Errorf("failed to call %s in the sandbox pod: %w", name, err)
 	}
 	defer func() { _ = fc.c.Close() }()
 	stop := context.AfterFunc(ctx, func() { _ = fc.c.Close() })
 	defer stop()
-	m, err := fc.readMessage()
+	t, raw, err := fc.read()
 	switch {
 	case ctx.Err() != nil:
-		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox pod: %w", name, ctx.Err())
+		return nil, fmt.Errorf("failed to call %s in the sandbox pod: %w", name, ctx.Err())
 	case err != nil:
-		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox pod: lost the exec server: %w", name, err)
-	case m.Type == typeResult && m.Result != nil:
-		return m.Result.toolResult(), nil
-	case m.Type == typeError && m.Argument:
-		return tool.Result{}, &tool.ArgumentError{Tool: name, Err: errors.New(m.Error)}
-	case m.Type == typeError:
-		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox pod: %s", name, m.Error)
+		return nil, fmt.Errorf("failed to call %s in the sandbox pod: lost the exec server: %w", name, err)
+	case t != frameMsg:
+		return nil, fmt.Errorf("failed to call %s in the sandbox pod: got a %q frame, not a message", name, t)
 	}
-	return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox pod: unexpected answer %q", name, m.Type)
+	return raw, nil
 }
 
 // dupFile duplicates f's descriptor (close-on-exec) as a file of its own;

@@ -151,8 +151,13 @@ func (s *RemoteServer) callTool(fc *frameConn, req Request) {
 		_, _, _ = fc.read() // nothing more comes: a read ends when the runtime closes
 		cancel()
 	}()
-	res, err := s.Client.CallTool(ctx, req)
-	_ = fc.writeJSON(frameMsg, toolAnswer(res, err))
+	// The in-process server's answer goes on as it came, undecoded.
+	raw, err := s.Client.callToolRaw(ctx, req)
+	if err != nil {
+		_ = fc.writeJSON(frameMsg, toolAnswer(tool.Result{}, err))
+		return
+	}
+	_ = fc.write(frameMsg, raw)
 }
 
 // toolAnswer is a tool call's answer message.
@@ -360,8 +365,14 @@ func (r *Relay) handle(conn *net.UnixConn) {
 			closeAll(got)
 			cancel()
 		}()
-		res, err := r.Client.CallTool(ctx, req)
-		if err := sendLarge(conn, toolAnswer(res, err)); err != nil {
+		// The sandbox pod's answer goes on as it came, undecoded.
+		raw, err := r.Client.callToolRaw(ctx, req)
+		if err == nil {
+			err = sendLargeRaw(conn, raw)
+		} else {
+			err = sendLarge(conn, toolAnswer(tool.Result{}, err))
+		}
+		if err != nil {
 			r.Log.Warn("Exec relay failed to answer a tool call", "tool", req.Tool.Name, "err", err)
 		}
 		return

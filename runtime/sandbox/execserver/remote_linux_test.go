@@ -119,47 +119,6 @@ func TestSandboxPodReplaced(t *testing.T) {
 	mu.Unlock()
 }
 
-// The runtime's workspace and the sandbox pod's are different folders (as
-// in two pods): the runtime's paths are mapped onto the server's, and the
-// files the runtime itself writes there (a chat message's uploads) are
-// copied over before the next program, again when they change.
-func TestSandboxPodRelayMirrorsUploads(t *testing.T) {
-	g := NewWithT(t)
-	p := newSandboxPod(t)
-	runtimeRoot := filepath.Join(p.root, "runtime-workspaces")
-	ws := filepath.Join(runtimeRoot, "s1")
-	must(t, os.MkdirAll(filepath.Join(ws, "uploads"), 0o700))
-	must(t, os.WriteFile(filepath.Join(ws, "uploads", "data.csv"), []byte("a,b\n1,2\n"), 0o600))
-	remote, err := execserver.NewRemoteClient(execserver.RemoteConfig{CertPEM: p.cred.CertPEM, Token: p.cred.Token, Root: runtimeRoot,
-		Address: func(context.Context, string) (string, error) { return p.addr, nil }})
-	g.Expect(err).NotTo(HaveOccurred())
-	relay := &execserver.Relay{Socket: filepath.Join(p.root, "relay.sock"), Client: remote, Mirror: []string{"uploads"}}
-	l, err := relay.Listen()
-	g.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- relay.Serve(ctx, l) }()
-	defer func() { cancel(); must(t, <-done) }()
-	c := execserver.NewClient(relay.Socket)
-	run := func(argv ...string) string {
-		r, w, err := os.Pipe()
-		must(t, err)
-		defer func() { _ = r.Close() }()
-		proc, err := c.Start(execserver.Request{Workspace: ws, Env: []string{"PATH=/usr/bin:/bin", "HOME=" + ws}, Argv: argv}, nil, w, w)
-		_ = w.Close()
-		must(t, err)
-		out, _ := io.ReadAll(r)
-		_, _, _ = proc.Wait()
-		proc.Close()
-		return string(out)
-	}
-
-	g.Expect(run("sh", "-c", `pwd; cat uploads/data.csv; echo "$HOME"`)).To(Equal(p.ws + "\na,b\n1,2\n" + p.ws + "\n"))
-	g.Expect(os.ReadFile(filepath.Join(p.ws, "uploads", "data.csv"))).To(BeEquivalentTo("a,b\n1,2\n"))
-	must(t, os.WriteFile(filepath.Join(ws, "uploads", "data.csv"), []byte("changed\n"), 0o600))
-	g.Expect(run("cat", "uploads/data.csv")).To(Equal("changed\n"))
-}
-
 // BenchmarkEchoHiSandboxPod is the added latency of `bash -c "echo hi"` run
 // in a sandbox pod (the runtime's relay, TCP and TLS to the pod's server,
 // pipes there) against the sandbox container's server over its Unix socket,

@@ -47,37 +47,64 @@ func (c *Client) CallTool(ctx context.Context, req Request) (tool.Result, error)
 	if req.Tool == nil {
 		return tool.Result{}, errors.New("failed to call a tool in the sandbox container: no tool named")
 	}
+	raw, err := c.callToolRaw(ctx, req)
+	if err != nil {
+		return tool.Result{}, err
+	}
+	where := "sandbox container"
+	if c.remote != nil {
+		where = "sandbox pod"
+	}
+	return decodeAnswer(req.Tool.Name, where, raw)
+}
+
+// callToolRaw runs req.Tool and returns the server's answer (a result or
+// an error message) as it was sent, undecoded: the relays between the
+// runtime and a sandbox pod pass it on as they got it, so a large result
+// (a file's bytes) is decoded once, by the caller of CallTool.
+func (c *Client) callToolRaw(ctx context.Context, req Request) ([]byte, error) {
 	name := req.Tool.Name
 	if c.remote != nil {
-		return c.remote.callTool(ctx, req)
+		return c.remote.callToolRaw(ctx, req)
 	}
 	conn, err := c.dial()
 	if err != nil {
-		return tool.Result{}, err
+		return nil, err
 	}
 	defer func() { _ = conn.Close() }()
 	// The server ends the call when the connection closes.
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
 	if err := sendLarge(conn, req); err != nil {
-		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: %w", name, err)
+		return nil, fmt.Errorf("failed to call %s in the sandbox container: %w", name, err)
 	}
-	var m message
-	fds, err := receive(conn, &m)
+	raw, fds, err := receiveRaw(conn)
 	closeAll(fds)
 	switch {
 	case ctx.Err() != nil:
-		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: %w", name, ctx.Err())
+		return nil, fmt.Errorf("failed to call %s in the sandbox container: %w", name, ctx.Err())
 	case err != nil:
-		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: lost the exec server: %w", name, err)
+		return nil, fmt.Errorf("failed to call %s in the sandbox container: lost the exec server: %w", name, err)
+	}
+	return raw, nil
+}
+
+// decodeAnswer is the result of tool name's answer raw from the sandbox
+// (where: "sandbox container" or "sandbox pod").
+func decodeAnswer(name, where string, raw []byte) (tool.Result, error) {
+	var m message
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return tool.Result{}, fmt.Errorf("failed to call %s in the %s: failed to decode the answer: %w", name, where, err)
+	}
+	switch {
 	case m.Type == typeResult && m.Result != nil:
 		return m.Result.toolResult(), nil
 	case m.Type == typeError && m.Argument:
 		return tool.Result{}, &tool.ArgumentError{Tool: name, Err: errors.New(m.Error)}
 	case m.Type == typeError:
-		return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: %s", name, m.Error)
+		return tool.Result{}, fmt.Errorf("failed to call %s in the %s: %s", name, where, m.Error)
 	}
-	return tool.Result{}, fmt.Errorf("failed to call %s in the sandbox container: unexpected answer %q", name, m.Type)
+	return tool.Result{}, fmt.Errorf("failed to call %s in the %s: unexpected answer %q", name, where, m.Type)
 }
 
 // ShareWorkspace opens a workspace the runtime created (0700) to the pod's

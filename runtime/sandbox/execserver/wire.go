@@ -173,6 +173,11 @@ func sendLarge(c *net.UnixConn, v any) error {
 	if err != nil {
 		return fmt.Errorf("failed to encode exec server message: %w", err)
 	}
+	return sendLargeRaw(c, b)
+}
+
+// sendLargeRaw is sendLarge of a message already encoded.
+func sendLargeRaw(c *net.UnixConn, b []byte) error {
 	if len(b) <= maxPacket {
 		if _, _, err := c.WriteMsgUnix(b, nil, nil); err != nil {
 			return fmt.Errorf("failed to send exec server message: %w", err)
@@ -215,23 +220,36 @@ func readLarge(fd int) ([]byte, error) {
 // receive reads one packet into v and returns the descriptors that came
 // with it; the caller owns (and must close) them.
 func receive(c *net.UnixConn, v any) ([]int, error) {
+	body, fds, err := receiveRaw(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		closeAll(fds)
+		return nil, fmt.Errorf("failed to decode exec server message: %w", err)
+	}
+	return fds, nil
+}
+
+// receiveRaw is receive without decoding: the message as sent.
+func receiveRaw(c *net.UnixConn) ([]byte, []int, error) {
 	buf := make([]byte, maxPacket+1)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fds, ferr := parseRights(oob[:oobn])
 	switch {
 	case ferr != nil:
 		closeAll(fds)
-		return nil, ferr
+		return nil, nil, ferr
 	case flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0:
 		closeAll(fds)
-		return nil, fmt.Errorf("failed to read exec server message: longer than %d bytes or too many descriptors", maxPacket)
+		return nil, nil, fmt.Errorf("failed to read exec server message: longer than %d bytes or too many descriptors", maxPacket)
 	case n == 0:
 		closeAll(fds)
-		return nil, net.ErrClosed
+		return nil, nil, net.ErrClosed
 	}
 	body := buf[:n]
 	if string(body) == largeMarker && len(fds) > 0 {
@@ -239,14 +257,10 @@ func receive(c *net.UnixConn, v any) ([]int, error) {
 		fds = fds[:len(fds)-1]
 		if body, err = readLarge(last); err != nil {
 			closeAll(fds)
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		closeAll(fds)
-		return nil, fmt.Errorf("failed to decode exec server message: %w", err)
-	}
-	return fds, nil
+	return body, fds, nil
 }
 
 func parseRights(oob []byte) ([]int, error) {

@@ -74,6 +74,10 @@ type Options struct {
 	MaxChars int
 	// Now names artifacts (time.Now when nil).
 	Now func() time.Time
+	// Files, when set, reads the files upload puts into a page where the
+	// programs' files are (a sandbox pod's workspace,
+	// execserver.WorkspaceFiles) instead of the runtime's own folder.
+	Files tool.WorkspaceFiles
 }
 
 type browserTool struct{ o Options }
@@ -481,6 +485,9 @@ func (t *browserTool) upload(ctx context.Context, env tool.Env, b *driver.Browse
 	if env.Workspace == "" {
 		return tool.Errorf("error: upload needs a workspace"), nil
 	}
+	if t.o.Files != nil {
+		return t.uploadFrom(ctx, env, b, a)
+	}
 	root, err := filepath.EvalSymlinks(env.Workspace)
 	if err != nil {
 		return tool.Errorf("error: failed to resolve the workspace: %v", err), nil
@@ -512,6 +519,37 @@ func (t *browserTool) upload(ctx context.Context, env tool.Env, b *driver.Browse
 			mt = "application/octet-stream"
 		}
 		files = append(files, driver.File{Name: filepath.Base(full), MediaType: mt, Data: data})
+	}
+	if err := b.Upload(ctx, a.Ref, files); err != nil {
+		return tool.Result{}, err
+	}
+	return tool.Text(fmt.Sprintf("Put %d file(s) into %s.", len(files), a.Ref)), nil
+}
+
+// uploadFrom is upload reading the files with t.o.Files, which confines
+// them to the workspace as the file tools are.
+func (t *browserTool) uploadFrom(ctx context.Context, env tool.Env, b *driver.Browser, a args) (tool.Result, error) {
+	var files []driver.File
+	total := 0
+	for _, p := range a.Paths {
+		if total >= driver.MaxUploadBytes {
+			return tool.Errorf("error: the files are over the %d MiB upload limit", driver.MaxUploadBytes>>20), nil
+		}
+		data, err := t.o.Files.ReadFile(ctx, env, p, int64(driver.MaxUploadBytes-total))
+		if err != nil {
+			if ctx.Err() != nil {
+				return tool.Result{}, err
+			}
+			// A file over what is left of the limit says so itself.
+			return tool.Errorf("error: cannot upload %s: %v", p, err), nil
+		}
+		total += len(data)
+		name := filepath.Base(env.Resolve(p))
+		mt := mime.TypeByExtension(filepath.Ext(name))
+		if mt == "" {
+			mt = "application/octet-stream"
+		}
+		files = append(files, driver.File{Name: name, MediaType: mt, Data: data})
 	}
 	if err := b.Upload(ctx, a.Ref, files); err != nil {
 		return tool.Result{}, err

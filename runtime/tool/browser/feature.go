@@ -27,6 +27,9 @@ type FeatureConfig struct {
 	MaxChars int
 	// HealthTTL is how long a headless launch check is reused (5 minutes).
 	HealthTTL time.Duration
+	// Files, when set, reads the files the browser uploads where the
+	// programs' files are (a sandbox pod's workspace); see Options.Files.
+	Files tool.WorkspaceFiles
 }
 
 // Feature offers the browser and browser_profiles tools to every agent
@@ -69,7 +72,7 @@ func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, err
 	if spec != nil && spec.Enabled != nil && !*spec.Enabled {
 		return feature.Parts{}, nil
 	}
-	o := Options{Driver: f.driver, Agent: a.Spec.Name, MaxChars: f.cfg.MaxChars, Profiles: f.profiles(a)}
+	o := Options{Driver: f.driver, Agent: a.Spec.Name, MaxChars: f.cfg.MaxChars, Profiles: f.profiles(a), Files: f.cfg.Files}
 	if spec != nil {
 		o.Domains = spec.AllowedDomains
 		if spec.ProfileRef != nil && len(spec.AllowedDomains) == 0 {

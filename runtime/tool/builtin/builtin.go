@@ -170,9 +170,11 @@ func webSearch(guard *netguard.Guard, c WebSearchConfig) (tool.Tool, *netguard.G
 
 // FileTools are the tools the sandbox container runs for the runtime (the
 // exec server's Config.Tools): the file tools and apply_patch, reaching
-// readOnly and readWrite besides the workspace.
+// readOnly and readWrite besides the workspace, and the runtime's own whole
+// file reads and writes (fs.WorkspaceTools, execserver.WorkspaceFiles).
 func FileTools(readOnly, readWrite []string) []tool.Tool {
-	return append(fs.Tools(fs.AllowPaths(readOnly, readWrite)), patch.New())
+	opt := fs.AllowPaths(readOnly, readWrite)
+	return append(append(fs.Tools(opt), patch.New()), fs.WorkspaceTools(opt)...)
 }
 
 // sandboxed makes the file tools run in the session pod's sandbox container

@@ -45,6 +45,10 @@ type Options struct {
 	// ExtraRoots are folders outside the session workspace whose files may
 	// be sent too (a browser's screenshot folder).
 	ExtraRoots []string
+	// Files, when set, reads the attachments where the programs' files
+	// are (a sandbox pod's workspace, execserver.WorkspaceFiles) instead
+	// of the runtime's own folder; ExtraRoots are not read then.
+	Files tool.WorkspaceFiles
 }
 
 // DefaultMaxFileBytes is the attachment cap: Telegram bots may upload 50 MB,

@@ -298,12 +298,12 @@ func TestSendMessageCapsFileSize(t *testing.T) {
 	e := newEnv(t, "http://127.0.0.1:1")
 	cfg := toolConfig{opts: Options{MaxFileBytes: 4}, store: e.st, agent: agent}
 	e.file(t, "big.bin", []byte("12345"))
-	_, err := cfg.loadFile(tool.Env{Workspace: e.ws}, "big.bin")
+	_, err := cfg.loadFile(context.Background(), tool.Env{Workspace: e.ws}, "big.bin")
 	g.Expect(err).To(MatchError(ContainSubstring("more than the 4 byte limit")))
 	extra := t.TempDir()
 	NewWithT(t).Expect(os.WriteFile(filepath.Join(extra, "s.png"), []byte("1234"), 0o600)).To(Succeed())
 	cfg.opts.ExtraRoots = []string{extra}
-	f, err := cfg.loadFile(tool.Env{Workspace: e.ws}, filepath.Join(extra, "s.png"))
+	f, err := cfg.loadFile(context.Background(), tool.Env{Workspace: e.ws}, filepath.Join(extra, "s.png"))
 	g.Expect(err).NotTo(HaveOccurred(), "extra roots are allowed")
 	g.Expect(f.MediaType).To(Equal("image/png"))
 }

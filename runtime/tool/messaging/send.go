@@ -63,7 +63,7 @@ func (c toolConfig) sendWith(ctx context.Context, env tool.Env, a SendArgs, with
 	target := t.Target
 	files := make([]channel.File, 0, len(a.Files))
 	for _, p := range a.Files {
-		f, err := c.loadFile(env, p)
+		f, err := c.loadFile(ctx, env, p)
 		if err != nil {
 			return tool.Errorf("error: %v. Nothing was sent.", err), nil
 		}
@@ -134,12 +134,15 @@ func isCurrent(cur session.ID, t outbound.Target) bool {
 
 // loadFile reads an attachment from the workspace (or an extra root),
 // refusing paths that leave them, also through symlinks.
-func (c toolConfig) loadFile(env tool.Env, p string) (channel.File, error) {
+func (c toolConfig) loadFile(ctx context.Context, env tool.Env, p string) (channel.File, error) {
 	if strings.TrimSpace(p) == "" {
 		return channel.File{}, errors.New("empty file path")
 	}
 	if env.Workspace == "" && !filepath.IsAbs(p) {
 		return channel.File{}, fmt.Errorf("file %q: relative paths need a workspace, and this session has none", p)
+	}
+	if c.opts.Files != nil {
+		return c.readFile(ctx, env, p)
 	}
 	abs := env.Resolve(p)
 	resolved, err := filepath.EvalSymlinks(abs)
@@ -182,6 +185,20 @@ func (c toolConfig) loadFile(env tool.Env, p string) (channel.File, error) {
 	if err != nil {
 		return channel.File{}, fmt.Errorf("file %q cannot be read: %w", p, err)
 	}
+	return channel.File{Name: filepath.Base(abs), MediaType: mediaType(abs, data), Size: int64(len(data)), Data: data}, nil
+}
+
+// readFile reads an attachment with c.opts.Files, which confines it to the
+// workspace as the file tools are.
+func (c toolConfig) readFile(ctx context.Context, env tool.Env, p string) (channel.File, error) {
+	data, err := c.opts.Files.ReadFile(ctx, env, p, c.opts.MaxFileBytes)
+	switch {
+	case err != nil:
+		return channel.File{}, fmt.Errorf("file %q cannot be attached: %w", p, err)
+	case len(data) == 0:
+		return channel.File{}, fmt.Errorf("file %q is empty", p)
+	}
+	abs := env.Resolve(p)
 	return channel.File{Name: filepath.Base(abs), MediaType: mediaType(abs, data), Size: int64(len(data)), Data: data}, nil
 }
 

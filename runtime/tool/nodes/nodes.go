@@ -30,12 +30,19 @@ import (
 const Name = "nodes"
 
 // Feature adds the nodes tool to agents.
-type Feature struct{ svc *node.Service }
+type Feature struct {
+	svc   *node.Service
+	files tool.WorkspaceFiles
+}
 
 var _ feature.Feature = (*Feature)(nil)
 
 // NewFeature returns the nodes feature over svc; a nil svc adds nothing.
-func NewFeature(svc *node.Service) *Feature { return &Feature{svc: svc} }
+// files, when set, saves captured media where the programs' files are (a
+// sandbox pod's workspace); nil saves them in the runtime's own folder.
+func NewFeature(svc *node.Service, files tool.WorkspaceFiles) *Feature {
+	return &Feature{svc: svc, files: files}
+}
 
 // Name implements feature.Feature.
 func (f *Feature) Name() string { return Name }
@@ -45,7 +52,7 @@ func (f *Feature) Build(_ context.Context, a *feature.Agent) (feature.Parts, err
 	if f.svc == nil {
 		return feature.Parts{}, nil
 	}
-	return feature.Parts{Tools: []tool.Tool{New(f.svc, a.Host.Tenant)}}, nil
+	return feature.Parts{Tools: []tool.Tool{New(f.svc, a.Host.Tenant, f.files)}}, nil
 }
 
 const description = "Paired devices of the user (picobot node). status lists them; describe shows one's capabilities; " +
@@ -95,12 +102,14 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 type nodesTool struct {
 	svc    *node.Service
 	tenant string
+	files  tool.WorkspaceFiles
 }
 
 // New returns the nodes tool over svc for the agent's tenant (a call's own
-// tenant in ctx wins).
-func New(svc *node.Service, tenant string) tool.Tool {
-	t := &nodesTool{svc: svc, tenant: tenant}
+// tenant in ctx wins); files, when set, saves captured media (see
+// NewFeature).
+func New(svc *node.Service, tenant string, files tool.WorkspaceFiles) tool.Tool {
+	t := &nodesTool{svc: svc, tenant: tenant, files: files}
 	actions := []any{actionStatus, actionDescribe, actionPending, actionApprove, actionReject}
 	for _, a := range node.Actions() {
 		actions = append(actions, a)
@@ -344,13 +353,13 @@ func (t *nodesTool) invoke(ctx context.Context, env tool.Env, a args) (tool.Resu
 	case err != nil:
 		return tool.Result{}, err
 	}
-	return result(env, st, a.Action, r)
+	return t.result(ctx, env, st, a.Action, r)
 }
 
 // result turns a node's answer into the model's: an error with the node's
 // reason, a run's exit code and output, captured media as artifacts (an
 // image part and MEDIA:<path>, a video FILE:<path>), a location as JSON.
-func result(env tool.Env, st node.Status, action string, r node.Result) (tool.Result, error) {
+func (t *nodesTool) result(ctx context.Context, env tool.Env, st node.Status, action string, r node.Result) (tool.Result, error) {
 	switch r.Code {
 	case "":
 	case node.CodeUnsupported:
@@ -383,7 +392,12 @@ func result(env tool.Env, st node.Status, action string, r node.Result) (tool.Re
 			name = action
 		}
 		rel := filepath.Join("nodes", st.ID, name)
-		if env.Workspace != "" {
+		switch {
+		case env.Workspace != "" && t.files != nil:
+			if err := t.files.WriteFile(ctx, env, rel, m.Data); err != nil {
+				return tool.Result{}, fmt.Errorf("failed to save %q: %w", rel, err)
+			}
+		case env.Workspace != "":
 			path := env.Resolve(rel)
 			if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 				return tool.Result{}, fmt.Errorf("failed to save %q: %w", rel, err)

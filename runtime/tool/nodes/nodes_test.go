@@ -49,7 +49,7 @@ func TestArgumentsAndResults(t *testing.T) {
 	_, detach, err := svc.Connect(ctx, node.Hello{ID: "box", Name: "Box", Capabilities: []string{node.ActionRun, node.ActionCameraSnap}}, peer)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer detach()
-	reg, err := tool.NewRegistry(nodes.New(svc, "acme"))
+	reg, err := tool.NewRegistry(nodes.New(svc, "acme", nil))
 	g.Expect(err).NotTo(HaveOccurred())
 	ws := t.TempDir()
 	call := func(args string) tool.Result {

@@ -1,11 +1,19 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	goimage "image"
+	"image/color"
+	"image/png"
+	"io/fs"
 	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -104,8 +112,11 @@ func runningSandboxPod(tb testing.TB, g Gomega, ns, name string) *corev1.Pod {
 // programs find none of the runtime's credentials and reach none of the
 // store, bus, blob server, gateway or API server (the same attacks as in
 // the sandbox container); the pair's objects and the sandbox pods'
-// NetworkPolicy are there; and a killed sandbox pod is replaced, the next
-// tool call going to the replacement.
+// NetworkPolicy are there; a killed sandbox pod is replaced, the next
+// tool call going to the replacement; and the runtime's own reads of the
+// workspace reach the sandbox pod's: the image tool shows the image model
+// a picture a program drew there, and send_message attaches the files a
+// program wrote to the reply.
 //
 // The pod runner gives each pod a loopback address of its own, so the
 // runtime reaches the sandbox pod over TCP and TLS as in a cluster; it
@@ -121,7 +132,19 @@ func TestToolsRunInTheSandboxPod(t *testing.T) {
 	ns, key := "tenant-sandbox-pod", "tenant-sandbox-pod-key"
 	var mu sync.Mutex
 	var results []string
+	pic := redDotPNG(t)
+	var seen []fakellm.Recorded // the image model's requests
+	var drawn []string          // the tool results of "draw and attach"
 	st.llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		if len(r.Messages) == 1 && r.Messages[0].Images > 0 { // the image tool's question
+			mu.Lock()
+			seen = append(seen, r)
+			mu.Unlock()
+			return fakellm.Turn{Text: "A red dot on black."}
+		}
+		if turn, ok := drawAndAttach(r, pic, &mu, &drawn); ok {
+			return turn
+		}
 		if last := r.Messages[len(r.Messages)-1]; last.Role == "tool" {
 			mu.Lock()
 			results = results[:0]
@@ -165,7 +188,9 @@ func TestToolsRunInTheSandboxPod(t *testing.T) {
 				"connect": []string{addrs["postgres"], addrs["redis"]}})},
 		}}
 	})
-	st.apply(t, inSandboxPods(fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "1m", 1), ns)+fsAgent+sandboxtest.MCPProbeServers(st.mcpProbe))
+	// The agent's model sees images, so it has the image tool.
+	manifest := strings.Replace(fmt.Sprintf(tenantManifest, ns, key, st.llm.URL(), "1m", 1), "    model: fake-model\n", "    model: fake-model\n    vision: true\n", 1)
+	st.apply(t, inSandboxPods(manifest, ns)+fsAgent+sandboxtest.MCPProbeServers(st.mcpProbe))
 	st.waitReady(t, ns, "helper")
 	// The warm pod has registered (it waits for wakes): a chat sent while
 	// it still starts may go to a pod the operator makes for that chat.
@@ -314,4 +339,104 @@ func TestToolsRunInTheSandboxPod(t *testing.T) {
 	mu.Unlock()
 	g.Expect(last).To(ContainSubstring("again-65533"))
 	g.Expect(last).To(ContainSubstring("No such file or directory"), "the replacement's workspace starts empty")
+
+	// A program draws a chart and writes a report in the sandbox pod; the
+	// image tool shows the chart to the image model (the agent's own, which
+	// sees images), send_message attaches both to the reply.
+	frames = ws.Exchange(t, gatewaytest.Frame{"id": "p3", "agent": "helper", "chat_id": "podprobe", "text": "draw and attach"})
+	ev = gatewaytest.Event(frames, "final")
+	g.Expect(ev).NotTo(BeNil(), "%v", frames)
+	g.Expect(ev["text"]).To(Equal("attached"))
+	mu.Lock()
+	gotDrawn, gotSeen := append([]string(nil), drawn...), append([]fakellm.Recorded(nil), seen...)
+	mu.Unlock()
+	t.Logf("draw and attach:\n%s", strings.Join(gotDrawn, "\n---\n"))
+	g.Expect(gotDrawn).To(HaveLen(3))
+	g.Expect(gotDrawn[0]).To(ContainSubstring("drawn"))
+	g.Expect(gotDrawn[1]).To(ContainSubstring("A red dot on black."))
+	g.Expect(gotDrawn[1]).To(ContainSubstring("out/chart.png: image/png, "))
+	g.Expect(gotDrawn[2]).To(HavePrefix("Attached chart.png, report.txt to your reply"))
+	g.Expect(gotSeen).To(HaveLen(1))
+	g.Expect(string(gotSeen[0].Body)).To(ContainSubstring("data:image/png;base64,"+base64.StdEncoding.EncodeToString(pic)),
+		"the image model got the program's picture")
+	atts, _ := ev["attachments"].([]any)
+	g.Expect(atts).To(HaveLen(2), "%v", ev)
+	want := map[string][]byte{"chart.png": pic, "report.txt": []byte("tickets: 42\n")}
+	for _, a := range atts {
+		att := a.(map[string]any)
+		name, _ := att["name"].(string)
+		g.Expect(want).To(HaveKey(name))
+		status, body := c.Raw(t, http.MethodGet, att["url"].(string), nil)
+		g.Expect(status).To(Equal(http.StatusOK))
+		g.Expect(body).To(Equal(want[name]), name)
+	}
+	// On the pods' volumes (folders of the local pod runner): the chart is
+	// in the sandbox pod's workspace, not in the session pod's.
+	g.Expect(chartsIn(ns + "_" + pairName(busy))).To(HaveLen(1))
+	g.Expect(chartsIn(ns+"_"+busy)).To(BeEmpty(), "the runtime's own folder holds none of the programs' files")
+}
+
+// chartsIn lists the out/chart.png files on the volumes of pod dir (a
+// folder of the local pod runner, <namespace>_<pod>).
+func chartsIn(dir string) []string {
+	var found []string
+	_ = filepath.WalkDir(filepath.Join(st.dir, "pods", dir, "volumes"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, filepath.Join("out", "chart.png")) {
+			found = append(found, p)
+		}
+		return nil
+	})
+	return found
+}
+
+// drawAndAttach is the model of "draw and attach" (ok false for another
+// request): bash writes a chart and a report, then the image tool looks at
+// the chart and send_message attaches both; the tool results are kept in
+// drawn. The attached chart comes back to the model (which sees images) as
+// a user message with the image after the tool results.
+func drawAndAttach(r fakellm.Recorded, pic []byte, mu *sync.Mutex, drawn *[]string) (fakellm.Turn, bool) {
+	args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	asked := -1
+	for i, m := range r.Messages {
+		if m.Role == "user" && m.Images == 0 {
+			asked = i
+		}
+	}
+	if asked < 0 || r.Messages[asked].Content != "draw and attach" {
+		return fakellm.Turn{}, false
+	}
+	var tools []string
+	for _, m := range r.Messages[asked+1:] {
+		if m.Role == "tool" {
+			tools = append(tools, m.Content)
+		}
+	}
+	switch len(tools) {
+	case 0:
+		script := fmt.Sprintf("mkdir -p out && echo %s | base64 -d > out/chart.png && echo 'tickets: 42' > out/report.txt && echo drawn",
+			base64.StdEncoding.EncodeToString(pic))
+		return fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "d1", Name: "bash", Args: args(map[string]any{"command": script})}}}, true
+	case 1:
+		return fakellm.Turn{ToolCalls: []fakellm.Call{
+			{ID: "d2", Name: "image", Args: args(map[string]any{"image": "out/chart.png", "prompt": "What is on the chart?"})},
+			{ID: "d3", Name: "send_message", Args: args(map[string]any{"target_chat_id": "web:helper/podprobe", "content": "here",
+				"files": []string{"out/chart.png", "out/report.txt"}})},
+		}}, true
+	}
+	mu.Lock()
+	*drawn = tools
+	mu.Unlock()
+	return fakellm.Turn{Text: "attached"}, true
+}
+
+// redDotPNG is a 40x20 PNG with a red dot.
+func redDotPNG(t *testing.T) []byte {
+	t.Helper()
+	img := goimage.NewRGBA(goimage.Rect(0, 0, 40, 20))
+	img.Set(20, 10, color.RGBA{R: 255, A: 255})
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
