@@ -775,6 +775,7 @@ func (h *Host) session(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveMod
 	return loop, session.Config{Signals: signals, Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
 		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, LeaseTTL: h.LeaseTTL, Timeline: session.StoreTimeline{Store: h.Store},
 		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(m), Health: healthText(h.Health),
+		Leased: h.Metrics.SessionsLeased(h.Tenant, a.Name),
 		Workspace: func(id session.ID) string {
 			dir := filepath.Join(ws, a.Name, session.WorkspaceName(id))
 			_ = os.MkdirAll(dir, 0o700)
