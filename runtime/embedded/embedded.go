@@ -402,7 +402,6 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		for t := range r.tenants {
 			cfg := g.Session
 			cfg.Workspace = workspaceFunc(opts.StateDir, t, a.Name)
-			cfg.Leased = opts.Metrics.SessionsLeased(t, a.Name)
 			ta := &tenantAgent{tenant: t, agent: a.Name, manager: session.NewManager(cfg)}
 			ta.rt = sessionrt.New(sessionrt.Config{Tenant: t, Agent: a.Name, Consumer: "embedded", Bus: r.state.Bus, Store: st,
 				Manager: ta.manager, Owner: owner{r, ta}, Reporter: reporter{r, ta}, IdleTimeout: chatIdle, Metrics: opts.Metrics,
