@@ -376,8 +376,9 @@ var CronLagBuckets = []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1
 // CronRuns are the CronJob scheduler's metrics, the same in embedded mode
 // (on Metrics' registry) and in the operator (on controller-runtime's).
 type CronRuns struct {
-	runs *prometheus.CounterVec
-	lag  *prometheus.HistogramVec
+	runs   *prometheus.CounterVec
+	lag    *prometheus.HistogramVec
+	missed *prometheus.CounterVec
 }
 
 // NewCronRuns makes them; the caller registers Collectors.
@@ -388,11 +389,29 @@ func NewCronRuns() *CronRuns {
 			[]string{"namespace", "outcome"}),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "picobot_cron_fire_lag_seconds",
 			Help: "Time from a CronJob run's scheduled tick to its start.", Buckets: CronLagBuckets}, []string{"namespace"}),
+		missed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picobot_cron_missed_ticks_total",
+			Help: "CronJob ticks missed while no scheduler ran (or it stalled past a minute), by what the job's missed-run policy did with them: run or skipped."},
+			[]string{"namespace", "action"}),
 	}
 }
 
 // Collectors are the vectors to register.
-func (c *CronRuns) Collectors() []prometheus.Collector { return []prometheus.Collector{c.runs, c.lag} }
+func (c *CronRuns) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.runs, c.lag, c.missed}
+}
+
+// Missed records n missed ticks of a CronJob of namespace (the scheduler's
+// OnMissed); ran says the missed-run policy ran them.
+func (c *CronRuns) Missed(namespace string, ran bool, n int) {
+	if c == nil || n <= 0 {
+		return
+	}
+	action := "skipped"
+	if ran {
+		action = "run"
+	}
+	c.missed.WithLabelValues(namespace, action).Add(float64(n))
+}
 
 // Done records a finished CronJob run of namespace (the scheduler's
 // OnRunDone): its outcome and, when it started, its lag behind its tick.
@@ -408,6 +427,15 @@ func (c *CronRuns) Done(namespace string, run store.DetailedCronRun) {
 	if run.StartedAt != nil {
 		c.lag.WithLabelValues(namespace).Observe(max(run.StartedAt.Sub(run.ScheduledTime), 0).Seconds())
 	}
+}
+
+// CronMissed records missed ticks of a CronJob of namespace in embedded
+// mode (see CronRuns.Missed).
+func (m *Metrics) CronMissed(namespace string, ran bool, n int) {
+	if m == nil {
+		return
+	}
+	m.cron.Missed(namespace, ran, n)
 }
 
 // CronRunDone records a finished CronJob run of namespace in embedded mode.
