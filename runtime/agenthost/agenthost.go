@@ -775,11 +775,24 @@ func (h *Host) session(a *picobotv1alpha1.Agent, e *picobotv1alpha1.EffectiveMod
 	return loop, session.Config{Signals: signals, Store: h.Store, Loop: loop, Agent: a.Name, System: a.Spec.Instructions,
 		Prompt: joinPrompts(prompts), Compressor: comp, Holder: h.Holder, LeaseTTL: h.LeaseTTL, Timeline: session.StoreTimeline{Store: h.Store},
 		Artifacts: h.Artifacts, ArtifactURL: h.ArtifactURL, MCPStatus: mcpStatus(m), Health: healthText(h.Health),
+		Leased: h.leasedGauge(a.Name),
 		Workspace: func(id session.ID) string {
 			dir := filepath.Join(ws, a.Name, session.WorkspaceName(id))
 			_ = os.MkdirAll(dir, 0o700)
 			return dir
 		}}
+}
+
+// leasedGauge counts the agent's session leases in cluster mode, where a
+// session pod gives its sessions' leases up when its chat goes idle. An
+// embedded runtime keeps them until it stops (one process: a lease lapses
+// unrenewed between turns and is taken again on the next), so a count of
+// them would only grow: nil there.
+func (h *Host) leasedGauge(agent string) session.Gauge {
+	if h.Mode != ModeCluster || h.Metrics == nil {
+		return nil
+	}
+	return h.Metrics.SessionsLeased(h.Tenant, agent)
 }
 
 func joinPrompts(ps []func(context.Context, session.PromptInput) string) func(context.Context, session.PromptInput) string {

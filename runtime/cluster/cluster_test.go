@@ -13,6 +13,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/picobot/picobot/runtime/cluster/wake"
 	"github.com/picobot/picobot/runtime/gateway"
 	"github.com/picobot/picobot/runtime/llm"
+	"github.com/picobot/picobot/runtime/metrics"
 	"github.com/picobot/picobot/runtime/protocol"
 	"github.com/picobot/picobot/runtime/provider"
 	"github.com/picobot/picobot/runtime/provider/fakellm"
@@ -426,4 +428,115 @@ func TestPodRegistersOnceRedisKnowsItsUser(t *testing.T) {
 	g.Expect(f.rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">pw-"+f.tenant, "~*", "&*", "+@all").Err()).To(Succeed())
 	g.Eventually(func() string { return f.rdb.HGet(ctx, pods, "pod-late").Val() }).
 		WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal("warm"))
+}
+
+// A session pod counts the wakes it claims as warm (queued while it waited
+// for one) or cold (queued before it was ready), and its session manager
+// the sessions whose lease it holds until the chat goes idle.
+func TestPodCountsItsClaimsAndLeases(t *testing.T) {
+	f := newFixture(t)
+	g := NewWithT(t)
+	reg := prometheus.NewRegistry()
+	met, err := metrics.New(reg, metrics.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	release := make(chan struct{})
+	f.llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		<-release
+		return fakellm.Turn{Text: "answer"}
+	})
+	claims := func(kind string) float64 {
+		return sampleValue(t, reg, "picobot_pool_claims_total", map[string]string{"tenant": f.tenant, "agent": "helper", "kind": kind})
+	}
+	leased := func() float64 {
+		return sampleValue(t, reg, "picobot_sessions_leased", map[string]string{"tenant": f.tenant, "agent": "helper"})
+	}
+	run := func(pod string) chan error {
+		rt := f.meteredRuntime(t, pod, time.Second, 3*time.Second, met)
+		done, ended := make(chan error, 1), make(chan struct{})
+		ctx, stop := context.WithCancel(context.Background())
+		go func() {
+			defer close(ended)
+			done <- rt.Run(ctx)
+		}()
+		t.Cleanup(func() {
+			stop()
+			select {
+			case <-ended:
+			case <-time.After(20 * time.Second):
+				t.Errorf("runtime of %s did not end", pod)
+			}
+		})
+		return done
+	}
+
+	// A warm pod: its series are there at zero before it claims anything.
+	doneA := run("pod-a")
+	g.Eventually(func() string {
+		return f.rdb.HGet(context.Background(), wake.PodsKey(f.tenant, "helper"), "pod-a").Val()
+	}).Should(Equal("warm"))
+	g.Expect(claims(metrics.ClaimWarm)).To(Equal(0.0))
+	g.Expect(claims(metrics.ClaimCold)).To(Equal(0.0))
+	gotBob := f.events(t, "helper/bob")
+	f.queue(t, "helper/bob", "helper/bob/1", "hi")
+	// Mid-turn the session's lease is held.
+	g.Eventually(leased, 10*time.Second).Should(Equal(1.0))
+	g.Expect(claims(metrics.ClaimWarm)).To(Equal(1.0))
+	g.Expect(claims(metrics.ClaimCold)).To(Equal(0.0))
+	release <- struct{}{}
+	g.Eventually(gotBob, 10*time.Second).Should(ContainElement(HaveField("Kind", protocol.FrameDone)))
+	// Idle: the pod gives the chat and its session's lease up.
+	g.Eventually(doneA, 20*time.Second).Should(Receive(BeNil()))
+	g.Expect(leased()).To(Equal(0.0))
+
+	// A wake queued with no pod waiting is a cold claim of the pod that
+	// starts next.
+	gotCarol := f.events(t, "helper/carol")
+	f.queue(t, "helper/carol", "helper/carol/1", "hi")
+	doneB := run("pod-b")
+	g.Eventually(leased, 10*time.Second).Should(Equal(1.0))
+	g.Expect(claims(metrics.ClaimCold)).To(Equal(1.0))
+	g.Expect(claims(metrics.ClaimWarm)).To(Equal(1.0))
+	release <- struct{}{}
+	g.Eventually(gotCarol, 10*time.Second).Should(ContainElement(HaveField("Kind", protocol.FrameDone)))
+	g.Eventually(doneB, 20*time.Second).Should(Receive(BeNil()))
+	g.Expect(leased()).To(Equal(0.0))
+}
+
+// meteredRuntime is runtime recording into met.
+func (f *fixture) meteredRuntime(t *testing.T, pod string, idle, ttl time.Duration, met *metrics.Metrics) *Runtime {
+	t.Helper()
+	p, err := provider.New(provider.Config{Provider: provider.OpenAI, Model: "m", BaseURL: f.llm.URL(), APIKey: "k"})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	mgr := session.NewManager(session.Config{Store: f.store, Loop: &agent.Loop{Provider: p}, Agent: "helper", Holder: pod,
+		Timeline: session.StoreTimeline{Store: f.store}, LeaseTTL: ttl, Leased: met.SessionsLeased(f.tenant, "helper")})
+	return NewRuntime(RuntimeConfig{Tenant: f.tenant, Agent: "helper", Pod: pod, Bus: f.bus, Redis: f.rdb, Store: f.store,
+		Manager: mgr, IdleTimeout: idle, LeaseTTL: ttl, Metrics: met})
+}
+
+// sampleValue is the value of the series of metric name with labels in
+// reg; -1 when it has none.
+func sampleValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	for _, fam := range fams {
+		if fam.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue series
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +153,8 @@ func (r *Runtime) Run(ctx context.Context) error {
 		return fmt.Errorf("failed to register pod: %w", err)
 	}
 	defer r.cfg.Redis.HDel(context.WithoutCancel(ctx), pods, r.cfg.Pod)
+	r.cfg.Metrics.PoolWaiting(r.cfg.Tenant, r.cfg.Agent)
+	ready := r.redisNow(ctx)
 	r.quiet()
 	for {
 		taking, stopTaking := r.rt.UntilDrain(ctx)
@@ -159,6 +163,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 		if err != nil || w == nil {
 			return err
 		}
+		r.cfg.Metrics.PoolClaimed(r.cfg.Tenant, r.cfg.Agent, !queuedAt(m, *w).Before(ready))
 		switch {
 		case w.Run != nil:
 			// A scheduled run: a fresh session, then the pod exits like
@@ -187,7 +192,33 @@ func (r *Runtime) Run(ctx context.Context) error {
 		if err := r.cfg.Redis.HSet(ctx, pods, r.cfg.Pod, "warm").Err(); err != nil {
 			r.cfg.Log.Error("Failed to mark pod warm", "err", err)
 		}
+		ready = r.redisNow(ctx)
 	}
+}
+
+// redisNow is Redis's clock now, which stamps the wake stream's entry ids:
+// a pod that notes it when it starts waiting for wakes tells a wake queued
+// while it waited (a warm claim) from one queued before (a cold one)
+// without comparing the clocks of two hosts. The pod's own clock stands in
+// when Redis does not answer. It is in milliseconds, as entry ids are.
+func (r *Runtime) redisNow(ctx context.Context) time.Time {
+	now, err := r.cfg.Redis.Time(ctx).Result()
+	if err != nil {
+		r.cfg.Log.Debug("Could not read Redis's clock; the pod's own times its warm claims", "err", err)
+		now = time.Now()
+	}
+	return now.Truncate(time.Millisecond)
+}
+
+// queuedAt is when the wake entry m (of wake w) was queued by Redis's
+// clock: the time of its stream entry id ("<ms>-<n>"), or the wake's own
+// time when the bus gives no such id.
+func queuedAt(m bus.Message, w Wake) time.Time {
+	ms, _, _ := strings.Cut(m.Seq, "-")
+	if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+		return time.UnixMilli(n)
+	}
+	return w.At
 }
 
 // claim consumes the agent's wake stream until a wake is this pod's: a

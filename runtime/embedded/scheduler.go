@@ -95,6 +95,7 @@ func (r *Runtime) prepareScheduler(set *manifest.Set) ([]agenthost.Feature, erro
 	s, err := scheduler.New(scheduler.Options{Store: jobs, Runner: runner, Deliverer: so.Deliverer, Clock: so.Clock, RootAgent: root,
 		Log: r.log.With("component", "scheduler"), MaxConcurrentRuns: so.MaxConcurrentRuns, TracerProvider: r.opts.TracerProvider,
 		OnRunDone: func(j scheduler.Job, run store.DetailedCronRun) { r.opts.Metrics.CronRunDone(j.Tenant, run) },
+		OnMissed:  func(j scheduler.Job, ran bool, n int) { r.opts.Metrics.CronMissed(j.Tenant, ran, n) },
 		// This process is the only scheduler of its database: whatever a
 		// previous process left unfinished was interrupted.
 		StaleAfter: time.Nanosecond})

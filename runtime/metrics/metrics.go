@@ -94,9 +94,11 @@ type Metrics struct {
 	gwRateLimited  *prometheus.CounterVec
 	gwQuotaRefused *prometheus.CounterVec
 
-	bus   *busMetrics
-	store *storeMetrics
-	wakes *prometheus.CounterVec
+	bus    *busMetrics
+	store  *storeMetrics
+	wakes  *prometheus.CounterVec
+	claims *prometheus.CounterVec
+	leased *prometheus.GaugeVec
 	// cron is the scheduler's in embedded mode (the operator registers
 	// its own CronRuns on its registry).
 	cron *CronRuns
@@ -171,9 +173,16 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "session_wakes_total",
 		Help: "Chats this process woke a runtime for (a message for a chat no runtime served), by outcome: queued or error."},
 		[]string{"tenant", "agent", "outcome"})
+	m.claims = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "pool_claims_total",
+		Help: "Wakes this session pod claimed (a chat, a scheduled run or a stateless turn), by kind: warm (the pod was waiting for wakes when the wake was queued) or cold (the wake was queued before the pod was ready: it waited for the pod to start, or to finish other work)."},
+		[]string{"tenant", "agent", "kind"})
+	m.leased = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "sessions_leased",
+		Help: "Sessions whose store lease this process took and has not given up (idle between turns or in one); sessions_active counts the chats served."},
+		[]string{"tenant", "agent"})
 	m.cron = NewCronRuns()
 	cs := []prometheus.Collector{m.turns, m.turnSeconds, m.modelCalls, m.modelSeconds, m.modelTTFT, m.modelTokens, m.modelCost, m.modelFallbacks,
-		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited, m.gwQuotaRefused, m.wakes}
+		m.toolCalls, m.toolSeconds, m.sessions, m.gwConns, m.gwFrames, m.gwAuthFailures, m.gwRateLimited, m.gwQuotaRefused, m.wakes,
+		m.claims, m.leased}
 	cs = append(cs, m.cron.Collectors()...)
 	cs = append(cs, m.bus.collectors()...)
 	cs = append(cs, m.store.collectors()...)
@@ -318,14 +327,58 @@ func (m *Metrics) Woke(tenant, agent string, err error) {
 	m.wakes.WithLabelValues(tenant, agent, outcome).Inc()
 }
 
+// Kinds of picobot_pool_claims_total.
+const (
+	// ClaimWarm is a wake queued while the pod waited for one: the warm
+	// pool served it.
+	ClaimWarm = "warm"
+	// ClaimCold is a wake queued before the pod was ready to take it.
+	ClaimCold = "cold"
+)
+
+// PoolWaiting makes the claim series of a session pod of agent that starts
+// waiting for wakes, at zero: a pod's series are new when it starts, and a
+// scrape that saw them at zero makes its first claim an increase to
+// Prometheus.
+func (m *Metrics) PoolWaiting(tenant, agent string) {
+	if m == nil {
+		return
+	}
+	m.claims.WithLabelValues(tenant, agent, ClaimWarm)
+	m.claims.WithLabelValues(tenant, agent, ClaimCold)
+}
+
+// PoolClaimed counts a wake a session pod claimed; warm says the pod was
+// waiting for wakes when it was queued.
+func (m *Metrics) PoolClaimed(tenant, agent string, warm bool) {
+	if m == nil {
+		return
+	}
+	kind := ClaimCold
+	if warm {
+		kind = ClaimWarm
+	}
+	m.claims.WithLabelValues(tenant, agent, kind).Inc()
+}
+
+// SessionsLeased returns the gauge of the sessions of agent whose lease
+// this process holds (session.Config.Leased), nil when m is.
+func (m *Metrics) SessionsLeased(tenant, agent string) prometheus.Gauge {
+	if m == nil {
+		return nil
+	}
+	return m.leased.WithLabelValues(tenant, agent)
+}
+
 // CronLagBuckets are the buckets of picobot_cron_fire_lag_seconds.
 var CronLagBuckets = []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800}
 
 // CronRuns are the CronJob scheduler's metrics, the same in embedded mode
 // (on Metrics' registry) and in the operator (on controller-runtime's).
 type CronRuns struct {
-	runs *prometheus.CounterVec
-	lag  *prometheus.HistogramVec
+	runs   *prometheus.CounterVec
+	lag    *prometheus.HistogramVec
+	missed *prometheus.CounterVec
 }
 
 // NewCronRuns makes them; the caller registers Collectors.
@@ -336,11 +389,29 @@ func NewCronRuns() *CronRuns {
 			[]string{"namespace", "outcome"}),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "picobot_cron_fire_lag_seconds",
 			Help: "Time from a CronJob run's scheduled tick to its start.", Buckets: CronLagBuckets}, []string{"namespace"}),
+		missed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picobot_cron_missed_ticks_total",
+			Help: "CronJob ticks missed while no scheduler ran (or it stalled past a minute), by what the job's missed-run policy did with them: run or skipped."},
+			[]string{"namespace", "action"}),
 	}
 }
 
 // Collectors are the vectors to register.
-func (c *CronRuns) Collectors() []prometheus.Collector { return []prometheus.Collector{c.runs, c.lag} }
+func (c *CronRuns) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.runs, c.lag, c.missed}
+}
+
+// Missed records n missed ticks of a CronJob of namespace (the scheduler's
+// OnMissed); ran says the missed-run policy ran them.
+func (c *CronRuns) Missed(namespace string, ran bool, n int) {
+	if c == nil || n <= 0 {
+		return
+	}
+	action := "skipped"
+	if ran {
+		action = "run"
+	}
+	c.missed.WithLabelValues(namespace, action).Add(float64(n))
+}
 
 // Done records a finished CronJob run of namespace (the scheduler's
 // OnRunDone): its outcome and, when it started, its lag behind its tick.
@@ -356,6 +427,15 @@ func (c *CronRuns) Done(namespace string, run store.DetailedCronRun) {
 	if run.StartedAt != nil {
 		c.lag.WithLabelValues(namespace).Observe(max(run.StartedAt.Sub(run.ScheduledTime), 0).Seconds())
 	}
+}
+
+// CronMissed records missed ticks of a CronJob of namespace in embedded
+// mode (see CronRuns.Missed).
+func (m *Metrics) CronMissed(namespace string, ran bool, n int) {
+	if m == nil {
+		return
+	}
+	m.cron.Missed(namespace, ran, n)
 }
 
 // CronRunDone records a finished CronJob run of namespace in embedded mode.

@@ -15,6 +15,11 @@ type action struct {
 	tick   time.Time
 	run    bool
 	reason string
+	// missed counts the missed ticks the action stands for (Options.OnMissed):
+	// 1 for a missed tick, run or skipped, plus the older ones left out of
+	// the records for the skipped tick that summarises them; 0 for a tick
+	// that is merely late.
+	missed int
 }
 
 // dueTicks are the ticks of a schedule in (after, until], oldest first. At
@@ -87,8 +92,9 @@ func plan(j *Job, d dueTicks, p planParams) []action {
 		}
 	}
 	out := make([]action, 0, len(d.ticks))
+	// Only missed ticks are skipped.
 	skip := func(t time.Time, why string) {
-		out = append(out, action{job: j, tick: t, reason: why})
+		out = append(out, action{job: j, tick: t, reason: why, missed: 1})
 	}
 	policy := j.Spec.MissedRunPolicy
 	if policy == "" {
@@ -120,7 +126,7 @@ func plan(j *Job, d dueTicks, p planParams) []action {
 			inside = inside[n:]
 		}
 		for _, t := range inside {
-			out = append(out, action{job: j, tick: t, run: true})
+			out = append(out, action{job: j, tick: t, run: true, missed: 1})
 		}
 	default: // run_once
 		if len(late) > 0 {
@@ -132,7 +138,7 @@ func plan(j *Job, d dueTicks, p planParams) []action {
 			for _, t := range missed[:len(missed)-1] {
 				skip(t, fmt.Sprintf("%s; folded into the run of %s (missedRunPolicy run_once)", down, stamp(newest)))
 			}
-			out = append(out, action{job: j, tick: newest, run: true})
+			out = append(out, action{job: j, tick: newest, run: true, missed: 1})
 		}
 	}
 	for _, t := range late {
@@ -152,6 +158,7 @@ func plan(j *Job, d dueTicks, p planParams) []action {
 		for i := range out {
 			if !out[i].run && out[i].tick.Equal(d.ticks[0]) {
 				out[i].reason += summary
+				out[i].missed += d.omitted
 				break
 			}
 		}

@@ -68,20 +68,24 @@ func TestPlan(t *testing.T) {
 		runs      []time.Time
 		skips     []time.Time
 		skipWords string
+		// missed is how many missed ticks the runs and the skips stand
+		// for (OnMissed).
+		missed [2]int
 	}{
 		{name: "on time", policy: picobotv1alpha1.MissedSkip, ticks: minutes(10), runs: minutes(10)},
 		{name: "skip", policy: picobotv1alpha1.MissedSkip, ticks: minutes(7, 8, 9, 10), runs: minutes(10),
-			skips: minutes(7, 8, 9), skipWords: "missedRunPolicy skip"},
+			skips: minutes(7, 8, 9), skipWords: "missedRunPolicy skip", missed: [2]int{0, 3}},
 		{name: "run_once with a late tick skips the missed", policy: picobotv1alpha1.MissedRunOnce, ticks: minutes(7, 8, 9, 10),
-			runs: minutes(10), skips: minutes(7, 8, 9), skipWords: "the run of 2030-03-04T12:10:00Z covers it"},
+			runs: minutes(10), skips: minutes(7, 8, 9), skipWords: "the run of 2030-03-04T12:10:00Z covers it", missed: [2]int{0, 3}},
 		{name: "run_once runs the newest missed", policy: "", ticks: minutes(3, 4, 5), runs: minutes(5), skips: minutes(3, 4),
-			skipWords: "folded into the run of 2030-03-04T12:05:00Z"},
+			skipWords: "folded into the run of 2030-03-04T12:05:00Z", missed: [2]int{1, 2}},
 		{name: "catch_up runs each in the window", policy: picobotv1alpha1.MissedCatchUp, window: 6 * time.Minute,
-			ticks: minutes(2, 3, 5, 6, 10), runs: minutes(5, 6, 10), skips: minutes(2, 3), skipWords: "outside the catch-up window of 6m0s"},
+			ticks: minutes(2, 3, 5, 6, 10), runs: minutes(5, 6, 10), skips: minutes(2, 3), skipWords: "outside the catch-up window of 6m0s",
+			missed: [2]int{2, 2}},
 		{name: "catch_up caps its runs", policy: picobotv1alpha1.MissedCatchUp, ticks: minutes(1, 2, 3, 4, 5),
-			runs: minutes(3, 4, 5), skips: minutes(1, 2), skipWords: "at most the newest 3"},
+			runs: minutes(3, 4, 5), skips: minutes(1, 2), skipWords: "at most the newest 3", missed: [2]int{3, 2}},
 		{name: "omitted ticks are summarised", policy: picobotv1alpha1.MissedSkip, ticks: minutes(8, 9), omitted: 40,
-			skips: minutes(8, 9), skipWords: "40 earlier missed ticks"},
+			skips: minutes(8, 9), skipWords: "40 earlier missed ticks", missed: [2]int{0, 42}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,16 +96,20 @@ func TestPlan(t *testing.T) {
 			}
 			acts := plan(j, dueTicks{ticks: tc.ticks, omitted: tc.omitted, from: t0}, p)
 			var runs, skips []time.Time
+			var missed [2]int
 			for _, a := range acts {
 				if a.run {
 					runs = append(runs, a.tick)
+					missed[0] += a.missed
 				} else {
+					missed[1] += a.missed
 					skips = append(skips, a.tick)
 					g.Expect(a.reason).To(ContainSubstring("Missed while the scheduler was not running"))
 				}
 			}
 			g.Expect(runs).To(ConsistOf(tc.runs))
 			g.Expect(skips).To(ConsistOf(tc.skips))
+			g.Expect(missed).To(Equal(tc.missed), "missed ticks run and skipped")
 			g.Expect(len(acts)).To(Equal(len(tc.ticks)), "every tick ends as a run or a record")
 			if tc.skipWords != "" {
 				g.Expect(acts[0].reason).To(ContainSubstring(tc.skipWords))

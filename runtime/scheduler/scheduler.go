@@ -110,6 +110,13 @@ type Options struct {
 	// OnRunDone, when set, sees every finished run record (including
 	// skipped ticks), e.g. to publish CronJob status.lastRun.
 	OnRunDone func(Job, store.DetailedCronRun)
+	// OnMissed, when set, sees the ticks of a job that were missed (the
+	// scheduler was down or stalled past MissedAfter) once their records are
+	// claimed: n ticks the missed-run policy ran (ran) or skipped. Skipped
+	// ticks summarised in another's record (past MaxMissedRecords) count
+	// too; those past the walk's limit of a schedule firing every second
+	// for days are not counted.
+	OnMissed func(j Job, ran bool, n int)
 }
 
 // Scheduler fires jobs. Upsert and Remove are safe to call at any time,
@@ -489,6 +496,9 @@ func (s *Scheduler) claim(ctx context.Context, batch []action) {
 		if err != nil || !won[i] {
 			s.untrack(c.Run.RunID)
 			continue
+		}
+		if a.missed > 0 && s.opts.OnMissed != nil {
+			s.opts.OnMissed(*a.job, a.run, a.missed)
 		}
 		if !a.run {
 			s.done(*a.job, store.DetailedCronRun{CronRun: withTenant(c.Run, tenant), Detail: c.Detail})

@@ -337,6 +337,20 @@ func TestRestartWithMissedTicks(t *testing.T) {
 			clk.SetTime(t0.Add(10*time.Minute + 30*time.Second)) // down for 9.5 minutes
 			second := &schedulertest.Runner{}
 			opts.Runner = second
+			var mu sync.Mutex
+			var missed [2]int // ran, skipped
+			opts.OnMissed = func(mj scheduler.Job, ran bool, n int) {
+				mu.Lock()
+				defer mu.Unlock()
+				if mj.Name != "j" {
+					n = -1000 // fails the count below
+				}
+				if ran {
+					missed[0] += n
+				} else {
+					missed[1] += n
+				}
+			}
 			start(t, opts, j)
 			runs := finished(t, st, "j", 1+len(tc.runs)+len(tc.skipped))
 			var gotRuns, gotSkipped []int
@@ -353,6 +367,13 @@ func TestRestartWithMissedTicks(t *testing.T) {
 			g.Expect(gotRuns).To(ConsistOf(toAny(tc.runs)...))
 			g.Expect(gotSkipped).To(ConsistOf(toAny(tc.skipped)...))
 			g.Expect(second.Calls()).To(HaveLen(len(tc.runs)))
+			// Counted once each record is claimed, which may be just after
+			// finished saw it.
+			g.Eventually(func() [2]int {
+				mu.Lock()
+				defer mu.Unlock()
+				return missed
+			}).WithTimeout(timeout).WithPolling(poll).Should(Equal([2]int{len(tc.runs), len(tc.skipped)}), "every tick was missed: ran, skipped")
 
 			clk.Step(30 * time.Second) // t0+11m: the next tick fires as usual
 			after := finished(t, st, "j", 2+len(tc.runs)+len(tc.skipped))

@@ -92,6 +92,16 @@ type Config struct {
 	// session's next turn, and steer ones reach a running turn between two
 	// tool batches (agent.Input.Steer). Optional.
 	Signals SignalSource
+	// Leased, when set, counts the sessions whose lease this manager holds
+	// (metrics.SessionsLeased): one more when it takes a session's lease,
+	// one less when it releases or loses it.
+	Leased Gauge
+}
+
+// Gauge is a value that goes up and down (a prometheus.Gauge).
+type Gauge interface {
+	Inc()
+	Dec()
 }
 
 // SignalSource gives a session the signals waiting for it
@@ -533,8 +543,7 @@ func (m *Manager) heartbeat(ctx context.Context, sid string, cancel context.Canc
 				err := m.cfg.Store.RenewLease(ctx, sid, m.cfg.Holder, m.cfg.LeaseTTL)
 				if errors.Is(err, store.ErrLeaseLost) {
 					m.mu.Lock()
-					delete(m.held, sid)
-					delete(m.hist, sid)
+					m.dropHeld(sid)
 					m.mu.Unlock()
 					cancel(err)
 					return
@@ -560,7 +569,20 @@ func (m *Manager) leaseFresh(sid string) bool {
 func (m *Manager) markLeased(sid string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if _, ok := m.held[sid]; !ok && m.cfg.Leased != nil {
+		m.cfg.Leased.Inc()
+	}
 	m.held[sid] = m.cfg.Clock.Now()
+}
+
+// dropHeld forgets a session whose lease this manager gave up or lost
+// (under m.mu).
+func (m *Manager) dropHeld(sid string) {
+	if _, ok := m.held[sid]; ok && m.cfg.Leased != nil {
+		m.cfg.Leased.Dec()
+	}
+	delete(m.held, sid)
+	delete(m.hist, sid)
 }
 
 // runningTurn is a turn in progress in this manager.
@@ -630,8 +652,7 @@ func (m *Manager) Stop(sid string) bool {
 // Release gives up the lease of a session (idle exit).
 func (m *Manager) Release(ctx context.Context, sid string) error {
 	m.mu.Lock()
-	delete(m.held, sid)
-	delete(m.hist, sid)
+	m.dropHeld(sid)
 	m.mu.Unlock()
 	return m.cfg.Store.ReleaseLease(ctx, sid, m.cfg.Holder)
 }

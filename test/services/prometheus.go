@@ -32,6 +32,23 @@ func PrometheusBinary(tb testing.TB) string {
 	return path
 }
 
+// PromtoolBinary returns the path of Prometheus's promtool built from the
+// same Go module and version as PrometheusBinary (hack/prometheus.sh
+// promtool; built once and cached). It fails the test under CI and skips it
+// elsewhere when the build fails.
+func PromtoolBinary(tb testing.TB) string {
+	tb.Helper()
+	path, err := hackScript("prometheus.sh", "promtool")
+	if err != nil {
+		reason, fatal := Unavailable("promtool", err)
+		if fatal {
+			tb.Fatal(reason)
+		}
+		tb.Skip(reason)
+	}
+	return path
+}
+
 // ScrapeTarget is one static scrape target of a test Prometheus.
 type ScrapeTarget struct {
 	Job, Addr string

@@ -266,6 +266,14 @@ func (m *Metrics) Rewoken(namespace, agent string) {
 	m.poolMisses.WithLabelValues(namespace, agent).Inc()
 }
 
+// CronMissed records missed ticks of a CronJob (the scheduler's OnMissed).
+func (m *Metrics) CronMissed(namespace string, ran bool, n int) {
+	if m == nil {
+		return
+	}
+	m.cron.Missed(namespace, ran, n)
+}
+
 // CronRunDone records a finished run (the scheduler's OnRunDone).
 func (m *Metrics) CronRunDone(namespace string, run store.DetailedCronRun) {
 	if m == nil {

@@ -139,6 +139,7 @@ func (r *Runnable) Start(ctx context.Context) error {
 	opts.Store, opts.Runner, opts.Deliverer, opts.Clock = r.cfg.Store, r.cfg.Runner, r.cfg.Deliverer, r.cfg.Clock
 	opts.Log = slog.New(logr.ToSlogHandler(r.log))
 	opts.OnRunDone = r.onRunDone
+	opts.OnMissed = func(j rtscheduler.Job, ran bool, n int) { r.cfg.Metrics.CronMissed(j.Tenant, ran, n) }
 	opts.RootAgent = r.rootAgent
 	s, err := rtscheduler.New(opts)
 	if err != nil {

@@ -194,12 +194,12 @@ func TestRestartWithMissedTicks(t *testing.T) {
 		}))).To(Succeed())
 	}
 	tuning := rtscheduler.Options{MissedAfter: 10 * time.Second}
-	start := func() *started {
-		s, r := operator(t, ns, "", scheduler.Config{Store: st, Runner: &schedulertest.Runner{}, Clock: clk, Tuning: tuning}, nil)
+	start := func(m *opmetrics.Metrics) *started {
+		s, r := operator(t, ns, "", scheduler.Config{Store: st, Runner: &schedulertest.Runner{}, Clock: clk, Tuning: tuning, Metrics: m}, nil)
 		g.Eventually(func() int { return scheduled(r) }).WithTimeout(eventually).WithPolling(poll).Should(Equal(3))
 		return s
 	}
-	first := start()
+	first := start(nil)
 	clk.SetTime(base)
 	for name := range policies {
 		g.Eventually(func() []store.DetailedCronRun { return runsOf(t, st, ns, name) }).WithTimeout(eventually).WithPolling(poll).Should(HaveLen(1))
@@ -207,7 +207,10 @@ func TestRestartWithMissedTicks(t *testing.T) {
 	first.stop()
 
 	clk.SetTime(base.Add(9*time.Minute + 30*time.Second)) // down for ticks +1m ... +9m
-	start()
+	reg := prometheus.NewRegistry()
+	om, err := opmetrics.New(reg)
+	g.Expect(err).NotTo(HaveOccurred())
+	start(om)
 	minutesOf := func(runs []store.DetailedCronRun, skipped bool) []int {
 		var out []int
 		for _, r := range runs {
@@ -233,6 +236,12 @@ func TestRestartWithMissedTicks(t *testing.T) {
 			g.Expect(minutesOf(runs, true)).To(Equal(w.skipped), name)
 		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	}
+	// Every tick in between was missed: run (once's and catch-up's) or
+	// skipped.
+	g.Eventually(func() []float64 {
+		return []float64{counterValue(t, reg, "picobot_cron_missed_ticks_total", "run", ns),
+			counterValue(t, reg, "picobot_cron_missed_ticks_total", "skipped", ns)}
+	}).WithTimeout(eventually).WithPolling(poll).Should(Equal([]float64{1 + 5, 9 + 8 + 4}))
 }
 
 // TestMaintenanceJobIsCreatedOnceAndKept: the Runnable creates the daily

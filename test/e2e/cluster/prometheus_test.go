@@ -206,6 +206,8 @@ spec:
 		{"the session pod's tool call", fmt.Sprintf(`sum(picobot_tool_calls_total{job="session-pod", tenant=%q, tool="calculator", outcome="ok"})`, ns), 1},
 		{"the session pod's refused turn", fmt.Sprintf(`sum(picobot_turns_total{job="session-pod", tenant=%q, outcome="model_rejected"})`, ns), 1},
 		{"the model's refusal", fmt.Sprintf(`sum(picobot_model_calls_total{job="session-pod", tenant=%q, outcome="400"})`, ns), 1},
+		{"the warm session pod's claim of the chat", fmt.Sprintf(`sum(picobot_pool_claims_total{job="session-pod", tenant=%q, agent="helper", kind="warm"})`, ns), 1},
+		{"the session lease the pod holds until the chat is idle", fmt.Sprintf(`sum(picobot_sessions_leased{job="session-pod", tenant=%q, agent="helper"})`, ns), 1},
 		{"the operator's CronJob run", fmt.Sprintf(`sum(picobot_cron_runs_total{job="operator", namespace=%q})`, ns), 1},
 		{"the operator's fire lag", fmt.Sprintf(`sum(picobot_cron_fire_lag_seconds_count{job="operator", namespace=%q})`, ns), 1},
 		{"the operator's warm pool size", fmt.Sprintf(`picobot_pool_warm_target{job="operator", namespace=%q, agent="helper"}`, ns), 1},
