@@ -1861,7 +1861,9 @@
     if (settle(f)) return; // the answer to a control-channel or stop request
     if (canvas) canvas.frame(f);
     dispatch({ type: 'frame', frame: f });
-    if (f.type === 'done' && f.id && app.state.turns[f.id]) onTurnDone(app.state.turns[f.id]);
+    // Queued canvas actions wait for the list the turn's end reads again:
+    // another tab of this chat may have switched its conversation.
+    if (f.type === 'done' && f.id && app.state.turns[f.id]) holdActions(onTurnDone(app.state.turns[f.id]));
   }
 
   async function onTurnDone(turn) {

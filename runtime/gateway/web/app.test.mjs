@@ -712,7 +712,7 @@ test('nextAction drops the actions of another conversation or agent', () => {
   const gone = UI.nextAction([q[0]], { agent: 'assistant', session: '', ready: true });
   assert.equal(gone.action, null, 'the conversation shown has no id: a known one was left');
   assert.equal(gone.dropped.length, 1);
-  assert.match(UI.actionsDroppedText(1), /^1 queued canvas action was not sent: the conversation it was clicked in is no longer the one shown\.$/);
+  assert.match(UI.actionsDroppedText(1), /^1 queued canvas action was not sent: the conversation it was clicked in is no longer the current one\.$/);
   assert.match(UI.actionsDroppedText(3), /^3 queued canvas actions were not sent: the conversation they were clicked in/);
 });
 

@@ -1130,7 +1130,7 @@
   /** actionsDroppedText is the notice shown when queued actions are dropped on a conversation switch. */
   function actionsDroppedText(n) {
     return (n === 1 ? '1 queued canvas action was not sent: the conversation it was clicked in' :
-      n + ' queued canvas actions were not sent: the conversation they were clicked in') + ' is no longer the one shown.';
+      n + ' queued canvas actions were not sent: the conversation they were clicked in') + ' is no longer the current one.';
   }
 
   // ---------------------------------------------------------------- history
