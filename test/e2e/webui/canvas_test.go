@@ -313,7 +313,9 @@ func actionNames(t testing.TB, llm *fakellm.Server) []string {
 		if !ok {
 			continue
 		}
-		var a struct{ UserAction struct{ Context map[string]any } }
+		var a struct {
+			UserAction struct{ Context map[string]any }
+		}
 		if err := json.Unmarshal([]byte(text), &a); err != nil {
 			t.Fatalf("failed to decode the canvas action %q: %v", text, err)
 		}
@@ -387,7 +389,7 @@ func TestWebUICanvasActionQueue(t *testing.T) {
 	}
 	clickWith := func(name string) {
 		t.Helper()
-		u.el(surface+` .a2ui-TextField input`).MustSelectAllText().MustInput(name)
+		u.el(surface + ` .a2ui-TextField input`).MustSelectAllText().MustInput(name)
 		u.click(button)
 	}
 	sends := func() int {
@@ -399,7 +401,9 @@ func TestWebUICanvasActionQueue(t *testing.T) {
 		}
 		return n
 	}
-	queued := func() int { return u.eval(`() => Number(document.getElementById('canvas-queue').dataset.count || 0)`).Int() }
+	queued := func() int {
+		return u.eval(`() => Number(document.getElementById('canvas-queue').dataset.count || 0)`).Int()
+	}
 
 	// Two clicks during a held reply are queued, in order, and not sent.
 	heldTurn("think slowly")
