@@ -1527,8 +1527,8 @@
 
   // ------------------------------------------------------------ canvas actions
 
-  /** online reports whether a message can be written to the gateway now. */
-  function online() {
+  /** connected reports whether a message can be written to the gateway now. */
+  function connected() {
     return !app.authNeeded && app.state.conn === 'open' && !!app.ws && app.ws.readyState === WebSocket.OPEN;
   }
 
@@ -1546,7 +1546,7 @@
       hint('The action is too long to send (the limit is ' + UI.MAX_TEXT_BYTES / 1024 + ' KiB).');
       return false;
     }
-    if (app.actions.length === 0 && !app.state.active && online() && app.actionHolds === 0 && !app.opBusy) {
+    if (app.actions.length === 0 && !app.state.active && connected() && app.actionHolds === 0 && !app.opBusy) {
       return submit(text, { files: [] });
     }
     const running = app.state.active ? app.state.turns[app.state.active] : null;
@@ -1558,11 +1558,10 @@
     }
     app.actions = r.queue;
     const n = app.actions.length;
-    hint(app.state.active
-      ? 'Action queued (' + n + ' waiting): it is sent when the reply ends.'
-      : 'Action queued (' + n + ' waiting): it is sent once connected.');
+    hint('Action queued (' + n + ' waiting): it is sent ' +
+      (app.state.active ? 'when the reply ends.' : !connected() ? 'once connected.' : 'once the conversation is loaded.'));
     renderActionQueue();
-    if (!online()) connectNow();
+    if (!connected()) connectNow();
     scheduleDrain();
     return true;
   }
@@ -1591,7 +1590,7 @@
   function drainActions() {
     app.drainTimer = null;
     if (app.actions.length === 0 || app.actionHolds > 0 || app.opBusy) return;
-    const ready = !app.state.active && online();
+    const ready = !app.state.active && connected();
     const r = UI.nextAction(app.actions, { agent: app.agent, session: app.currentSessionId, ready });
     app.actions = r.queue;
     if (r.dropped.length) {
@@ -1608,7 +1607,7 @@
     const el = els.canvasQueue;
     if (!el) return;
     const n = app.actions.length;
-    el.textContent = UI.actionQueueText(n, !online());
+    el.textContent = UI.actionQueueText(n, !connected());
     el.dataset.count = String(n);
     el.hidden = n === 0;
   }
