@@ -55,6 +55,11 @@
  *                        #stop is enabled only while a turn runs
  *   #composer-hint       short feedback under the input (empty when idle; then
  *                        .composer-idle shows the keyboard help)
+ *   #canvas-queue        in the canvas panel: how many canvas actions (A2UI
+ *                        button clicks) wait for the running reply to end,
+ *                        data-count = that number; hidden when none do
+ *     .msg.system.actions-dropped  notice of queued canvas actions dropped
+ *                        because the conversation shown changed
  *   #sessions            <ul> of the chat's dialogs (control channel `list`);
  *                        each li.session-row[data-dialog-id] holds
  *                        button.session (switch) and .session-actions with
@@ -164,6 +169,7 @@
     cfgStatus: $('cfg-status'),
     cfgEdit: $('cfg-edit'),
     searchResults: $('search-results'),
+    canvasQueue: $('canvas-queue'),
   };
 
   /** h builds an element; string children become text nodes (never HTML). */
@@ -261,6 +267,9 @@
     uploads: [],           // files to send with the next message: {key, name, size, status, error, file}
     searchToken: 0,
     searchTimer: null,
+    actions: [],           // canvas actions waiting to be sent: {text, agent, session} (UI.queueAction)
+    actionHolds: 0,        // loads under way that may change the conversation: the queue waits for them
+    drainTimer: null,
   };
 
   // ------------------------------------------------------------ REST
@@ -399,7 +408,12 @@
     else { renderBanner(); renderAgentModel(); updateControls(); }
   }
 
-  async function selectAgent(name) {
+  /** selectAgent shows the agent's chat; queued canvas actions wait until it is loaded (then are dropped). */
+  function selectAgent(name) {
+    return holdActions(showAgent(name));
+  }
+
+  async function showAgent(name) {
     app.agent = name;
     storage.set(K_AGENT, name);
     els.agentSelect.value = name;
@@ -871,8 +885,15 @@
     }
   }
 
-  /** loadHistory shows the current dialog's last 50 messages; live turns (and keepIds) stay below it. */
-  async function loadHistory(keepIds) {
+  /**
+   * loadHistory shows the current dialog's last 50 messages; live turns (and
+   * keepIds) stay below it. Queued canvas actions wait until it is shown.
+   */
+  function loadHistory(keepIds) {
+    return holdActions(showHistory(keepIds));
+  }
+
+  async function showHistory(keepIds) {
     const token = ++app.historyToken;
     const before = new Set(app.state.order);
     const sid = app.currentSessionId;
@@ -1445,6 +1466,8 @@
     els.sessions.setAttribute('aria-busy', app.opBusy ? 'true' : 'false');
     els.agentSelect.disabled = busy || app.agents.length === 0;
     els.app.dataset.busy = busy ? 'true' : 'false';
+    renderActionQueue();
+    scheduleDrain(); // a reply ended, the connection came back or a dialog operation finished
   }
 
   function hint(text) {
@@ -1500,6 +1523,93 @@
     flushRender();
     scrollToBottom();
     return true;
+  }
+
+  // ------------------------------------------------------------ canvas actions
+
+  /** connected reports whether a message can be written to the gateway now. */
+  function connected() {
+    return !app.authNeeded && app.state.conn === 'open' && !!app.ws && app.ws.readyState === WebSocket.OPEN;
+  }
+
+  /**
+   * sendAction sends a canvas action (a click on an A2UI button; canvas.js,
+   * docs/canvas.md) as a message of the chat, as submit does typed text.
+   * Unlike typed text it is not refused while a reply runs, or while the
+   * page is offline: it is queued (at most UI.MAX_QUEUED_ACTIONS, in click
+   * order) and sent by drainActions one message at a time as each reply
+   * ends, however it ends. It carries no pending attachment.
+   */
+  function sendAction(text) {
+    if (!app.agent) { hint('No agent to talk to.'); return false; }
+    if (UI.textBytes(text) > UI.MAX_TEXT_BYTES) {
+      hint('The action is too long to send (the limit is ' + UI.MAX_TEXT_BYTES / 1024 + ' KiB).');
+      return false;
+    }
+    if (app.actions.length === 0 && !app.state.active && connected() && app.actionHolds === 0 && !app.opBusy) {
+      return submit(text, { files: [] });
+    }
+    const running = app.state.active ? app.state.turns[app.state.active] : null;
+    const session = app.currentSessionId || (running && running.session) || '';
+    const r = UI.queueAction(app.actions, { text, agent: app.agent, session });
+    if (!r.queued) {
+      hint(UI.actionQueueFullText());
+      return false;
+    }
+    app.actions = r.queue;
+    const n = app.actions.length;
+    hint('Action queued (' + n + ' waiting): it is sent ' +
+      (app.state.active ? 'when the reply ends.' : !connected() ? 'once connected.' : 'once the conversation is loaded.'));
+    renderActionQueue();
+    if (!connected()) connectNow();
+    scheduleDrain();
+    return true;
+  }
+
+  /** holdActions keeps the queued canvas actions waiting while p runs. */
+  async function holdActions(p) {
+    app.actionHolds++;
+    try {
+      return await p;
+    } finally {
+      app.actionHolds--;
+      scheduleDrain();
+    }
+  }
+
+  function scheduleDrain() {
+    if (app.actions.length === 0 || app.drainTimer) return;
+    app.drainTimer = setTimeout(drainActions, 0); // after the frame or operation being handled
+  }
+
+  /**
+   * drainActions drops the queued actions of a conversation no longer shown
+   * (with a notice), then sends the first of the others when nothing runs.
+   * Its turn's end calls it again (updateControls), for the next one.
+   */
+  function drainActions() {
+    app.drainTimer = null;
+    if (app.actions.length === 0 || app.actionHolds > 0 || app.opBusy) return;
+    const ready = !app.state.active && connected();
+    const r = UI.nextAction(app.actions, { agent: app.agent, session: app.currentSessionId, ready });
+    app.actions = r.queue;
+    if (r.dropped.length) {
+      const text = UI.actionsDroppedText(r.dropped.length);
+      els.messages.append(h('div', { class: 'msg system actions-dropped', role: 'status' }, text));
+      hint(text);
+      scrollToBottom();
+    }
+    if (r.action && !submit(r.action.text, { files: [] })) app.actions.unshift(r.action); // tried again on the next change
+    renderActionQueue();
+  }
+
+  function renderActionQueue() {
+    const el = els.canvasQueue;
+    if (!el) return;
+    const n = app.actions.length;
+    el.textContent = UI.actionQueueText(n, !connected());
+    el.dataset.count = String(n);
+    el.hidden = n === 0;
   }
 
   // ------------------------------------------------------------ attachments
@@ -1691,8 +1801,10 @@
       app.retry = 0;
       setConn('open');
       dispatch({ type: 'conn', state: 'open' });
-      if (!first || app.agentsError) onReconnected();
-      else if (app.agent) refreshSessions(); // the list again, now over the control channel
+      // Queued canvas actions are sent once the agents and the
+      // conversation are read again (an action of another one is dropped).
+      if (!first || app.agentsError) holdActions(onReconnected());
+      else if (app.agent) holdActions(refreshSessions()); // the list again, now over the control channel
     };
     ws.onmessage = (ev) => {
       if (app.ws !== ws) return;
@@ -1748,7 +1860,9 @@
     if (settle(f)) return; // the answer to a control-channel or stop request
     if (canvas) canvas.frame(f);
     dispatch({ type: 'frame', frame: f });
-    if (f.type === 'done' && f.id && app.state.turns[f.id]) onTurnDone(app.state.turns[f.id]);
+    // Queued canvas actions wait for the list the turn's end reads again:
+    // another tab of this chat may have switched its conversation.
+    if (f.type === 'done' && f.id && app.state.turns[f.id]) holdActions(onTurnDone(app.state.turns[f.id]));
   }
 
   async function onTurnDone(turn) {
@@ -1968,7 +2082,7 @@
 
   // The canvas panel (canvas.js) sends through this page's connection.
   if (canvas) {
-    canvas.attach({ api, request, submit, chatId, agent: () => app.agent });
+    canvas.attach({ api, request, submit, action: sendAction, chatId, agent: () => app.agent });
   }
 
   els.chatId.textContent = chatId;
@@ -1985,6 +2099,7 @@
     get currentDialog() { return app.currentDialog; },
     chatId,
     submit,
+    get actions() { return app.actions.map((a) => a.text); },
     reconnect: connectNow,
   };
 })();

@@ -574,7 +574,7 @@ test('ui-core.js also works as a browser script (global PicoBotUI)', () => {
 test('index.html has the documented ids and loads only local files', () => {
   const html = readFileSync(new URL('./index.html', import.meta.url), 'utf8');
   for (const id of ['agent-select', 'messages', 'input', 'send', 'stop', 'sessions', 'sessions-status', 'new-dialog', 'banner', 'health-tab', 'health',
-    'compact-dialog', 'info-dialog', 'dump-dialog', 'confirm-dialog', 'confirm-ok', 'confirm-cancel', 'conn-status', 'chat-view', 'config-view']) {
+    'compact-dialog', 'info-dialog', 'dump-dialog', 'confirm-dialog', 'confirm-ok', 'confirm-cancel', 'conn-status', 'chat-view', 'config-view', 'canvas-queue']) {
     assert.match(html, new RegExp(`id="${id}"`), id);
   }
   assert.ok(!/(src|href)="(https?:)?\/\//.test(html), 'no external resources');
@@ -653,4 +653,71 @@ test('a send frame names its files; the stored message gives them back', () => {
   assert.equal(t.text, 'what is this?');
   assert.equal(t.files.length, 2);
   assert.equal(t.final, 'A cat.');
+});
+
+// ------------------------------------------------------------------ canvas action queue
+
+test('queueAction keeps click order and refuses past the bound', () => {
+  const act = (i) => ({ text: '[canvas action] ' + i, agent: 'assistant', session: 's1' });
+  let q = [];
+  for (let i = 0; i < UI.MAX_QUEUED_ACTIONS; i++) {
+    const r = UI.queueAction(q, act(i));
+    assert.ok(r.queued, 'action ' + i);
+    q = r.queue;
+  }
+  assert.equal(UI.MAX_QUEUED_ACTIONS, 20);
+  assert.deepEqual(q.map((a) => a.text), Array.from({ length: 20 }, (_, i) => '[canvas action] ' + i));
+  const full = UI.queueAction(q, act(20));
+  assert.equal(full.queued, false);
+  assert.equal(full.queue, q, 'a refused action leaves the queue as it was');
+  assert.equal(q.length, 20);
+  const small = UI.queueAction([act(0)], act(1), 1);
+  assert.equal(small.queued, false, 'the bound may be given');
+  const before = [act(0)];
+  UI.queueAction(before, act(1));
+  assert.equal(before.length, 1, 'the queue given is not changed');
+  assert.match(UI.actionQueueFullText(), /not sent: 20 canvas actions are already waiting/);
+});
+
+test('nextAction sends the first action once ready, one at a time, in order', () => {
+  const ctx = { agent: 'assistant', session: 's1' };
+  const q = [
+    { text: 'a', agent: 'assistant', session: 's1' },
+    { text: 'b', agent: 'assistant', session: 's1' },
+  ];
+  let r = UI.nextAction(q, Object.assign({ ready: false }, ctx));
+  assert.equal(r.action, null, 'nothing is sent while a reply runs or offline');
+  assert.deepEqual(r.queue.map((a) => a.text), ['a', 'b']);
+  assert.deepEqual(r.dropped, []);
+  r = UI.nextAction(r.queue, Object.assign({ ready: true }, ctx));
+  assert.equal(r.action.text, 'a');
+  assert.deepEqual(r.queue.map((a) => a.text), ['b']);
+  r = UI.nextAction(r.queue, Object.assign({ ready: true }, ctx));
+  assert.equal(r.action.text, 'b');
+  assert.deepEqual(r.queue, []);
+  r = UI.nextAction(r.queue, Object.assign({ ready: true }, ctx));
+  assert.equal(r.action, null);
+});
+
+test('nextAction drops the actions of another conversation or agent', () => {
+  const q = [
+    { text: 'old', agent: 'assistant', session: 's1' },
+    { text: 'first chat', agent: 'assistant', session: '' },
+    { text: 'other agent', agent: 'planner', session: '' },
+    { text: 'new', agent: 'assistant', session: 's2' },
+  ];
+  const r = UI.nextAction(q, { agent: 'assistant', session: 's2', ready: false });
+  assert.deepEqual(r.dropped.map((a) => a.text), ['old', 'other agent'], 'dropped even while not ready');
+  assert.deepEqual(r.queue.map((a) => a.text), ['first chat', 'new'], 'an action clicked before the conversation had an id stays');
+  const gone = UI.nextAction([q[0]], { agent: 'assistant', session: '', ready: true });
+  assert.equal(gone.action, null, 'the conversation shown has no id: a known one was left');
+  assert.equal(gone.dropped.length, 1);
+  assert.match(UI.actionsDroppedText(1), /^1 queued canvas action was not sent: the conversation it was clicked in is no longer the current one\.$/);
+  assert.match(UI.actionsDroppedText(3), /^3 queued canvas actions were not sent: the conversation they were clicked in/);
+});
+
+test('actionQueueText says how many actions wait, and for what', () => {
+  assert.equal(UI.actionQueueText(0, false), '');
+  assert.equal(UI.actionQueueText(1, false), '1 canvas action is queued: sent when the reply ends, one after another.');
+  assert.equal(UI.actionQueueText(2, true), '2 canvas actions are queued: sent once the connection is back.');
 });

@@ -29,7 +29,7 @@
   const ACTION_PREFIX = '[canvas action] ';
   const MAX_IMAGE_CHARS = 240 * 1024; // a canvas_result frame stays under the gateway's 256 KiB frame limit
 
-  let host = null; // set by attach: {api, request, submit, chatId, agent(), sessionId()}
+  let host = null; // set by attach: {api, request, submit, action, chatId, agent()}
   const state = { visible: false, url: '', surfaces: new Map() };
   const waiting = new Map(); // frame command id -> {resolve, timer}
   let frameReady = null; // a promise resolved when canvas-frame.html has loaded
@@ -456,7 +456,7 @@
     }
     const ua = { userAction: { name: String(action.name || ''), surfaceId, sourceComponentId: componentId,
       timestamp: new Date().toISOString(), context } };
-    host.submit(ACTION_PREFIX + JSON.stringify(ua));
+    host.action(ACTION_PREFIX + JSON.stringify(ua)); // sent now, or queued while a reply runs
   }
 
   // ------------------------------------------------------------ commands the client answers

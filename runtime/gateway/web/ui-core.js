@@ -39,6 +39,8 @@
   const MAX_UPLOAD_BYTES = 10 << 20;
   const MAX_UPLOAD_IMAGE_BYTES = Math.floor((3 << 20) * 5 / 4);
   const MAX_FILES = 10;
+  // Canvas button clicks waiting for the running reply to end (app.js).
+  const MAX_QUEUED_ACTIONS = 20;
   const MODEL_IMAGES = new Set(['image/png', 'image/jpeg', 'image/gif', 'image/webp']);
 
   // ---------------------------------------------------------------- escaping
@@ -1071,6 +1073,66 @@
     }
   }
 
+  // ---------------------------------------------------------------- canvas action queue
+
+  /**
+   * The canvas actions (A2UI button clicks, docs/canvas.md) clicked while a
+   * reply runs or the page is offline wait in a queue, in click order, and
+   * are sent one at a time as each reply ends. An action is
+   *   {text, agent, session}
+   * where agent and session are the conversation it was clicked in (session
+   * '' when the page knew no id for it yet: the first reply of a chat
+   * creates the conversation; such an action goes to the agent's current
+   * one).
+   *
+   * queueAction appends action unless the queue already holds max:
+   * {queue, queued}; the queue given is not changed.
+   */
+  function queueAction(queue, action, max) {
+    const limit = max == null ? MAX_QUEUED_ACTIONS : max;
+    if (queue.length >= limit) return { queue, queued: false };
+    return { queue: queue.concat([action]), queued: true };
+  }
+
+  /**
+   * nextAction decides what to do with the queue now. ctx is
+   *   {agent, session, ready}
+   * the conversation shown and whether a message can be sent now (no reply
+   * running, connected). Actions of another conversation are dropped (the
+   * user switched: sending them to the new one would be wrong, to the old
+   * one unseen); then, when ready, the first one is taken.
+   * Returns {action (or null), queue (the rest), dropped: [actions]}.
+   */
+  function nextAction(queue, ctx) {
+    const keep = [];
+    const dropped = [];
+    for (const a of queue) {
+      const other = a.agent !== ctx.agent || (a.session !== '' && a.session !== (ctx.session || ''));
+      (other ? dropped : keep).push(a);
+    }
+    if (!ctx.ready || keep.length === 0) return { action: null, queue: keep, dropped };
+    return { action: keep[0], queue: keep.slice(1), dropped };
+  }
+
+  /** actionQueueText says what waits, for the panel's status line ('' when nothing does). */
+  function actionQueueText(n, offline) {
+    if (!n) return '';
+    const what = n === 1 ? '1 canvas action is queued' : n + ' canvas actions are queued';
+    return what + (offline ? ': sent once the connection is back.' : ': sent when the reply ends, one after another.');
+  }
+
+  /** actionQueueFullText is the hint for a click refused because the queue is full. */
+  function actionQueueFullText(max) {
+    return 'This action was not sent: ' + (max == null ? MAX_QUEUED_ACTIONS : max) +
+      ' canvas actions are already waiting for the reply to end. Wait for it, or press Stop.';
+  }
+
+  /** actionsDroppedText is the notice shown when queued actions are dropped on a conversation switch. */
+  function actionsDroppedText(n) {
+    return (n === 1 ? '1 queued canvas action was not sent: the conversation it was clicked in' :
+      n + ' queued canvas actions were not sent: the conversation they were clicked in') + ' is no longer the current one.';
+  }
+
   // ---------------------------------------------------------------- history
 
   /**
@@ -1170,6 +1232,12 @@
     MAX_UPLOAD_BYTES,
     MAX_UPLOAD_IMAGE_BYTES,
     MAX_FILES,
+    MAX_QUEUED_ACTIONS,
+    queueAction,
+    nextAction,
+    actionQueueText,
+    actionQueueFullText,
+    actionsDroppedText,
     DIALOG_COMMANDS,
     sizeText,
     checkUpload,

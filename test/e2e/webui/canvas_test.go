@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -246,4 +248,253 @@ func TestWebUICanvas(t *testing.T) {
 	g.Expect(u.eval(`() => document.getElementById('canvas-panel').hidden`).Bool()).To(BeTrue())
 	u.shot("canvas-hidden")
 	g.Expect(u.problems()).To(BeEmpty())
+}
+
+// heldReplies holds the fake model's answer to some user messages until the
+// test releases it: the reply is still running while the user clicks.
+type heldReplies struct {
+	mu    sync.Mutex
+	gates map[string]chan struct{}
+}
+
+// hold makes the answer to the user message text wait for release(text).
+func (h *heldReplies) hold(text string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gates == nil {
+		h.gates = map[string]chan struct{}{}
+	}
+	h.gates[text] = make(chan struct{})
+}
+
+func (h *heldReplies) gate(text string) chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gates[text]
+}
+
+// release lets the answer to text go; releasing twice is harmless.
+func (h *heldReplies) release(text string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.gates[text]; ok {
+		close(c)
+		delete(h.gates, text)
+	}
+}
+
+// releaseAll lets every held answer go (the test's cleanup: the fake model
+// cannot close while a request waits).
+func (h *heldReplies) releaseAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, c := range h.gates {
+		close(c)
+		delete(h.gates, k)
+	}
+}
+
+// lastUser is the text of the last message of a request when the user
+// sent it, else "".
+func lastUser(r fakellm.Recorded) string {
+	if len(r.Messages) == 0 || r.Messages[len(r.Messages)-1].Role != "user" {
+		return ""
+	}
+	return r.Messages[len(r.Messages)-1].Content
+}
+
+// actionNames lists, in request order, the context "name" of every request
+// that ended with a canvas action: each action the model was asked about.
+func actionNames(t testing.TB, llm *fakellm.Server) []string {
+	t.Helper()
+	var out []string
+	for _, r := range llm.Requests() {
+		text, ok := strings.CutPrefix(lastUser(r), "[canvas action] ")
+		if !ok {
+			continue
+		}
+		var a struct {
+			UserAction struct{ Context map[string]any }
+		}
+		if err := json.Unmarshal([]byte(text), &a); err != nil {
+			t.Fatalf("failed to decode the canvas action %q: %v", text, err)
+		}
+		name, _ := a.UserAction.Context["name"].(string)
+		out = append(out, name)
+	}
+	return out
+}
+
+// TestWebUICanvasActionQueue clicks an A2UI button while a reply is still
+// running, in headless Chromium against `picobot serve`: the page queues
+// the click (it tells so) instead of dropping it, and sends it once the
+// reply ends, however it ends: two clicks reach the model once each, in
+// click order, after the held reply was answered; a click during a reply
+// the user stops is sent after the stop; a click queued when the gateway
+// goes away is sent once the page has reconnected to it again; a click
+// queued when another tab of the chat starts a new conversation is dropped
+// with a notice.
+func TestWebUICanvasActionQueue(t *testing.T) {
+	g := NewWithT(t)
+	llm := fakellm.New()
+	t.Cleanup(llm.Close)
+	held := &heldReplies{}
+	t.Cleanup(held.releaseAll) // before llm.Close
+	dir := t.TempDir()
+	canvasAgent(t, dir, llm.URL())
+	env := "PICOBOT_SECRET_MODEL_API_KEY_APIKEY=sk-test"
+	srv := serve(t, dir, env)
+	browser := launchBrowser(t)
+	u := openUI(t, browser, srv.url+"/", shotsDir(t))
+	u.wait("the WebSocket to connect", `() => document.getElementById('conn-status').dataset.state === 'open'`)
+
+	push, _ := json.Marshal(map[string]string{"action": "a2ui_push", "jsonl": formJSONL})
+	llm.Script(
+		fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "c_present", Name: "canvas", Args: `{"action":"present"}`}}},
+		fakellm.Turn{ToolCalls: []fakellm.Call{{ID: "c_push", Name: "canvas", Args: string(push)}}},
+		fakellm.Turn{Text: "The form is on the canvas."},
+	)
+	llm.Respond(func(r fakellm.Recorded) fakellm.Turn {
+		text := lastUser(r)
+		if c := held.gate(text); c != nil {
+			<-c
+			return fakellm.Turn{Text: "Answered " + text + "."}
+		}
+		if strings.HasPrefix(text, "[canvas action] ") {
+			return fakellm.Turn{Text: "Got the action."}
+		}
+		return fakellm.Turn{Text: "OK."}
+	})
+	u.send("show me a form")
+	u.waitLastTurn("done")
+	surface := `#canvas-surfaces section.a2ui-surface[data-surface-id="signup"]`
+	button := surface + ` button.a2ui-Button[data-id="go"]`
+	u.el(button)
+
+	// heldTurn sends text, whose answer is held, and waits until the model
+	// has it: the reply is running.
+	heldTurn := func(text string) {
+		t.Helper()
+		held.hold(text)
+		u.send(text)
+		g.Eventually(func() bool {
+			for _, r := range llm.Requests() {
+				if lastUser(r) == text {
+					return true
+				}
+			}
+			return false
+		}, waitTimeout, 50*time.Millisecond).Should(BeTrue(), "the model to be asked %q", text)
+		g.Expect(u.eval(`() => document.getElementById('app').dataset.busy`).Str()).To(Equal("true"))
+	}
+	clickWith := func(name string) {
+		t.Helper()
+		u.el(surface + ` .a2ui-TextField input`).MustSelectAllText().MustInput(name)
+		u.click(button)
+	}
+	sends := func() int {
+		n := 0
+		for _, f := range u.sentFrames() {
+			if f == "send" {
+				n++
+			}
+		}
+		return n
+	}
+	queued := func() int {
+		return u.eval(`() => Number(document.getElementById('canvas-queue').dataset.count || 0)`).Int()
+	}
+
+	// Two clicks during a held reply are queued, in order, and not sent.
+	heldTurn("think slowly")
+	sent := sends()
+	clickWith("Ada")
+	g.Expect(queued()).To(Equal(1))
+	g.Expect(u.text("#canvas-queue")).To(Equal("1 canvas action is queued: sent when the reply ends, one after another."))
+	g.Expect(u.text("#composer-hint")).To(Equal("Action queued (1 waiting): it is sent when the reply ends."))
+	clickWith("Eve")
+	g.Expect(queued()).To(Equal(2))
+	g.Expect(u.text("#canvas-queue")).To(HavePrefix("2 canvas actions are queued"))
+	g.Expect(sends()).To(Equal(sent), "nothing is sent while the reply runs")
+	g.Expect(actionNames(t, llm)).To(BeEmpty())
+	u.shot("canvas-actions-queued")
+
+	// The reply ends: the actions follow, one turn each.
+	turns := u.eval(`() => document.querySelectorAll('#messages .turn').length`).Int()
+	held.release("think slowly")
+	u.wait("the two actions answered", `(n) => document.querySelectorAll('#messages .turn').length === n + 2 &&
+	  [...document.querySelectorAll('#messages .turn')].every((t) => t.dataset.status === 'done') &&
+	  document.getElementById('app').dataset.busy !== 'true'`, turns)
+	g.Expect(u.eval(`() => document.getElementById('canvas-queue').hidden`).Bool()).To(BeTrue())
+	g.Expect(sends()).To(Equal(sent + 2))
+	g.Expect(actionNames(t, llm)).To(Equal([]string{"Ada", "Eve"}), "each action once, in click order")
+	reqs := llm.Requests()
+	var history []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "user" || m.Role == "assistant" {
+			history = append(history, m.Role+": "+m.Content)
+		}
+	}
+	g.Expect(history).To(ContainElement("assistant: Answered think slowly."))
+	var order []string
+	for _, h := range history {
+		switch {
+		case h == "user: think slowly", h == "assistant: Answered think slowly.":
+			order = append(order, h)
+		case strings.HasPrefix(h, "user: [canvas action] "):
+			order = append(order, "action")
+		}
+	}
+	g.Expect(order).To(Equal([]string{"user: think slowly", "assistant: Answered think slowly.", "action", "action"}),
+		"the actions reach the model after the held reply, once each")
+
+	// A reply the user stops: the queued action is sent after it.
+	heldTurn("think again")
+	clickWith("Zed")
+	g.Expect(queued()).To(Equal(1))
+	u.click("#stop")
+	u.wait("the action answered after the stop", `() => {
+	  const t = [...document.querySelectorAll('#messages .turn')];
+	  return t.length >= 2 && t[t.length - 2].dataset.status === 'stopped' && t[t.length - 1].dataset.status === 'done' &&
+	    document.getElementById('app').dataset.busy !== 'true';
+	}`)
+	g.Expect(actionNames(t, llm)).To(Equal([]string{"Ada", "Eve", "Zed"}))
+	held.release("think again")
+
+	// The gateway goes away during a reply: the queued action waits for the
+	// page to reconnect, then is sent once.
+	heldTurn("think once more")
+	clickWith("Max")
+	srv.stop()
+	held.release("think once more")
+	u.wait("the page to see the gateway gone", `() => document.getElementById('conn-status').dataset.state !== 'open'`)
+	g.Expect(queued()).To(Equal(1), "the action survives the dropped connection")
+	g.Expect(u.text("#canvas-queue")).To(Equal("1 canvas action is queued: sent once the connection is back."))
+	serveAt(t, dir, strings.TrimPrefix(srv.url, "http://"), env)
+	u.wait("the action sent after the reconnect", `() => document.getElementById('conn-status').dataset.state === 'open' &&
+	  document.getElementById('canvas-queue').hidden && document.getElementById('app').dataset.busy !== 'true' &&
+	  document.querySelector('#messages .turn:last-child').dataset.status === 'done'`)
+	g.Expect(actionNames(t, llm)).To(Equal([]string{"Ada", "Eve", "Zed", "Max"}))
+
+	// Another tab of the chat starts a new conversation while an action
+	// waits: the action is dropped, with a notice, not sent to the new one.
+	heldTurn("think at last")
+	clickWith("Kim")
+	g.Expect(queued()).To(Equal(1))
+	other := openUI(t, browser, srv.url+"/", shotsDir(t))
+	other.wait("the other tab to connect", `() => document.getElementById('conn-status').dataset.state === 'open' &&
+	  !document.getElementById('new-dialog').disabled`)
+	other.click("#new-dialog")
+	other.wait("the new conversation", `() => /Started a new conversation/.test(document.getElementById('sessions-status').textContent)`)
+	u.page.MustActivate() // a background tab runs no animation frames, which the waits poll on
+	held.release("think at last")
+	u.wait("the notice of the dropped action", `() => !!document.querySelector('#messages .msg.system.actions-dropped')`)
+	g.Expect(u.text("#messages .msg.system.actions-dropped")).To(Equal(
+		"1 queued canvas action was not sent: the conversation it was clicked in is no longer the current one."))
+	g.Expect(queued()).To(Equal(0))
+	g.Expect(u.eval(`() => document.getElementById('canvas-queue').hidden`).Bool()).To(BeTrue())
+	u.shot("canvas-action-dropped")
+	g.Expect(actionNames(t, llm)).To(Equal([]string{"Ada", "Eve", "Zed", "Max"}), "the dropped action never reaches the model")
+	g.Expect(u.problems()).To(BeEmpty())
+	g.Expect(other.problems()).To(BeEmpty())
 }
