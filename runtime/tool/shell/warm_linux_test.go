@@ -60,7 +60,9 @@ func TestShellToolsRunInTheWarmSandbox(t *testing.T) {
 	res = h.call("exec", map[string]any{"command": "echo first; " + init1 + "; sleep 300", "yieldMs": 300})
 	g.Expect(res.Content).To(HavePrefix("status: running\nsessionId: p1\noutput so far:\nfirst\npicobot-warm-sandbox\n"))
 	kill := h.call("process", map[string]any{"action": "kill", "sessionId": "p1"})
-	g.Expect(kill.Content).To(ContainSubstring("killed p1: exited (killed by signal SIGKILL)"))
+	// The warm sandbox kills a program's descendants (sleep) before its
+	// group: on a loaded machine bash may see sleep die and exit 137 first.
+	g.Expect(kill.Content).To(MatchRegexp(`killed p1: exited \((killed by signal SIGKILL|exit code 137)\) .*killed on request`))
 
 	// A command that leaves for a session of its own runs on as the
 	// program, as under the launcher (setsid does not fork and end).
