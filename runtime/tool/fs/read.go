@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"unicode/utf8"
 
@@ -50,21 +51,11 @@ func (ps *Paths) readFile(ctx context.Context, env tool.Env, a ReadArgs) (tool.R
 	if limit <= 0 {
 		limit = defaultReadLimit
 	}
-	pl, res, ok := ps.locate(env, a.Path, a.Path, false)
-	if !ok {
-		return res, nil
+	pl, f, res, err := ps.openRegular(env, a.Path)
+	if f == nil {
+		return res, err
 	}
 	defer pl.Close()
-	if res, ok := regularFile(pl, a.Path); !ok {
-		return res, nil
-	}
-	f, err := pl.root.Open(pl.rel)
-	if err != nil {
-		if res, ok := openError(err, a.Path); ok {
-			return res, nil
-		}
-		return tool.Result{}, errorf("open file", a.Path, err)
-	}
 	defer func() { _ = f.Close() }()
 	br := bufio.NewReaderSize(f, 64<<10)
 	head, _ := br.Peek(sniffLen)
@@ -224,4 +215,27 @@ func truncateRunes(s string, n int) string {
 		i++
 	}
 	return s
+}
+
+// openRegular opens the regular file at path, within the areas, for
+// reading; the caller closes pl and f. Without f, res is the model's error
+// (a path outside, a folder, a missing file) or err an unexpected failure.
+func (ps *Paths) openRegular(env tool.Env, path string) (pl place, f *os.File, res tool.Result, err error) {
+	pl, res, ok := ps.locate(env, path, path, false)
+	if !ok {
+		return place{}, nil, res, nil
+	}
+	if res, ok := regularFile(pl, path); !ok {
+		pl.Close()
+		return place{}, nil, res, nil
+	}
+	f, err = pl.root.Open(pl.rel)
+	if err != nil {
+		pl.Close()
+		if res, ok := openError(err, path); ok {
+			return place{}, nil, res, nil
+		}
+		return place{}, nil, tool.Result{}, errorf("open file", path, err)
+	}
+	return pl, f, tool.Result{}, nil
 }

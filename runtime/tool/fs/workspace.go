@@ -66,21 +66,11 @@ func (ps *Paths) readWhole(_ context.Context, env tool.Env, a WorkspaceReadArgs)
 	if a.MaxBytes <= 0 || a.MaxBytes > MaxWorkspaceFile {
 		return tool.Errorf("error: maxBytes must be between 1 and %d", MaxWorkspaceFile), nil
 	}
-	pl, res, ok := ps.locate(env, a.Path, a.Path, false)
-	if !ok {
-		return res, nil
+	pl, f, res, err := ps.openRegular(env, a.Path)
+	if f == nil {
+		return res, err
 	}
 	defer pl.Close()
-	if res, ok := regularFile(pl, a.Path); !ok {
-		return res, nil
-	}
-	f, err := pl.root.Open(pl.rel)
-	if err != nil {
-		if res, ok := openError(err, a.Path); ok {
-			return res, nil
-		}
-		return tool.Errorf("error: cannot open %s: %v", a.Path, err), nil
-	}
 	defer func() { _ = f.Close() }()
 	data, err := io.ReadAll(io.LimitReader(f, a.MaxBytes+1))
 	if err != nil {
