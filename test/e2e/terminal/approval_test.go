@@ -50,9 +50,12 @@ func TestChatApprovesCommands(t *testing.T) {
 	ask("Y")
 	term.keys("y")
 	// The transcript is reloaded from the session after the turn: the
-	// tool's line, which is stored, says what became of the command.
-	screen := term.waitForText("→ ran-Y [exit code 0]")
-	g.Expect(screen).To(ContainSubstring("Finished Y."))
+	// tool's line, which is stored, says what became of the command. (The
+	// line shows as soon as the tool ends, before the model's last answer.)
+	screen := term.waitFor("the turn's end", func(s string) bool {
+		return strings.Contains(s, "Finished Y.") && !strings.Contains(s, "is replying")
+	})
+	g.Expect(screen).To(ContainSubstring("→ ran-Y [exit code 0]"))
 	g.Expect(ran("Y")).To(BeTrue())
 
 	ask("N")
