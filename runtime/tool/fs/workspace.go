@@ -2,13 +2,10 @@ package fs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -95,40 +92,8 @@ func (ps *Paths) writeWhole(_ context.Context, env tool.Env, a WorkspaceWriteArg
 	if len(a.Data) > MaxWorkspaceFile {
 		return tool.Errorf("error: %s would have %d bytes, more than the %d byte limit", a.Path, len(a.Data), MaxWorkspaceFile), nil
 	}
-	pl, p, res, ok := ps.writable(env, a.Path)
-	if !ok {
-		return res, nil
-	}
-	defer pl.Close()
-	perm := newFilePerm
-	switch fi, err := pl.root.Stat(p); {
-	case err == nil && !fi.Mode().IsRegular():
-		return tool.Errorf("error: %s is not a regular file", a.Path), nil
-	case err == nil:
-		perm = fi.Mode().Perm()
-	case errors.Is(err, os.ErrNotExist):
-	case errors.Is(err, syscall.ENOTDIR):
-		return tool.Errorf("error: a parent of %s is a file, not a folder", a.Path), nil
-	default:
-		if res, ok := openError(err, a.Path); ok {
-			return res, nil
-		}
-		return tool.Result{}, errorf("stat file", a.Path, err)
-	}
-	if err := pl.root.MkdirAll(filepath.Dir(p), newDirPerm); err != nil {
-		if escaped(err) {
-			return escapes(a.Path), nil
-		}
-		return tool.Errorf("error: cannot create the folder of %s: %v", a.Path, err), nil
-	}
-	if err := writeAtomic(pl.root, p, a.Data, perm); err != nil {
-		if escaped(err) {
-			return escapes(a.Path), nil
-		}
-		if errors.Is(err, os.ErrPermission) {
-			return tool.Errorf("error: permission denied writing %s", a.Path), nil
-		}
-		return tool.Result{}, err
+	if _, res, ok, err := ps.put(env, a.Path, a.Data, true); !ok {
+		return res, err
 	}
 	return tool.Text(fmt.Sprintf("Wrote %s (%d bytes).", a.Path, len(a.Data))), nil
 }
