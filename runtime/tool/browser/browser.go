@@ -485,40 +485,13 @@ func (t *browserTool) upload(ctx context.Context, env tool.Env, b *driver.Browse
 	if env.Workspace == "" {
 		return tool.Errorf("error: upload needs a workspace"), nil
 	}
+	read := t.readLocal
 	if t.o.Files != nil {
-		return t.uploadFrom(ctx, env, b, a)
+		read = t.readRelayed
 	}
-	root, err := filepath.EvalSymlinks(env.Workspace)
-	if err != nil {
-		return tool.Errorf("error: failed to resolve the workspace: %v", err), nil
-	}
-	var files []driver.File
-	total := 0
-	for _, p := range a.Paths {
-		full, err := filepath.EvalSymlinks(env.Resolve(p))
-		if err != nil {
-			return tool.Errorf("error: cannot read %s: %v", p, err), nil
-		}
-		if !inside(root, full) {
-			return tool.Errorf("error: %s is outside the workspace; only workspace files can be uploaded", p), nil
-		}
-		size, ok := regularFileSize(full)
-		if !ok {
-			return tool.Errorf("error: %s is not a regular file", p), nil
-		}
-		total += int(size)
-		if total > driver.MaxUploadBytes {
-			return tool.Errorf("error: the files are over the %d MiB upload limit", driver.MaxUploadBytes>>20), nil
-		}
-		data, err := os.ReadFile(full)
-		if err != nil {
-			return tool.Errorf("error: cannot read %s: %v", p, err), nil
-		}
-		mt := mime.TypeByExtension(filepath.Ext(full))
-		if mt == "" {
-			mt = "application/octet-stream"
-		}
-		files = append(files, driver.File{Name: filepath.Base(full), MediaType: mt, Data: data})
+	files, res, ok, err := read(ctx, env, a.Paths)
+	if !ok {
+		return res, err
 	}
 	if err := b.Upload(ctx, a.Ref, files); err != nil {
 		return tool.Result{}, err
@@ -526,35 +499,70 @@ func (t *browserTool) upload(ctx context.Context, env tool.Env, b *driver.Browse
 	return tool.Text(fmt.Sprintf("Put %d file(s) into %s.", len(files), a.Ref)), nil
 }
 
-// uploadFrom is upload reading the files with t.o.Files, which confines
-// them to the workspace as the file tools are.
-func (t *browserTool) uploadFrom(ctx context.Context, env tool.Env, b *driver.Browser, a args) (tool.Result, error) {
-	var files []driver.File
+// readLocal reads the files of an upload from the runtime's own folder,
+// refusing paths that leave the workspace (also through symlinks). Without
+// ok, res is the model's error or err an unexpected failure.
+func (t *browserTool) readLocal(_ context.Context, env tool.Env, paths []string) (files []driver.File, res tool.Result, ok bool, err error) {
+	root, err := filepath.EvalSymlinks(env.Workspace)
+	if err != nil {
+		return nil, tool.Errorf("error: failed to resolve the workspace: %v", err), false, nil
+	}
 	total := 0
-	for _, p := range a.Paths {
+	for _, p := range paths {
+		full, err := filepath.EvalSymlinks(env.Resolve(p))
+		if err != nil {
+			return nil, tool.Errorf("error: cannot read %s: %v", p, err), false, nil
+		}
+		if !inside(root, full) {
+			return nil, tool.Errorf("error: %s is outside the workspace; only workspace files can be uploaded", p), false, nil
+		}
+		size, ok := regularFileSize(full)
+		if !ok {
+			return nil, tool.Errorf("error: %s is not a regular file", p), false, nil
+		}
+		total += int(size)
+		if total > driver.MaxUploadBytes {
+			return nil, tool.Errorf("error: the files are over the %d MiB upload limit", driver.MaxUploadBytes>>20), false, nil
+		}
+		data, err := os.ReadFile(full)
+		if err != nil {
+			return nil, tool.Errorf("error: cannot read %s: %v", p, err), false, nil
+		}
+		files = append(files, uploadFile(full, data))
+	}
+	return files, tool.Result{}, true, nil
+}
+
+// readRelayed reads the files of an upload with t.o.Files, which confines
+// them to the workspace as the file tools are (see readLocal).
+func (t *browserTool) readRelayed(ctx context.Context, env tool.Env, paths []string) (files []driver.File, res tool.Result, ok bool, err error) {
+	total := 0
+	for _, p := range paths {
 		if total >= driver.MaxUploadBytes {
-			return tool.Errorf("error: the files are over the %d MiB upload limit", driver.MaxUploadBytes>>20), nil
+			return nil, tool.Errorf("error: the files are over the %d MiB upload limit", driver.MaxUploadBytes>>20), false, nil
 		}
 		data, err := t.o.Files.ReadFile(ctx, env, p, int64(driver.MaxUploadBytes-total))
 		if err != nil {
 			if ctx.Err() != nil {
-				return tool.Result{}, err
+				return nil, tool.Result{}, false, err
 			}
 			// A file over what is left of the limit says so itself.
-			return tool.Errorf("error: cannot upload %s: %v", p, err), nil
+			return nil, tool.Errorf("error: cannot upload %s: %v", p, err), false, nil
 		}
 		total += len(data)
-		name := filepath.Base(env.Resolve(p))
-		mt := mime.TypeByExtension(filepath.Ext(name))
-		if mt == "" {
-			mt = "application/octet-stream"
-		}
-		files = append(files, driver.File{Name: name, MediaType: mt, Data: data})
+		files = append(files, uploadFile(env.Resolve(p), data))
 	}
-	if err := b.Upload(ctx, a.Ref, files); err != nil {
-		return tool.Result{}, err
+	return files, tool.Result{}, true, nil
+}
+
+// uploadFile is the file at path with data, its media type told by its
+// extension.
+func uploadFile(path string, data []byte) driver.File {
+	mt := mime.TypeByExtension(filepath.Ext(path))
+	if mt == "" {
+		mt = "application/octet-stream"
 	}
-	return tool.Text(fmt.Sprintf("Put %d file(s) into %s.", len(files), a.Ref)), nil
+	return driver.File{Name: filepath.Base(path), MediaType: mt, Data: data}
 }
 
 // inside reports whether path lies within root (both without symlinks).
