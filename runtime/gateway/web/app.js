@@ -1495,7 +1495,7 @@
       return false;
     }
     if (app.authNeeded) { hint('Enter the API key first.'); return false; }
-    if (!app.ws || app.state.conn !== 'open' || app.ws.readyState !== WebSocket.OPEN) {
+    if (!wsOpen()) {
       hint('Not connected to the gateway yet; retrying…');
       connectNow();
       return false;
@@ -1527,11 +1527,6 @@
 
   // ------------------------------------------------------------ canvas actions
 
-  /** connected reports whether a message can be written to the gateway now. */
-  function connected() {
-    return !app.authNeeded && app.state.conn === 'open' && !!app.ws && app.ws.readyState === WebSocket.OPEN;
-  }
-
   /**
    * sendAction sends a canvas action (a click on an A2UI button; canvas.js,
    * docs/canvas.md) as a message of the chat, as submit does typed text.
@@ -1546,7 +1541,7 @@
       hint('The action is too long to send (the limit is ' + UI.MAX_TEXT_BYTES / 1024 + ' KiB).');
       return false;
     }
-    if (app.actions.length === 0 && !app.state.active && connected() && app.actionHolds === 0 && !app.opBusy) {
+    if (app.actions.length === 0 && !app.state.active && wsOpen() && app.actionHolds === 0 && !app.opBusy) {
       return submit(text, { files: [] });
     }
     const running = app.state.active ? app.state.turns[app.state.active] : null;
@@ -1559,9 +1554,9 @@
     app.actions = r.queue;
     const n = app.actions.length;
     hint('Action queued (' + n + ' waiting): it is sent ' +
-      (app.state.active ? 'when the reply ends.' : !connected() ? 'once connected.' : 'once the conversation is loaded.'));
+      (app.state.active ? 'when the reply ends.' : !wsOpen() ? 'once connected.' : 'once the conversation is loaded.'));
     renderActionQueue();
-    if (!connected()) connectNow();
+    if (!wsOpen()) connectNow();
     scheduleDrain();
     return true;
   }
@@ -1590,7 +1585,7 @@
   function drainActions() {
     app.drainTimer = null;
     if (app.actions.length === 0 || app.actionHolds > 0 || app.opBusy) return;
-    const ready = !app.state.active && connected();
+    const ready = !app.state.active && wsOpen();
     const r = UI.nextAction(app.actions, { agent: app.agent, session: app.currentSessionId, ready });
     app.actions = r.queue;
     if (r.dropped.length) {
@@ -1607,7 +1602,7 @@
     const el = els.canvasQueue;
     if (!el) return;
     const n = app.actions.length;
-    el.textContent = UI.actionQueueText(n, !connected());
+    el.textContent = UI.actionQueueText(n, !wsOpen());
     el.dataset.count = String(n);
     el.hidden = n === 0;
   }
